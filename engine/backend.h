@@ -1,0 +1,14 @@
+// Copyright TileMaxSim authors. Backend choice at run time (the one place that knows whether
+// this build has CUDA).
+#pragma once
+
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms::engine {
+
+/// Resolve kAuto to kGpu when this build has CUDA and a device is present, else kCpu.
+/// Asking for kGpu without CUDA or without a device is NotSupported, with the reason.
+Status ResolveDevice(Device requested, Device* resolved);
+
+}  // namespace tms::engine

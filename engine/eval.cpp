@@ -1,0 +1,561 @@
+// Copyright TileMaxSim authors. TREC run / qrels I/O and IR metrics with trec_eval's definitions.
+//
+// The metric code follows trec_eval 9 (form_res_rels.c, m_recip_rank.c, m_ndcg_cut.c,
+// m_recall.c), which pytrec_eval wraps:
+//   - each query's results are sorted by score descending, ties by docid descending
+//     (strcmp(b, a)); scores are held as float, so doubles equal in float precision tie;
+//   - a result's grade is its qrels grade, or "not judged" when absent or negative;
+//     relevant = grade >= 1, nDCG gain = grade when > 0;
+//   - the ideal DCG walks the query's judged grades >= 1 from the highest down.
+#include "tilemaxsim/eval.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <new>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tms {
+namespace {
+
+constexpr const char* kRunFormat = "'qid Q0 docid rank score tag'";
+constexpr const char* kTrecQrelsFormat = "'qid 0 docid rel'";
+constexpr const char* kBeirQrelsFormat = "'query-id<TAB>corpus-id<TAB>score'";
+constexpr std::string_view kBeirHeader = "query-id\tcorpus-id\tscore";
+constexpr int kMrrCutoff = 10;
+constexpr int kNdcgCutoff = 10;
+constexpr std::array<int, 2> kRecallCutoffs = {100, 1000};
+
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+/// Splits on runs of whitespace; no empty fields.
+std::vector<std::string_view> split_whitespace(std::string_view s) {
+    std::vector<std::string_view> fields;
+    size_t i = 0;
+    while (i < s.size()) {
+        while (i < s.size() && is_space(s[i])) ++i;
+        if (i == s.size()) break;
+        size_t j = i;
+        while (j < s.size() && !is_space(s[j])) ++j;
+        fields.push_back(s.substr(i, j - i));
+        i = j;
+    }
+    return fields;
+}
+
+/// Splits on every tab; fields are trimmed and may be empty.
+std::vector<std::string_view> split_tabs(std::string_view s) {
+    std::vector<std::string_view> fields;
+    size_t start = 0;
+    while (true) {
+        size_t tab = s.find('\t', start);
+        if (tab == std::string_view::npos) {
+            fields.push_back(trim(s.substr(start)));
+            break;
+        }
+        fields.push_back(trim(s.substr(start, tab - start)));
+        start = tab + 1;
+    }
+    return fields;
+}
+
+/// A field quoted for an error message, cut short so the message stays readable.
+std::string quote_field(std::string_view field) {
+    constexpr size_t kMaxShown = 64;
+    std::string out = "'";
+    if (field.size() > kMaxShown) {
+        out.append(field.substr(0, kMaxShown));
+        out += "...";
+    } else {
+        out.append(field);
+    }
+    out += "'";
+    return out;
+}
+
+/// Parses a whole field as a base-10 integer (optional sign).
+template <typename Int>
+bool parse_int(std::string_view s, Int* value) {
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    if (s.empty()) return false;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *value);
+    return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+/// Parses a whole field as a double (decimal or exponent form, "inf" accepted).
+bool parse_double(std::string_view s, double* value) {
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    if (s.empty()) return false;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *value);
+    return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+std::string errno_message(int err) { return std::generic_category().message(err); }
+
+/// Opens `path` for reading, mapping a missing file to NotFound.
+Status open_for_reading(const std::string& path, std::ifstream* in) {
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::status(path, ec);
+    if (st.type() == std::filesystem::file_type::not_found) {
+        return Status::NotFound(path + ": no such file");
+    }
+    if (st.type() == std::filesystem::file_type::directory) {
+        return Status::IOError(path + ": is a directory");
+    }
+    errno = 0;
+    in->open(path, std::ios::in | std::ios::binary);
+    if (!in->is_open()) {
+        const int err = errno;
+        return Status::IOError(path + ": cannot open for reading" +
+                               (err != 0 ? ": " + errno_message(err) : std::string()));
+    }
+    return Status::OK();
+}
+
+/// Reads `path` line by line (a trailing '\r' is dropped), calling
+/// `on_line(line_number, line)` for each; stops at the first non-OK Status.
+template <typename OnLine>
+Status for_each_line(const std::string& path, OnLine on_line) {
+    std::ifstream in;
+    TMS_RETURN_IF_ERROR(open_for_reading(path, &in));
+    std::string line;
+    int64_t line_no = 0;
+    while (std::getline(in, line)) {
+        ++line_no;
+        std::string_view view(line);
+        if (!view.empty() && view.back() == '\r') view.remove_suffix(1);
+        TMS_RETURN_IF_ERROR(on_line(line_no, view));
+    }
+    if (in.bad())
+        return Status::IOError(path + ": read failed after line " + std::to_string(line_no));
+    return Status::OK();
+}
+
+std::string line_prefix(const std::string& path, int64_t line_no) {
+    return path + ":" + std::to_string(line_no) + ": ";
+}
+
+/// Runs `fn` and turns an escaping exception into a Status, so none crosses the API.
+template <typename Fn>
+Status no_throw(const char* what, Fn fn) {
+    try {
+        return fn();
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted(std::string(what) + ": out of memory");
+    } catch (const std::exception& e) {
+        return Status::Internal(std::string(what) + ": " + e.what());
+    } catch (...) {
+        return Status::Internal(std::string(what) + ": unknown exception");
+    }
+}
+
+Status read_run_impl(const std::string& path, Run* run) {
+    if (run == nullptr) return Status::InvalidArgument("ReadRun: run is null");
+    Run parsed;
+    // "qid\tdocid" -> line of first occurrence; a tab cannot occur inside a field.
+    std::unordered_map<std::string, int64_t> first_line;
+    int64_t n_lines = 0;
+    TMS_RETURN_IF_ERROR(for_each_line(path, [&](int64_t line_no, std::string_view line) {
+        const std::vector<std::string_view> f = split_whitespace(line);
+        if (f.empty()) return Status::OK();
+        if (f.size() != 6) {
+            return Status::InvalidArgument(line_prefix(path, line_no) + "expected 6 fields " +
+                                           kRunFormat + ", got " + std::to_string(f.size()));
+        }
+        int64_t rank = 0;
+        if (!parse_int(f[3], &rank)) {
+            return Status::InvalidArgument(line_prefix(path, line_no) + "rank " +
+                                           quote_field(f[3]) + " is not an integer");
+        }
+        double score = 0;
+        if (!parse_double(f[4], &score)) {
+            return Status::InvalidArgument(line_prefix(path, line_no) + "score " +
+                                           quote_field(f[4]) + " is not a number");
+        }
+        if (std::isnan(score)) {
+            return Status::InvalidArgument(line_prefix(path, line_no) + "score is NaN");
+        }
+        std::string key;
+        key.reserve(f[0].size() + 1 + f[2].size());
+        key.append(f[0]).append("\t").append(f[2]);
+        auto [it, inserted] = first_line.emplace(std::move(key), line_no);
+        if (!inserted) {
+            return Status::InvalidArgument(line_prefix(path, line_no) + "duplicate docid " +
+                                           quote_field(f[2]) + " for query " + quote_field(f[0]) +
+                                           " (first at line " + std::to_string(it->second) + ")");
+        }
+        parsed[std::string(f[0])].emplace_back(std::string(f[2]), score);
+        ++n_lines;
+        return Status::OK();
+    }));
+    if (n_lines == 0) return Status::InvalidArgument(path + ": no run lines");
+    *run = std::move(parsed);
+    return Status::OK();
+}
+
+enum class QrelsFormat { kUnknown, kTrec, kBeir };
+
+Status read_qrels_impl(const std::string& path, Qrels* qrels) {
+    if (qrels == nullptr) return Status::InvalidArgument("ReadQrels: qrels is null");
+    Qrels parsed;
+    std::unordered_map<std::string, int64_t> first_line;  // "qid\tdocid" -> line
+    QrelsFormat format = QrelsFormat::kUnknown;
+    int64_t n_lines = 0;
+    TMS_RETURN_IF_ERROR(for_each_line(path, [&](int64_t line_no, std::string_view line) {
+        if (trim(line).empty()) return Status::OK();
+        if (format == QrelsFormat::kUnknown) {
+            if (trim(line) == kBeirHeader) {
+                format = QrelsFormat::kBeir;
+                return Status::OK();
+            }
+            format = split_tabs(line).size() == 3 ? QrelsFormat::kBeir : QrelsFormat::kTrec;
+        }
+        std::string_view qid, docid, rel_field;
+        if (format == QrelsFormat::kBeir) {
+            const std::vector<std::string_view> f = split_tabs(line);
+            if (f.size() != 3) {
+                return Status::InvalidArgument(
+                    line_prefix(path, line_no) + "expected 3 tab-separated fields " +
+                    kBeirQrelsFormat + ", got " + std::to_string(f.size()));
+            }
+            for (const std::string_view& field : f) {
+                if (field.empty()) {
+                    return Status::InvalidArgument(line_prefix(path, line_no) + "empty field in " +
+                                                   kBeirQrelsFormat);
+                }
+            }
+            qid = f[0];
+            docid = f[1];
+            rel_field = f[2];
+        } else {
+            const std::vector<std::string_view> f = split_whitespace(line);
+            if (f.size() != 4) {
+                return Status::InvalidArgument(line_prefix(path, line_no) + "expected 4 fields " +
+                                               kTrecQrelsFormat + ", got " +
+                                               std::to_string(f.size()));
+            }
+            qid = f[0];
+            docid = f[2];
+            rel_field = f[3];
+        }
+        int rel = 0;
+        if (!parse_int(rel_field, &rel)) {
+            return Status::InvalidArgument(line_prefix(path, line_no) + "relevance " +
+                                           quote_field(rel_field) + " is not an integer");
+        }
+        std::string key;
+        key.append(qid).append("\t").append(docid);
+        auto [it, inserted] = first_line.emplace(std::move(key), line_no);
+        std::map<std::string, int>& judged = parsed[std::string(qid)];
+        if (!inserted) {
+            const int previous = judged.at(std::string(docid));
+            if (previous != rel) {
+                return Status::InvalidArgument(
+                    line_prefix(path, line_no) + "relevance " + std::to_string(rel) + " of docid " +
+                    quote_field(docid) + " for query " + quote_field(qid) + " contradicts " +
+                    std::to_string(previous) + " at line " + std::to_string(it->second));
+            }
+            return Status::OK();
+        }
+        judged.emplace(std::string(docid), rel);
+        ++n_lines;
+        return Status::OK();
+    }));
+    if (n_lines == 0) return Status::InvalidArgument(path + ": no qrels lines");
+    *qrels = std::move(parsed);
+    return Status::OK();
+}
+
+bool is_valid_field(const std::string& s) {
+    return !s.empty() && std::none_of(s.begin(), s.end(), is_space);
+}
+
+Status validate_run_to_write(const std::vector<std::string>& qids,
+                             const std::vector<std::vector<std::pair<std::string, float>>>& results,
+                             const std::string& tag) {
+    if (qids.size() != results.size()) {
+        return Status::InvalidArgument("WriteRun: " + std::to_string(qids.size()) + " qids but " +
+                                       std::to_string(results.size()) + " result lists");
+    }
+    if (!is_valid_field(tag)) {
+        return Status::InvalidArgument("WriteRun: tag " + quote_field(tag) +
+                                       " is empty or contains whitespace");
+    }
+    std::unordered_set<std::string_view> seen_qids;
+    std::unordered_set<std::string_view> seen_docids;
+    for (size_t q = 0; q < qids.size(); ++q) {
+        if (!is_valid_field(qids[q])) {
+            return Status::InvalidArgument("WriteRun: qid " + quote_field(qids[q]) +
+                                           " is empty or contains whitespace");
+        }
+        if (!seen_qids.insert(qids[q]).second) {
+            return Status::InvalidArgument("WriteRun: qid " + quote_field(qids[q]) +
+                                           " is repeated");
+        }
+        seen_docids.clear();
+        for (const auto& [docid, score] : results[q]) {
+            if (!is_valid_field(docid)) {
+                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
+                                               ": docid " + quote_field(docid) +
+                                               " is empty or contains whitespace");
+            }
+            if (!seen_docids.insert(docid).second) {
+                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
+                                               ": docid " + quote_field(docid) + " is repeated");
+            }
+            if (std::isnan(score)) {
+                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
+                                               ": docid " + quote_field(docid) +
+                                               " has a NaN score");
+            }
+        }
+    }
+    return Status::OK();
+}
+
+Status write_run_impl(const std::string& path, const std::vector<std::string>& qids,
+                      const std::vector<std::vector<std::pair<std::string, float>>>& results,
+                      const std::string& tag) {
+    TMS_RETURN_IF_ERROR(validate_run_to_write(qids, results, tag));
+    const std::string tmp_path = path + ".tmp";
+    std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
+    if (f == nullptr) {
+        return Status::IOError(tmp_path + ": cannot open for writing: " + errno_message(errno));
+    }
+    auto fail = [&](const std::string& what, int err) {
+        if (f != nullptr) std::fclose(f);
+        std::remove(tmp_path.c_str());
+        return Status::IOError(tmp_path + ": " + what + ": " + errno_message(err));
+    };
+    for (size_t q = 0; q < qids.size(); ++q) {
+        int64_t rank = 0;
+        for (const auto& [docid, score] : results[q]) {
+            ++rank;
+            // %.9g prints every float exactly, so reading it back keeps the ranking.
+            if (std::fprintf(f, "%s Q0 %s %lld %.9g %s\n", qids[q].c_str(), docid.c_str(),
+                             static_cast<long long>(rank), static_cast<double>(score),
+                             tag.c_str()) < 0) {
+                return fail("write failed", errno);
+            }
+        }
+    }
+    if (std::fflush(f) != 0) return fail("write failed", errno);
+    if (::fsync(::fileno(f)) != 0) return fail("fsync failed", errno);
+    const int close_rc = std::fclose(f);
+    f = nullptr;
+    if (close_rc != 0) return fail("close failed", errno);
+    if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        std::remove(tmp_path.c_str());
+        return Status::IOError(path + ": cannot rename " + tmp_path +
+                               " to it: " + errno_message(err));
+    }
+    return Status::OK();
+}
+
+/// Per-query values, in the order of the metric names.
+struct QueryMetrics {
+    double mrr10 = 0;
+    double ndcg10 = 0;
+    std::array<double, kRecallCutoffs.size()> recall{};
+};
+
+struct RankedDoc {
+    float sim;  // trec_eval keeps scores as float
+    const std::string* docid;
+};
+
+/// Computes one query's metrics; `docs` is the query's run, `judged` its qrels.
+Status evaluate_query(const std::string& qid,
+                      const std::vector<std::pair<std::string, double>>& docs,
+                      const std::map<std::string, int>& judged, QueryMetrics* m) {
+    std::vector<RankedDoc> ranked;
+    ranked.reserve(docs.size());
+    for (const auto& [docid, score] : docs) {
+        if (std::isnan(score)) {
+            return Status::InvalidArgument("query " + quote_field(qid) + ": docid " +
+                                           quote_field(docid) + " has a NaN score");
+        }
+        ranked.push_back({static_cast<float>(score), &docid});
+    }
+    // Duplicate docids make trec_eval fail; reject them too.
+    std::vector<const std::string*> by_docid;
+    by_docid.reserve(ranked.size());
+    for (const RankedDoc& d : ranked) by_docid.push_back(d.docid);
+    std::sort(by_docid.begin(), by_docid.end(),
+              [](const std::string* a, const std::string* b) { return *a < *b; });
+    for (size_t i = 1; i < by_docid.size(); ++i) {
+        if (*by_docid[i] == *by_docid[i - 1]) {
+            return Status::InvalidArgument("query " + quote_field(qid) + ": docid " +
+                                           quote_field(*by_docid[i]) + " is repeated in the run");
+        }
+    }
+    // trec_eval's comp_sim_docno: score descending, then docid descending.
+    std::sort(ranked.begin(), ranked.end(), [](const RankedDoc& a, const RankedDoc& b) {
+        if (a.sim != b.sim) return a.sim > b.sim;
+        return *a.docid > *b.docid;
+    });
+
+    int64_t num_rel = 0;
+    std::vector<int> positive_grades;
+    for (const auto& [docid, rel] : judged) {
+        if (rel >= 1) {
+            ++num_rel;
+            positive_grades.push_back(rel);
+        }
+    }
+    std::sort(positive_grades.begin(), positive_grades.end(), std::greater<int>());
+
+    *m = QueryMetrics{};
+    double dcg = 0;
+    int64_t rel_so_far = 0;
+    bool found_first_relevant = false;
+    const size_t max_cutoff = static_cast<size_t>(kRecallCutoffs.back());
+    for (size_t i = 0; i < ranked.size() && i < max_cutoff; ++i) {
+        auto it = judged.find(*ranked[i].docid);
+        const int rel = it == judged.end() ? 0 : it->second;  // absent: not relevant, no gain
+        const bool relevant = rel >= 1;
+        if (relevant && !found_first_relevant && i < static_cast<size_t>(kMrrCutoff)) {
+            m->mrr10 = 1.0 / static_cast<double>(i + 1);
+            found_first_relevant = true;
+        }
+        if (i < static_cast<size_t>(kNdcgCutoff) && rel > 0) {
+            dcg += static_cast<double>(rel) / std::log2(static_cast<double>(i + 2));
+        }
+        if (relevant) ++rel_so_far;
+        for (size_t c = 0; c < kRecallCutoffs.size(); ++c) {
+            if (i + 1 == static_cast<size_t>(kRecallCutoffs[c]) && num_rel > 0) {
+                m->recall[c] = static_cast<double>(rel_so_far) / static_cast<double>(num_rel);
+            }
+        }
+    }
+    // Cutoffs beyond the run's length see every retrieved document.
+    for (size_t c = 0; c < kRecallCutoffs.size(); ++c) {
+        if (ranked.size() < static_cast<size_t>(kRecallCutoffs[c]) && num_rel > 0) {
+            m->recall[c] = static_cast<double>(rel_so_far) / static_cast<double>(num_rel);
+        }
+    }
+
+    double ideal_dcg = 0;
+    for (size_t i = 0; i < positive_grades.size() && i < static_cast<size_t>(kNdcgCutoff); ++i) {
+        ideal_dcg +=
+            static_cast<double>(positive_grades[i]) / std::log2(static_cast<double>(i + 2));
+    }
+    m->ndcg10 = ideal_dcg > 0 ? dcg / ideal_dcg : dcg;
+    return Status::OK();
+}
+
+Status evaluate_impl(const Run& run, const Qrels& qrels, EvalResult* out) {
+    if (out == nullptr) return Status::InvalidArgument("Evaluate: out is null");
+    QueryMetrics sum;
+    int n_queries = 0;
+    for (const auto& [qid, docs] : run) {
+        auto judged = qrels.find(qid);
+        if (judged == qrels.end()) continue;
+        QueryMetrics m;
+        TMS_RETURN_IF_ERROR(evaluate_query(qid, docs, judged->second, &m));
+        sum.mrr10 += m.mrr10;
+        sum.ndcg10 += m.ndcg10;
+        for (size_t c = 0; c < kRecallCutoffs.size(); ++c) sum.recall[c] += m.recall[c];
+        ++n_queries;
+    }
+    if (n_queries == 0) return Status::InvalidArgument("no query of the run is in the qrels");
+    const double n = static_cast<double>(n_queries);
+    EvalResult result;
+    result.n_queries = n_queries;
+    result.metrics.emplace_back("mrr@" + std::to_string(kMrrCutoff), sum.mrr10 / n);
+    result.metrics.emplace_back("ndcg@" + std::to_string(kNdcgCutoff), sum.ndcg10 / n);
+    for (size_t c = 0; c < kRecallCutoffs.size(); ++c) {
+        result.metrics.emplace_back("recall@" + std::to_string(kRecallCutoffs[c]),
+                                    sum.recall[c] / n);
+    }
+    *out = std::move(result);
+    return Status::OK();
+}
+
+/// Shortest decimal form that reads back as the same double; JSON-safe for finite values.
+std::string format_double_exact(double v) {
+    if (!std::isfinite(v)) return "null";
+    char buf[64];
+    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    if (ec != std::errc()) return "null";
+    return std::string(buf, ptr);
+}
+
+std::string json_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+            out += buf;
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+Status ReadRun(const std::string& path, Run* run) {
+    return no_throw("ReadRun", [&] { return read_run_impl(path, run); });
+}
+
+Status ReadQrels(const std::string& path, Qrels* qrels) {
+    return no_throw("ReadQrels", [&] { return read_qrels_impl(path, qrels); });
+}
+
+Status WriteRun(const std::string& path, const std::vector<std::string>& qids,
+                const std::vector<std::vector<std::pair<std::string, float>>>& results,
+                const std::string& tag) {
+    return no_throw("WriteRun", [&] { return write_run_impl(path, qids, results, tag); });
+}
+
+Status Evaluate(const Run& run, const Qrels& qrels, EvalResult* out) {
+    return no_throw("Evaluate", [&] { return evaluate_impl(run, qrels, out); });
+}
+
+std::string FormatEval(const EvalResult& result, bool json) {
+    std::string out;
+    if (json) {
+        out = "{\"n_queries\": " + std::to_string(result.n_queries);
+        for (const auto& [name, value] : result.metrics) {
+            out += ", \"" + json_escape(name) + "\": " + format_double_exact(value);
+        }
+        out += "}\n";
+        return out;
+    }
+    for (const auto& [name, value] : result.metrics) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.4f", value);
+        out += name + "\tall\t" + buf + "\n";
+    }
+    return out;
+}
+
+}  // namespace tms

@@ -1,0 +1,252 @@
+// Copyright TileMaxSim authors. GpuExactScorer: one shard's fp16 token vectors resident on one
+// GPU; per call, the queries and candidate lists go up, kernels::maxsim_cuda /
+// maxsim_topk_cuda run on the scorer's own stream, and results come back. Per-call buffers
+// live in one device arena that grows (never shrinks) and is reused between calls.
+// Thread-safety: one call at a time per scorer.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "engine/gpu_scorer.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/maxsim_cuda.h"
+
+namespace tms::engine {
+namespace {
+
+/// Makes `device` current for a scope and restores the previous one.
+class DeviceGuard {
+public:
+    explicit DeviceGuard(int device) {
+        if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+        ok_ = cudaSetDevice(device) == cudaSuccess;
+    }
+    ~DeviceGuard() {
+        if (prev_ >= 0) (void)cudaSetDevice(prev_);
+    }
+    bool ok() const { return ok_; }
+
+private:
+    int prev_ = -1;
+    bool ok_ = false;
+};
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+Status GpuDeviceCount(int* n) { return kernels::cuda_device_count(n); }
+
+struct GpuExactScorer::Impl {
+    int device = 0;
+    int dim = 0;
+    int64_t n_docs = 0;
+    cudaStream_t stream = nullptr;
+    void* d_tokens = nullptr;
+    int64_t* d_offsets = nullptr;
+    void* d_arena = nullptr;
+    size_t arena_bytes = 0;
+    std::vector<int64_t> h_offsets_last;  // for host-side candidate checks
+
+    ~Impl() {
+        DeviceGuard g(device);
+        if (stream) cudaStreamSynchronize(stream);
+        cudaFree(d_arena);
+        cudaFree(d_offsets);
+        cudaFree(d_tokens);
+        if (stream) cudaStreamDestroy(stream);
+    }
+
+    Status Reserve(size_t bytes) {
+        if (bytes <= arena_bytes) return Status::OK();
+        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaFree(d_arena));
+        d_arena = nullptr;
+        arena_bytes = 0;
+        const size_t grown = std::max(bytes, arena_bytes + arena_bytes / 2);
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_arena, grown));
+        arena_bytes = grown;
+        return Status::OK();
+    }
+
+    /// Uploads the per-call inputs into the arena (plus `extra` bytes after them) and fills p.
+    Status Upload(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                  const int64_t* h_cand_offsets, const int32_t* h_cand_docs, size_t extra_bytes,
+                  kernels::MaxSimParams* p, char** extra) {
+        if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument("GpuExactScorer: negative size");
+        if (n_queries > 0 && q_stride > 0 && h_queries == nullptr) {
+            return Status::InvalidArgument("GpuExactScorer: queries is null");
+        }
+        if (h_query_lens) {
+            for (int q = 0; q < n_queries; ++q) {
+                if (h_query_lens[q] < 0 || h_query_lens[q] > q_stride) {
+                    return Status::InvalidArgument("GpuExactScorer: query_lens[" + std::to_string(q) +
+                                                   "] outside [0, q_stride]");
+                }
+            }
+        }
+        int64_t n_cand = 0;
+        if (h_cand_offsets) {
+            if (h_cand_offsets[0] != 0) return Status::InvalidArgument("GpuExactScorer: cand_offsets[0] != 0");
+            for (int q = 0; q < n_queries; ++q) {
+                if (h_cand_offsets[q + 1] < h_cand_offsets[q]) {
+                    return Status::InvalidArgument("GpuExactScorer: cand_offsets must be non-decreasing");
+                }
+            }
+            n_cand = h_cand_offsets[n_queries];
+            if (n_cand > 0 && h_cand_docs == nullptr) return Status::InvalidArgument("GpuExactScorer: cand_docs null");
+            for (int64_t i = 0; i < n_cand; ++i) {
+                if (h_cand_docs[i] < 0 || h_cand_docs[i] >= n_docs) {
+                    return Status::InvalidArgument("GpuExactScorer: candidate " + std::to_string(h_cand_docs[i]) +
+                                                   " outside [0, " + std::to_string(n_docs) + ")");
+                }
+            }
+        }
+        const size_t q_bytes = size_t(n_queries) * q_stride * dim * sizeof(float);
+        const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
+        const size_t co_bytes = h_cand_offsets ? size_t(n_queries + 1) * sizeof(int64_t) : 0;
+        const size_t cd_bytes = size_t(n_cand) * sizeof(int32_t);
+        const size_t total =
+            align256(q_bytes) + align256(l_bytes) + align256(co_bytes) + align256(cd_bytes) + align256(extra_bytes);
+        TMS_RETURN_IF_ERROR(Reserve(std::max<size_t>(total, 256)));
+        char* cur = static_cast<char*>(d_arena);
+        auto put = [&](const void* h, size_t bytes, void** d) -> Status {
+            *d = bytes ? cur : nullptr;
+            if (bytes) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, h, bytes, cudaMemcpyHostToDevice, stream));
+            cur += align256(bytes);
+            return Status::OK();
+        };
+        void *dq, *dl, *dco, *dcd;
+        TMS_RETURN_IF_ERROR(put(h_queries, q_bytes, &dq));
+        TMS_RETURN_IF_ERROR(put(h_query_lens, l_bytes, &dl));
+        TMS_RETURN_IF_ERROR(put(h_cand_offsets, co_bytes, &dco));
+        TMS_RETURN_IF_ERROR(put(h_cand_docs, cd_bytes, &dcd));
+        *extra = cur;
+        p->queries = dq;
+        p->q_dtype = DType::kF32;
+        p->n_queries = n_queries;
+        p->q_stride = q_stride;
+        p->dim = dim;
+        p->query_lens = static_cast<const int32_t*>(dl);
+        p->doc_tokens = d_tokens;
+        p->d_dtype = DType::kF16;
+        p->doc_offsets = d_offsets;
+        p->n_docs = n_docs;
+        p->cand_offsets = static_cast<const int64_t*>(dco);
+        p->cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
+                                      : nullptr;
+        return Status::OK();
+    }
+};
+
+GpuExactScorer::~GpuExactScorer() = default;
+
+Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
+                              const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
+    if (n_tokens < 0 || n_docs < 0 || dim <= 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
+    if (n_tokens > 0 && h_tokens_f16 == nullptr) return Status::InvalidArgument("GpuExactScorer: tokens null");
+    if (h_doc_offsets == nullptr) return Status::InvalidArgument("GpuExactScorer: doc_offsets null");
+    if (dim % 32 != 0 || dim > 1024) {
+        return Status::NotSupported("GpuExactScorer: dim " + std::to_string(dim) + " (multiples of 32 up to 1024)");
+    }
+    if (h_doc_offsets[0] != 0 || h_doc_offsets[n_docs] != n_tokens) {
+        return Status::InvalidArgument("GpuExactScorer: doc_offsets must run from 0 to n_tokens");
+    }
+    for (int64_t d = 0; d < n_docs; ++d) {
+        if (h_doc_offsets[d + 1] < h_doc_offsets[d]) {
+            return Status::InvalidArgument("GpuExactScorer: doc_offsets must be non-decreasing");
+        }
+    }
+    int n_dev = 0;
+    TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
+    if (device < 0 || device >= n_dev) {
+        return Status::InvalidArgument("GpuExactScorer: device " + std::to_string(device) + " of " +
+                                       std::to_string(n_dev));
+    }
+    DeviceGuard g(device);
+    if (!g.ok()) return Status::Internal("GpuExactScorer: cannot select device " + std::to_string(device));
+    std::unique_ptr<GpuExactScorer> s(new GpuExactScorer());
+    s->impl_ = std::make_unique<Impl>();
+    Impl& im = *s->impl_;
+    im.device = device;
+    im.dim = dim;
+    im.n_docs = n_docs;
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
+    const size_t tok_bytes = size_t(n_tokens) * dim * sizeof(uint16_t);
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_tokens, std::max<size_t>(tok_bytes, 256)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
+    if (tok_bytes) {
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(im.d_tokens, h_tokens_f16, tok_bytes, cudaMemcpyHostToDevice, im.stream));
+    }
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t),
+                                             cudaMemcpyHostToDevice, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    *out = std::move(s);
+    return Status::OK();
+}
+
+Status GpuExactScorer::Score(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                             const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores) {
+    Impl& im = *impl_;
+    DeviceGuard g(im.device);
+    const int64_t n_out = h_cand_offsets ? (n_queries > 0 ? h_cand_offsets[n_queries] : 0)
+                                         : int64_t(std::max(0, n_queries)) * im.n_docs;
+    kernels::MaxSimParams p;
+    char* extra = nullptr;
+    TMS_RETURN_IF_ERROR(im.Upload(h_queries, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
+                                  size_t(n_out) * sizeof(float), &p, &extra));
+    p.scores = reinterpret_cast<float*>(extra);
+    TMS_RETURN_IF_ERROR(kernels::maxsim_cuda(p, im.stream));
+    scores->resize(size_t(n_out));
+    if (n_out) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scores->data(), p.scores, size_t(n_out) * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, im.stream));
+    }
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    return Status::OK();
+}
+
+Status GpuExactScorer::ScoreTopK(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                                 const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k,
+                                 std::vector<int32_t>* ids, std::vector<float>* scores) {
+    Impl& im = *impl_;
+    DeviceGuard g(im.device);
+    if (k < 1 || k > kernels::kMaxTopKCuda) {
+        return Status::InvalidArgument("GpuExactScorer: k = " + std::to_string(k) + " outside [1, 1024]");
+    }
+    // Workspace size depends only on sizes; compute it with a params stub.
+    kernels::MaxSimParams sizes;
+    sizes.n_queries = n_queries;
+    sizes.q_stride = q_stride;
+    sizes.dim = im.dim;
+    sizes.n_docs = im.n_docs;
+    sizes.q_dtype = DType::kF32;
+    sizes.d_dtype = DType::kF16;
+    sizes.cand_offsets = h_cand_offsets;  // only its nullness matters
+    const size_t ws = kernels::maxsim_topk_cuda_workspace_bytes(sizes, k);
+    const size_t out_n = size_t(std::max(0, n_queries)) * k;
+    const size_t ids_bytes = align256(out_n * sizeof(int32_t));
+    const size_t sc_bytes = align256(out_n * sizeof(float));
+    kernels::MaxSimParams p;
+    char* extra = nullptr;
+    TMS_RETURN_IF_ERROR(im.Upload(h_queries, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
+                                  ws + ids_bytes + sc_bytes, &p, &extra));
+    int32_t* d_ids = reinterpret_cast<int32_t*>(extra);
+    float* d_sc = reinterpret_cast<float*>(extra + ids_bytes);
+    void* d_ws = extra + ids_bytes + sc_bytes;
+    TMS_RETURN_IF_ERROR(kernels::maxsim_topk_cuda(p, k, d_ids, d_sc, d_ws, ws, im.stream));
+    ids->resize(out_n);
+    scores->resize(out_n);
+    if (out_n) {
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(ids->data(), d_ids, out_n * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(scores->data(), d_sc, out_n * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    }
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    return Status::OK();
+}
+
+}  // namespace tms::engine

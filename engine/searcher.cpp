@@ -1,0 +1,297 @@
+// Copyright TileMaxSim authors. The query pipeline:
+//   centroid scores (BLAS) -> per-token top-nprobe centroids -> IVF union -> centroid-interaction
+//   pruning to ncandidates -> compressed scoring (codes) -> top-rerank -> exact rerank on stored
+//   vectors (CPU or GPU) -> top-k.  Exhaustive mode: exact MaxSim on every document.
+#include "tilemaxsim/searcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <omp.h>
+
+#include "engine/backend.h"
+#include "engine/gpu_scorer.h"
+#include "index/index_data.h"
+#include "kernels/maxsim.h"
+
+namespace tms {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+class SearcherImpl final : public Searcher {
+public:
+    const IndexInfo& info() const override { return data_.info; }
+    Device device() const override { return device_; }
+    Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                  SearchTimings* timings) const override;
+
+    index::IndexData data_;
+    Device device_ = Device::kCpu;
+    std::unique_ptr<engine::GpuExactScorer> gpu_;
+
+private:
+    Status exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+                      std::vector<float>* scores) const;
+    Status exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
+                            const std::vector<int32_t>& docs, std::vector<float>* scores) const;
+};
+
+// Keeps the top `keep` candidates of each query by score: rewrites (off, docs, scores).
+Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                  std::vector<float>* scores) {
+    std::vector<int32_t> ids(size_t(n_queries) * keep);
+    std::vector<float> top(size_t(n_queries) * keep);
+    kernels::TopKParams tp;
+    tp.scores = scores->data();
+    tp.offsets = off->data();
+    tp.n_segments = n_queries;
+    tp.ids = docs->data();
+    tp.k = keep;
+    tp.out_ids = ids.data();
+    tp.out_scores = top.data();
+    TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+    std::vector<int64_t> noff(1, 0);
+    std::vector<int32_t> ndocs;
+    std::vector<float> nscores;
+    for (int q = 0; q < n_queries; ++q) {
+        for (int j = 0; j < keep; ++j) {
+            if (ids[size_t(q) * keep + j] < 0) break;
+            ndocs.push_back(ids[size_t(q) * keep + j]);
+            nscores.push_back(top[size_t(q) * keep + j]);
+        }
+        noff.push_back(static_cast<int64_t>(ndocs.size()));
+    }
+    *off = std::move(noff);
+    *docs = std::move(ndocs);
+    *scores = std::move(nscores);
+    return Status::OK();
+}
+
+Status SearcherImpl::exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
+                                      const std::vector<int32_t>& docs, std::vector<float>* scores) const {
+    if (gpu_) return gpu_->Score(qf.data(), q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
+    scores->resize(docs.size());
+    kernels::MaxSimParams p;
+    p.queries = qf.data();
+    p.q_dtype = DType::kF32;
+    p.n_queries = q.n_queries;
+    p.q_stride = q.q_tokens;
+    p.dim = q.dim;
+    p.query_lens = q.lengths;
+    p.doc_tokens = data_.vectors.data();
+    p.d_dtype = DType::kF16;
+    p.doc_offsets = data_.doc_offsets.data();
+    p.n_docs = data_.info.n_docs;
+    p.cand_offsets = off.data();
+    p.cand_docs = docs.data();
+    p.scores = scores->data();
+    return kernels::maxsim_cpu(p);
+}
+
+Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+                                std::vector<float>* scores) const {
+    if (gpu_) return gpu_->ScoreTopK(qf.data(), q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
+    const int64_t n_docs = data_.info.n_docs;
+    ids->assign(size_t(q.n_queries) * k, -1);
+    scores->assign(size_t(q.n_queries) * k, -INFINITY);
+    // Queries in blocks so that the dense score matrix stays under ~256 MB.
+    const int block = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(q.n_queries, (int64_t(64) << 20) / n_docs)));
+    std::vector<float> dense;
+    for (int q0 = 0; q0 < q.n_queries; q0 += block) {
+        const int nq = std::min(block, q.n_queries - q0);
+        dense.resize(size_t(nq) * n_docs);
+        kernels::MaxSimParams p;
+        p.queries = qf.data() + size_t(q0) * q.q_tokens * q.dim;
+        p.q_dtype = DType::kF32;
+        p.n_queries = nq;
+        p.q_stride = q.q_tokens;
+        p.dim = q.dim;
+        p.query_lens = q.lengths ? q.lengths + q0 : nullptr;
+        p.doc_tokens = data_.vectors.data();
+        p.d_dtype = DType::kF16;
+        p.doc_offsets = data_.doc_offsets.data();
+        p.n_docs = n_docs;
+        p.scores = dense.data();
+        TMS_RETURN_IF_ERROR(kernels::maxsim_cpu(p));
+        kernels::TopKParams tp;
+        tp.scores = dense.data();
+        tp.row_len = n_docs;
+        tp.n_segments = nq;
+        tp.k = k;
+        tp.out_ids = ids->data() + size_t(q0) * k;
+        tp.out_scores = scores->data() + size_t(q0) * k;
+        TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+    }
+    return Status::OK();
+}
+
+Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                            SearchTimings* timings) const {
+    const auto t_start = Clock::now();
+    const IndexInfo& info = data_.info;
+    if (opts.k <= 0) return Status::InvalidArgument("k must be > 0, got " + std::to_string(opts.k));
+    if (q.dim != info.dim) {
+        return Status::InvalidArgument("query dimension " + std::to_string(q.dim) + " differs from the index's " +
+                                       std::to_string(info.dim));
+    }
+    if (q.n_queries < 0 || q.q_tokens <= 0) return Status::InvalidArgument("queries: empty token dimension");
+    if (q.n_queries > 0 && q.data == nullptr) return Status::InvalidArgument("queries: null data");
+    if (q.lengths) {
+        for (int i = 0; i < q.n_queries; ++i) {
+            if (q.lengths[i] < 0 || q.lengths[i] > q.q_tokens) {
+                return Status::InvalidArgument("query " + std::to_string(i) + ": length " + std::to_string(q.lengths[i]) +
+                                               " outside [0, " + std::to_string(q.q_tokens) + "]");
+            }
+        }
+    }
+    if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
+    if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
+    const bool have_vectors = !data_.vectors.empty() || gpu_ != nullptr;
+    if (opts.exhaustive && !have_vectors) {
+        return Status::NotSupported(info.has_vectors
+                                        ? "exhaustive search needs the stored vectors, which were not loaded"
+                                        : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
+    }
+    const int nq = q.n_queries, qt = q.q_tokens, dim = q.dim, k = opts.k;
+    std::vector<float> qf(size_t(nq) * qt * dim);
+    for (size_t i = 0; i < qf.size(); ++i) qf[i] = kernels::load_as_float(q.data, q.dtype, static_cast<int64_t>(i));
+
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_scores;
+    SearchTimings t;
+    if (opts.exhaustive) {
+        const auto t0 = Clock::now();
+        TMS_RETURN_IF_ERROR(exhaustive(qf, q, k, &top_ids, &top_scores));
+        t.scoring = secs(t0, Clock::now());
+    } else {
+        // 1. Centroid scores and probing.
+        auto t0 = Clock::now();
+        const int K = info.n_centroids;
+        const int nprobe = std::min(opts.nprobe, K);
+        std::vector<float> cs(size_t(nq) * qt * K);
+        index::CentroidScores(qf.data(), int64_t(nq) * qt, data_.model, cs.data());
+        std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
+        {
+            std::vector<float> ps(probe.size());
+            kernels::TopKParams tp;
+            tp.scores = cs.data();
+            tp.row_len = K;
+            tp.n_segments = int64_t(nq) * qt;
+            tp.k = nprobe;
+            tp.out_ids = probe.data();
+            tp.out_scores = ps.data();
+            TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+        }
+        // 2. Union of IVF lists per query.
+        std::vector<int64_t> off(1, 0);
+        std::vector<int32_t> docs;
+        std::vector<uint32_t> mark(info.n_docs, UINT32_MAX);
+        for (int qi = 0; qi < nq; ++qi) {
+            const int ql = q.lengths ? q.lengths[qi] : qt;
+            for (int i = 0; i < ql; ++i) {
+                for (int j = 0; j < nprobe; ++j) {
+                    const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
+                    for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
+                        const int32_t d = data_.ivf_docs[e];
+                        if (mark[d] != uint32_t(qi)) {
+                            mark[d] = uint32_t(qi);
+                            docs.push_back(d);
+                        }
+                    }
+                }
+            }
+            std::sort(docs.begin() + off.back(), docs.end());
+            off.push_back(static_cast<int64_t>(docs.size()));
+        }
+        kernels::CodeMaxSimParams cp;
+        cp.queries = qf.data();
+        cp.n_queries = nq;
+        cp.q_stride = qt;
+        cp.dim = dim;
+        cp.query_lens = q.lengths;
+        cp.centroid_scores = cs.data();
+        cp.n_centroids = K;
+        cp.token_centroids = data_.token_centroids.data();
+        cp.doc_offsets = data_.doc_offsets.data();
+        cp.n_docs = info.n_docs;
+        // 3. Centroid-interaction pruning (PLAID stages 2-3): score by centroids alone.
+        std::vector<float> scores;
+        int64_t max_cands = 0;
+        for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
+        if (opts.ncandidates > 0 && max_cands > opts.ncandidates) {
+            scores.resize(docs.size());
+            cp.n_code_bytes = 0;
+            cp.cand_offsets = off.data();
+            cp.cand_docs = docs.data();
+            cp.scores = scores.data();
+            TMS_RETURN_IF_ERROR(kernels::code_maxsim_cpu(cp));
+            TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
+        }
+        t.candidates = secs(t0, Clock::now());
+        // 4. Compressed scoring.
+        t0 = Clock::now();
+        scores.resize(docs.size());
+        cp.codes = data_.codes.data();
+        cp.n_code_bytes = data_.model.n_code_bytes;
+        cp.codebook = data_.model.codebook.data();
+        cp.cand_offsets = off.data();
+        cp.cand_docs = docs.data();
+        cp.scores = scores.data();
+        TMS_RETURN_IF_ERROR(kernels::code_maxsim_cpu(cp));
+        t.scoring = secs(t0, Clock::now());
+        // 5. Exact rerank of the best compressed candidates.
+        if (have_vectors && opts.rerank > 0) {
+            t0 = Clock::now();
+            TMS_RETURN_IF_ERROR(select_top(nq, std::max(opts.rerank, k), &off, &docs, &scores));
+            TMS_RETURN_IF_ERROR(exact_candidates(qf, q, off, docs, &scores));
+            t.rerank = secs(t0, Clock::now());
+        }
+        top_ids.resize(size_t(nq) * k);
+        top_scores.resize(size_t(nq) * k);
+        kernels::TopKParams tp;
+        tp.scores = scores.data();
+        tp.offsets = off.data();
+        tp.n_segments = nq;
+        tp.ids = docs.data();
+        tp.k = k;
+        tp.out_ids = top_ids.data();
+        tp.out_scores = top_scores.data();
+        TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+    }
+    results->assign(nq, {});
+    for (int qi = 0; qi < nq; ++qi) {
+        auto& r = (*results)[qi];
+        for (int j = 0; j < k; ++j) {
+            const int32_t id = top_ids[size_t(qi) * k + j];
+            if (id < 0) break;
+            r.push_back({data_.doc_ids[id], id, top_scores[size_t(qi) * k + j]});
+        }
+    }
+    t.total = secs(t_start, Clock::now());
+    if (timings) *timings = t;
+    return Status::OK();
+}
+
+}  // namespace
+
+Searcher::~Searcher() = default;
+
+Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std::unique_ptr<Searcher>* out) {
+    auto s = std::make_unique<SearcherImpl>();
+    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    index::SingleThreadedBlas();
+    TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));
+    TMS_RETURN_IF_ERROR(index::ReadIndex(path, opts.load_vectors, opts.progress, &s->data_));
+    if (s->device_ == Device::kGpu && !s->data_.vectors.empty()) {
+        TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(0, s->data_.vectors.data(), s->data_.info.n_tokens,
+                                                           s->data_.info.dim, s->data_.doc_offsets.data(),
+                                                           s->data_.info.n_docs, &s->gpu_));
+        std::vector<uint16_t>().swap(s->data_.vectors);  // the device copy is the one used
+    }
+    *out = std::move(s);
+    return Status::OK();
+}
+
+}  // namespace tms

@@ -1,0 +1,56 @@
+// Copyright TileMaxSim authors. Building an on-disk index.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tilemaxsim/options.h"
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms {
+
+/// What a build did.
+struct BuildStats {
+    int64_t n_docs = 0;
+    int64_t n_tokens = 0;
+    int n_centroids = 0;
+    int dim = 0;
+    double code_bytes_per_token = 0;
+    double seconds_total = 0;
+    std::vector<std::pair<std::string, double>> phase_seconds;  ///< "load", "kmeans", "encode", ...
+};
+
+/// Builds one index directory (RocksDB). The index appears at `path` only when complete:
+/// it is written to a sibling temporary directory and renamed at the end, so an interrupted
+/// or failed build never leaves anything that opens as an index.
+/// Thread-safety: one Build call at a time per builder.
+class IndexBuilder {
+public:
+    /// Validates options; nothing is written yet.
+    static Status Create(const IndexBuildOptions& opts, const std::string& path, std::unique_ptr<IndexBuilder>* out);
+    ~IndexBuilder();
+
+    /// Build from memory. `tokens`: [n_tokens, dim] float16/float32, rows of each document
+    /// contiguous and in document order; `doclens`: tokens per document (each >= 1, summing to
+    /// n_tokens); `doc_ids`: external ids (no whitespace, unique), or empty for "0".."n-1".
+    Status Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, const std::vector<std::string>& doc_ids,
+                 BuildStats* stats = nullptr);
+
+    /// Build from files: docs .npy [n_tokens, dim] (float16/float32), doclens .npy (int32/int64)
+    /// and an optional ids file (one id per line; "" for 0..n-1). Errors name the file.
+    Status BuildFromFiles(const std::string& docs_npy, const std::string& doclens_npy, const std::string& doc_ids_txt,
+                          BuildStats* stats = nullptr);
+
+private:
+    IndexBuilder(IndexBuildOptions opts, std::string path);
+    IndexBuildOptions opts_;
+    std::string path_;
+};
+
+/// Metadata of an index (tms info), without loading it.
+Status ReadIndexInfo(const std::string& path, IndexInfo* info);
+
+}  // namespace tms

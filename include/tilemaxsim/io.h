@@ -1,0 +1,33 @@
+// Copyright TileMaxSim authors. Reading and writing the engine's input formats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms {
+
+/// Read a .npy file (format 1.0-3.0, C order, little-endian). Any failure names the file:
+/// "docs.npy: truncated: header says 1000x128 <f2 (256000 bytes), file has 1024".
+Status LoadNpy(const std::string& path, HostArray* out);
+/// Write a .npy file (format 1.0) atomically (PATH.tmp, then rename).
+Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+               const void* data, size_t nbytes);
+
+/// View a float16/float32 array of rank `rank` (2: [rows, dim], 3: [n, tokens, dim]) as
+/// embeddings; checks dtype, rank, dim in [32, 1024] and that every value is finite.
+/// `what` names the file in messages.
+Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out);
+/// Integer array of rank 1 (int32/int64/uint32/uint64... any integer dtype) as int64 values.
+Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vector<int64_t>* out);
+
+/// Read one non-empty string per line (trailing '\r' stripped). Empty lines are an error
+/// naming the line when `allow_empty` is false.
+Status ReadLines(const std::string& path, std::vector<std::string>* lines, bool allow_empty = false);
+/// Write lines atomically.
+Status WriteLines(const std::string& path, const std::vector<std::string>& lines);
+
+}  // namespace tms

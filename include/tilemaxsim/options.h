@@ -1,0 +1,83 @@
+// Copyright TileMaxSim authors. Options for building and searching (RocksDB style: every field documents its default).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms {
+
+/// How an index is built. Load from JSON with LoadBuildOptionsJson (configs/*.json).
+struct IndexBuildOptions {
+    /// Token codec: "pq" (product quantization of the residual to the coarse centroid)
+    /// or "residual" (ColBERTv2/PLAID: per-dimension buckets of the residual).
+    /// Default: "pq"
+    std::string codec = "pq";
+    /// Number of k-means centroids. 0 picks PLAID's rule: the power of two nearest
+    /// 16*sqrt(n_tokens), capped so that every centroid has >= 8 training tokens.
+    /// Default: 0
+    int n_centroids = 0;
+    /// k-means iterations (FAISS Clustering). Default: 20
+    int kmeans_iters = 20;
+    /// Tokens sampled to train centroids and codecs (0: all tokens). Default: 262144
+    int64_t max_train_tokens = 262144;
+    /// PQ sub-quantizers; must divide dim. 0 picks dim/8 capped at 32 (16 at d=128). Default: 0
+    int pq_m = 0;
+    /// Bits per PQ code (FAISS ProductQuantizer; 8 is the supported value). Default: 8
+    int pq_nbits = 8;
+    /// Bits per dimension for the residual codec: 1, 2 or 4. Default: 2
+    int residual_nbits = 2;
+    /// Store fp16 token vectors too (exhaustive search, exact rerank). Default: false
+    bool keep_vectors = false;
+    /// Documents per stored chunk. Default: 2048
+    int chunk_docs = 2048;
+    /// Random seed for sampling and k-means. Default: 1234
+    uint64_t seed = 1234;
+    /// Replace an existing index at the output path (the old one is removed only after
+    /// the new one is complete). Default: false
+    bool overwrite = false;
+    /// Show progress bars on stderr when it is a terminal. Default: true
+    bool progress = true;
+    /// Threads for OpenMP work (0: all cores). Default: 0
+    int threads = 0;
+};
+
+/// How a Searcher loads an index.
+struct SearcherOptions {
+    /// Where scoring runs. Default: kAuto
+    Device device = Device::kAuto;
+    /// Load stored fp16 vectors (needed for exhaustive search and rerank). Default: true
+    bool load_vectors = true;
+    /// Show progress on stderr when it is a terminal. Default: true
+    bool progress = true;
+    /// Threads for OpenMP work (0: all cores). Default: 0
+    int threads = 0;
+};
+
+/// Per-call search parameters.
+struct SearchOptions {
+    /// Results per query; must be > 0. Default: 10
+    int k = 10;
+    /// Score every document with exact MaxSim on stored vectors (needs --keep-vectors). Default: false
+    bool exhaustive = false;
+    /// Centroids probed per query token. Default: 8
+    int nprobe = 8;
+    /// Candidates kept after centroid-interaction pruning, scored with the codec
+    /// (0: score every candidate). Default: 4096
+    int ncandidates = 4096;
+    /// Top compressed-scored documents rescored exactly when vectors are loaded
+    /// (0: no rerank; always at least k when enabled). Default: 256
+    int rerank = 256;
+};
+
+/// Parse an options JSON document (keys are the field names above, e.g. "codec",
+/// "n_centroids", "pq_m"). Unknown keys are an error naming the key.
+Status ParseBuildOptionsJson(const std::string& json_text, IndexBuildOptions* opts);
+/// Read and parse a JSON file; errors name the file.
+Status LoadBuildOptionsJson(const std::string& path, IndexBuildOptions* opts);
+/// The options as JSON (stored in the index meta).
+std::string BuildOptionsToJson(const IndexBuildOptions& opts);
+
+}  // namespace tms

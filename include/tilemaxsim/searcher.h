@@ -1,0 +1,52 @@
+// Copyright TileMaxSim authors. Searching an index.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tilemaxsim/options.h"
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms {
+
+/// A batch of queries: tokens [n_queries, q_tokens, dim], row-major, float16 or float32.
+struct QueryBatch {
+    const void* data = nullptr;
+    DType dtype = DType::kF32;
+    int n_queries = 0;
+    int q_tokens = 0;
+    int dim = 0;
+    /// Optional [n_queries] tokens used per query (<= q_tokens); nullptr: all q_tokens.
+    const int32_t* lengths = nullptr;
+};
+
+/// Timing of the last Search call, in seconds.
+struct SearchTimings {
+    double candidates = 0;  ///< centroid scores, IVF union, pruning
+    double scoring = 0;     ///< compressed or exact scoring
+    double rerank = 0;      ///< exact rerank
+    double total = 0;
+};
+
+/// An opened index, ready to answer queries. Search is const and thread-safe.
+class Searcher {
+public:
+    /// Open the index at `path` and load it into host (and, for GPU, device) memory.
+    static Status Open(const SearcherOptions& opts, const std::string& path, std::unique_ptr<Searcher>* out);
+    virtual ~Searcher();
+
+    /// What the index holds.
+    virtual const IndexInfo& info() const = 0;
+    /// The device scoring runs on (kCpu or kGpu, never kAuto).
+    virtual Device device() const = 0;
+
+    /// Top-k documents per query, best first (ties: lower internal id first).
+    /// results->size() == n_queries; a query may get fewer than k hits only when the index
+    /// has fewer than k documents (or its candidates, in approximate mode).
+    virtual Status Search(const QueryBatch& queries, const SearchOptions& opts,
+                          std::vector<std::vector<SearchHit>>* results, SearchTimings* timings = nullptr) const = 0;
+};
+
+}  // namespace tms

@@ -1,0 +1,12 @@
+// Copyright TileMaxSim authors. Everything public, in one include.
+#pragma once
+
+#include "tilemaxsim/eval.h"
+#include "tilemaxsim/index_builder.h"
+#include "tilemaxsim/io.h"
+#include "tilemaxsim/options.h"
+#include "tilemaxsim/searcher.h"
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/synth.h"
+#include "tilemaxsim/types.h"
+#include "tilemaxsim/version.h"

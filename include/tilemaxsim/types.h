@@ -1,0 +1,66 @@
+// Copyright TileMaxSim authors. Plain value types shared by the public API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tms {
+
+/// Element type of an embedding array.
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+const char* DTypeName(DType t);
+inline int DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+/// Where scoring runs. kAuto picks the GPU when this build has CUDA and a device is present.
+enum class Device : uint8_t { kAuto = 0, kCpu = 1, kGpu = 2 };
+const char* DeviceName(Device d);
+
+/// A non-owning view of a row-major matrix [rows, dim] of token embeddings.
+/// `data` points to rows * dim elements of `dtype`, C order, no row padding.
+struct EmbeddingView {
+    const void* data = nullptr;
+    DType dtype = DType::kF32;
+    int64_t rows = 0;
+    int dim = 0;
+};
+
+/// An owning host array as read from a .npy file (C order only).
+struct HostArray {
+    std::string descr;           ///< numpy descr, e.g. "<f2", "<f4", "<i4", "<i8"
+    std::vector<int64_t> shape;  ///< numpy shape
+    std::vector<uint8_t> bytes;  ///< raw little-endian payload
+
+    int64_t numel() const {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        return n;
+    }
+};
+
+/// One search result.
+struct SearchHit {
+    std::string doc_id;   ///< external document id
+    int64_t internal_id;  ///< dense internal id [0, n_docs)
+    float score;          ///< MaxSim score (exact when reranked or exhaustive)
+};
+
+/// What an index holds (tms info).
+struct IndexInfo {
+    int format_version = 0;
+    int64_t n_docs = 0;
+    int64_t n_tokens = 0;
+    int dim = 0;
+    int n_centroids = 0;
+    std::string codec;          ///< "pq" or "residual"
+    int pq_m = 0;               ///< PQ sub-quantizers (codec pq)
+    int pq_nbits = 0;           ///< bits per PQ code (codec pq)
+    int residual_nbits = 0;     ///< bits per dimension (codec residual)
+    bool has_vectors = false;   ///< fp16 vectors stored (exact scoring, rerank)
+    double code_bytes_per_token = 0;    ///< centroid id + codes
+    double vector_bytes_per_token = 0;  ///< fp16 vectors, 0 without
+    int64_t n_chunks = 0;
+    std::string build_config_json;
+};
+
+}  // namespace tms

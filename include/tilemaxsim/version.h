@@ -1,0 +1,13 @@
+// Copyright TileMaxSim authors.
+#pragma once
+
+#define TMS_VERSION_MAJOR 0
+#define TMS_VERSION_MINOR 1
+#define TMS_VERSION_PATCH 0
+
+namespace tms {
+/// "0.1.0"
+const char* VersionString();
+/// On-disk index format written by this build; older formats are refused with a message.
+inline constexpr int kIndexFormatVersion = 1;
+}  // namespace tms

@@ -1,0 +1,229 @@
+// Copyright TileMaxSim authors. .npy reading/writing and input validation.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "kernels/maxsim.h"
+#include "tilemaxsim/io.h"
+
+namespace tms {
+namespace {
+
+Status parse_header(const std::string& path, const std::string& h, HostArray* out) {
+    auto bad = [&](const std::string& why) { return Status::InvalidArgument(path + ": malformed .npy header: " + why); };
+    std::smatch m;
+    static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')");
+    static const std::regex fortran_re(R"('fortran_order'\s*:\s*(True|False))");
+    static const std::regex shape_re(R"('shape'\s*:\s*\(([^)]*)\))");
+    if (!std::regex_search(h, m, descr_re)) return bad("no 'descr'");
+    out->descr = m[1];
+    if (!std::regex_search(h, m, fortran_re)) return bad("no 'fortran_order'");
+    if (m[1] == "True") return Status::InvalidArgument(path + ": Fortran-order arrays are not supported (save with C order)");
+    if (!std::regex_search(h, m, shape_re)) return bad("no 'shape'");
+    out->shape.clear();
+    std::stringstream ss(m[1]);
+    std::string tok;
+    while (std::getline(ss, tok, ',')) {
+        const auto b = tok.find_first_not_of(" \t"), e = tok.find_last_not_of(" \t");
+        if (b == std::string::npos) continue;
+        tok = tok.substr(b, e - b + 1);
+        if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos) return bad("shape '" + std::string(m[1]) + "'");
+        out->shape.push_back(std::stoll(tok));
+    }
+    return Status::OK();
+}
+
+int descr_size(const std::string& d) {
+    if (d.size() < 3) return 0;
+    const char order = d[0];
+    if (order != '<' && order != '|' && order != '=') return -1;  // big-endian not supported
+    const char kind = d[1];
+    if (kind != 'f' && kind != 'i' && kind != 'u') return 0;
+    try {
+        return std::stoi(d.substr(2));
+    } catch (...) {
+        return 0;
+    }
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::string r;
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? "x" : "") + std::to_string(s[i]);
+    return s.empty() ? "scalar" : r;
+}
+
+}  // namespace
+
+Status LoadNpy(const std::string& path, HostArray* out) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
+    if (std::filesystem::is_directory(path, ec)) return Status::InvalidArgument(path + ": is a directory, expected a .npy file");
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
+    const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    char magic[8];
+    if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
+        return Status::InvalidArgument(path + ": not a .npy file (bad magic)");
+    }
+    const int major = static_cast<unsigned char>(magic[6]);
+    uint32_t hlen = 0;
+    int64_t pre = 0;
+    if (major == 1) {
+        unsigned char b[2];
+        if (!f.read(reinterpret_cast<char*>(b), 2)) return Status::InvalidArgument(path + ": truncated .npy header");
+        hlen = b[0] | (b[1] << 8);
+        pre = 10;
+    } else if (major == 2 || major == 3) {
+        unsigned char b[4];
+        if (!f.read(reinterpret_cast<char*>(b), 4)) return Status::InvalidArgument(path + ": truncated .npy header");
+        hlen = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
+        pre = 12;
+    } else {
+        return Status::InvalidArgument(path + ": unsupported .npy version " + std::to_string(major));
+    }
+    if (hlen > (1u << 20) || pre + int64_t(hlen) > file_size) return Status::InvalidArgument(path + ": truncated .npy header");
+    std::string header(hlen, '\0');
+    if (!f.read(header.data(), hlen)) return Status::InvalidArgument(path + ": truncated .npy header");
+    TMS_RETURN_IF_ERROR(parse_header(path, header, out));
+    const int es = descr_size(out->descr);
+    if (es < 0) return Status::InvalidArgument(path + ": big-endian dtype '" + out->descr + "' is not supported");
+    if (es == 0) return Status::InvalidArgument(path + ": unsupported dtype '" + out->descr + "' (expected float16, float32 or an integer type)");
+    const int64_t n = out->numel();
+    const int64_t need = n * es;
+    const int64_t have = file_size - pre - hlen;
+    if (have != need) {
+        return Status::InvalidArgument(path + ": " + (have < need ? "truncated" : "trailing bytes") + ": header says " +
+                                       shape_str(out->shape) + " " + out->descr + " (" + std::to_string(need) +
+                                       " bytes of data), file has " + std::to_string(have));
+    }
+    try {
+        out->bytes.resize(static_cast<size_t>(need));
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted(path + ": out of memory reading " + std::to_string(need) + " bytes");
+    }
+    if (need > 0 && !f.read(reinterpret_cast<char*>(out->bytes.data()), need)) {
+        return Status::IOError(path + ": read failed");
+    }
+    return Status::OK();
+}
+
+Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
+               size_t nbytes) {
+    std::string shp = "(";
+    for (size_t i = 0; i < shape.size(); ++i) shp += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+    shp += ")";
+    std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shp + ", }";
+    const size_t total = 10 + header.size() + 1;
+    header.append((64 - total % 64) % 64, ' ');
+    header.push_back('\n');
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
+        const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xff),
+                                       static_cast<unsigned char>(header.size() >> 8)};
+        f.write(reinterpret_cast<const char*>(pre), 10);
+        f.write(header.data(), static_cast<std::streamsize>(header.size()));
+        f.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
+        f.flush();
+        if (!f) return Status::IOError(tmp + ": write failed (disk full?)");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return Status::IOError(path + ": rename failed: " + ec.message());
+    return Status::OK();
+}
+
+Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out) {
+    if (arr.descr != "<f2" && arr.descr != "<f4") {
+        return Status::InvalidArgument(what + ": dtype '" + arr.descr + "' not supported; expected float16 (<f2) or float32 (<f4)");
+    }
+    if (static_cast<int>(arr.shape.size()) != rank) {
+        return Status::InvalidArgument(what + ": expected a rank-" + std::to_string(rank) + " array (" +
+                                       (rank == 2 ? "[n_tokens, dim]" : "[n_queries, n_tokens, dim]") + "), got shape " +
+                                       shape_str(arr.shape));
+    }
+    const int64_t dim = arr.shape.back();
+    if (dim < 32 || dim > 1024) {
+        return Status::InvalidArgument(what + ": dimension " + std::to_string(dim) + " outside the supported range [32, 1024]");
+    }
+    out->dtype = arr.descr == "<f2" ? DType::kF16 : DType::kF32;
+    out->data = arr.bytes.data();
+    out->dim = static_cast<int>(dim);
+    out->rows = arr.numel() / dim;
+    const int64_t n = arr.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = kernels::load_as_float(out->data, out->dtype, i);
+        if (!std::isfinite(v)) {
+            return Status::InvalidArgument(what + ": non-finite value (" + std::string(std::isnan(v) ? "NaN" : "Inf") +
+                                           ") at row " + std::to_string(i / dim) + ", column " + std::to_string(i % dim));
+        }
+    }
+    return Status::OK();
+}
+
+Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vector<int64_t>* out) {
+    if (arr.shape.size() != 1) {
+        return Status::InvalidArgument(what + ": expected a rank-1 integer array, got shape " + shape_str(arr.shape));
+    }
+    const std::string& d = arr.descr;
+    const int64_t n = arr.shape[0];
+    out->resize(n);
+    auto get = [&](auto tag) {
+        using T = decltype(tag);
+        for (int64_t i = 0; i < n; ++i) {
+            T v;
+            std::memcpy(&v, arr.bytes.data() + i * sizeof(T), sizeof(T));
+            (*out)[i] = static_cast<int64_t>(v);
+        }
+    };
+    if (d == "<i4") get(int32_t{});
+    else if (d == "<i8") get(int64_t{});
+    else if (d == "<u4") get(uint32_t{});
+    else if (d == "<u8") get(uint64_t{});
+    else if (d == "<i2") get(int16_t{});
+    else if (d == "<u2") get(uint16_t{});
+    else if (d == "|i1") get(int8_t{});
+    else if (d == "|u1") get(uint8_t{});
+    else return Status::InvalidArgument(what + ": dtype '" + d + "' is not an integer type (expected int32 or int64)");
+    return Status::OK();
+}
+
+Status ReadLines(const std::string& path, std::vector<std::string>* lines, bool allow_empty) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
+    std::ifstream f(path);
+    if (!f) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
+    lines->clear();
+    std::string line;
+    int64_t no = 0;
+    while (std::getline(f, line)) {
+        ++no;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() && !allow_empty) return Status::InvalidArgument(path + ":" + std::to_string(no) + ": empty line");
+        lines->push_back(line);
+    }
+    return Status::OK();
+}
+
+Status WriteLines(const std::string& path, const std::vector<std::string>& lines) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
+        for (const auto& l : lines) f << l << '\n';
+        f.flush();
+        if (!f) return Status::IOError(tmp + ": write failed (disk full?)");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return Status::IOError(path + ": rename failed: " + ec.message());
+    return Status::OK();
+}
+
+}  // namespace tms

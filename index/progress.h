@@ -1,0 +1,30 @@
+// Copyright TileMaxSim authors. Progress bars on a terminal (stderr), silent otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace tms {
+
+/// Prints "\r<label> [=====>    ]  45%  1.2M/s  ETA 3s" to stderr at most 10 times a second,
+/// only when enabled and stderr is a terminal. Thread-compatible (call from one thread).
+class Progress {
+public:
+    Progress(std::string label, int64_t total, bool enabled, std::string unit = "");
+    ~Progress();
+    void Add(int64_t n);
+    void Done();
+
+private:
+    void Print(bool final);
+    std::string label_, unit_;
+    int64_t total_, done_ = 0;
+    bool enabled_, finished_ = false;
+    std::chrono::steady_clock::time_point start_, last_;
+};
+
+/// True when stderr is a terminal.
+bool StderrIsTerminal();
+
+}  // namespace tms

@@ -1,0 +1,505 @@
+// Copyright TileMaxSim authors. The RocksDB adapter: the on-disk index format.
+// Column families (see DESIGN.md): meta, model, ivf, docs, vectors, ids, deleted.
+// Chunk values end with a CRC-32 of their payload, checked on every read.
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "index/index_data.h"
+#include "index/progress.h"
+#include "tilemaxsim/version.h"
+
+namespace fs = std::filesystem;
+
+namespace tms::index {
+namespace {
+
+const std::vector<std::string> kColumnFamilies = {"default", "meta", "model", "ivf",
+                                                  "docs", "vectors", "ids", "deleted"};
+enum Cf { kDefault = 0, kMeta, kModel, kIvf, kDocs, kVectors, kIds, kDeleted };
+constexpr uint32_t kChunkMagic = 0x544d5331;  // "TMS1"
+
+std::string be64(uint64_t v) {
+    std::string s(8, '\0');
+    for (int i = 7; i >= 0; --i, v >>= 8) s[i] = static_cast<char>(v & 0xff);
+    return s;
+}
+std::string be32(uint32_t v) {
+    std::string s(4, '\0');
+    for (int i = 3; i >= 0; --i, v >>= 8) s[i] = static_cast<char>(v & 0xff);
+    return s;
+}
+
+template <typename T>
+void put(std::string* s, const T* p, size_t n) {
+    s->append(reinterpret_cast<const char*>(p), n * sizeof(T));
+}
+template <typename T>
+void put1(std::string* s, T v) {
+    put(s, &v, 1);
+}
+
+void put_varint(std::string* s, uint64_t v) {
+    while (v >= 0x80) {
+        s->push_back(static_cast<char>((v & 0x7f) | 0x80));
+        v >>= 7;
+    }
+    s->push_back(static_cast<char>(v));
+}
+
+void seal(std::string* s) { put1<uint32_t>(s, Crc32(s->data(), s->size())); }
+
+// Checks and strips the CRC trailer.
+Status unseal(const std::string& what, std::string* s) {
+    if (s->size() < 4) return Status::Corruption(what + ": value too short");
+    uint32_t crc;
+    std::memcpy(&crc, s->data() + s->size() - 4, 4);
+    s->resize(s->size() - 4);
+    if (Crc32(s->data(), s->size()) != crc) return Status::Corruption(what + ": checksum mismatch");
+    return Status::OK();
+}
+
+class Reader {
+public:
+    Reader(const std::string& what, const std::string& s) : what_(what), p_(s.data()), end_(s.data() + s.size()) {}
+    template <typename T>
+    Status get(T* out, size_t n) {
+        if (size_t(end_ - p_) < n * sizeof(T)) return Status::Corruption(what_ + ": value truncated");
+        std::memcpy(out, p_, n * sizeof(T));
+        p_ += n * sizeof(T);
+        return Status::OK();
+    }
+    Status varint(uint64_t* v) {
+        *v = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            if (p_ >= end_) return Status::Corruption(what_ + ": varint truncated");
+            const uint8_t b = static_cast<uint8_t>(*p_++);
+            *v |= uint64_t(b & 0x7f) << shift;
+            if (!(b & 0x80)) return Status::OK();
+        }
+        return Status::Corruption(what_ + ": bad varint");
+    }
+    bool done() const { return p_ == end_; }
+
+private:
+    std::string what_;
+    const char* p_;
+    const char* end_;
+};
+
+Status from_rocks(const rocksdb::Status& s, const std::string& path) {
+    if (s.ok()) return Status::OK();
+    if (s.IsCorruption()) return Status::Corruption(path + ": " + s.ToString());
+    if (s.IsNotFound()) return Status::NotFound(path + ": " + s.ToString());
+    if (s.IsNoSpace()) return Status::IOError(path + ": disk full: " + s.ToString());
+    return Status::IOError(path + ": " + s.ToString());
+}
+
+std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs) {
+    nlohmann::json j;
+    j["n_docs"] = info.n_docs;
+    j["n_tokens"] = info.n_tokens;
+    j["dim"] = info.dim;
+    j["n_centroids"] = info.n_centroids;
+    j["codec"] = info.codec;
+    j["pq_m"] = m.pq_m;
+    j["pq_nbits"] = m.pq_nbits;
+    j["residual_nbits"] = m.residual_nbits;
+    j["n_code_bytes"] = m.n_code_bytes;
+    j["has_vectors"] = info.has_vectors;
+    j["n_chunks"] = info.n_chunks;
+    j["chunk_docs"] = chunk_docs;
+    return j.dump();
+}
+
+struct Db {
+    std::unique_ptr<rocksdb::DB> db;
+    std::vector<rocksdb::ColumnFamilyHandle*> cf;
+    ~Db() {
+        if (db) {
+            for (auto* h : cf) db->DestroyColumnFamilyHandle(h);
+            db->Close();
+        }
+    }
+};
+
+Status open_db(const std::string& path, bool read_only, Db* out) {
+    rocksdb::DBOptions dbo;
+    dbo.create_if_missing = !read_only;
+    dbo.create_missing_column_families = !read_only;
+    dbo.paranoid_checks = true;
+    dbo.info_log_level = rocksdb::InfoLogLevel::ERROR_LEVEL;
+    dbo.keep_log_file_num = 1;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+    for (const auto& n : kColumnFamilies) {
+        rocksdb::ColumnFamilyOptions co;
+        if (n == "docs" || n == "vectors") {
+            co.enable_blob_files = true;
+            co.min_blob_size = 4096;
+        }
+        cfs.emplace_back(n, co);
+    }
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Status s = read_only ? rocksdb::DB::OpenForReadOnly(dbo, path, cfs, &out->cf, &raw)
+                                  : rocksdb::DB::Open(dbo, path, cfs, &out->cf, &raw);
+    if (!s.ok()) {
+        if (read_only && s.IsInvalidArgument()) {
+            return Status::InvalidArgument(path + ": not a TileMaxSim index (" + s.ToString() + ")");
+        }
+        if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+            return Status::IOError(path + ": locked by another writer (" + s.ToString() + ")");
+        }
+        return from_rocks(s, path);
+    }
+    out->db.reset(raw);
+    return Status::OK();
+}
+
+Status write_db(const std::string& path, const IndexData& d, const IndexBuildOptions& opts) {
+    Db db;
+    TMS_RETURN_IF_ERROR(open_db(path, false, &db));
+    const IndexModel& m = d.model;
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;  // the whole DB is flushed before it is marked complete
+    auto write = [&](rocksdb::WriteBatch& b) { return from_rocks(db.db->Write(wo, &b), path); };
+    {  // model
+        rocksdb::WriteBatch b;
+        auto val = [](const std::vector<float>& v) {
+            std::string s;
+            put(&s, v.data(), v.size());
+            seal(&s);
+            return s;
+        };
+        b.Put(db.cf[kModel], "centroids", val(m.centroids));
+        b.Put(db.cf[kModel], "codebook", val(m.codebook));
+        b.Put(db.cf[kModel], "residual_cutoffs", val(m.residual_cutoffs));
+        b.Put(db.cf[kModel], "residual_weights", val(m.residual_weights));
+        TMS_RETURN_IF_ERROR(write(b));
+    }
+    {  // ivf
+        rocksdb::WriteBatch b;
+        for (int k = 0; k < m.n_centroids; ++k) {
+            std::string s;
+            int64_t prev = 0;
+            put_varint(&s, static_cast<uint64_t>(d.ivf_offsets[k + 1] - d.ivf_offsets[k]));
+            for (int64_t i = d.ivf_offsets[k]; i < d.ivf_offsets[k + 1]; ++i) {
+                put_varint(&s, static_cast<uint64_t>(d.ivf_docs[i] - prev));
+                prev = d.ivf_docs[i];
+            }
+            seal(&s);
+            b.Put(db.cf[kIvf], be32(static_cast<uint32_t>(k)), s);
+        }
+        TMS_RETURN_IF_ERROR(write(b));
+    }
+    const int64_t n_docs = d.info.n_docs;
+    const int chunk = std::max(1, opts.chunk_docs);
+    const int64_t n_chunks = (n_docs + chunk - 1) / chunk;
+    Progress prog("writing", n_docs, opts.progress, " doc");
+    for (int64_t c = 0; c < n_chunks; ++c) {
+        const int64_t d0 = c * chunk, d1 = std::min(n_docs, d0 + chunk);
+        const int64_t t0 = d.doc_offsets[d0], t1 = d.doc_offsets[d1];
+        std::string s;
+        put1<uint32_t>(&s, kChunkMagic);
+        put1<uint64_t>(&s, static_cast<uint64_t>(d0));
+        put1<uint32_t>(&s, static_cast<uint32_t>(d1 - d0));
+        for (int64_t i = d0; i < d1; ++i) put1<uint32_t>(&s, static_cast<uint32_t>(d.doc_offsets[i + 1] - d.doc_offsets[i]));
+        put(&s, d.token_centroids.data() + t0, t1 - t0);
+        put(&s, d.codes.data() + t0 * m.n_code_bytes, (t1 - t0) * m.n_code_bytes);
+        seal(&s);
+        rocksdb::WriteBatch b;
+        b.Put(db.cf[kDocs], be64(c), s);
+        if (!d.vectors.empty()) {
+            std::string v;
+            put(&v, d.vectors.data() + t0 * m.dim, (t1 - t0) * m.dim);
+            seal(&v);
+            b.Put(db.cf[kVectors], be64(c), v);
+        }
+        for (int64_t i = d0; i < d1; ++i) {
+            b.Put(db.cf[kIds], "e:" + d.doc_ids[i], be64(i));
+            b.Put(db.cf[kIds], "i:" + be64(i), d.doc_ids[i]);
+        }
+        TMS_RETURN_IF_ERROR(write(b));
+        prog.Add(d1 - d0);
+    }
+    prog.Done();
+    IndexInfo info = d.info;
+    info.n_chunks = n_chunks;
+    {
+        rocksdb::WriteBatch b;
+        b.Put(db.cf[kMeta], "format_version", std::to_string(kIndexFormatVersion));
+        b.Put(db.cf[kMeta], "config", BuildOptionsToJson(opts));
+        b.Put(db.cf[kMeta], "stats", info_json(info, m, chunk));
+        TMS_RETURN_IF_ERROR(write(b));
+    }
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
+    // Marked complete last, durably (WAL on, synced).
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Put(sync, db.cf[kMeta], "complete", "1"), path));
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
+    return Status::OK();
+}
+
+Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::json* stats) {
+    std::string v;
+    rocksdb::Status s = db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "complete", &v);
+    if (s.IsNotFound() || v != "1") {
+        return Status::InvalidArgument(path + ": incomplete index (the build that wrote it did not finish)");
+    }
+    TMS_RETURN_IF_ERROR(from_rocks(s, path));
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "format_version", &v), path));
+    const int fv = std::atoi(v.c_str());
+    if (fv != kIndexFormatVersion) {
+        return Status::NotSupported(path + ": index format version " + v + " is not supported by this build (reads " +
+                                    std::to_string(kIndexFormatVersion) + "); rebuild the index");
+    }
+    std::string js, cfg;
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "stats", &js), path));
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "config", &cfg), path));
+    try {
+        *stats = nlohmann::json::parse(js);
+        info->format_version = fv;
+        info->n_docs = stats->at("n_docs");
+        info->n_tokens = stats->at("n_tokens");
+        info->dim = stats->at("dim");
+        info->n_centroids = stats->at("n_centroids");
+        info->codec = stats->at("codec");
+        info->pq_m = stats->at("pq_m");
+        info->pq_nbits = stats->at("pq_nbits");
+        info->residual_nbits = stats->at("residual_nbits");
+        info->has_vectors = stats->at("has_vectors");
+        info->n_chunks = stats->at("n_chunks");
+        const int ncb = stats->at("n_code_bytes");
+        info->code_bytes_per_token = 4.0 + ncb;
+        info->vector_bytes_per_token = info->has_vectors ? 2.0 * info->dim : 0.0;
+        info->build_config_json = cfg;
+    } catch (const std::exception& e) {
+        return Status::Corruption(path + ": bad index metadata: " + e.what());
+    }
+    return Status::OK();
+}
+
+Status check_is_index_dir(const std::string& path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such index");
+    if (!fs::is_directory(path, ec)) return Status::InvalidArgument(path + ": not a directory (expected an index directory)");
+    if (!fs::exists(fs::path(path) / "CURRENT", ec)) {
+        return Status::InvalidArgument(path + ": not a TileMaxSim index (no RocksDB database here)");
+    }
+    return Status::OK();
+}
+
+Status read_floats(Db& db, const std::string& path, const char* key, std::vector<float>* out) {
+    std::string v;
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kModel], key, &v), path));
+    TMS_RETURN_IF_ERROR(unseal(path + ": model/" + key, &v));
+    if (v.size() % 4) return Status::Corruption(path + ": model/" + key + ": bad size");
+    out->resize(v.size() / 4);
+    std::memcpy(out->data(), v.data(), v.size());
+    return Status::OK();
+}
+
+}  // namespace
+
+uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
+    static const auto table = [] {
+        std::array<uint32_t, 256> t{};
+        for (uint32_t i = 0; i < 256; ++i) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+            t[i] = c;
+        }
+        return t;
+    }();
+    uint32_t c = ~seed;
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+Status WriteIndex(const std::string& path, const IndexData& data, const IndexBuildOptions& opts) {
+    std::error_code ec;
+    const fs::path target = fs::absolute(path, ec);
+    if (fs::exists(target, ec)) {
+        if (!opts.overwrite) {
+            return Status::AlreadyExists(path + ": already exists (pass --overwrite to replace it)");
+        }
+        // Only ever replace an index (complete or not) or an empty directory.
+        if (!fs::is_directory(target, ec) || (!fs::is_empty(target, ec) && !fs::exists(target / "CURRENT", ec))) {
+            return Status::InvalidArgument(path + ": exists and is not an index; refusing to overwrite it");
+        }
+    }
+    const fs::path parent = target.parent_path();
+    if (!parent.empty() && !fs::exists(parent, ec)) {
+        fs::create_directories(parent, ec);
+        if (ec) return Status::IOError(parent.string() + ": cannot create: " + ec.message());
+    }
+    const fs::path tmp = parent / (target.filename().string() + ".tmp-build-" + std::to_string(getpid()));
+    fs::remove_all(tmp, ec);
+    Status st = write_db(tmp.string(), data, opts);
+    if (!st.ok()) {
+        fs::remove_all(tmp, ec);
+        return st.WithContext(path);
+    }
+    if (fs::exists(target, ec)) {
+        const fs::path old = parent / (target.filename().string() + ".old-" + std::to_string(getpid()));
+        fs::rename(target, old, ec);
+        if (ec) {
+            fs::remove_all(tmp, ec);
+            return Status::IOError(path + ": cannot move the old index aside: " + ec.message());
+        }
+        fs::rename(tmp, target, ec);
+        if (ec) {
+            std::error_code ec2;
+            fs::rename(old, target, ec2);
+            return Status::IOError(path + ": cannot move the new index into place: " + ec.message());
+        }
+        fs::remove_all(old, ec);
+    } else {
+        fs::rename(tmp, target, ec);
+        if (ec) return Status::IOError(path + ": cannot move the new index into place: " + ec.message());
+    }
+    return Status::OK();
+}
+
+Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
+    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
+    Db db;
+    TMS_RETURN_IF_ERROR(open_db(path, true, &db));
+    nlohmann::json stats;
+    return read_meta(db, path, info, &stats);
+}
+
+Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* d) {
+    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
+    Db db;
+    TMS_RETURN_IF_ERROR(open_db(path, true, &db));
+    nlohmann::json stats;
+    TMS_RETURN_IF_ERROR(read_meta(db, path, &d->info, &stats));
+    IndexModel& m = d->model;
+    const IndexInfo& info = d->info;
+    m.dim = info.dim;
+    m.n_centroids = info.n_centroids;
+    m.codec = info.codec;
+    m.pq_m = info.pq_m;
+    m.pq_nbits = info.pq_nbits;
+    m.residual_nbits = info.residual_nbits;
+    m.n_code_bytes = stats.value("n_code_bytes", 0);
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "centroids", &m.centroids));
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "codebook", &m.codebook));
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_cutoffs", &m.residual_cutoffs));
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_weights", &m.residual_weights));
+    if (m.centroids.size() != size_t(m.n_centroids) * m.dim ||
+        (m.n_code_bytes > 0 && m.codebook.size() != size_t(m.n_code_bytes) * 256 * (m.dim / m.n_code_bytes))) {
+        return Status::Corruption(path + ": model sizes do not match the metadata");
+    }
+    const int64_t n_docs = info.n_docs, n_tokens = info.n_tokens;
+    const int ncb = m.n_code_bytes;
+    d->doc_offsets.assign(1, 0);
+    d->doc_offsets.reserve(n_docs + 1);
+    d->token_centroids.clear();
+    d->token_centroids.reserve(n_tokens);
+    d->codes.clear();
+    d->codes.reserve(size_t(n_tokens) * ncb);
+    const bool vec = load_vectors && info.has_vectors;
+    d->vectors.clear();
+    if (vec) d->vectors.reserve(size_t(n_tokens) * m.dim);
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    ro.fill_cache = false;
+    Progress prog("loading", n_docs, progress, " doc");
+    for (int64_t c = 0; c < info.n_chunks; ++c) {
+        const std::string what = path + ": docs chunk " + std::to_string(c);
+        std::string v;
+        TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kDocs], be64(c), &v), what));
+        TMS_RETURN_IF_ERROR(unseal(what, &v));
+        Reader r(what, v);
+        uint32_t magic = 0, cnt = 0;
+        uint64_t first = 0;
+        TMS_RETURN_IF_ERROR(r.get(&magic, 1));
+        TMS_RETURN_IF_ERROR(r.get(&first, 1));
+        TMS_RETURN_IF_ERROR(r.get(&cnt, 1));
+        if (magic != kChunkMagic || int64_t(first) != int64_t(d->doc_offsets.size()) - 1) {
+            return Status::Corruption(what + ": bad chunk header");
+        }
+        std::vector<uint32_t> lens(cnt);
+        TMS_RETURN_IF_ERROR(r.get(lens.data(), cnt));
+        int64_t ntok = 0;
+        for (uint32_t l : lens) {
+            ntok += l;
+            d->doc_offsets.push_back(d->doc_offsets.back() + l);
+        }
+        if (d->doc_offsets.back() > n_tokens) return Status::Corruption(what + ": more tokens than the metadata says");
+        const size_t t0 = d->token_centroids.size();
+        d->token_centroids.resize(t0 + ntok);
+        TMS_RETURN_IF_ERROR(r.get(d->token_centroids.data() + t0, ntok));
+        const size_t c0 = d->codes.size();
+        d->codes.resize(c0 + size_t(ntok) * ncb);
+        TMS_RETURN_IF_ERROR(r.get(d->codes.data() + c0, size_t(ntok) * ncb));
+        if (!r.done()) return Status::Corruption(what + ": trailing bytes");
+        for (size_t t = t0; t < t0 + ntok; ++t) {
+            if (d->token_centroids[t] >= uint32_t(m.n_centroids)) return Status::Corruption(what + ": centroid id out of range");
+        }
+        if (vec) {
+            const std::string vw = path + ": vectors chunk " + std::to_string(c);
+            TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kVectors], be64(c), &v), vw));
+            TMS_RETURN_IF_ERROR(unseal(vw, &v));
+            if (v.size() != size_t(ntok) * m.dim * 2) return Status::Corruption(vw + ": wrong size");
+            const size_t v0 = d->vectors.size();
+            d->vectors.resize(v0 + size_t(ntok) * m.dim);
+            std::memcpy(d->vectors.data() + v0, v.data(), v.size());
+        }
+        prog.Add(cnt);
+    }
+    prog.Done();
+    if (int64_t(d->doc_offsets.size()) != n_docs + 1 || d->doc_offsets.back() != n_tokens) {
+        return Status::Corruption(path + ": documents or tokens missing (metadata says " + std::to_string(n_docs) +
+                                  " documents)");
+    }
+    // IVF lists.
+    d->ivf_offsets.assign(m.n_centroids + 1, 0);
+    d->ivf_docs.clear();
+    for (int k = 0; k < m.n_centroids; ++k) {
+        const std::string what = path + ": ivf list " + std::to_string(k);
+        std::string v;
+        TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
+        TMS_RETURN_IF_ERROR(unseal(what, &v));
+        Reader r(what, v);
+        uint64_t n, delta;
+        TMS_RETURN_IF_ERROR(r.varint(&n));
+        int64_t prev = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+            TMS_RETURN_IF_ERROR(r.varint(&delta));
+            prev += static_cast<int64_t>(delta);
+            if (prev >= n_docs) return Status::Corruption(what + ": document id out of range");
+            d->ivf_docs.push_back(static_cast<int32_t>(prev));
+        }
+        d->ivf_offsets[k + 1] = static_cast<int64_t>(d->ivf_docs.size());
+    }
+    // External ids, in internal-id order.
+    d->doc_ids.assign(n_docs, std::string());
+    std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kIds]));
+    int64_t seen = 0;
+    for (it->Seek("i:"); it->Valid() && it->key().starts_with("i:"); it->Next()) {
+        const std::string k = it->key().ToString();
+        if (k.size() != 10) return Status::Corruption(path + ": bad id key");
+        uint64_t id = 0;
+        for (int i = 2; i < 10; ++i) id = (id << 8) | static_cast<uint8_t>(k[i]);
+        if (int64_t(id) >= n_docs) return Status::Corruption(path + ": id out of range");
+        d->doc_ids[id] = it->value().ToString();
+        ++seen;
+    }
+    TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
+    if (seen != n_docs) return Status::Corruption(path + ": " + std::to_string(n_docs - seen) + " document ids missing");
+    return Status::OK();
+}
+
+}  // namespace tms::index

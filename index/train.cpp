@@ -1,0 +1,383 @@
+// Copyright TileMaxSim authors. Index construction: sampling, k-means (FAISS), assignment,
+// codec training (FAISS ProductQuantizer / PLAID residual buckets), encoding, IVF lists.
+// The only FAISS adapter of the project: FAISS exceptions become Status here.
+#include <faiss/Clustering.h>
+#include <faiss/IndexFlat.h>
+#include <faiss/impl/FaissException.h>
+#include <faiss/impl/ProductQuantizer.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <unordered_set>
+
+#include "index/index_data.h"
+#include "index/progress.h"
+#include "kernels/maxsim.h"
+
+// OpenBLAS's pthread build fights OpenMP for the cores (seen: 3x slower PQ training and most of
+// the time in the kernel); the engine parallelises with OpenMP, so BLAS runs single-threaded.
+// Weak: absent when the BLAS is not OpenBLAS.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+extern "C" int sgemm_(const char* transa, const char* transb, int* m, int* n, int* k, const float* alpha,
+                      const float* a, int* lda, const float* b, int* ldb, float* beta, float* c, int* ldc);
+
+namespace tms::index {
+namespace {
+
+constexpr int64_t kBatch = 16384;  // tokens per assignment / encoding batch
+
+void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) {
+    const int64_t base = row0 * v.dim, cnt = n * v.dim;
+    if (v.dtype == DType::kF32) {
+        std::copy_n(static_cast<const float*>(v.data) + base, cnt, out);
+    } else {
+        for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::load_as_float(v.data, v.dtype, base + i);
+    }
+}
+
+void normalize_rows(float* x, int64_t n, int dim) {
+    for (int64_t r = 0; r < n; ++r) {
+        double s = 0;
+        for (int c = 0; c < dim; ++c) s += double(x[r * dim + c]) * x[r * dim + c];
+        if (s <= 0) continue;
+        const float inv = static_cast<float>(1.0 / std::sqrt(s));
+        for (int c = 0; c < dim; ++c) x[r * dim + c] *= inv;
+    }
+}
+
+// PLAID's default: the power of two nearest 16 * sqrt(n_tokens) (floor of log2), capped so
+// that every centroid has at least 8 training tokens.
+int auto_centroids(int64_t n_tokens, int64_t n_train) {
+    const double target = 16.0 * std::sqrt(static_cast<double>(n_tokens));
+    int k = 1 << static_cast<int>(std::floor(std::log2(std::max(1.0, target))));
+    while (k > 1 && int64_t(k) * 8 > n_train) k >>= 1;
+    return k;
+}
+
+int auto_pq_m(int dim) {
+    int m = std::min(32, std::max(1, dim / 8));
+    while (m > 1 && dim % m != 0) --m;
+    return m;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+                      std::vector<std::string>* doc_ids) {
+    if (tokens.dim < 32 || tokens.dim > 1024) {
+        return Status::InvalidArgument("docs: dimension " + std::to_string(tokens.dim) +
+                                       " outside the supported range [32, 1024]");
+    }
+    if (doclens.empty()) return Status::InvalidArgument("doclens: no documents");
+    int64_t sum = 0;
+    for (size_t i = 0; i < doclens.size(); ++i) {
+        if (doclens[i] <= 0) {
+            return Status::InvalidArgument("doclens: document " + std::to_string(i) + " has " +
+                                           std::to_string(doclens[i]) + " tokens (must be >= 1)");
+        }
+        sum += doclens[i];
+    }
+    if (sum != tokens.rows) {
+        return Status::InvalidArgument("doclens: lengths sum to " + std::to_string(sum) + " tokens but docs has " +
+                                       std::to_string(tokens.rows) + " rows");
+    }
+    if (doc_ids->empty()) {
+        doc_ids->resize(doclens.size());
+        for (size_t i = 0; i < doclens.size(); ++i) (*doc_ids)[i] = std::to_string(i);
+    }
+    if (doc_ids->size() != doclens.size()) {
+        return Status::InvalidArgument("doc-ids: " + std::to_string(doc_ids->size()) + " ids for " +
+                                       std::to_string(doclens.size()) + " documents");
+    }
+    std::unordered_set<std::string> seen;
+    seen.reserve(doc_ids->size());
+    for (size_t i = 0; i < doc_ids->size(); ++i) {
+        const std::string& id = (*doc_ids)[i];
+        if (id.empty() || id.find_first_of(" \t\r\n") != std::string::npos) {
+            return Status::InvalidArgument("doc-ids: line " + std::to_string(i + 1) + ": id '" + id +
+                                           "' is empty or contains whitespace");
+        }
+        if (!seen.insert(id).second) {
+            return Status::InvalidArgument("doc-ids: line " + std::to_string(i + 1) + ": duplicate id '" + id + "'");
+        }
+    }
+    return Status::OK();
+}
+
+// Nearest centroid (max inner product; centroids have unit norm) of each row.
+void assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out, std::vector<float>* scratch) {
+    scratch->resize(size_t(n) * m.n_centroids);
+    CentroidScores(x, n, m, scratch->data());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float* s = scratch->data() + i * m.n_centroids;
+        out[i] = static_cast<uint32_t>(std::max_element(s, s + m.n_centroids) - s);
+    }
+}
+
+void residual_encode(const float* r, int64_t n, const IndexModel& m, uint8_t* codes) {
+    const int nbits = m.residual_nbits, per_byte = 8 / nbits;
+    const float* cut = m.residual_cutoffs.data();
+    const int ncut = static_cast<int>(m.residual_cutoffs.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) {
+        uint8_t* out = codes + t * m.n_code_bytes;
+        for (int b = 0; b < m.n_code_bytes; ++b) {
+            uint32_t byte = 0;
+            for (int j = 0; j < per_byte; ++j) {
+                const float v = r[t * m.dim + b * per_byte + j];
+                const uint32_t bucket = static_cast<uint32_t>(std::upper_bound(cut, cut + ncut, v) - cut);
+                byte |= bucket << (nbits * j);
+            }
+            out[b] = static_cast<uint8_t>(byte);
+        }
+    }
+}
+
+Status train_codec(const std::vector<float>& residuals, int64_t n, const IndexBuildOptions& opts, IndexModel* m,
+                   std::unique_ptr<faiss::ProductQuantizer>* pq) {
+    const int dim = m->dim;
+    if (m->codec == "pq") {
+        m->pq_m = opts.pq_m > 0 ? opts.pq_m : auto_pq_m(dim);
+        m->pq_nbits = opts.pq_nbits;
+        if (m->pq_nbits != 8) return Status::NotSupported("pq_nbits " + std::to_string(m->pq_nbits) + ": only 8 is supported");
+        if (dim % m->pq_m != 0) {
+            return Status::InvalidArgument("pq_m " + std::to_string(m->pq_m) + " does not divide dim " + std::to_string(dim));
+        }
+        if (n < 256) {
+            return Status::InvalidArgument("the pq codec needs at least 256 tokens to train, corpus has " +
+                                           std::to_string(n) + " (use --codec residual)");
+        }
+        *pq = std::make_unique<faiss::ProductQuantizer>(dim, m->pq_m, m->pq_nbits);
+        (*pq)->cp.min_points_per_centroid = 1;
+        (*pq)->cp.max_points_per_centroid = 64;  // 16K samples per sub-quantizer: enough for 256 codes
+        (*pq)->cp.seed = static_cast<int>(opts.seed);
+        (*pq)->verbose = false;
+        (*pq)->train(n, residuals.data());
+        m->n_code_bytes = m->pq_m;
+        m->codebook = (*pq)->centroids;  // [M, 256, dsub]
+        return Status::OK();
+    }
+    if (m->codec == "residual") {
+        const int nbits = opts.residual_nbits;
+        if (nbits != 1 && nbits != 2 && nbits != 4) {
+            return Status::InvalidArgument("residual_nbits " + std::to_string(nbits) + ": expected 1, 2 or 4");
+        }
+        if ((dim * nbits) % 8 != 0) {
+            return Status::NotSupported("residual codec needs dim * nbits to be a multiple of 8");
+        }
+        m->residual_nbits = nbits;
+        std::vector<float> vals(residuals.begin(), residuals.begin() + n * dim);
+        std::sort(vals.begin(), vals.end());
+        const int nb = 1 << nbits;
+        auto q = [&](double f) { return vals[std::min<size_t>(vals.size() - 1, static_cast<size_t>(f * vals.size()))]; };
+        m->residual_cutoffs.clear();
+        m->residual_weights.clear();
+        for (int i = 1; i < nb; ++i) m->residual_cutoffs.push_back(q(double(i) / nb));
+        for (int i = 0; i < nb; ++i) m->residual_weights.push_back(q((i + 0.5) / nb));
+        const int per_byte = 8 / nbits;
+        m->n_code_bytes = dim * nbits / 8;
+        m->codebook.assign(size_t(m->n_code_bytes) * 256 * per_byte, 0.0f);
+        for (int b = 0; b < m->n_code_bytes; ++b) {
+            for (int v = 0; v < 256; ++v) {
+                for (int j = 0; j < per_byte; ++j) {
+                    m->codebook[(size_t(b) * 256 + v) * per_byte + j] = m->residual_weights[(v >> (nbits * j)) & (nb - 1)];
+                }
+            }
+        }
+        return Status::OK();
+    }
+    return Status::InvalidArgument("unknown codec '" + m->codec + "' (expected pq or residual)");
+}
+
+Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
+                  const IndexBuildOptions& opts, IndexData* out, std::vector<std::pair<std::string, double>>* phases) {
+    TMS_RETURN_IF_ERROR(validate_input(tokens, doclens, &doc_ids));
+    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    SingleThreadedBlas();
+    const int dim = tokens.dim;
+    const int64_t n_tokens = tokens.rows;
+    const int64_t n_docs = static_cast<int64_t>(doclens.size());
+    IndexModel& m = out->model;
+    m = IndexModel{};
+    m.dim = dim;
+    m.codec = opts.codec;
+    if (m.codec != "pq" && m.codec != "residual") {
+        return Status::InvalidArgument("unknown codec '" + m.codec + "' (expected pq or residual)");
+    }
+    auto t0 = std::chrono::steady_clock::now();
+
+    // 1. Sample training tokens.
+    const int64_t n_train = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
+    std::vector<int64_t> rows(n_tokens);
+    std::iota(rows.begin(), rows.end(), 0);
+    if (n_train < n_tokens) {
+        std::mt19937_64 rng(opts.seed);
+        for (int64_t i = 0; i < n_train; ++i) {
+            std::uniform_int_distribution<int64_t> u(i, n_tokens - 1);
+            std::swap(rows[i], rows[u(rng)]);
+        }
+        rows.resize(n_train);
+        std::sort(rows.begin(), rows.end());
+    }
+    std::vector<float> train(size_t(n_train) * dim);
+    for (int64_t i = 0; i < n_train; ++i) rows_to_float(tokens, rows[i], 1, train.data() + i * dim);
+
+    // 2. k-means.
+    m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : auto_centroids(n_tokens, n_train);
+    if (m.n_centroids > n_train) {
+        return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
+                                       std::to_string(n_train) + " training tokens");
+    }
+    {
+        faiss::ClusteringParameters cp;
+        cp.niter = opts.kmeans_iters;
+        cp.spherical = true;
+        cp.verbose = false;
+        cp.seed = static_cast<int>(opts.seed);
+        cp.min_points_per_centroid = 1;
+        cp.max_points_per_centroid = 1 << 30;
+        faiss::Clustering clus(dim, m.n_centroids, cp);
+        faiss::IndexFlatIP ip(dim);
+        clus.train(n_train, train.data(), ip);
+        m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
+        normalize_rows(m.centroids.data(), m.n_centroids, dim);
+    }
+    phases->emplace_back("kmeans", seconds_since(t0));
+
+    // 3. Train the codec on the residuals of the sample.
+    t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<faiss::ProductQuantizer> pq;
+    {
+        std::vector<uint32_t> ta(n_train);
+        std::vector<float> scratch;
+        for (int64_t b = 0; b < n_train; b += kBatch) {
+            const int64_t nb = std::min(kBatch, n_train - b);
+            assign(train.data() + b * dim, nb, m, ta.data() + b, &scratch);
+        }
+        for (int64_t i = 0; i < n_train; ++i) {
+            const float* c = m.centroids.data() + size_t(ta[i]) * dim;
+            for (int j = 0; j < dim; ++j) train[i * dim + j] -= c[j];
+        }
+        TMS_RETURN_IF_ERROR(train_codec(train, n_train, opts, &m, &pq));
+    }
+    std::vector<float>().swap(train);
+    phases->emplace_back("train_codec", seconds_since(t0));
+
+    // 4. Assign and encode every token.
+    t0 = std::chrono::steady_clock::now();
+    out->token_centroids.resize(n_tokens);
+    out->codes.resize(size_t(n_tokens) * m.n_code_bytes);
+    {
+        Progress prog("encoding", n_tokens, opts.progress, " tok");
+        std::vector<float> x(size_t(kBatch) * dim), scratch;
+        for (int64_t b = 0; b < n_tokens; b += kBatch) {
+            const int64_t nb = std::min(kBatch, n_tokens - b);
+            rows_to_float(tokens, b, nb, x.data());
+            uint32_t* cid = out->token_centroids.data() + b;
+            assign(x.data(), nb, m, cid, &scratch);
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < nb; ++i) {
+                const float* c = m.centroids.data() + size_t(cid[i]) * dim;
+                for (int j = 0; j < dim; ++j) x[i * dim + j] -= c[j];
+            }
+            uint8_t* codes = out->codes.data() + b * m.n_code_bytes;
+            if (pq) {
+                pq->compute_codes(x.data(), codes, nb);
+            } else {
+                residual_encode(x.data(), nb, m, codes);
+            }
+            prog.Add(nb);
+        }
+    }
+    phases->emplace_back("encode", seconds_since(t0));
+
+    // 5. Documents, IVF lists, optional fp16 vectors.
+    t0 = std::chrono::steady_clock::now();
+    out->doc_offsets.assign(n_docs + 1, 0);
+    for (int64_t d = 0; d < n_docs; ++d) out->doc_offsets[d + 1] = out->doc_offsets[d] + doclens[d];
+    {
+        std::vector<std::vector<int32_t>> lists(m.n_centroids);
+        for (int64_t d = 0; d < n_docs; ++d) {
+            for (int64_t t = out->doc_offsets[d]; t < out->doc_offsets[d + 1]; ++t) {
+                auto& l = lists[out->token_centroids[t]];
+                if (l.empty() || l.back() != d) l.push_back(static_cast<int32_t>(d));
+            }
+        }
+        out->ivf_offsets.assign(m.n_centroids + 1, 0);
+        for (int k = 0; k < m.n_centroids; ++k) out->ivf_offsets[k + 1] = out->ivf_offsets[k] + int64_t(lists[k].size());
+        out->ivf_docs.clear();
+        out->ivf_docs.reserve(out->ivf_offsets.back());
+        for (auto& l : lists) out->ivf_docs.insert(out->ivf_docs.end(), l.begin(), l.end());
+    }
+    if (opts.keep_vectors) {
+        out->vectors.resize(size_t(n_tokens) * dim);
+        if (tokens.dtype == DType::kF16) {
+            std::copy_n(static_cast<const uint16_t*>(tokens.data), out->vectors.size(), out->vectors.data());
+        } else {
+            const float* f = static_cast<const float*>(tokens.data);
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < int64_t(out->vectors.size()); ++i) out->vectors[i] = kernels::float_to_half(f[i]);
+        }
+    } else {
+        out->vectors.clear();
+    }
+    out->doc_ids = std::move(doc_ids);
+    phases->emplace_back("ivf", seconds_since(t0));
+
+    IndexInfo& info = out->info;
+    info = IndexInfo{};
+    info.n_docs = n_docs;
+    info.n_tokens = n_tokens;
+    info.dim = dim;
+    info.n_centroids = m.n_centroids;
+    info.codec = m.codec;
+    info.pq_m = m.pq_m;
+    info.pq_nbits = m.pq_nbits;
+    info.residual_nbits = m.residual_nbits;
+    info.has_vectors = opts.keep_vectors;
+    info.code_bytes_per_token = 4.0 + m.n_code_bytes;  // u32 centroid id + codes
+    info.vector_bytes_per_token = opts.keep_vectors ? 2.0 * dim : 0.0;
+    info.build_config_json = BuildOptionsToJson(opts);
+    return Status::OK();
+}
+
+}  // namespace
+
+void SingleThreadedBlas() {
+    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+}
+
+void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out) {
+    if (n == 0) return;
+    int K = model.n_centroids, d = model.dim;
+    float one = 1.0f, zero = 0.0f;
+    for (int64_t b = 0; b < n; b += (1 << 20)) {
+        int nb = static_cast<int>(std::min<int64_t>(1 << 20, n - b));
+        sgemm_("T", "N", &K, &nb, &d, &one, model.centroids.data(), &d, x + b * d, &d, &zero, out + b * K, &K);
+    }
+}
+
+Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
+                      const IndexBuildOptions& opts, IndexData* out,
+                      std::vector<std::pair<std::string, double>>* phase_seconds) {
+    try {
+        return build_impl(tokens, doclens, std::move(doc_ids), opts, out, phase_seconds);
+    } catch (const faiss::FaissException& e) {
+        return Status::Internal(std::string("FAISS: ") + e.what());
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted("out of host memory while building the index");
+    } catch (const std::exception& e) {
+        return Status::Internal(e.what());
+    }
+}
+
+}  // namespace tms::index

@@ -1,0 +1,277 @@
+// Copyright TileMaxSim authors. OpenMP production paths for CPU scoring.
+// Exact MaxSim: each (query, candidate) pair is one task; the document is converted to fp32
+// once per task and every query token takes its running max over it (4 query tokens at a time).
+// Code MaxSim: one lookup table per query, LUT[b][code][i] = <q_i[b-block], codebook[b][code]>,
+// so a token costs n_code_bytes vector adds over the query tokens.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <vector>
+
+#include "kernels/maxsim.h"
+
+namespace tms::kernels {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void to_float(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
+    switch (t) {
+        case DType::kF32: std::copy_n(static_cast<const float*>(src) + offset, n, dst); return;
+        case DType::kF16: {
+            const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
+            for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
+            return;
+        }
+        case DType::kBF16: {
+            const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+            return;
+        }
+    }
+}
+
+// sum_i max_j <q_i, x_j> for q [ql, dim], x [n, dim], fp32.
+float maxsim_block(const float* q, int ql, const float* x, int64_t n, int dim) {
+    if (n == 0 || ql == 0) return 0.0f;
+    float total = 0.0f;
+    int i = 0;
+    for (; i + 4 <= ql; i += 4) {
+        const float* q0 = q + int64_t(i) * dim;
+        const float* q1 = q0 + dim;
+        const float* q2 = q1 + dim;
+        const float* q3 = q2 + dim;
+        float b0 = kNegInf, b1 = kNegInf, b2 = kNegInf, b3 = kNegInf;
+        for (int64_t j = 0; j < n; ++j) {
+            const float* xj = x + j * dim;
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+            for (int c = 0; c < dim; ++c) {
+                s0 += q0[c] * xj[c];
+                s1 += q1[c] * xj[c];
+                s2 += q2[c] * xj[c];
+                s3 += q3[c] * xj[c];
+            }
+            b0 = std::max(b0, s0);
+            b1 = std::max(b1, s1);
+            b2 = std::max(b2, s2);
+            b3 = std::max(b3, s3);
+        }
+        total += b0 + b1 + b2 + b3;
+    }
+    for (; i < ql; ++i) {
+        const float* qi = q + int64_t(i) * dim;
+        float b = kNegInf;
+        for (int64_t j = 0; j < n; ++j) {
+            const float* xj = x + j * dim;
+            float s = 0;
+#pragma omp simd reduction(+ : s)
+            for (int c = 0; c < dim; ++c) s += qi[c] * xj[c];
+            b = std::max(b, s);
+        }
+        total += b;
+    }
+    return total;
+}
+
+// Maps flat output index -> (query, doc) for both dense and ragged layouts.
+struct PairIndex {
+    int n_queries;
+    int64_t n_docs;
+    const int64_t* cand_offsets;
+    const int32_t* cand_docs;
+
+    void at(int64_t idx, int* q, int64_t* d) const {
+        if (cand_offsets == nullptr) {
+            *q = static_cast<int>(idx / n_docs);
+            *d = idx % n_docs;
+            return;
+        }
+        *q = static_cast<int>(std::upper_bound(cand_offsets, cand_offsets + n_queries + 1, idx) - cand_offsets - 1);
+        *d = cand_docs[idx];
+    }
+};
+
+Status check_cands(const int64_t* cand_offsets, const int32_t* cand_docs, int n_queries, int64_t n_docs) {
+    if (cand_offsets == nullptr) return Status::OK();
+    for (int64_t c = 0; c < cand_offsets[n_queries]; ++c) {
+        if (cand_docs[c] < 0 || cand_docs[c] >= n_docs) {
+            return Status::InvalidArgument("maxsim: candidate document " + std::to_string(cand_docs[c]) +
+                                           " outside [0, " + std::to_string(n_docs) + ")");
+        }
+    }
+    return Status::OK();
+}
+
+}  // namespace
+
+Status maxsim_cpu(const MaxSimParams& p) {
+    TMS_RETURN_IF_ERROR(maxsim_validate(p));
+    TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
+    const int64_t n_out = maxsim_num_scores(p);
+    if (n_out == 0) return Status::OK();
+    std::vector<float> qf(size_t(p.n_queries) * p.q_stride * p.dim);
+    to_float(p.queries, p.q_dtype, 0, static_cast<int64_t>(qf.size()), qf.data());
+    const PairIndex pairs{p.n_queries, p.n_docs, p.cand_offsets, p.cand_docs};
+    std::exception_ptr error;
+#pragma omp parallel
+    {
+        std::vector<float> buf;
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t idx = 0; idx < n_out; ++idx) {
+            try {
+                int q;
+                int64_t d;
+                pairs.at(idx, &q, &d);
+                const int ql = p.query_lens ? p.query_lens[q] : p.q_stride;
+                const int64_t begin = p.doc_offsets[d];
+                const int64_t n = p.doc_offsets[d + 1] - begin;
+                if (n == 0 || ql == 0) {
+                    p.scores[idx] = 0.0f;
+                    continue;
+                }
+                const float* x;
+                if (p.d_dtype == DType::kF32) {
+                    x = static_cast<const float*>(p.doc_tokens) + begin * p.dim;
+                } else {
+                    buf.resize(size_t(n) * p.dim);
+                    to_float(p.doc_tokens, p.d_dtype, begin * p.dim, n * p.dim, buf.data());
+                    x = buf.data();
+                }
+                p.scores[idx] = maxsim_block(qf.data() + int64_t(q) * p.q_stride * p.dim, ql, x, n, p.dim);
+            } catch (...) {
+#pragma omp critical
+                if (!error) error = std::current_exception();
+            }
+        }
+    }
+    if (error) return Status::ResourceExhausted("maxsim_cpu: out of host memory");
+    return Status::OK();
+}
+
+Status code_maxsim_cpu(const CodeMaxSimParams& p) {
+    TMS_RETURN_IF_ERROR(code_maxsim_validate(p));
+    TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
+    const int nb = p.n_code_bytes;
+    const int dsub = nb ? p.dim / nb : 0;
+    const int K = p.n_centroids;
+    std::vector<float> lut;  // [nb, 256, ql]
+    std::vector<float> cst;  // [K, ql]: centroid scores transposed
+    std::exception_ptr error;
+    for (int q = 0; q < p.n_queries; ++q) {
+        const int ql = p.query_lens ? p.query_lens[q] : p.q_stride;
+        const int64_t c_begin = p.cand_offsets ? p.cand_offsets[q] : int64_t(q) * p.n_docs;
+        const int64_t c_end = p.cand_offsets ? p.cand_offsets[q + 1] : c_begin + p.n_docs;
+        if (c_end == c_begin) continue;
+        if (ql == 0) {
+            std::fill(p.scores + c_begin, p.scores + c_end, 0.0f);
+            continue;
+        }
+        const float* qv = p.queries + int64_t(q) * p.q_stride * p.dim;
+        const float* cs = p.centroid_scores + int64_t(q) * p.q_stride * K;
+        try {
+            lut.resize(size_t(nb) * 256 * ql);
+            cst.resize(size_t(K) * ql);
+        } catch (...) {
+            return Status::ResourceExhausted("code_maxsim_cpu: out of host memory");
+        }
+#pragma omp parallel for schedule(static)
+        for (int k = 0; k < K; ++k) {
+            for (int i = 0; i < ql; ++i) cst[size_t(k) * ql + i] = cs[int64_t(i) * K + k];
+        }
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < nb; ++b) {
+            for (int v = 0; v < 256; ++v) {
+                const float* blk = p.codebook + (int64_t(b) * 256 + v) * dsub;
+                float* out = lut.data() + (size_t(b) * 256 + v) * ql;
+                for (int i = 0; i < ql; ++i) {
+                    const float* qi = qv + int64_t(i) * p.dim + b * dsub;
+                    float s = 0;
+                    for (int j = 0; j < dsub; ++j) s += qi[j] * blk[j];
+                    out[i] = s;
+                }
+            }
+        }
+#pragma omp parallel
+        {
+            std::vector<float> acc, best;
+            try {
+                acc.resize(ql);
+                best.resize(ql);
+            } catch (...) {
+#pragma omp critical
+                if (!error) error = std::current_exception();
+            }
+            if (static_cast<int>(best.size()) == ql) {
+#pragma omp for schedule(dynamic, 32)
+                for (int64_t c = c_begin; c < c_end; ++c) {
+                    const int64_t d = p.cand_offsets ? p.cand_docs[c] : c - c_begin;
+                    const int64_t t0 = p.doc_offsets[d], t1 = p.doc_offsets[d + 1];
+                    if (t1 == t0) {
+                        p.scores[c] = 0.0f;
+                        continue;
+                    }
+                    std::fill(best.begin(), best.end(), kNegInf);
+                    for (int64_t t = t0; t < t1; ++t) {
+                        const float* base = cst.data() + size_t(p.token_centroids[t]) * ql;
+                        float* a = acc.data();
+#pragma omp simd
+                        for (int i = 0; i < ql; ++i) a[i] = base[i];
+                        const uint8_t* code = p.codes ? p.codes + t * nb : nullptr;
+                        for (int b = 0; b < nb; ++b) {
+                            const float* l = lut.data() + (size_t(b) * 256 + code[b]) * ql;
+#pragma omp simd
+                            for (int i = 0; i < ql; ++i) a[i] += l[i];
+                        }
+                        float* bst = best.data();
+#pragma omp simd
+                        for (int i = 0; i < ql; ++i) bst[i] = std::max(bst[i], a[i]);
+                    }
+                    float s = 0;
+                    for (int i = 0; i < ql; ++i) s += best[i];
+                    p.scores[c] = s;
+                }
+            }
+        }
+        if (error) return Status::ResourceExhausted("code_maxsim_cpu: out of host memory");
+    }
+    return Status::OK();
+}
+
+Status topk_cpu(const TopKParams& p) {
+    TMS_RETURN_IF_ERROR(topk_validate(p));
+    auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    };
+#pragma omp parallel for schedule(dynamic, 1) if (p.n_segments > 1)
+    for (int64_t s = 0; s < p.n_segments; ++s) {
+        const int64_t begin = p.offsets ? p.offsets[s] : s * p.row_len;
+        const int64_t end = p.offsets ? p.offsets[s + 1] : begin + p.row_len;
+        // Bounded heap of the k best (the heap's top is the worst kept).
+        std::vector<std::pair<float, int32_t>> heap;
+        heap.reserve(std::min<int64_t>(p.k, end - begin));
+        for (int64_t i = begin; i < end; ++i) {
+            std::pair<float, int32_t> e{p.scores[i], p.ids ? p.ids[i] : static_cast<int32_t>(i - begin)};
+            if (static_cast<int>(heap.size()) < p.k) {
+                heap.push_back(e);
+                std::push_heap(heap.begin(), heap.end(), better);
+            } else if (better(e, heap.front())) {
+                std::pop_heap(heap.begin(), heap.end(), better);
+                heap.back() = e;
+                std::push_heap(heap.begin(), heap.end(), better);
+            }
+        }
+        std::sort_heap(heap.begin(), heap.end(), better);
+        for (int j = 0; j < p.k; ++j) {
+            const bool have = j < static_cast<int>(heap.size());
+            p.out_ids[s * p.k + j] = have ? heap[j].second : -1;
+            p.out_scores[s * p.k + j] = have ? heap[j].first : kNegInf;
+        }
+    }
+    return Status::OK();
+}
+
+}  // namespace tms::kernels

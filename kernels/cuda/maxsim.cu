@@ -1,0 +1,264 @@
+// Copyright TileMaxSim authors.
+// Launcher of the TileMaxSim CUDA kernels: validate (sizes only: no device reads), choose the
+// instantiation with one switch per axis (doc dtype -> split query -> query-row tile), size
+// the grid from the device's occupancy, launch, check. Also the top-k merge rounds.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/cuda/maxsim_kernel.cuh"
+
+namespace tms::kernels {
+namespace cuda_impl {
+
+TMS_MAXSIM_FOR_EACH_INSTANCE(TMS_MAXSIM_EXTERN)
+
+namespace {
+
+constexpr int kMergeFanIn = 8;
+constexpr int kMergeThreads = 256;
+constexpr int kMaxGridY = 65535;
+
+/// What one call runs: the instantiation's axes, shared memory, grid.
+struct Plan {
+    DType d_dtype = DType::kF16;
+    bool split = false;
+    int m_tiles = 2;
+    size_t smem = 0;
+    int slices = 1;  // grid.x
+    int grid_y = 1;
+};
+
+size_t smem_bytes(int m_tiles, int terms, int dim, int k) {
+    size_t b = size_t(16 * m_tiles) * q_row_bytes(dim) * terms;
+    if (k > 0) b += size_t(8) * k * sizeof(uint64_t) + 8 * sizeof(int);
+    return b;
+}
+
+/// One switch per axis; every default is NotSupported.
+template <typename TD, bool kSplit>
+Status dispatch_mtiles(int m_tiles, bool occupancy, const MaxSimArgs& a, dim3 grid, size_t smem, cudaStream_t st,
+                       int* blocks) {
+    switch (m_tiles) {
+        case 2:
+            return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 2>>::Occupancy(smem, blocks)
+                             : MaxSimKernel<MaxSimTraits<TD, kSplit, 2>>::Launch(a, grid, smem, st);
+        case 4:
+            return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 4>>::Occupancy(smem, blocks)
+                             : MaxSimKernel<MaxSimTraits<TD, kSplit, 4>>::Launch(a, grid, smem, st);
+        default: return Status::NotSupported("maxsim_cuda: query-row tile " + std::to_string(16 * m_tiles));
+    }
+}
+
+template <typename TD>
+Status dispatch_split(bool split, int m_tiles, bool occupancy, const MaxSimArgs& a, dim3 grid, size_t smem,
+                      cudaStream_t st, int* blocks) {
+    switch (int(split)) {
+        case 0:
+            if constexpr (std::is_same_v<TD, float>) {
+                return Status::NotSupported("maxsim_cuda: fp32 documents always use the split query");
+            } else {
+                return dispatch_mtiles<TD, false>(m_tiles, occupancy, a, grid, smem, st, blocks);
+            }
+        case 1: return dispatch_mtiles<TD, true>(m_tiles, occupancy, a, grid, smem, st, blocks);
+        default: return Status::NotSupported("maxsim_cuda: split flag");
+    }
+}
+
+Status dispatch(const Plan& plan, bool occupancy, const MaxSimArgs& a, cudaStream_t st, int* blocks) {
+    const dim3 grid(plan.slices, plan.grid_y);
+    switch (plan.d_dtype) {
+        case DType::kF16:
+            return dispatch_split<__half>(plan.split, plan.m_tiles, occupancy, a, grid, plan.smem, st, blocks);
+        case DType::kBF16:
+            return dispatch_split<__nv_bfloat16>(plan.split, plan.m_tiles, occupancy, a, grid, plan.smem, st, blocks);
+        case DType::kF32:
+            return dispatch_split<float>(plan.split, plan.m_tiles, occupancy, a, grid, plan.smem, st, blocks);
+        default: return Status::NotSupported("maxsim_cuda: document dtype " + std::to_string(int(plan.d_dtype)));
+    }
+}
+
+/// Checks that need no device memory.
+Status validate_sizes(const MaxSimParams& p) {
+    if (p.n_queries < 0 || p.q_stride < 0 || p.n_docs < 0) {
+        return Status::InvalidArgument("maxsim_cuda: negative size");
+    }
+    if (p.dim % 32 != 0 || p.dim < 32 || p.dim > 1024) {
+        return Status::NotSupported("maxsim_cuda: dim " + std::to_string(p.dim) +
+                                    " not supported (multiples of 32 in [32, 1024])");
+    }
+    if (p.q_stride > 256) {
+        return Status::NotSupported("maxsim_cuda: q_stride " + std::to_string(p.q_stride) + " > 256");
+    }
+    if (p.n_docs > INT32_MAX - 1) return Status::NotSupported("maxsim_cuda: more than 2^31 - 2 documents");
+    if (int(p.q_dtype) > 2 || int(p.d_dtype) > 2) return Status::InvalidArgument("maxsim_cuda: unknown dtype");
+    if (p.n_queries > 0 && p.q_stride > 0 && p.queries == nullptr) {
+        return Status::InvalidArgument("maxsim_cuda: queries is null");
+    }
+    if (p.n_docs > 0 && p.doc_offsets == nullptr) return Status::InvalidArgument("maxsim_cuda: doc_offsets is null");
+    if (p.cand_offsets != nullptr && p.n_queries > 0 && p.cand_docs == nullptr) {
+        return Status::InvalidArgument("maxsim_cuda: cand_docs is null");
+    }
+    return Status::OK();
+}
+
+Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
+    plan->d_dtype = p.d_dtype;
+    plan->split = p.d_dtype == DType::kF32 || p.q_dtype != p.d_dtype;
+    const int terms = plan->split ? 2 : 1;
+    int dev = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    int sms = 0, smem_optin = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    plan->m_tiles = p.q_stride <= 32 ? 2 : 4;
+    if (plan->m_tiles == 4 && smem_bytes(4, terms, p.dim, k) > size_t(smem_optin)) plan->m_tiles = 2;
+    plan->smem = smem_bytes(plan->m_tiles, terms, p.dim, k);
+    if (plan->smem > size_t(smem_optin)) {
+        return Status::NotSupported("maxsim_cuda: needs " + std::to_string(plan->smem) +
+                                    " bytes of shared memory (dim, k too large)");
+    }
+    int blocks = 0;
+    TMS_RETURN_IF_ERROR(dispatch(*plan, true, MaxSimArgs{}, nullptr, &blocks));
+    const int64_t resident = int64_t(std::max(1, blocks)) * sms;
+    const int nq = std::max(1, p.n_queries);
+    int64_t slices;
+    if (p.cand_offsets == nullptr) {
+        // Equal work per slice: one wave. At least 8 documents per CTA.
+        slices = (resident + nq - 1) / nq;
+        slices = std::min<int64_t>(slices, (p.n_docs + 7) / 8);
+    } else {
+        // Unknown, uneven list lengths: oversubscribe so the block scheduler balances.
+        slices = (4 * resident + nq - 1) / nq;
+    }
+    plan->slices = int(std::clamp<int64_t>(slices, 1, 1 << 20));
+    plan->grid_y = std::min(nq, kMaxGridY);
+    return Status::OK();
+}
+
+MaxSimArgs make_args(const MaxSimParams& p) {
+    MaxSimArgs a{};
+    a.queries = p.queries;
+    a.q_dtype = int(p.q_dtype);
+    a.n_queries = p.n_queries;
+    a.q_stride = p.q_stride;
+    a.dim = p.dim;
+    a.query_lens = p.query_lens;
+    a.doc_tokens = p.doc_tokens;
+    a.doc_offsets = p.doc_offsets;
+    a.n_docs = p.n_docs;
+    a.cand_offsets = p.cand_offsets;
+    a.cand_docs = p.cand_docs;
+    a.scores = p.scores;
+    a.topk_partial = nullptr;
+    a.k = 0;
+    a.q_row_bytes = q_row_bytes(p.dim);
+    return a;
+}
+
+/// Round of the top-k tree: out list j of query q merges in lists [j*8, j*8+8).
+__global__ void __launch_bounds__(kMergeThreads) topk_merge_kernel(const uint64_t* in, int n_in, uint64_t* out,
+                                                                     int n_out, int k, int n_queries,
+                                                                     int32_t* out_ids, float* out_scores) {
+    for (int q = blockIdx.y; q < n_queries; q += gridDim.y) {
+        const int j = blockIdx.x;
+        const int first = j * kMergeFanIn;
+        const int n_lists = min(kMergeFanIn, n_in - first);
+        const uint64_t* lists = in + (int64_t(q) * n_in + first) * k;
+        if (out) {
+            block_merge_topk(lists, k, nullptr, n_lists, k, out + (int64_t(q) * n_out + j) * k, nullptr, nullptr);
+        } else {
+            block_merge_topk(lists, k, nullptr, n_lists, k, nullptr, out_ids + int64_t(q) * k,
+                             out_scores + int64_t(q) * k);
+        }
+    }
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+}  // namespace cuda_impl
+
+using cuda_impl::Plan;
+
+Status maxsim_cuda(const MaxSimParams& p, void* stream) {
+    TMS_RETURN_IF_ERROR(cuda_impl::validate_sizes(p));
+    if (p.n_queries == 0) return Status::OK();
+    if (p.scores == nullptr && (p.cand_offsets != nullptr || p.n_docs > 0)) {
+        return Status::InvalidArgument("maxsim_cuda: scores is null");
+    }
+    if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
+    Plan plan;
+    TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan));
+    const cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
+    return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
+}
+
+size_t maxsim_topk_cuda_workspace_bytes(const MaxSimParams& p, int k) {
+    if (k < 1 || k > kMaxTopKCuda || p.n_queries <= 0) return 0;
+    if (!cuda_impl::validate_sizes(p).ok()) return 0;
+    Plan plan;
+    if (!cuda_impl::make_plan(p, k, &plan).ok()) return 0;
+    const size_t per = size_t(p.n_queries) * k * sizeof(uint64_t);
+    const size_t second = (plan.slices + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
+    return cuda_impl::align256(per * plan.slices) + cuda_impl::align256(per * second);
+}
+
+Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores, void* d_workspace,
+                        size_t workspace_bytes, void* stream) {
+    TMS_RETURN_IF_ERROR(cuda_impl::validate_sizes(p));
+    if (k < 1 || k > kMaxTopKCuda) {
+        return Status::InvalidArgument("maxsim_topk_cuda: k = " + std::to_string(k) + " outside [1, 1024]");
+    }
+    if (p.n_queries == 0) return Status::OK();
+    if (d_out_ids == nullptr || d_out_scores == nullptr) {
+        return Status::InvalidArgument("maxsim_topk_cuda: null output");
+    }
+    Plan plan;
+    TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, k, &plan));
+    const size_t need = maxsim_topk_cuda_workspace_bytes(p, k);
+    if (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
+        return Status::InvalidArgument("maxsim_topk_cuda: workspace needs " + std::to_string(need) +
+                                       " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
+    }
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const size_t per = size_t(p.n_queries) * k;
+    uint64_t* buf[2];
+    buf[0] = static_cast<uint64_t*>(d_workspace);
+    buf[1] = reinterpret_cast<uint64_t*>(static_cast<char*>(d_workspace) +
+                                         cuda_impl::align256(per * plan.slices * sizeof(uint64_t)));
+    cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
+    a.scores = nullptr;
+    a.topk_partial = buf[0];
+    a.k = k;
+    TMS_RETURN_IF_ERROR(cuda_impl::dispatch(plan, false, a, st, nullptr));
+    int n = plan.slices, cur = 0;
+    while (true) {
+        const int n_out = (n + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
+        const dim3 grid(n_out, std::min(p.n_queries, cuda_impl::kMaxGridY));
+        const bool last = n_out == 1;
+        cuda_impl::topk_merge_kernel<<<grid, cuda_impl::kMergeThreads, 0, st>>>(
+            buf[cur], n, last ? nullptr : buf[1 - cur], n_out, k, p.n_queries, d_out_ids, d_out_scores);
+        TMS_CUDA_CHECK_LAUNCH();
+        if (last) break;
+        n = n_out;
+        cur = 1 - cur;
+    }
+    return Status::OK();
+}
+
+Status cuda_device_count(int* n) {
+    *n = 0;
+    int c = 0;
+    if (cudaGetDeviceCount(&c) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the non-sticky "no driver / no device" error
+        return Status::OK();
+    }
+    *n = c;
+    return Status::OK();
+}
+
+}  // namespace tms::kernels

@@ -1,0 +1,126 @@
+// Copyright TileMaxSim authors.
+// MaxSim kernels: score(q, d) = sum_i max_j <q_i, d_j>, on memory the caller owns.
+// Three implementations of each op share these parameter structs:
+//   ref  (kernels/ref/)  scalar, fp64 accumulation: THE SPEC
+//   cpu  (kernels/cpu/)  OpenMP production path
+//   cuda (kernels/cuda/) the TileMaxSim kernels (see kernels/cuda/maxsim_cuda.h)
+// Conventions shared by every path:
+//   * a document with 0 tokens scores 0; a query with 0 tokens scores 0 against anything;
+//   * candidate lists are ragged: query q scores cand_docs[cand_offsets[q] .. cand_offsets[q+1]);
+//     with cand_offsets == nullptr every query scores every document (dense [n_queries, n_docs]).
+#pragma once
+
+#include <cstdint>
+
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms::kernels {
+
+/// Exact MaxSim on full-precision token vectors.
+struct MaxSimParams {
+    /// Query tokens [n_queries, q_stride, dim], row-major, element type q_dtype.
+    const void* queries = nullptr;
+    DType q_dtype = DType::kF32;
+    int n_queries = 0;
+    int q_stride = 0;  ///< token slots per query (padding rows past query_lens[q] are ignored)
+    int dim = 0;
+    /// [n_queries] tokens used by each query (<= q_stride); nullptr: all q_stride tokens.
+    const int32_t* query_lens = nullptr;
+
+    /// Packed document tokens [n_tokens, dim], row-major, element type d_dtype, no padding.
+    const void* doc_tokens = nullptr;
+    DType d_dtype = DType::kF16;
+    /// [n_docs + 1] token offsets: document d owns rows [doc_offsets[d], doc_offsets[d+1]).
+    const int64_t* doc_offsets = nullptr;
+    int64_t n_docs = 0;
+
+    /// [n_queries + 1] offsets into cand_docs, or nullptr for dense (every query x every doc).
+    const int64_t* cand_offsets = nullptr;
+    /// Document indices in [0, n_docs); duplicates allowed.
+    const int32_t* cand_docs = nullptr;
+
+    /// Output, one score per (query, candidate), laid out like the candidates
+    /// (dense: [n_queries, n_docs]).
+    float* scores = nullptr;
+};
+
+/// Number of scores a call writes.
+int64_t maxsim_num_scores(const MaxSimParams& p);
+/// Checks shapes and pointers (does not read data). Dimensions: [1, 4096] for ref/cpu;
+/// the CUDA path supports multiples of 32 in [32, 1024].
+Status maxsim_validate(const MaxSimParams& p);
+/// Scalar reference with fp64 accumulation; writes maxsim_num_scores(p) doubles.
+Status maxsim_ref(const MaxSimParams& p, double* scores);
+/// OpenMP path (fp32 accumulation), writes p.scores.
+Status maxsim_cpu(const MaxSimParams& p);
+
+/// MaxSim on compressed tokens, as a sum of lookups (PQ and PLAID residual codes share it).
+/// A token t is decoded as  x_t = centroids[token_centroids[t]] + r_t, where the residual r_t
+/// is the concatenation over b in [0, n_code_bytes) of codebook[b][codes[t, b]], a block of
+/// dsub = dim / n_code_bytes floats. Hence
+///     <q_i, x_t> = centroid_scores[q, i, token_centroids[t]] + sum_b <q_i[b-block], codebook[b][codes[t,b]]>.
+/// With n_code_bytes == 0 the residual is dropped: this is PLAID's centroid-interaction score.
+struct CodeMaxSimParams {
+    /// Query tokens [n_queries, q_stride, dim] (float), as in MaxSimParams.
+    const float* queries = nullptr;
+    int n_queries = 0;
+    int q_stride = 0;
+    int dim = 0;
+    const int32_t* query_lens = nullptr;
+
+    /// [n_queries, q_stride, n_centroids]: <q_i, centroid_k>, computed by the caller.
+    const float* centroid_scores = nullptr;
+    int n_centroids = 0;
+
+    /// [n_tokens] coarse centroid of each token.
+    const uint32_t* token_centroids = nullptr;
+    /// [n_tokens, n_code_bytes] codes (may be nullptr when n_code_bytes == 0).
+    const uint8_t* codes = nullptr;
+    int n_code_bytes = 0;
+    /// [n_code_bytes, 256, dim / n_code_bytes] decoded residual blocks.
+    const float* codebook = nullptr;
+
+    const int64_t* doc_offsets = nullptr;
+    int64_t n_docs = 0;
+    const int64_t* cand_offsets = nullptr;
+    const int32_t* cand_docs = nullptr;
+    float* scores = nullptr;
+};
+
+int64_t code_maxsim_num_scores(const CodeMaxSimParams& p);
+Status code_maxsim_validate(const CodeMaxSimParams& p);
+/// Spec: decode every token in fp64 (centroid + residual) and take exact MaxSim.
+/// Needs `centroids` [n_centroids, dim] since it decodes instead of using centroid_scores.
+Status code_maxsim_ref(const CodeMaxSimParams& p, const float* centroids, double* scores);
+/// OpenMP path: per-query lookup tables (q_i . codebook block), fp32.
+Status code_maxsim_cpu(const CodeMaxSimParams& p);
+
+/// Per-segment top-k. Segment s is scores[offsets[s] .. offsets[s+1]) (or, with offsets ==
+/// nullptr, the rows of a dense [n_segments, row_len] matrix). Output [n_segments, k]:
+/// best first; ties broken by the lower id; ids are ids[pos] (or the position within the
+/// segment when ids == nullptr); short segments are padded with id -1 and score -inf.
+struct TopKParams {
+    const float* scores = nullptr;
+    const int64_t* offsets = nullptr;
+    int64_t row_len = 0;
+    int64_t n_segments = 0;
+    const int32_t* ids = nullptr;
+    int k = 0;
+    int32_t* out_ids = nullptr;
+    float* out_scores = nullptr;
+};
+
+Status topk_validate(const TopKParams& p);
+Status topk_ref(const TopKParams& p);
+Status topk_cpu(const TopKParams& p);
+
+/// IEEE half <-> float (round to nearest even), and bfloat16.
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+/// Element i of an array of dtype t, as float.
+float load_as_float(const void* data, DType t, int64_t i);
+
+}  // namespace tms::kernels

@@ -1,0 +1,49 @@
+// Copyright TileMaxSim authors. Status and small value-type helpers of the public API.
+// Lives in the lowest module so that every module (and the kernels' tests) can use it.
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+#include "tilemaxsim/version.h"
+
+namespace tms {
+
+const char* StatusCodeName(Status::Code code) {
+    switch (code) {
+        case Status::Code::kOk: return "OK";
+        case Status::Code::kInvalidArgument: return "InvalidArgument";
+        case Status::Code::kNotFound: return "NotFound";
+        case Status::Code::kNotSupported: return "NotSupported";
+        case Status::Code::kIOError: return "IOError";
+        case Status::Code::kCorruption: return "Corruption";
+        case Status::Code::kResourceExhausted: return "ResourceExhausted";
+        case Status::Code::kAlreadyExists: return "AlreadyExists";
+        case Status::Code::kInternal: return "Internal";
+    }
+    return "Unknown";
+}
+
+std::string Status::ToString() const {
+    if (ok()) return "OK";
+    return std::string(StatusCodeName(code_)) + ": " + msg_;
+}
+
+const char* DTypeName(DType t) {
+    switch (t) {
+        case DType::kF32: return "float32";
+        case DType::kF16: return "float16";
+        case DType::kBF16: return "bfloat16";
+    }
+    return "unknown";
+}
+
+const char* DeviceName(Device d) {
+    switch (d) {
+        case Device::kAuto: return "auto";
+        case Device::kCpu: return "cpu";
+        case Device::kGpu: return "gpu";
+    }
+    return "unknown";
+}
+
+const char* VersionString() { return "0.1.0"; }
+
+}  // namespace tms

@@ -1,0 +1,292 @@
+// Copyright TileMaxSim authors. CUDA MaxSim and top-k vs the fp64 reference, over the shared
+// case table (maxsim_cases.h), plus the engine's GpuExactScorer vs the CPU path.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/gpu_scorer.h"
+#include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/maxsim.h"
+#include "tests/kernels/maxsim_cases.h"
+
+namespace tms {
+namespace {
+
+using kernels::MaxSimParams;
+using testing::MaxSimCase;
+using testing::MaxSimData;
+
+#define SKIP_WITHOUT_GPU()                                      \
+    do {                                                        \
+        int n_dev = 0;                                          \
+        ASSERT_TRUE(kernels::cuda_device_count(&n_dev).ok());   \
+        if (n_dev == 0) GTEST_SKIP() << "no CUDA device";       \
+    } while (0)
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+/// A device copy of a host vector (at least one element, so empty arrays are non-null).
+template <typename T>
+struct DevBuf {
+    T* d = nullptr;
+    size_t n = 0;
+    explicit DevBuf(const std::vector<T>& h) : n(h.size()) {
+        EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+        if (n) EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    explicit DevBuf(size_t count) : n(count) {
+        EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    }
+    ~DevBuf() { cudaFree(d); }
+    std::vector<T> get() const {
+        std::vector<T> h(n);
+        if (n) EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+    }
+};
+
+struct DeviceCase {
+    DevBuf<uint8_t> q, docs;
+    DevBuf<int64_t> offs, cand_offs;
+    DevBuf<int32_t> qlens, cand_docs;
+    DeviceCase(const MaxSimCase& c, const MaxSimData& d)
+        : q(d.q_bytes), docs(d.d_bytes), offs(d.doc_offsets), cand_offs(d.cand_offsets), qlens(d.query_lens),
+          cand_docs(d.cand_docs) {}
+    MaxSimParams params(const MaxSimCase& c, const MaxSimData& d, float* d_scores) const {
+        MaxSimParams p = d.params(c, d_scores);
+        p.queries = q.d;
+        p.doc_tokens = docs.d;
+        p.doc_offsets = offs.d;
+        p.query_lens = d.query_lens.empty() ? nullptr : qlens.d;
+        p.cand_offsets = c.ragged ? cand_offs.d : nullptr;
+        p.cand_docs = c.ragged ? cand_docs.d : nullptr;
+        return p;
+    }
+};
+
+std::string describe(const MaxSimCase& c) {
+    return "case " + c.name + " seed " + std::to_string(c.seed) + " nq " + std::to_string(c.n_queries) +
+           " q_stride " + std::to_string(c.q_stride) + " dim " + std::to_string(c.dim) + " docs " +
+           std::to_string(c.doc_lens.size()) + " dtypes " + DTypeName(c.q_dtype) + "/" + DTypeName(c.d_dtype);
+}
+
+/// Segment [begin, end) of the score layout for query q.
+std::pair<int64_t, int64_t> segment(const MaxSimCase& c, const MaxSimData& d, int q) {
+    if (c.ragged) return {d.cand_offsets[q], d.cand_offsets[q + 1]};
+    const int64_t n = static_cast<int64_t>(c.doc_lens.size());
+    return {q * n, (q + 1) * n};
+}
+
+int32_t doc_at(const MaxSimCase& c, const MaxSimData& d, int64_t pos, int64_t seg_begin) {
+    return c.ragged ? d.cand_docs[pos] : static_cast<int32_t>(pos - seg_begin);
+}
+
+TEST(MaxSimCuda, MatchesRefOnEveryCase) {
+    SKIP_WITHOUT_GPU();
+    for (const MaxSimCase& c : testing::maxsim_cases()) {
+        SCOPED_TRACE(describe(c));
+        const MaxSimData d = testing::make_data(c);
+        std::vector<float> host_scores(1);
+        const MaxSimParams hp = d.params(c, host_scores.data());
+        const int64_t n_out = kernels::maxsim_num_scores(hp);
+        std::vector<double> ref(std::max<int64_t>(1, n_out));
+        ASSERT_TRUE(kernels::maxsim_ref(hp, ref.data()).ok());
+        const std::vector<float> naive = testing::naive_f32(c, d);
+
+        DeviceCase dc(c, d);
+        std::vector<float> poison(std::max<int64_t>(1, n_out), std::nanf(""));
+        DevBuf<float> out(poison);
+        const Status st = kernels::maxsim_cuda(dc.params(c, d, out.d), nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> got = out.get();
+        for (int64_t i = 0; i < n_out; ++i) {
+            const double allowed = testing::allowed_error(std::fabs(double(naive[i]) - ref[i]), ref[i]);
+            ASSERT_LE(std::fabs(double(got[i]) - ref[i]), allowed)
+                << "score " << i << " got " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+        }
+    }
+}
+
+TEST(MaxSimCuda, TopKMatchesRefTieAware) {
+    SKIP_WITHOUT_GPU();
+    for (const MaxSimCase& c : testing::maxsim_cases()) {
+        const MaxSimData d = testing::make_data(c);
+        std::vector<float> host_scores(1);
+        const MaxSimParams hp = d.params(c, host_scores.data());
+        const int64_t n_out = kernels::maxsim_num_scores(hp);
+        std::vector<double> ref(std::max<int64_t>(1, n_out));
+        ASSERT_TRUE(kernels::maxsim_ref(hp, ref.data()).ok());
+        const std::vector<float> naive = testing::naive_f32(c, d);
+        DeviceCase dc(c, d);
+        for (int k : {1, 5, 1000}) {
+            SCOPED_TRACE(describe(c) + " k " + std::to_string(k));
+            const MaxSimParams p = dc.params(c, d, nullptr);
+            const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);
+            DevBuf<uint8_t> ws(ws_bytes + 256);
+            DevBuf<int32_t> ids(size_t(c.n_queries) * k);
+            DevBuf<float> sc(size_t(c.n_queries) * k);
+            const Status st = kernels::maxsim_topk_cuda(p, k, ids.d, sc.d, ws.d, ws_bytes, nullptr);
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            CUDA_OK(cudaDeviceSynchronize());
+            const std::vector<int32_t> got_ids = ids.get();
+            const std::vector<float> got_sc = sc.get();
+            for (int q = 0; q < c.n_queries; ++q) {
+                const auto [b, e] = segment(c, d, q);
+                // Reference: top-k of the fp64 scores (as float), ids = document indices.
+                std::vector<float> seg_scores;
+                std::vector<int32_t> seg_ids;
+                std::map<int32_t, double> ref_of;
+                std::map<int32_t, int> copies;
+                double tol = 0;
+                for (int64_t i = b; i < e; ++i) {
+                    const int32_t doc = doc_at(c, d, i, b);
+                    seg_scores.push_back(static_cast<float>(ref[i]));
+                    seg_ids.push_back(doc);
+                    ref_of[doc] = ref[i];
+                    copies[doc]++;
+                    tol = std::max(tol, testing::allowed_error(std::fabs(double(naive[i]) - ref[i]), ref[i]));
+                }
+                std::vector<int32_t> want_ids(k);
+                std::vector<float> want_sc(k);
+                kernels::TopKParams tp;
+                tp.scores = seg_scores.data();
+                tp.row_len = static_cast<int64_t>(seg_scores.size());
+                tp.n_segments = 1;
+                tp.ids = seg_ids.data();
+                tp.k = k;
+                tp.out_ids = want_ids.data();
+                tp.out_scores = want_sc.data();
+                ASSERT_TRUE(kernels::topk_ref(tp).ok());
+                std::map<int32_t, int> seen;
+                for (int j = 0; j < k; ++j) {
+                    const int32_t id = got_ids[size_t(q) * k + j];
+                    const float s = got_sc[size_t(q) * k + j];
+                    if (want_ids[j] < 0) {
+                        ASSERT_EQ(id, -1) << "q " << q << " slot " << j;
+                        ASSERT_TRUE(std::isinf(s) && s < 0) << "q " << q << " slot " << j;
+                        continue;
+                    }
+                    ASSERT_GE(id, 0) << "q " << q << " slot " << j;
+                    ASSERT_TRUE(ref_of.count(id)) << "q " << q << " id " << id << " not a candidate";
+                    ASSERT_LE(++seen[id], copies[id]) << "q " << q << " duplicate id " << id;
+                    ASSERT_LE(std::fabs(ref_of[id] - double(want_sc[j])), 2 * tol) << "q " << q << " slot " << j;
+                    ASSERT_LE(std::fabs(double(s) - ref_of[id]), tol) << "q " << q << " slot " << j;
+                    if (j > 0) {
+                        const float prev = got_sc[size_t(q) * k + j - 1];
+                        ASSERT_TRUE(prev > s || (prev == s && got_ids[size_t(q) * k + j - 1] <= id))
+                            << "q " << q << " slot " << j << " not sorted";
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(MaxSimCuda, UnsupportedDimIsNotSupported) {
+    MaxSimParams p;
+    p.n_queries = 1;
+    p.q_stride = 4;
+    p.dim = 48;  // a multiple of 8 (fine on CPU) but not of 32
+    float dummy = 0;
+    p.queries = &dummy;
+    p.scores = &dummy;
+    EXPECT_EQ(kernels::maxsim_cuda(p, nullptr).code(), Status::Code::kNotSupported);
+    p.dim = 1056;
+    EXPECT_EQ(kernels::maxsim_cuda(p, nullptr).code(), Status::Code::kNotSupported);
+    p.dim = 128;
+    p.q_stride = 257;
+    EXPECT_EQ(kernels::maxsim_cuda(p, nullptr).code(), Status::Code::kNotSupported);
+}
+
+TEST(MaxSimCuda, DeviceCountNeverFails) {
+    int n = -1;
+    EXPECT_TRUE(kernels::cuda_device_count(&n).ok());
+    EXPECT_GE(n, 0);
+}
+
+TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
+    SKIP_WITHOUT_GPU();
+    const uint32_t seed = 77;
+    std::mt19937 rng(seed);
+    const int dim = 128, n_docs = 3000, nq = 5, q_stride = 32, k = 10;
+    std::vector<int> lens = testing::ragged_lens(n_docs, 1, 200, seed);
+    lens[7] = 0;
+    std::vector<int64_t> offs{0};
+    for (int l : lens) offs.push_back(offs.back() + l);
+    std::vector<float> df, qf;
+    testing::fill_rows(&df, offs.back(), dim, &rng);
+    testing::fill_rows(&qf, int64_t(nq) * q_stride, dim, &rng);
+    std::vector<uint8_t> dbytes;
+    testing::encode(&df, DType::kF16, &dbytes);
+    std::vector<int32_t> qlens{32, 1, 0, 17, 32};
+    std::vector<int64_t> cand_offs{0};
+    std::vector<int32_t> cand;
+    std::uniform_int_distribution<int> pick(0, n_docs - 1);
+    for (int q = 0; q < nq; ++q) {
+        const int n = q == 2 ? 0 : 500 + 300 * q;
+        for (int i = 0; i < n; ++i) cand.push_back(pick(rng));
+        cand_offs.push_back(static_cast<int64_t>(cand.size()));
+    }
+    std::unique_ptr<engine::GpuExactScorer> scorer;
+    Status st = engine::GpuExactScorer::Create(0, reinterpret_cast<const uint16_t*>(dbytes.data()), offs.back(), dim,
+                                               offs.data(), n_docs, &scorer);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (bool ragged : {true, false}) {
+        SCOPED_TRACE(std::string("seed 77 ragged ") + (ragged ? "yes" : "no"));
+        const int64_t* co = ragged ? cand_offs.data() : nullptr;
+        const int32_t* cd = ragged ? cand.data() : nullptr;
+        kernels::MaxSimParams p;
+        p.queries = qf.data();
+        p.q_dtype = DType::kF32;
+        p.n_queries = nq;
+        p.q_stride = q_stride;
+        p.dim = dim;
+        p.query_lens = qlens.data();
+        p.doc_tokens = dbytes.data();
+        p.d_dtype = DType::kF16;
+        p.doc_offsets = offs.data();
+        p.n_docs = n_docs;
+        p.cand_offsets = co;
+        p.cand_docs = cd;
+        std::vector<float> cpu(kernels::maxsim_num_scores(p));
+        p.scores = cpu.data();
+        ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
+        std::vector<float> gpu;
+        st = scorer->Score(qf.data(), nq, q_stride, qlens.data(), co, cd, &gpu);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        ASSERT_EQ(gpu.size(), cpu.size());
+        for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 2e-4 * (1 + std::fabs(cpu[i]))) << i;
+        std::vector<int32_t> want_ids(size_t(nq) * k), got_ids;
+        std::vector<float> want_sc(size_t(nq) * k), got_sc;
+        kernels::TopKParams tp;
+        tp.scores = cpu.data();
+        tp.offsets = co;
+        tp.row_len = ragged ? 0 : n_docs;
+        tp.n_segments = nq;
+        tp.ids = cd;
+        tp.k = k;
+        tp.out_ids = want_ids.data();
+        tp.out_scores = want_sc.data();
+        ASSERT_TRUE(kernels::topk_cpu(tp).ok());
+        st = scorer->ScoreTopK(qf.data(), nq, q_stride, qlens.data(), co, cd, k, &got_ids, &got_sc);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        ASSERT_EQ(got_ids.size(), want_ids.size());
+        for (size_t j = 0; j < want_ids.size(); ++j) {
+            if (want_ids[j] < 0) {
+                EXPECT_EQ(got_ids[j], -1) << j;
+                continue;
+            }
+            EXPECT_NEAR(got_sc[j], want_sc[j], 2e-4 * (1 + std::fabs(want_sc[j]))) << j;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tms

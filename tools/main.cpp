@@ -1,0 +1,359 @@
+// Copyright TileMaxSim authors. The `tms` command line: parse arguments, call the public API.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
+
+#include "engine/bench_kernels.h"
+#include "tilemaxsim/tilemaxsim.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int fail(const std::string& cmd, const tms::Status& st) {
+    std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), st.message().c_str());
+    return st.code() == tms::Status::Code::kInternal ? 3 : 1;
+}
+
+tms::Status parse_device(const std::string& s, tms::Device* d) {
+    if (s == "auto") *d = tms::Device::kAuto;
+    else if (s == "cpu") *d = tms::Device::kCpu;
+    else if (s == "gpu") *d = tms::Device::kGpu;
+    else return tms::Status::InvalidArgument("--device must be auto, cpu or gpu, got '" + s + "'");
+    return tms::Status::OK();
+}
+
+struct SearchArgs {
+    std::string index, queries, query_ids, out, device = "auto", tag = "tms";
+    tms::SearchOptions opts;
+    int batch = 256;
+};
+
+// Loads queries, searches in batches, writes the run. Prints a summary to stderr.
+tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
+    tms::HostArray arr;
+    TMS_RETURN_IF_ERROR(tms::LoadNpy(a.queries, &arr));
+    tms::EmbeddingView view;
+    TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(arr, 3, a.queries, &view));
+    const int nq = static_cast<int>(arr.shape[0]), qt = static_cast<int>(arr.shape[1]);
+    if (qt <= 0) return tms::Status::InvalidArgument(a.queries + ": queries have 0 tokens");
+    std::vector<std::string> qids;
+    if (!a.query_ids.empty()) {
+        TMS_RETURN_IF_ERROR(tms::ReadLines(a.query_ids, &qids));
+        if (static_cast<int>(qids.size()) != nq) {
+            return tms::Status::InvalidArgument(a.query_ids + ": " + std::to_string(qids.size()) + " ids for " +
+                                                std::to_string(nq) + " queries in " + a.queries);
+        }
+        for (size_t i = 0; i < qids.size(); ++i) {
+            if (qids[i].find_first_of(" \t") != std::string::npos) {
+                return tms::Status::InvalidArgument(a.query_ids + ":" + std::to_string(i + 1) + ": id contains whitespace");
+            }
+        }
+    } else {
+        for (int i = 0; i < nq; ++i) qids.push_back(std::to_string(i));
+    }
+    if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
+    tms::SearcherOptions so;
+    TMS_RETURN_IF_ERROR(parse_device(a.device, &so.device));
+    so.load_vectors = true;
+    std::unique_ptr<tms::Searcher> searcher;
+    TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &searcher));
+    if (view.dim != searcher->info().dim) {
+        return tms::Status::InvalidArgument(a.queries + ": query dimension " + std::to_string(view.dim) +
+                                            " differs from the index's " + std::to_string(searcher->info().dim));
+    }
+    std::vector<std::vector<std::pair<std::string, float>>> all(nq);
+    const auto t0 = Clock::now();
+    const size_t row_bytes = size_t(qt) * view.dim * tms::DTypeSize(view.dtype);
+    for (int q0 = 0; q0 < nq; q0 += a.batch) {
+        tms::QueryBatch b;
+        b.n_queries = std::min(a.batch, nq - q0);
+        b.q_tokens = qt;
+        b.dim = view.dim;
+        b.dtype = view.dtype;
+        b.data = static_cast<const uint8_t*>(view.data) + row_bytes * q0;
+        std::vector<std::vector<tms::SearchHit>> res;
+        TMS_RETURN_IF_ERROR(searcher->Search(b, a.opts, &res));
+        for (int i = 0; i < b.n_queries; ++i) {
+            for (const auto& h : res[i]) all[q0 + i].emplace_back(h.doc_id, h.score);
+        }
+    }
+    const double secs = since(t0);
+    *qps = secs > 0 ? nq / secs : 0;
+    TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
+    if (!quiet) {
+        std::fprintf(stderr, "tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
+                     tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
+    }
+    return tms::Status::OK();
+}
+
+void add_search_options(CLI::App* c, SearchArgs* a) {
+    c->add_option("--k", a->opts.k, "Results per query")->capture_default_str();
+    c->add_flag("--exhaustive", a->opts.exhaustive,
+                "Exact MaxSim over every document (needs an index built with --keep-vectors)");
+    c->add_option("--device", a->device, "Where to score: auto, cpu or gpu")->capture_default_str();
+    c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")->capture_default_str();
+    c->add_option("--ncandidates", a->opts.ncandidates,
+                  "Candidates kept after centroid pruning (0: all)")->capture_default_str();
+    c->add_option("--rerank", a->opts.rerank,
+                  "Top compressed candidates rescored exactly when vectors are stored (0: none)")->capture_default_str();
+    c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::PositiveNumber);
+}
+
+tms::Status print_info(const std::string& path) {
+    tms::IndexInfo i;
+    TMS_RETURN_IF_ERROR(tms::ReadIndexInfo(path, &i));
+    std::printf("index\t%s\nformat_version\t%d\ndocuments\t%lld\ntokens\t%lld\ndim\t%d\ncentroids\t%d\ncodec\t%s\n",
+                path.c_str(), i.format_version, (long long)i.n_docs, (long long)i.n_tokens, i.dim, i.n_centroids,
+                i.codec.c_str());
+    if (i.codec == "pq") std::printf("pq_m\t%d\npq_nbits\t%d\n", i.pq_m, i.pq_nbits);
+    else std::printf("residual_nbits\t%d\n", i.residual_nbits);
+    std::printf("code_bytes_per_token\t%.2f\nvectors\t%s\nvector_bytes_per_token\t%.2f\nchunks\t%lld\nbuild_config\t%s\n",
+                i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
+                i.build_config_json.c_str());
+    return tms::Status::OK();
+}
+
+tms::Status eval_files(const std::string& run_path, const std::string& qrels_path, bool json, bool quiet,
+                       tms::EvalResult* r) {
+    tms::Run run;
+    tms::Qrels qrels;
+    TMS_RETURN_IF_ERROR(tms::ReadRun(run_path, &run));
+    TMS_RETURN_IF_ERROR(tms::ReadQrels(qrels_path, &qrels));
+    TMS_RETURN_IF_ERROR(tms::Evaluate(run, qrels, r));
+    if (!quiet) std::fputs(tms::FormatEval(*r, json).c_str(), stdout);
+    return tms::Status::OK();
+}
+
+tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
+                        const tms::IndexBuildOptions& o) {
+    std::unique_ptr<tms::IndexBuilder> b;
+    TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
+    tms::BuildStats st;
+    TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st));
+    std::fprintf(stderr, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
+                 (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
+                 st.code_bytes_per_token, out.c_str());
+    std::string phases;
+    for (const auto& [name, s] : st.phase_seconds) phases += " " + name + " " + std::to_string(s).substr(0, 5) + "s";
+    std::fprintf(stderr, "tms index: %.2f s total (%.0f tokens/s):%s\n", st.seconds_total,
+                 st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, phases.c_str());
+    return tms::Status::OK();
+}
+
+double recall_vs(const std::string& approx, const std::string& exact, int k) {
+    tms::Run a, e;
+    if (!tms::ReadRun(approx, &a).ok() || !tms::ReadRun(exact, &e).ok()) return -1;
+    double sum = 0;
+    int n = 0;
+    for (auto& [qid, ev] : e) {
+        auto top = [k](std::vector<std::pair<std::string, double>> v) {
+            std::stable_sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.second > y.second; });
+            if (int(v.size()) > k) v.resize(k);
+            return v;
+        };
+        auto et = top(ev), at = top(a[qid]);
+        int hit = 0;
+        for (auto& x : et)
+            for (auto& y : at) hit += x.first == y.first;
+        sum += et.empty() ? 1.0 : double(hit) / et.size();
+        ++n;
+    }
+    return n ? sum / n : -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"tms: TileMaxSim, a late-interaction (ColBERT-style) search engine.\n"
+                 "Run `tms demo` for an end-to-end example on a synthetic corpus."};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("tms ") + tms::VersionString());
+
+    // synth
+    tms::SynthOptions so;
+    std::string synth_out;
+    auto* synth = app.add_subcommand("synth", "Write a synthetic ColBERT-like corpus (docs, queries, qrels)");
+    synth->add_option("--out", synth_out, "Output directory")->required();
+    synth->add_option("--docs", so.n_docs, "Documents")->capture_default_str();
+    synth->add_option("--queries", so.n_queries, "Queries")->capture_default_str();
+    synth->add_option("--dim", so.dim, "Embedding dimension (32-1024)")->capture_default_str();
+    synth->add_option("--seed", so.seed, "Random seed")->capture_default_str();
+    synth->add_option("--min-doc-len", so.min_doc_len, "Shortest document (tokens)")->capture_default_str();
+    synth->add_option("--max-doc-len", so.max_doc_len, "Longest document (tokens)")->capture_default_str();
+
+    // index
+    tms::IndexBuildOptions io;
+    std::string docs, doclens, doc_ids, index_out, config;
+    int n_centroids = -1, pq_m = -1, nbits = -1;
+    std::string codec;
+    auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
+    idx->add_option("--docs", docs, "Token embeddings .npy [n_tokens, dim], float16 or float32")->required();
+    idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64")->required();
+    idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");
+    idx->add_option("--out", index_out, "Index directory to create")->required();
+    idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
+    idx->add_option("--codec", codec, "Token codec: pq or residual (default pq)");
+    idx->add_option("--centroids", n_centroids, "k-means centroids (default: power of two near 16*sqrt(tokens))");
+    idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (default dim/8, at most 32)");
+    idx->add_option("--nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)");
+    bool keep_vectors = false, overwrite = false, no_progress = false;
+    idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
+    idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
+    idx->add_flag("--no-progress", no_progress, "No progress bars");
+    idx->add_option("--threads", io.threads, "Threads (0: all cores)");
+
+    // search
+    SearchArgs sa;
+    auto* search = app.add_subcommand("search", "Batch search: queries .npy -> TREC run");
+    search->add_option("--index", sa.index, "Index directory")->required();
+    search->add_option("--queries", sa.queries, "Query embeddings .npy [n_queries, tokens, dim]")->required();
+    search->add_option("--query-ids", sa.query_ids, "Query ids, one per line (default: 0..n-1)");
+    search->add_option("--out", sa.out, "TREC run file to write")->required();
+    search->add_option("--tag", sa.tag, "Run tag (last TREC column)")->capture_default_str();
+    add_search_options(search, &sa);
+
+    // eval
+    std::string run_path, qrels_path;
+    bool eval_json = false;
+    auto* eval = app.add_subcommand("eval", "Evaluate a TREC run: mrr@10, ndcg@10, recall@100, recall@1000");
+    eval->add_option("--run", run_path, "TREC run file (qid Q0 docid rank score tag)")->required();
+    eval->add_option("--qrels", qrels_path, "Qrels: TREC (qid 0 docid rel) or BEIR TSV with header")->required();
+    eval->add_flag("--json", eval_json, "Print JSON instead of lines");
+
+    // info
+    std::string info_path;
+    auto* info = app.add_subcommand("info", "Print what an index holds");
+    info->add_option("--index", info_path, "Index directory")->required();
+
+    // bench
+    auto* bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+    std::string bench_json, bench_filter;
+    auto* bk = bench->add_subcommand("kernels", "GPU MaxSim kernels vs the read ceiling and a cuBLAS baseline");
+    bk->add_option("--json", bench_json, "Write the results JSON here");
+    bk->add_option("--cases", bench_filter, "Only cases whose name contains this");
+
+    // demo
+    std::string demo_dir;
+    tms::SynthOptions demo_so;
+    demo_so.n_docs = 1000;
+    demo_so.n_queries = 100;
+    std::string demo_device = "auto";
+    auto* demo = app.add_subcommand("demo", "End to end on a synthetic corpus: synth, index, search, eval");
+    demo->add_option("--dir", demo_dir, "Work directory (default: a new temporary directory)");
+    demo->add_option("--docs", demo_so.n_docs, "Documents")->capture_default_str();
+    demo->add_option("--queries", demo_so.n_queries, "Queries")->capture_default_str();
+    demo->add_option("--dim", demo_so.dim, "Embedding dimension")->capture_default_str();
+    demo->add_option("--device", demo_device, "auto, cpu or gpu")->capture_default_str();
+
+    CLI11_PARSE(app, argc, argv);
+
+    if (synth->parsed()) {
+        const auto t0 = Clock::now();
+        tms::Status st = tms::WriteSynthCorpus(so, synth_out);
+        if (!st.ok()) return fail("synth", st);
+        std::fprintf(stderr, "tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
+                     so.n_queries, so.dim, since(t0), synth_out.c_str());
+        return 0;
+    }
+    if (idx->parsed()) {
+        if (!config.empty()) {
+            tms::Status st = tms::LoadBuildOptionsJson(config, &io);
+            if (!st.ok()) return fail("index", st);
+        }
+        if (!codec.empty()) io.codec = codec;
+        if (n_centroids >= 0) io.n_centroids = n_centroids;
+        if (pq_m >= 0) io.pq_m = pq_m;
+        if (nbits >= 0) io.residual_nbits = nbits;
+        if (keep_vectors) io.keep_vectors = true;
+        io.overwrite = overwrite;
+        io.progress = !no_progress;
+        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io);
+        return st.ok() ? 0 : fail("index", st);
+    }
+    if (search->parsed()) {
+        double qps;
+        tms::Status st = run_search(sa, false, &qps);
+        return st.ok() ? 0 : fail("search", st);
+    }
+    if (eval->parsed()) {
+        tms::EvalResult r;
+        tms::Status st = eval_files(run_path, qrels_path, eval_json, false, &r);
+        return st.ok() ? 0 : fail("eval", st);
+    }
+    if (info->parsed()) {
+        tms::Status st = print_info(info_path);
+        return st.ok() ? 0 : fail("info", st);
+    }
+    if (bk->parsed()) {
+        std::string json;
+        tms::Status st = tms::engine::RunKernelBench(bench_filter, &json);
+        if (!st.ok()) return fail("bench kernels", st);
+        std::cout << json << std::endl;
+        if (!bench_json.empty()) {
+            std::ofstream f(bench_json);
+            f << json << '\n';
+            if (!f) return fail("bench kernels", tms::Status::IOError(bench_json + ": write failed"));
+        }
+        return 0;
+    }
+    if (demo->parsed()) {
+        namespace fs = std::filesystem;
+        const auto t_all = Clock::now();
+        if (demo_dir.empty()) {
+            demo_dir = (fs::temp_directory_path() / ("tms-demo-" + std::to_string(::getpid()))).string();
+        }
+        const fs::path d(demo_dir);
+        std::printf("== tms demo in %s\n", demo_dir.c_str());
+        auto t0 = Clock::now();
+        tms::Status st = tms::WriteSynthCorpus(demo_so, demo_dir);
+        if (!st.ok()) return fail("demo", st);
+        std::printf("synth   %lld docs, %d queries, dim %d: %.2f s\n", (long long)demo_so.n_docs, demo_so.n_queries,
+                    demo_so.dim, since(t0));
+        tms::IndexBuildOptions bo;
+        bo.keep_vectors = true;
+        bo.overwrite = true;
+        t0 = Clock::now();
+        st = build_index((d / "docs.npy").string(), (d / "doclens.npy").string(), (d / "doc_ids.txt").string(),
+                         (d / "index").string(), bo);
+        if (!st.ok()) return fail("demo", st);
+        std::printf("index   codec pq, vectors kept: %.2f s\n", since(t0));
+        SearchArgs a;
+        a.index = (d / "index").string();
+        a.queries = (d / "queries.npy").string();
+        a.query_ids = (d / "query_ids.txt").string();
+        a.device = demo_device;
+        a.opts.k = 1000;
+        double qps_exact = 0, qps = 0;
+        a.out = (d / "exhaustive.trec").string();
+        a.opts.exhaustive = true;
+        st = run_search(a, true, &qps_exact);
+        if (!st.ok()) return fail("demo", st);
+        a.out = (d / "run.trec").string();
+        a.opts.exhaustive = false;
+        st = run_search(a, true, &qps);
+        if (!st.ok()) return fail("demo", st);
+        tms::EvalResult r, re;
+        st = eval_files(a.out, (d / "qrels.tsv").string(), false, true, &r);
+        if (!st.ok()) return fail("demo", st);
+        st = eval_files((d / "exhaustive.trec").string(), (d / "qrels.tsv").string(), false, true, &re);
+        if (!st.ok()) return fail("demo", st);
+        std::printf("search  default (PLAID candidates + PQ scoring + exact rerank): %.1f queries/s\n", qps);
+        std::printf("search  exhaustive exact MaxSim: %.1f queries/s\n", qps_exact);
+        std::printf("\n%-12s %10s %12s\n", "metric", "default", "exhaustive");
+        for (size_t i = 0; i < r.metrics.size(); ++i) {
+            std::printf("%-12s %10.4f %12.4f\n", r.metrics[i].first.c_str(), r.metrics[i].second, re.metrics[i].second);
+        }
+        std::printf("%-12s %10.4f\n", "recall@10 vs exhaustive", recall_vs(a.out, (d / "exhaustive.trec").string(), 10));
+        std::printf("\ntotal %.2f s; files in %s\n", since(t_all), demo_dir.c_str());
+        return 0;
+    }
+    return 0;
+}
