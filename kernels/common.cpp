@@ -129,7 +129,6 @@ Status maxsim_validate(const MaxSimParams& p) {
         return Status::NotSupported("maxsim: dim " + std::to_string(p.dim) + " not supported (at most 4096)");
     }
     TMS_RETURN_IF_ERROR(validate_candidates(p.cand_offsets, p.cand_docs, p.n_queries, "maxsim"));
-    if (maxsim_num_scores(p) > 0 && p.scores == nullptr) return Status::InvalidArgument("maxsim: scores is null");
     if (p.n_queries > 0 && p.q_stride > 0 && p.queries == nullptr) {
         return Status::InvalidArgument("maxsim: queries is null");
     }
@@ -148,9 +147,6 @@ Status code_maxsim_validate(const CodeMaxSimParams& p) {
     }
     if (p.n_centroids <= 0) return Status::InvalidArgument("code_maxsim: n_centroids must be positive");
     TMS_RETURN_IF_ERROR(validate_candidates(p.cand_offsets, p.cand_docs, p.n_queries, "code_maxsim"));
-    if (code_maxsim_num_scores(p) > 0 && p.scores == nullptr) {
-        return Status::InvalidArgument("code_maxsim: scores is null");
-    }
     return Status::OK();
 }
 

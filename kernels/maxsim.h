@@ -47,7 +47,7 @@ struct MaxSimParams {
 
 /// Number of scores a call writes.
 int64_t maxsim_num_scores(const MaxSimParams& p);
-/// Checks shapes and pointers (does not read data). Dimensions: [1, 4096] for ref/cpu;
+/// Checks shapes and input pointers (does not read data, nor check the output pointer). Dimensions: [1, 4096] for ref/cpu;
 /// the CUDA path supports multiples of 32 in [32, 1024].
 Status maxsim_validate(const MaxSimParams& p);
 /// Scalar reference with fp64 accumulation; writes maxsim_num_scores(p) doubles.

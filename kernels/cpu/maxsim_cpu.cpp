@@ -113,6 +113,7 @@ Status maxsim_cpu(const MaxSimParams& p) {
     TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
     const int64_t n_out = maxsim_num_scores(p);
     if (n_out == 0) return Status::OK();
+    if (p.scores == nullptr) return Status::InvalidArgument("maxsim: scores is null");
     std::vector<float> qf(size_t(p.n_queries) * p.q_stride * p.dim);
     to_float(p.queries, p.q_dtype, 0, static_cast<int64_t>(qf.size()), qf.data());
     const PairIndex pairs{p.n_queries, p.n_docs, p.cand_offsets, p.cand_docs};
@@ -155,6 +156,7 @@ Status maxsim_cpu(const MaxSimParams& p) {
 Status code_maxsim_cpu(const CodeMaxSimParams& p) {
     TMS_RETURN_IF_ERROR(code_maxsim_validate(p));
     TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
+    if (code_maxsim_num_scores(p) > 0 && p.scores == nullptr) return Status::InvalidArgument("code_maxsim: scores is null");
     const int nb = p.n_code_bytes;
     const int dsub = nb ? p.dim / nb : 0;
     const int K = p.n_centroids;

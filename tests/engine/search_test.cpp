@@ -1,0 +1,271 @@
+// Copyright TileMaxSim authors. End-to-end search through the public API: exhaustive search
+// equals brute force; default approximate search reaches recall@10 >= 0.95 vs exhaustive.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <numeric>
+#include <set>
+#include <unistd.h>
+
+#include "kernels/maxsim.h"
+#include "tilemaxsim/tilemaxsim.h"
+
+namespace tms {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+    const fs::path p = fs::path(::testing::TempDir()) / ("tms_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p.string();
+}
+
+// A clustered corpus: documents near a few topic directions, so that ranking is non-trivial.
+struct Corpus {
+    int dim;
+    std::vector<float> docs;  // [n_tokens, dim]
+    std::vector<int64_t> lens;
+    std::vector<float> queries;  // [nq, qt, dim]
+    int nq, qt;
+};
+
+Corpus make_corpus(int n_docs, int dim, int nq, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> n01;
+    std::uniform_int_distribution<int> len(1, 40);
+    Corpus c{dim, {}, {}, {}, nq, 16};
+    const int topics = 6;
+    std::vector<float> centers(size_t(topics) * dim);
+    for (auto& x : centers) x = n01(rng);
+    auto emit = [&](std::vector<float>* out, int topic, float noise) {
+        std::vector<float> v(dim);
+        double s = 0;
+        for (int j = 0; j < dim; ++j) {
+            v[j] = centers[size_t(topic) * dim + j] + noise * n01(rng);
+            s += double(v[j]) * v[j];
+        }
+        for (auto& x : v) out->push_back(static_cast<float>(x / std::sqrt(s)));
+    };
+    for (int d = 0; d < n_docs; ++d) {
+        c.lens.push_back(d % 17 == 0 ? 1 : len(rng));  // some 1-token documents
+        const int topic = d % topics;
+        for (int t = 0; t < c.lens.back(); ++t) emit(&c.docs, topic, 1.5f);
+    }
+    for (int q = 0; q < nq; ++q)
+        for (int t = 0; t < c.qt; ++t) emit(&c.queries, (q + t) % topics, 1.5f);
+    return c;
+}
+
+// Brute force with the fp64 reference on the given (rounded) values.
+std::vector<double> brute_force(const Corpus& c, const std::vector<float>& doc_values, int q) {
+    std::vector<int64_t> off(1, 0);
+    for (auto l : c.lens) off.push_back(off.back() + l);
+    kernels::MaxSimParams p;
+    p.queries = c.queries.data() + size_t(q) * c.qt * c.dim;
+    p.q_dtype = DType::kF32;
+    p.n_queries = 1;
+    p.q_stride = c.qt;
+    p.dim = c.dim;
+    p.doc_tokens = doc_values.data();
+    p.d_dtype = DType::kF32;
+    p.doc_offsets = off.data();
+    p.n_docs = static_cast<int64_t>(c.lens.size());
+    std::vector<double> s(c.lens.size());
+    EXPECT_TRUE(kernels::maxsim_ref(p, s.data()).ok());
+    return s;
+}
+
+class ExhaustiveSearch : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(ExhaustiveSearch, EqualsBruteForceTopK) {
+    const auto [dim, dtype] = GetParam();
+    const Corpus c = make_corpus(300, dim, 8, 1000 + dim);
+    // Input in the requested dtype; the index stores fp16 vectors.
+    std::vector<uint16_t> h(c.docs.size());
+    std::vector<float> rounded(c.docs.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+        h[i] = kernels::float_to_half(c.docs[i]);
+        rounded[i] = kernels::half_to_float(h[i]);
+    }
+    EmbeddingView v;
+    v.dtype = dtype;
+    v.data = dtype == DType::kF16 ? static_cast<const void*>(h.data()) : c.docs.data();
+    v.rows = static_cast<int64_t>(c.docs.size() / dim);
+    v.dim = dim;
+    IndexBuildOptions bo;
+    bo.keep_vectors = true;
+    bo.n_centroids = 32;
+    bo.progress = false;
+    bo.chunk_docs = 64;  // several chunks
+    const std::string path = temp_dir("exh" + std::to_string(dim)) + "/index";
+    std::unique_ptr<IndexBuilder> b;
+    ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
+    Status st = b->Build(v, c.lens, {});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::unique_ptr<Searcher> s;
+    SearcherOptions so;
+    so.device = Device::kCpu;
+    so.progress = false;
+    ASSERT_TRUE(Searcher::Open(so, path, &s).ok());
+    EXPECT_EQ(s->info().n_docs, 300);
+    QueryBatch qb;
+    qb.data = c.queries.data();
+    qb.dtype = DType::kF32;
+    qb.n_queries = c.nq;
+    qb.q_tokens = c.qt;
+    qb.dim = dim;
+    SearchOptions opts;
+    opts.exhaustive = true;
+    opts.k = 20;
+    std::vector<std::vector<SearchHit>> res;
+    st = s->Search(qb, opts, &res);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(res.size(), size_t(c.nq));
+    for (int q = 0; q < c.nq; ++q) {
+        SCOPED_TRACE("query " + std::to_string(q));
+        const auto bf = brute_force(c, rounded, q);  // what the index stores
+        std::vector<int> order(bf.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b2) { return bf[a] > bf[b2]; });
+        ASSERT_EQ(res[q].size(), 20u);
+        std::set<int64_t> ids;
+        for (int j = 0; j < 20; ++j) {
+            const auto& hit = res[q][j];
+            EXPECT_TRUE(ids.insert(hit.internal_id).second) << "duplicate id";
+            EXPECT_EQ(hit.doc_id, std::to_string(hit.internal_id));
+            // Tie-aware: the brute-force score of the returned id equals the j-th best score.
+            EXPECT_NEAR(bf[hit.internal_id], bf[order[j]], 1e-4);
+            EXPECT_NEAR(hit.score, bf[hit.internal_id], 1e-4);
+            if (j + 1 < 20 && bf[order[j]] - bf[order[j + 1]] > 1e-4 && (j == 0 || bf[order[j - 1]] - bf[order[j]] > 1e-4)) {
+                EXPECT_EQ(hit.internal_id, order[j]);  // no near-tie: exactly the same document
+            }
+        }
+        if (dtype == DType::kF32) {  // also close to the unrounded fp32 truth
+            const auto exact = brute_force(c, c.docs, q);
+            EXPECT_NEAR(res[q][0].score, exact[order[0]], 0.02);
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(SearchCpu, ExhaustiveSearch,
+                         ::testing::Values(std::make_tuple(96, DType::kF16), std::make_tuple(96, DType::kF32),
+                                           std::make_tuple(128, DType::kF16), std::make_tuple(128, DType::kF32)));
+
+// Default parameters on the synthetic corpus: recall@10 of approximate vs exhaustive >= 0.95.
+class DefaultSearch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DefaultSearch, RecallAgainstExhaustive) {
+    const std::string codec = GetParam();
+    const std::string dir = temp_dir("synth_" + codec);
+    SynthOptions so;
+    so.n_docs = 1000;
+    so.n_queries = 60;
+    ASSERT_TRUE(WriteSynthCorpus(so, dir).ok());
+    IndexBuildOptions bo;
+    bo.codec = codec;
+    bo.keep_vectors = true;
+    bo.progress = false;
+    std::unique_ptr<IndexBuilder> b;
+    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/index", &b).ok());
+    Status st = b->BuildFromFiles(dir + "/docs.npy", dir + "/doclens.npy", dir + "/doc_ids.txt");
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::unique_ptr<Searcher> s;
+    SearcherOptions sopt;
+    sopt.device = Device::kCpu;
+    sopt.progress = false;
+    ASSERT_TRUE(Searcher::Open(sopt, dir + "/index", &s).ok());
+    HostArray qa;
+    ASSERT_TRUE(LoadNpy(dir + "/queries.npy", &qa).ok());
+    QueryBatch qb;
+    qb.data = qa.bytes.data();
+    qb.dtype = DType::kF16;
+    qb.n_queries = static_cast<int>(qa.shape[0]);
+    qb.q_tokens = static_cast<int>(qa.shape[1]);
+    qb.dim = static_cast<int>(qa.shape[2]);
+    SearchOptions exh;
+    exh.exhaustive = true;
+    SearchOptions def;  // defaults
+    std::vector<std::vector<SearchHit>> re, ra;
+    ASSERT_TRUE(s->Search(qb, exh, &re).ok());
+    ASSERT_TRUE(s->Search(qb, def, &ra).ok());
+    // Without rerank the compressed scores alone must still find most of them.
+    SearchOptions norerank;
+    norerank.rerank = 0;
+    std::vector<std::vector<SearchHit>> rn;
+    ASSERT_TRUE(s->Search(qb, norerank, &rn).ok());
+    auto recall = [&](const std::vector<std::vector<SearchHit>>& r) {
+        double sum = 0;
+        for (size_t q = 0; q < re.size(); ++q) {
+            std::set<std::string> truth;
+            for (const auto& h : re[q]) truth.insert(h.doc_id);
+            int hit = 0;
+            for (const auto& h : r[q]) hit += truth.count(h.doc_id);
+            sum += double(hit) / truth.size();
+        }
+        return sum / re.size();
+    };
+    const double r_default = recall(ra), r_compressed = recall(rn);
+    std::printf("[ codec %s ] recall@10 vs exhaustive: default %.4f, compressed only %.4f\n", codec.c_str(), r_default,
+                r_compressed);
+    EXPECT_GE(r_default, 0.95);
+    EXPECT_GE(r_compressed, 0.80);
+}
+
+INSTANTIATE_TEST_SUITE_P(SearchCpu, DefaultSearch, ::testing::Values("pq", "residual"));
+
+TEST(SearchCpu, RejectsBadRequests) {
+    const Corpus c = make_corpus(50, 64, 2, 5);
+    EmbeddingView v{c.docs.data(), DType::kF32, static_cast<int64_t>(c.docs.size() / 64), 64};
+    IndexBuildOptions bo;
+    bo.n_centroids = 8;
+    bo.codec = "residual";
+    bo.progress = false;
+    const std::string path = temp_dir("bad") + "/index";
+    std::unique_ptr<IndexBuilder> b;
+    ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
+    ASSERT_TRUE(b->Build(v, c.lens, {}).ok());
+    std::unique_ptr<Searcher> s;
+    SearcherOptions so;
+    so.device = Device::kCpu;
+    ASSERT_TRUE(Searcher::Open(so, path, &s).ok());
+    QueryBatch qb{c.queries.data(), DType::kF32, c.nq, c.qt, 64, nullptr};
+    std::vector<std::vector<SearchHit>> res;
+    SearchOptions o;
+    o.k = 0;
+    EXPECT_EQ(s->Search(qb, o, &res).code(), Status::Code::kInvalidArgument);
+    o.k = 5;
+    o.exhaustive = true;  // no stored vectors
+    Status st = s->Search(qb, o, &res);
+    EXPECT_EQ(st.code(), Status::Code::kNotSupported);
+    EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos) << st.message();
+    o.exhaustive = false;
+    QueryBatch wrong = qb;
+    wrong.dim = 32;
+    EXPECT_EQ(s->Search(wrong, o, &res).code(), Status::Code::kInvalidArgument);
+    ASSERT_TRUE(s->Search(qb, o, &res).ok());
+    EXPECT_EQ(res[0].size(), 5u);
+    // More results than documents: every document once.
+    o.k = 100;
+    o.nprobe = 8;
+    ASSERT_TRUE(s->Search(qb, o, &res).ok());
+    EXPECT_LE(res[0].size(), 50u);
+    // Query lengths: a 0-token query scores 0 everywhere but still returns hits.
+    const int32_t lens[] = {0, 3};
+    qb.lengths = lens;
+    o.k = 3;
+    ASSERT_TRUE(s->Search(qb, o, &res).ok());
+    SearcherOptions gpu;
+    gpu.device = Device::kGpu;
+    std::unique_ptr<Searcher> g;
+#if !TMS_WITH_CUDA
+    EXPECT_EQ(Searcher::Open(gpu, path, &g).code(), Status::Code::kNotSupported);
+#endif
+}
+
+}  // namespace
+}  // namespace tms
