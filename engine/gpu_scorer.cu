@@ -47,7 +47,6 @@ struct GpuExactScorer::Impl {
     int64_t* d_offsets = nullptr;
     void* d_arena = nullptr;
     size_t arena_bytes = 0;
-    std::vector<int64_t> h_offsets_last;  // for host-side candidate checks
 
     ~Impl() {
         DeviceGuard g(device);
@@ -61,10 +60,10 @@ struct GpuExactScorer::Impl {
     Status Reserve(size_t bytes) {
         if (bytes <= arena_bytes) return Status::OK();
         TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        const size_t grown = std::max(bytes, arena_bytes + arena_bytes / 2);
         TMS_CUDA_RETURN_IF_ERROR(cudaFree(d_arena));
         d_arena = nullptr;
         arena_bytes = 0;
-        const size_t grown = std::max(bytes, arena_bytes + arena_bytes / 2);
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_arena, grown));
         arena_bytes = grown;
         return Status::OK();
@@ -224,7 +223,12 @@ Status GpuExactScorer::ScoreTopK(const float* h_queries, int n_queries, int q_st
     sizes.n_docs = im.n_docs;
     sizes.q_dtype = DType::kF32;
     sizes.d_dtype = DType::kF16;
-    sizes.cand_offsets = h_cand_offsets;  // only its nullness matters
+    // Only sizes and the nullness of pointers matter here (nothing is read).
+    sizes.queries = im.d_tokens;
+    sizes.doc_tokens = im.d_tokens;
+    sizes.doc_offsets = im.d_offsets;
+    sizes.cand_offsets = h_cand_offsets ? im.d_offsets : nullptr;
+    sizes.cand_docs = h_cand_offsets ? reinterpret_cast<const int32_t*>(im.d_offsets) : nullptr;
     const size_t ws = kernels::maxsim_topk_cuda_workspace_bytes(sizes, k);
     const size_t out_n = size_t(std::max(0, n_queries)) * k;
     const size_t ids_bytes = align256(out_n * sizeof(int32_t));

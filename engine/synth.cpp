@@ -101,11 +101,11 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
         qrels.push_back(qids.back() + "\t" + dids[rel] + "\t1");
         std::uniform_int_distribution<int64_t> tok_d(offsets[rel], offsets[rel + 1] - 1);
         for (int i = 0; i < o.q_tokens; ++i) {
-            if (u01(rng) < 0.5f) {
+            if (u01(rng) < 0.3f) {
                 Vec src(dim);
                 const int64_t t = tok_d(rng);
                 for (int c = 0; c < dim; ++c) src[c] = kernels::half_to_float(docs[size_t(t) * dim + c]);
-                mix(src.data(), 1.0f, nullptr, 0.f, 0.8f, dim, rng, tok.data());
+                mix(src.data(), 1.0f, nullptr, 0.f, 1.1f, dim, rng, tok.data());
             } else {
                 const Vec& w = topic_words[size_t(doc_topic[rel]) * kWords + word_d(rng)];
                 mix(w.data(), 1.0f, nullptr, 0.f, 0.6f, dim, rng, tok.data());

@@ -259,8 +259,8 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
         p.scores = cpu.data();
         ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
         std::vector<float> gpu;
-        st = scorer->Score(qf.data(), nq, q_stride, qlens.data(), co, cd, &gpu);
-        ASSERT_TRUE(st.ok()) << st.ToString();
+        const Status st_score = scorer->Score(qf.data(), nq, q_stride, qlens.data(), co, cd, &gpu);
+        ASSERT_TRUE(st_score.ok()) << st_score.ToString();
         ASSERT_EQ(gpu.size(), cpu.size());
         for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 2e-4 * (1 + std::fabs(cpu[i]))) << i;
         std::vector<int32_t> want_ids(size_t(nq) * k), got_ids;
@@ -275,8 +275,8 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
         tp.out_ids = want_ids.data();
         tp.out_scores = want_sc.data();
         ASSERT_TRUE(kernels::topk_cpu(tp).ok());
-        st = scorer->ScoreTopK(qf.data(), nq, q_stride, qlens.data(), co, cd, k, &got_ids, &got_sc);
-        ASSERT_TRUE(st.ok()) << st.ToString();
+        const Status st_topk = scorer->ScoreTopK(qf.data(), nq, q_stride, qlens.data(), co, cd, k, &got_ids, &got_sc);
+        ASSERT_TRUE(st_topk.ok()) << st_topk.ToString();
         ASSERT_EQ(got_ids.size(), want_ids.size());
         for (size_t j = 0; j < want_ids.size(); ++j) {
             if (want_ids[j] < 0) {

@@ -1,0 +1,322 @@
+// Copyright TileMaxSim authors. `tms bench kernels`: in one run, the machine's read ceiling
+// (a streaming-read kernel), the TileMaxSim exact kernel and a naive cuBLAS GEMM + max-reduce
+// baseline, over the cases of the exact-scoring issue. Data is generated on the device and
+// rotated over enough copies to exceed 4x the L2; each timing is the median of 15 samples
+// (CUDA events) after warm-up, a sample being enough launches to move >= 1 GB.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/bench_kernels.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/maxsim_cuda.h"
+
+namespace tms::engine {
+namespace {
+
+constexpr int kSamples = 15;
+constexpr int kQTokens = 32;
+
+__global__ void fill_random(void* data, int64_t n, int dtype, uint32_t seed) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 0x9E3779B1u ^ uint32_t(i >> 32) * 0x85EBCA77u ^ seed;
+        h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+        const float v = (float(h & 0xffffff) / float(1 << 24) - 0.5f) * 0.25f + 1e-3f;
+        if (dtype == int(DType::kF32)) static_cast<float*>(data)[i] = v;
+        else if (dtype == int(DType::kF16)) static_cast<__half*>(data)[i] = __float2half(v);
+        else static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(v);
+    }
+}
+
+/// Streaming read: 4 independent 16-byte loads per thread per iteration, XOR-folded.
+__global__ void read_ceiling_kernel(const uint4* p, int64_t n_vec, uint32_t* sink) {
+    uint32_t acc = 0;
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    for (; i + 3 * stride < n_vec; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+              d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n_vec; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads alive
+}
+
+/// Baseline reduce: C col-major [32, n_tok] fp32; one warp per document, lane = query row.
+__global__ void naive_reduce(const float* c, const int64_t* offs, int64_t doc0, int64_t n_docs, int64_t tok0,
+                             float* scores) {
+    const int64_t doc = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (doc >= n_docs) return;
+    const int64_t b = offs[doc0 + doc] - tok0, e = offs[doc0 + doc + 1] - tok0;
+    float m = -INFINITY;
+    for (int64_t t = b; t < e; ++t) m = fmaxf(m, c[t * 32 + lane]);
+    if (e == b) m = 0.f;
+    for (int o = 16; o; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+    if (lane == 0) scores[doc0 + doc] = m;
+}
+
+struct BenchCase {
+    std::string name;
+    int dim = 128;
+    int nd = 128;         // tokens per doc (0: variable 32..256)
+    int64_t n_docs = 0;   // documents in the corpus
+    DType dtype = DType::kF16;
+    int n_queries = 1;    // ragged: queries, each with n_cand candidates
+    int64_t n_cand = 0;   // 0: dense (one query x all docs)
+};
+
+std::vector<BenchCase> bench_cases() {
+    std::vector<BenchCase> v;
+    for (int nd : {32, 128, 256})
+        for (int64_t b : {1000, 10000, 100000, 500000})
+            v.push_back({"exact_d128_nq32_nd" + std::to_string(nd) + "_b" + std::to_string(b) + "_fp16", 128, nd, b});
+    v.push_back({"exact_d768_nq32_nd128_b20000_fp16", 768, 128, 20000});
+    v.push_back({"exact_d128_nq32_ndvar32-256_b100000_fp16", 128, 0, 100000});
+    v.push_back({"ragged_d128_nq32_nd128_q256_c4096_n1000000_fp16", 128, 128, 1000000, DType::kF16, 256, 4096});
+    v.push_back({"exact_d128_nq32_nd128_b100000_bf16", 128, 128, 100000, DType::kBF16});
+    v.push_back({"exact_d128_nq32_nd128_b100000_fp32", 128, 128, 100000, DType::kF32});
+    return v;
+}
+
+template <typename T>
+struct Dev {
+    T* p = nullptr;
+    ~Dev() { cudaFree(p); }
+    Status alloc(size_t n) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+        return Status::OK();
+    }
+};
+
+struct Timer {
+    cudaEvent_t a = nullptr, b = nullptr;
+    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
+    ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
+    /// Median seconds per call of fn(i) over kSamples samples of `per_sample` calls.
+    Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
+        for (int w = 0; w < 2; ++w) TMS_RETURN_IF_ERROR(fn(w));
+        std::vector<double> t;
+        int call = 0;
+        for (int s = 0; s < kSamples; ++s) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(a));
+            for (int i = 0; i < per_sample; ++i) TMS_RETURN_IF_ERROR(fn(call++));
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(b));
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b));
+            float ms = 0;
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a, b));
+            t.push_back(ms * 1e-3 / per_sample);
+        }
+        std::sort(t.begin(), t.end());
+        *sec = t[t.size() / 2];
+        return Status::OK();
+    }
+};
+
+std::string fmt(double x) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", x);
+    return b;
+}
+
+std::string row(const std::string& c, const std::string& impl, double docs_s, double gbps, double ceil) {
+    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) + ",\"gbps\":" +
+           fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
+}
+
+Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cublasHandle_t blas,
+                std::vector<std::string>* rows) {
+    const int esz = DTypeSize(bc.dtype);
+    const size_t row_bytes = size_t(bc.dim) * esz;
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int> ulen(32, 256);
+    std::vector<int64_t> offs{0};
+    for (int64_t d = 0; d < bc.n_docs; ++d) offs.push_back(offs.back() + (bc.nd ? bc.nd : ulen(rng)));
+    const int64_t n_tok = offs.back();
+    const size_t corpus_bytes = size_t(n_tok) * row_bytes;
+    // Copies to rotate over: together >= 4x L2 (only small corpora get more than one).
+    const int copies = int(std::min<size_t>(256, std::max<size_t>(1, (4 * l2_bytes + corpus_bytes - 1) / corpus_bytes)));
+    Dev<unsigned char> docs;
+    TMS_RETURN_IF_ERROR(docs.alloc(corpus_bytes * copies));
+    fill_random<<<4096, 256>>>(docs.p, int64_t(n_tok) * bc.dim * copies, int(bc.dtype), 7);
+    TMS_CUDA_CHECK_LAUNCH();
+    Dev<int64_t> d_offs;
+    TMS_RETURN_IF_ERROR(d_offs.alloc(offs.size()));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_offs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+    const int nq = bc.n_queries;
+    Dev<unsigned char> q;
+    TMS_RETURN_IF_ERROR(q.alloc(size_t(nq) * kQTokens * row_bytes));
+    fill_random<<<256, 256>>>(q.p, int64_t(nq) * kQTokens * bc.dim, int(bc.dtype), 99);
+    TMS_CUDA_CHECK_LAUNCH();
+
+    kernels::MaxSimParams p;
+    p.queries = q.p;
+    p.q_dtype = bc.dtype;
+    p.n_queries = nq;
+    p.q_stride = kQTokens;
+    p.dim = bc.dim;
+    p.d_dtype = bc.dtype;
+    p.doc_tokens = docs.p;
+    p.doc_offsets = d_offs.p;
+    p.n_docs = bc.n_docs;
+    int64_t n_pairs = bc.n_docs;
+    double bytes_read = double(corpus_bytes);
+    std::vector<int64_t> coffs;
+    std::vector<int32_t> cdocs;
+    Dev<int64_t> d_coffs;
+    Dev<int32_t> d_cdocs;
+    if (bc.n_cand > 0) {
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(bc.n_docs - 1));
+        coffs.push_back(0);
+        bytes_read = 0;
+        for (int qq = 0; qq < nq; ++qq) {
+            for (int64_t i = 0; i < bc.n_cand; ++i) {
+                const int32_t d = pick(rng);
+                cdocs.push_back(d);
+                bytes_read += double(offs[d + 1] - offs[d]) * row_bytes;
+            }
+            coffs.push_back(int64_t(cdocs.size()));
+        }
+        n_pairs = int64_t(cdocs.size());
+        TMS_RETURN_IF_ERROR(d_coffs.alloc(coffs.size()));
+        TMS_RETURN_IF_ERROR(d_cdocs.alloc(cdocs.size()));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_coffs.p, coffs.data(), coffs.size() * 8, cudaMemcpyHostToDevice));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_cdocs.p, cdocs.data(), cdocs.size() * 4, cudaMemcpyHostToDevice));
+        p.cand_offsets = d_coffs.p;
+        p.cand_docs = d_cdocs.p;
+    }
+    Dev<float> scores;
+    TMS_RETURN_IF_ERROR(scores.alloc(size_t(n_pairs)));
+    p.scores = scores.p;
+    const int per_sample = int(std::clamp<double>(std::ceil(1e9 / bytes_read), 1, 200));
+    Timer timer;
+    double sec = 0;
+    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
+        kernels::MaxSimParams pi = p;
+        pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;
+        return kernels::maxsim_cuda(pi, nullptr);
+    }, &sec));
+    rows->push_back(row(bc.name, "tilemaxsim", n_pairs / sec, bytes_read / sec * 1e-9, ceiling_gbps));
+    std::fprintf(stderr, "%-50s tilemaxsim      %8.3f ms  %7.1f GB/s  %.3f of ceiling\n", bc.name.c_str(), sec * 1e3,
+                 bytes_read / sec * 1e-9, bytes_read / sec * 1e-9 / ceiling_gbps);
+    if (bc.n_cand > 0) {
+        const int k = 10;
+        const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);
+        Dev<unsigned char> ws;
+        Dev<int32_t> ids;
+        Dev<float> sc;
+        TMS_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+        TMS_RETURN_IF_ERROR(ids.alloc(size_t(nq) * k));
+        TMS_RETURN_IF_ERROR(sc.alloc(size_t(nq) * k));
+        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int) {
+            return kernels::maxsim_topk_cuda(p, k, ids.p, sc.p, ws.p, ws_bytes, nullptr);
+        }, &sec));
+        rows->push_back(row(bc.name, "tilemaxsim-topk10", n_pairs / sec, bytes_read / sec * 1e-9, ceiling_gbps));
+        std::fprintf(stderr, "%-50s tilemaxsim-topk10 %8.3f ms  %7.1f GB/s\n", bc.name.c_str(), sec * 1e3,
+                     bytes_read / sec * 1e-9);
+        return Status::OK();  // no dense GEMM baseline for gathered candidate lists
+    }
+    // Naive baseline: C = Q D^T into HBM (fp32), then a per-document max/sum reduce; in chunks
+    // of whole documents of at most 16M tokens.
+    const int64_t chunk_tok = int64_t(1) << 24;
+    Dev<float> cbuf;
+    TMS_RETURN_IF_ERROR(cbuf.alloc(size_t(std::min<int64_t>(chunk_tok + 256, n_tok)) * kQTokens));
+    std::vector<std::pair<int64_t, int64_t>> chunks;  // doc ranges
+    for (int64_t d0 = 0; d0 < bc.n_docs;) {
+        int64_t d1 = d0;
+        while (d1 < bc.n_docs && offs[d1 + 1] - offs[d0] <= chunk_tok) ++d1;
+        chunks.push_back({d0, d1});
+        d0 = d1;
+    }
+    const cudaDataType_t ct = bc.dtype == DType::kF32 ? CUDA_R_32F : bc.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) -> Status {
+        const unsigned char* base = docs.p + size_t(i % copies) * corpus_bytes;
+        for (auto [d0, d1] : chunks) {
+            const int64_t t0 = offs[d0], nt = offs[d1] - t0;
+            const float one = 1.f, zero = 0.f;
+            TMS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, kQTokens, int(nt), bc.dim, &one, q.p,
+                                                    ct, bc.dim, base + size_t(t0) * row_bytes, ct, bc.dim, &zero,
+                                                    cbuf.p, CUDA_R_32F, kQTokens, CUBLAS_COMPUTE_32F,
+                                                    CUBLAS_GEMM_DEFAULT));
+            const int64_t nd = d1 - d0;
+            naive_reduce<<<unsigned((nd * 32 + 255) / 256), 256>>>(cbuf.p, d_offs.p, d0, nd, t0, scores.p);
+            TMS_CUDA_CHECK_LAUNCH();
+        }
+        return Status::OK();
+    }, &sec));
+    rows->push_back(row(bc.name, "cublas-gemm-reduce", n_pairs / sec, bytes_read / sec * 1e-9, ceiling_gbps));
+    std::fprintf(stderr, "%-50s cublas-gemm-reduce %8.3f ms  %7.1f GB/s  %.3f of ceiling\n", bc.name.c_str(),
+                 sec * 1e3, bytes_read / sec * 1e-9, bytes_read / sec * 1e-9 / ceiling_gbps);
+    return Status::OK();
+}
+
+}  // namespace
+
+Status RunKernelBench(const std::string& cases_filter, std::string* json) {
+    int n_dev = 0;
+    TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
+    if (n_dev == 0) return Status::NotSupported("bench kernels: no CUDA device");
+    int dev = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
+    const size_t l2 = size_t(prop.l2CacheSize);
+
+    // Read ceiling: 8 GiB streamed with 16-byte loads, median of kSamples.
+    double ceiling = 0;
+    {
+        const size_t bytes = size_t(8) << 30;
+        Dev<uint4> buf;
+        Dev<uint32_t> sink;
+        TMS_RETURN_IF_ERROR(buf.alloc(bytes / 16));
+        TMS_RETURN_IF_ERROR(sink.alloc(1));
+        fill_random<<<4096, 256>>>(buf.p, int64_t(bytes / 4), int(DType::kF32), 3);
+        TMS_CUDA_CHECK_LAUNCH();
+        Timer timer;
+        double sec = 0;
+        TMS_RETURN_IF_ERROR(timer.median(3, [&](int) {
+            read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(buf.p, int64_t(bytes / 16), sink.p);
+            TMS_CUDA_CHECK_LAUNCH();
+            return Status::OK();
+        }, &sec));
+        ceiling = double(bytes) / sec * 1e-9;
+        std::fprintf(stderr, "read ceiling: %.1f GB/s\n", ceiling);
+    }
+    cublasHandle_t blas = nullptr;
+    TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
+    std::vector<std::string> rows;
+    for (const BenchCase& bc : bench_cases()) {
+        if (!cases_filter.empty() && bc.name.find(cases_filter) == std::string::npos) continue;
+        const Status case_st = run_case(bc, ceiling, l2, blas, &rows);
+        if (!case_st.ok()) {
+            cublasDestroy(blas);
+            return case_st.WithContext(bc.name);
+        }
+    }
+    cublasDestroy(blas);
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    std::string j = "{\"gpu\":\"" + std::string(prop.name) + "\",\"date\":\"" + date +
+                    "\",\"command\":\"tms bench kernels\",\"read_ceiling_gbps\":" + fmt(ceiling) + ",\"cases\":[\n";
+    j += row("read_ceiling", "read-ceiling", 0, ceiling, ceiling);
+    for (const std::string& r : rows) j += ",\n" + r;
+    j += "\n]}\n";
+    *json = std::move(j);
+    return Status::OK();
+}
+
+}  // namespace tms::engine

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what TileMaxSim needs on Debian 12 (idempotent: installs only what is missing).
+#   Debian packages: compilers, CMake, FAISS (CPU), RocksDB, CLI11, nlohmann-json, GoogleTest,
+#   Google Benchmark, OpenMP, OpenBLAS.   Python (tests only): numpy, pytest, pytrec-eval.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libfaiss-dev librocksdb-dev libcli11-dev nlohmann-json3-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libopenblas-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! python3 -c "import numpy, pytest, pytrec_eval" 2>/dev/null; then
+  echo "setup: installing Python test packages (numpy, pytest, pytrec-eval-terrier)"
+  python3 -m pip install -q numpy pytest pytrec-eval-terrier 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages numpy pytest pytrec-eval-terrier \
+    || { (command -v pip3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null) \
+         && python3 -m pip install -q --break-system-packages numpy pytest pytrec-eval-terrier; }
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install, build, and run every CPU test (GPU tests carry the ctest label gpu: run them on a GPU
+# machine with `ctest --test-dir build -L gpu`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+# CI compiles CUDA for sm_90 only (what the H200 runs) to stay fast.
+scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES=90 "$@"
+ctest --test-dir build -L cpu --output-on-failure -j"$(nproc)" --timeout 1200

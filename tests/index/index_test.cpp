@@ -1,0 +1,202 @@
+// Copyright TileMaxSim authors. The index module: .npy I/O, options JSON, build + reload.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "index/index_data.h"
+#include "kernels/maxsim.h"
+#include "tilemaxsim/tilemaxsim.h"
+
+namespace tms {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+    const fs::path p = fs::path(::testing::TempDir()) / ("tms_idx_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p.string();
+}
+
+TEST(NpyCpu, SaveLoadRoundTrip) {
+    const std::string dir = temp_dir("npy");
+    const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+    ASSERT_TRUE(SaveNpy(dir + "/a.npy", "<f4", {2, 3}, v.data(), v.size() * 4).ok());
+    HostArray a;
+    ASSERT_TRUE(LoadNpy(dir + "/a.npy", &a).ok());
+    EXPECT_EQ(a.descr, "<f4");
+    EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(0, std::memcmp(a.bytes.data(), v.data(), 24));
+    const std::vector<int64_t> lens = {3, 1};
+    ASSERT_TRUE(SaveNpy(dir + "/l.npy", "<i8", {2}, lens.data(), 16).ok());
+    ASSERT_TRUE(LoadNpy(dir + "/l.npy", &a).ok());
+    std::vector<int64_t> got;
+    ASSERT_TRUE(IntegersFromArray(a, "l.npy", &got).ok());
+    EXPECT_EQ(got, lens);
+    EmbeddingView view;
+    Status st = EmbeddingsFromArray(a, 2, "l.npy", &view);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("l.npy"), std::string::npos);
+    EXPECT_EQ(LoadNpy(dir + "/missing.npy", &a).code(), Status::Code::kNotFound);
+}
+
+TEST(OptionsCpu, ParsesPresetsAndRejectsUnknownKeys) {
+    for (const char* name : {"small", "msmarco", "beir"}) {
+        IndexBuildOptions o;
+        Status st = LoadBuildOptionsJson(std::string(TMS_SOURCE_DIR) + "/configs/" + name + ".json", &o);
+        EXPECT_TRUE(st.ok()) << name << ": " << st.ToString();
+    }
+    IndexBuildOptions o;
+    EXPECT_TRUE(ParseBuildOptionsJson(R"({"codec": "residual", "residual_nbits": 4})", &o).ok());
+    EXPECT_EQ(o.codec, "residual");
+    EXPECT_EQ(o.residual_nbits, 4);
+    Status st = ParseBuildOptionsJson(R"({"codecs": "pq"})", &o);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("codecs"), std::string::npos);
+    EXPECT_FALSE(ParseBuildOptionsJson(R"({"pq_m": "sixteen"})", &o).ok());
+    EXPECT_FALSE(ParseBuildOptionsJson("{not json", &o).ok());
+    IndexBuildOptions back;
+    EXPECT_TRUE(ParseBuildOptionsJson(BuildOptionsToJson(o), &back).ok());
+    EXPECT_EQ(back.residual_nbits, 4);
+}
+
+struct Built {
+    std::vector<uint16_t> tokens;
+    std::vector<int64_t> lens;
+    std::vector<std::string> ids;
+};
+
+Built random_docs(int n_docs, int dim, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> n01;
+    Built b;
+    for (int d = 0; d < n_docs; ++d) {
+        b.lens.push_back(1 + int(rng() % 30));
+        b.ids.push_back("doc-" + std::to_string(d * 7));
+        for (int t = 0; t < b.lens.back() * dim; ++t) b.tokens.push_back(kernels::float_to_half(n01(rng) * 0.1f));
+    }
+    return b;
+}
+
+class BuildAndLoad : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BuildAndLoad, RoundTripsEverything) {
+    const int dim = 64;
+    const Built b = random_docs(500, dim, 3);
+    EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+    IndexBuildOptions bo;
+    bo.codec = GetParam();
+    bo.n_centroids = 32;
+    bo.keep_vectors = true;
+    bo.chunk_docs = 37;
+    bo.progress = false;
+    index::IndexData built;
+    std::vector<std::pair<std::string, double>> phases;
+    ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
+    const std::string path = temp_dir("rt_" + bo.codec) + "/idx";
+    ASSERT_TRUE(index::WriteIndex(path, built, bo).ok());
+    index::IndexData got;
+    Status st = index::ReadIndex(path, true, false, &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(got.info.n_docs, 500);
+    EXPECT_EQ(got.info.n_chunks, (500 + 36) / 37);
+    EXPECT_EQ(got.doc_offsets, built.doc_offsets);
+    EXPECT_EQ(got.token_centroids, built.token_centroids);
+    EXPECT_EQ(got.codes, built.codes);
+    EXPECT_EQ(got.vectors, b.tokens);
+    EXPECT_EQ(got.doc_ids, b.ids);
+    EXPECT_EQ(got.ivf_offsets, built.ivf_offsets);
+    EXPECT_EQ(got.ivf_docs, built.ivf_docs);
+    EXPECT_EQ(got.model.centroids, built.model.centroids);
+    EXPECT_EQ(got.model.codebook, built.model.codebook);
+    // IVF: every document is listed under the centroid of each of its tokens, and only there.
+    std::vector<std::set<int32_t>> expect(bo.n_centroids);
+    for (int64_t d = 0; d < 500; ++d)
+        for (int64_t t = got.doc_offsets[d]; t < got.doc_offsets[d + 1]; ++t) expect[got.token_centroids[t]].insert(int32_t(d));
+    for (int k = 0; k < bo.n_centroids; ++k) {
+        std::set<int32_t> have(got.ivf_docs.begin() + got.ivf_offsets[k], got.ivf_docs.begin() + got.ivf_offsets[k + 1]);
+        EXPECT_EQ(have, expect[k]) << "centroid " << k;
+    }
+    // Codes decode close to the input: the residual codec's error is bounded by the buckets.
+    double err = 0, norm = 0;
+    const int nb = got.model.n_code_bytes, dsub = dim / nb;
+    for (int64_t t = 0; t < 200; ++t) {
+        for (int j = 0; j < dim; ++j) {
+            const int byte = j / dsub;
+            const float dec = got.model.centroids[size_t(got.token_centroids[t]) * dim + j] +
+                              got.model.codebook[(size_t(byte) * 256 + got.codes[t * nb + byte]) * dsub + j % dsub];
+            const float x = kernels::half_to_float(b.tokens[t * dim + j]);
+            err += double(dec - x) * (dec - x);
+            norm += double(x) * x;
+        }
+    }
+    EXPECT_LT(err / norm, 0.5) << "relative squared decoding error";
+    IndexInfo info;
+    ASSERT_TRUE(ReadIndexInfo(path, &info).ok());
+    EXPECT_EQ(info.codec, bo.codec);
+    EXPECT_TRUE(info.has_vectors);
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexCpu, BuildAndLoad, ::testing::Values("pq", "residual"));
+
+TEST(IndexCpu, FailedBuildLeavesNothing) {
+    const int dim = 64;
+    const Built b = random_docs(100, dim, 4);
+    EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+    IndexBuildOptions bo;
+    bo.n_centroids = 8;
+    bo.pq_m = 7;  // does not divide 64: fails after k-means
+    bo.progress = false;
+    const std::string dir = temp_dir("fail");
+    std::unique_ptr<IndexBuilder> builder;
+    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
+    Status st = builder->Build(v, b.lens, b.ids);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("pq_m 7"), std::string::npos) << st.message();
+    EXPECT_TRUE(fs::is_empty(dir));
+    bo.n_centroids = 100000;  // more centroids than tokens
+    bo.pq_m = 0;
+    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
+    EXPECT_FALSE(builder->Build(v, b.lens, b.ids).ok());
+    EXPECT_TRUE(fs::is_empty(dir));
+    IndexBuildOptions bad = bo;
+    bad.codec = "zip";
+    EXPECT_EQ(IndexBuilder::Create(bad, dir + "/idx", &builder).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
+    const int dim = 32;
+    const Built b = random_docs(60, dim, 5);
+    EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+    IndexBuildOptions bo;
+    bo.n_centroids = 8;
+    bo.codec = "residual";
+    bo.progress = false;
+    const std::string path = temp_dir("ow") + "/idx";
+    std::unique_ptr<IndexBuilder> builder;
+    ASSERT_TRUE(IndexBuilder::Create(bo, path, &builder).ok());
+    ASSERT_TRUE(builder->Build(v, b.lens, b.ids).ok());
+    EXPECT_EQ(builder->Build(v, b.lens, b.ids).code(), Status::Code::kAlreadyExists);
+    bo.overwrite = true;
+    bo.residual_nbits = 4;
+    ASSERT_TRUE(IndexBuilder::Create(bo, path, &builder).ok());
+    std::vector<int64_t> wrong = b.lens;
+    wrong[0] += 1;
+    EXPECT_FALSE(builder->Build(v, wrong, b.ids).ok());  // failed rebuild: old index intact
+    IndexInfo info;
+    ASSERT_TRUE(ReadIndexInfo(path, &info).ok());
+    EXPECT_EQ(info.residual_nbits, 2);
+    ASSERT_TRUE(builder->Build(v, b.lens, b.ids).ok());
+    ASSERT_TRUE(ReadIndexInfo(path, &info).ok());
+    EXPECT_EQ(info.residual_nbits, 4);
+    EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(path).parent_path()), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace tms

@@ -1,0 +1,284 @@
+"""End-to-end tests of the `tms` command line: the happy path and every bad input.
+
+Every failure must exit non-zero with exactly one line on stderr naming the file and the
+problem, and must never leave anything at the index path that looks like an index.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TMS = os.environ.get("TMS_BIN")
+pytestmark = pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
+
+
+def tms(*args, check=False):
+    p = subprocess.run([TMS, *map(str, args)], capture_output=True, text=True, timeout=600)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def expect_error(p, *needles):
+    assert p.returncode != 0, f"expected failure, got success: {p.stdout}"
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {p.stderr!r}"
+    for n in needles:
+        assert n in lines[0], f"{n!r} not in {lines[0]!r}"
+    assert "terminate" not in p.stderr and "Segmentation" not in p.stderr
+
+
+def save_npy(path, arr):
+    np.save(path, arr)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    tms("synth", "--out", d, "--docs", 300, "--queries", 20, "--dim", 64, check=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def index(corpus):
+    out = corpus / "index"
+    tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--doc-ids",
+        corpus / "doc_ids.txt", "--out", out, "--keep-vectors", "--centroids", 64, check=True)
+    return out
+
+
+def test_synth_outputs(corpus):
+    docs = np.load(corpus / "docs.npy")
+    lens = np.load(corpus / "doclens.npy")
+    q = np.load(corpus / "queries.npy")
+    assert docs.dtype == np.float16 and docs.shape[1] == 64
+    assert lens.sum() == docs.shape[0] and len(lens) == 300 and lens.min() >= 1
+    assert np.allclose(np.linalg.norm(docs.astype(np.float32), axis=1), 1, atol=1e-2)
+    assert q.shape == (20, 32, 64) and q.dtype == np.float16
+    assert len((corpus / "doc_ids.txt").read_text().split()) == 300
+    assert len((corpus / "query_ids.txt").read_text().split()) == 20
+    assert (corpus / "qrels.tsv").read_text().startswith("query-id\tcorpus-id\tscore\n")
+
+
+def test_end_to_end(corpus, index, tmp_path):
+    info = tms("info", "--index", index, check=True).stdout
+    assert "documents\t300" in info and "dim\t64" in info and "codec\tpq" in info
+    assert "format_version\t1" in info and "vectors\tyes" in info
+    run = tmp_path / "run.trec"
+    tms("search", "--index", index, "--queries", corpus / "queries.npy", "--query-ids", corpus / "query_ids.txt",
+        "--out", run, "--k", 10, check=True)
+    lines = run.read_text().splitlines()
+    assert len(lines) == 200
+    f = lines[0].split()
+    assert len(f) == 6 and f[1] == "Q0" and f[3] == "1" and f[0] == "q0" and f[2].startswith("doc")
+    ev = tms("eval", "--run", run, "--qrels", corpus / "qrels.tsv", check=True).stdout.splitlines()
+    names = [l.split("\t")[0] for l in ev]
+    assert names == ["mrr@10", "ndcg@10", "recall@100", "recall@1000"]
+    assert all(l.split("\t")[1] == "all" for l in ev)
+    mrr = float(ev[0].split("\t")[2])
+    assert mrr > 0.2  # the relevant document is findable
+    js = json.loads(tms("eval", "--run", run, "--qrels", corpus / "qrels.tsv", "--json", check=True).stdout)
+    assert abs(js["mrr@10"] - mrr) < 1e-4
+    exh = tmp_path / "exh.trec"
+    tms("search", "--index", index, "--queries", corpus / "queries.npy", "--out", exh, "--exhaustive", "--k", 5,
+        "--device", "cpu", check=True)
+    assert len(exh.read_text().splitlines()) == 100
+
+
+def test_residual_codec_and_float32(corpus, tmp_path):
+    docs32 = save_npy(tmp_path / "d32.npy", np.load(corpus / "docs.npy").astype(np.float32))
+    out = tmp_path / "res"
+    tms("index", "--docs", docs32, "--doclens", corpus / "doclens.npy", "--out", out, "--codec", "residual",
+        "--nbits", 2, "--centroids", 32, check=True)
+    info = tms("info", "--index", out, check=True).stdout
+    assert "codec\tresidual" in info and "residual_nbits\t2" in info
+    assert "code_bytes_per_token\t20.00" in info  # 4 (centroid) + 64 dims * 2 bits / 8
+
+
+def test_help_for_every_command():
+    for cmd in ["synth", "index", "search", "eval", "info", "demo", "bench"]:
+        p = tms(cmd, "--help")
+        assert p.returncode == 0 and "--help" in p.stdout, cmd
+
+
+# ---- bad inputs -------------------------------------------------------------------------
+
+def build(corpus, out, docs=None, doclens=None, ids=None, extra=()):
+    args = ["index", "--docs", docs or corpus / "docs.npy", "--doclens", doclens or corpus / "doclens.npy",
+            "--out", out, "--centroids", 16, *extra]
+    if ids:
+        args += ["--doc-ids", ids]
+    return tms(*args)
+
+
+def assert_no_index(out):
+    assert not Path(out).exists(), f"{out} exists after a failed build"
+    assert not [p for p in Path(out).parent.iterdir() if p.name.startswith(Path(out).name + ".tmp")]
+
+
+def test_truncated_npy(corpus, tmp_path):
+    raw = (corpus / "docs.npy").read_bytes()
+    bad = tmp_path / "trunc.npy"
+    bad.write_bytes(raw[: len(raw) // 2])
+    expect_error(build(corpus, tmp_path / "i", docs=bad), "trunc.npy", "truncated")
+    assert_no_index(tmp_path / "i")
+
+
+def test_not_npy(corpus, tmp_path):
+    bad = tmp_path / "text.npy"
+    bad.write_text("hello world, definitely not numpy\n")
+    expect_error(build(corpus, tmp_path / "i", docs=bad), "text.npy", "not a .npy file")
+    assert_no_index(tmp_path / "i")
+
+
+def test_wrong_dtype(corpus, tmp_path):
+    bad = save_npy(tmp_path / "int.npy", np.ones((10, 64), dtype=np.int32))
+    expect_error(build(corpus, tmp_path / "i", docs=bad), "int.npy", "dtype")
+    assert_no_index(tmp_path / "i")
+
+
+def test_wrong_rank(corpus, tmp_path):
+    bad = save_npy(tmp_path / "rank3.npy", np.ones((2, 5, 64), dtype=np.float16))
+    expect_error(build(corpus, tmp_path / "i", docs=bad), "rank3.npy", "rank-2")
+    assert_no_index(tmp_path / "i")
+
+
+def test_doclens_sum_mismatch(corpus, tmp_path):
+    lens = np.load(corpus / "doclens.npy").copy()
+    lens[0] += 1
+    bad = save_npy(tmp_path / "lens.npy", lens)
+    expect_error(build(corpus, tmp_path / "i", doclens=bad), "lens.npy", "sum to")
+    assert_no_index(tmp_path / "i")
+
+
+def test_negative_length(corpus, tmp_path):
+    lens = np.load(corpus / "doclens.npy").astype(np.int64)
+    lens[3] = -2
+    lens[4] += 2 + lens[3] * 0  # keep the sum plausible; the negative length must be named
+    bad = save_npy(tmp_path / "neg.npy", lens)
+    expect_error(build(corpus, tmp_path / "i", doclens=bad), "neg.npy", "document 3", "-2")
+    assert_no_index(tmp_path / "i")
+
+
+@pytest.mark.parametrize("value,word", [(np.nan, "NaN"), (np.inf, "Inf")])
+def test_non_finite(corpus, tmp_path, value, word):
+    docs = np.load(corpus / "docs.npy").copy()
+    docs[7, 3] = value
+    bad = save_npy(tmp_path / "nf.npy", docs)
+    expect_error(build(corpus, tmp_path / "i", docs=bad), "nf.npy", word, "row 7")
+    assert_no_index(tmp_path / "i")
+
+
+def test_doc_id_count_mismatch(corpus, tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(f"d{i}" for i in range(299)) + "\n")
+    expect_error(build(corpus, tmp_path / "i", ids=ids), "ids.txt", "299 ids for 300")
+    assert_no_index(tmp_path / "i")
+
+
+def test_duplicate_doc_ids(corpus, tmp_path):
+    ids = tmp_path / "dup.txt"
+    ids.write_text("\n".join(f"d{min(i, 298)}" for i in range(300)) + "\n")
+    expect_error(build(corpus, tmp_path / "i", ids=ids), "dup.txt", "duplicate id 'd298'")
+    assert_no_index(tmp_path / "i")
+
+
+def test_existing_index_is_kept(corpus, index, tmp_path):
+    before = tms("info", "--index", index, check=True).stdout
+    expect_error(build(corpus, index), "already exists", "--overwrite")
+    assert tms("info", "--index", index, check=True).stdout == before
+
+
+def test_overwrite_refuses_non_index(corpus, tmp_path):
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("keep me")
+    expect_error(build(corpus, victim, extra=["--overwrite"]), "not an index")
+    assert (victim / "notes.txt").read_text() == "keep me"
+
+
+def test_query_dim_mismatch(index, tmp_path):
+    q = save_npy(tmp_path / "q96.npy", np.ones((2, 32, 96), dtype=np.float16))
+    expect_error(tms("search", "--index", index, "--queries", q, "--out", tmp_path / "r"), "q96.npy", "dimension 96",
+                 "64")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("k", [0, -3])
+def test_k_not_positive(corpus, index, tmp_path, k):
+    expect_error(tms("search", "--index", index, "--queries", corpus / "queries.npy", "--out", tmp_path / "r",
+                     "--k", k), "--k")
+
+
+def test_missing_index(corpus, tmp_path):
+    expect_error(tms("search", "--index", tmp_path / "nope", "--queries", corpus / "queries.npy", "--out",
+                     tmp_path / "r"), "nope", "no such index")
+    expect_error(tms("info", "--index", tmp_path / "nope"), "no such index")
+
+
+def test_not_our_index(tmp_path):
+    d = tmp_path / "somedir"
+    d.mkdir()
+    (d / "file").write_text("x")
+    expect_error(tms("info", "--index", d), "somedir", "not a TileMaxSim index")
+
+
+def test_exhaustive_without_vectors(corpus, tmp_path):
+    out = tmp_path / "novec"
+    tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", out, "--centroids", 16,
+        check=True)
+    expect_error(tms("search", "--index", out, "--queries", corpus / "queries.npy", "--out", tmp_path / "r",
+                     "--exhaustive"), "--keep-vectors")
+
+
+def test_malformed_qrels(corpus, index, tmp_path):
+    run = tmp_path / "run.trec"
+    run.write_text("q0 Q0 doc1 1 2.5 t\n")
+    qrels = tmp_path / "bad.qrels"
+    qrels.write_text("q0 0 doc1 1\nq1 0 doc2\n")
+    expect_error(tms("eval", "--run", run, "--qrels", qrels), "bad.qrels:2")
+
+
+def test_malformed_run(tmp_path, corpus):
+    run = tmp_path / "bad.trec"
+    run.write_text("q0 Q0 doc1 1 2.5 t\nq0 Q0 doc2 2 notanumber t\n")
+    expect_error(tms("eval", "--run", run, "--qrels", corpus / "qrels.tsv"), "bad.trec:2")
+
+
+def test_corrupted_index_is_refused(corpus, tmp_path):
+    out = tmp_path / "corrupt"
+    tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", out, "--centroids", 16,
+        "--keep-vectors", check=True)
+    blobs = sorted(out.glob("*.blob")) + sorted(out.glob("*.sst"))
+    assert blobs
+    for b in blobs:
+        data = bytearray(b.read_bytes())
+        mid = len(data) // 2
+        for i in range(mid, min(mid + 64, len(data))):
+            data[i] ^= 0x5A
+        b.write_bytes(bytes(data))
+    p = tms("search", "--index", out, "--queries", corpus / "queries.npy", "--out", tmp_path / "r")
+    expect_error(p, "corrupt")
+    assert not (tmp_path / "r").exists()
+
+
+def test_interrupted_build_leaves_no_index(tmp_path):
+    big = tmp_path / "big"
+    tms("synth", "--out", big, "--docs", 3000, "--queries", 1, "--dim", 128, check=True)
+    out = tmp_path / "idx"
+    p = subprocess.Popen([TMS, "index", "--docs", big / "docs.npy", "--doclens", big / "doclens.npy", "--out", out],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not out.exists()
+    expect_error(tms("info", "--index", out), "no such index")
+    # A leftover temporary directory is not an index either.
+    for tmp in tmp_path.glob("idx.tmp-build-*"):
+        expect_error(tms("info", "--index", tmp))
