@@ -154,7 +154,11 @@ TEST_P(ExhaustiveSearch, EqualsBruteForceTopK) {
 
 INSTANTIATE_TEST_SUITE_P(SearchCpu, ExhaustiveSearch,
                          ::testing::Values(std::make_tuple(96, DType::kF16), std::make_tuple(96, DType::kF32),
-                                           std::make_tuple(128, DType::kF16), std::make_tuple(128, DType::kF32)));
+                                           std::make_tuple(128, DType::kF16), std::make_tuple(128, DType::kF32)),
+                         [](const auto& info) {
+                             return "dim" + std::to_string(std::get<0>(info.param)) +
+                                    (std::get<1>(info.param) == DType::kF16 ? "_f16" : "_f32");
+                         });
 
 // Default parameters on the synthetic corpus: recall@10 of approximate vs exhaustive >= 0.95.
 class DefaultSearch : public ::testing::TestWithParam<std::string> {};
