@@ -19,8 +19,9 @@ struct IndexBuildOptions {
     /// 16*sqrt(n_tokens), capped so that every centroid has >= 8 training tokens.
     /// Default: 0
     int n_centroids = 0;
-    /// k-means iterations (FAISS Clustering). Default: 20
-    int kmeans_iters = 20;
+    /// k-means iterations (FAISS Clustering); ColBERT/PLAID use 4: residual codes and the
+    /// exact rerank absorb coarse centroid error. Default: 4
+    int kmeans_iters = 4;
     /// Tokens sampled to train centroids and codecs (0: all tokens). Default: 262144
     int64_t max_train_tokens = 262144;
     /// PQ sub-quantizers; must divide dim. 0 picks dim/8 capped at 32 (16 at d=128). Default: 0
