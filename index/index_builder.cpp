@@ -1,12 +1,236 @@
-// Copyright TileMaxSim authors. The public IndexBuilder: load, validate, build, write.
+// Copyright TileMaxSim authors. The public IndexBuilder: streaming build in bounded memory.
+// Inputs are memory-mapped (.npy files, a directory of shards, or safetensors); training
+// reads a sample; documents are then encoded and written chunk by chunk, so peak memory is
+// the sample, one chunk of codes (and vectors), and the IVF lists.
 #include "tilemaxsim/index_builder.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "index/index_data.h"
+#include "index/progress.h"
 #include "tilemaxsim/io.h"
 
+namespace fs = std::filesystem;
+
 namespace tms {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The streaming build over one or more shards (documents never straddle shards).
+Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vector<std::vector<int64_t>>& shard_lens,
+                       std::vector<std::string> ids, const IndexBuildOptions& opts, const std::string& path,
+                       BuildStats* stats) {
+    std::vector<int64_t> all_lens;
+    int64_t rows = 0;
+    for (size_t s = 0; s < shards.size(); ++s) {
+        all_lens.insert(all_lens.end(), shard_lens[s].begin(), shard_lens[s].end());
+        rows += shards[s].rows;
+    }
+    const EmbeddingView whole{nullptr, shards.empty() ? DType::kF32 : shards[0].dtype, rows,
+                              shards.empty() ? 0 : shards[0].dim};
+    TMS_RETURN_IF_ERROR(index::ValidateInput(whole, all_lens, &ids));
+    std::vector<std::pair<std::string, double>> phases;
+    index::IndexModel model;
+    TMS_RETURN_IF_ERROR(index::TrainModel(shards, opts, &model, &phases));
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<index::IndexWriter> writer;
+    TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer));
+    std::unique_ptr<index::Encoder> enc;
+    TMS_RETURN_IF_ERROR(index::Encoder::Create(model, &enc));
+    std::vector<uint32_t> cids;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> vecs;
+    const int dim = whole.dim;
+    const int64_t group = std::max(1, opts.chunk_docs);
+    Progress prog("encoding", rows, opts.progress, " tok");
+    size_t doc = 0;
+    for (size_t s = 0; s < shards.size(); ++s) {
+        const auto& lens = shard_lens[s];
+        int64_t row = 0;
+        for (size_t d0 = 0; d0 < lens.size(); d0 += group) {
+            const size_t d1 = std::min(lens.size(), size_t(d0 + group));
+            int64_t n = 0;
+            for (size_t d = d0; d < d1; ++d) n += lens[d];
+            try {
+                cids.resize(n);
+                codes.resize(size_t(n) * model.n_code_bytes);
+                if (opts.keep_vectors) vecs.resize(size_t(n) * dim);
+            } catch (const std::bad_alloc&) {
+                return Status::ResourceExhausted("out of host memory encoding a chunk");
+            }
+            TMS_RETURN_IF_ERROR(enc->Encode(shards[s], row, n, cids.data(), codes.data()));
+            if (opts.keep_vectors) index::ToHalf(shards[s], row, n, vecs.data());
+            TMS_RETURN_IF_ERROR(writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), cids.data(), codes.data(),
+                                                   opts.keep_vectors ? vecs.data() : nullptr, ids.data() + doc));
+            doc += d1 - d0;
+            row += n;
+            prog.Add(n);
+        }
+    }
+    prog.Done();
+    phases.emplace_back("encode+write", seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    IndexInfo info;
+    index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
+    TMS_RETURN_IF_ERROR(writer->Finish(info));
+    phases.emplace_back("finish", seconds_since(t0));
+    if (stats) {
+        stats->n_docs = info.n_docs;
+        stats->n_tokens = info.n_tokens;
+        stats->n_centroids = info.n_centroids;
+        stats->dim = info.dim;
+        stats->code_bytes_per_token = info.code_bytes_per_token;
+        stats->phase_seconds.insert(stats->phase_seconds.end(), phases.begin(), phases.end());
+    }
+    return Status::OK();
+}
+
+Status check_lens(const std::vector<int64_t>& lens, int64_t rows, const std::string& lens_path, const std::string& docs_path) {
+    if (lens.empty()) return Status::InvalidArgument(lens_path + ": no documents");
+    int64_t sum = 0;
+    for (size_t i = 0; i < lens.size(); ++i) {
+        if (lens[i] <= 0) {
+            return Status::InvalidArgument(lens_path + ": document " + std::to_string(i) + " has " +
+                                           std::to_string(lens[i]) + " tokens (must be >= 1)");
+        }
+        sum += lens[i];
+    }
+    if (sum != rows) {
+        return Status::InvalidArgument(lens_path + ": lengths sum to " + std::to_string(sum) + " tokens but " + docs_path +
+                                       " has " + std::to_string(rows) + " rows");
+    }
+    return Status::OK();
+}
+
+// A memory-mapped input: its views point into the mappings it owns.
+struct Inputs {
+    std::vector<std::unique_ptr<index::MappedNpy>> maps;
+    std::vector<std::vector<uint8_t>> owned;
+    std::vector<EmbeddingView> shards;
+    std::vector<std::vector<int64_t>> lens;
+    std::string what;  // for messages
+};
+
+Status add_npy_pair(const std::string& docs, const std::string& doclens, Inputs* in) {
+    std::unique_ptr<index::MappedNpy> m;
+    TMS_RETURN_IF_ERROR(index::MappedNpy::Open(docs, &m));
+    EmbeddingView v;
+    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, docs, &v));
+    if (!in->shards.empty() && (v.dim != in->shards[0].dim || v.dtype != in->shards[0].dtype)) {
+        return Status::InvalidArgument(docs + ": " + DTypeName(v.dtype) + " dim " + std::to_string(v.dim) +
+                                       " differs from the first shard's " + DTypeName(in->shards[0].dtype) + " dim " +
+                                       std::to_string(in->shards[0].dim));
+    }
+    HostArray lens;
+    TMS_RETURN_IF_ERROR(LoadNpy(doclens, &lens));
+    std::vector<int64_t> l;
+    TMS_RETURN_IF_ERROR(IntegersFromArray(lens, doclens, &l));
+    TMS_RETURN_IF_ERROR(check_lens(l, v.rows, doclens, docs));
+    in->maps.push_back(std::move(m));
+    in->shards.push_back(v);
+    in->lens.push_back(std::move(l));
+    return Status::OK();
+}
+
+// DIR/docs_*.npy with DIR/doclens_*.npy (same suffix), in name order.
+Status add_shard_dir(const std::string& dir, Inputs* in) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.rfind("docs_", 0) == 0 && e.path().extension() == ".npy") names.push_back(n);
+    }
+    if (ec) return Status::IOError(dir + ": " + ec.message());
+    if (names.empty()) return Status::InvalidArgument(dir + ": no docs_*.npy shards in this directory");
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+        const std::string lens = (fs::path(dir) / ("doclens_" + n.substr(5))).string();
+        if (!fs::exists(lens, ec)) return Status::InvalidArgument(lens + ": missing (shard " + n + " has no doclens)");
+        TMS_RETURN_IF_ERROR(add_npy_pair((fs::path(dir) / n).string(), lens, in));
+    }
+    return Status::OK();
+}
+
+// safetensors: tensors "embeddings" (or "docs") F16/F32 [n_tokens, dim] and "doclens" I32/I64 [n_docs].
+Status add_safetensors(const std::string& path, Inputs* in) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return Status::NotFound(path + ": no such file");
+    std::error_code ec;
+    const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
+    uint64_t n = 0;
+    unsigned char b[8];
+    if (!f.read(reinterpret_cast<char*>(b), 8)) return Status::InvalidArgument(path + ": not a safetensors file (too short)");
+    for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
+    if (n > 100000000 || int64_t(8 + n) > size) return Status::InvalidArgument(path + ": not a safetensors file (bad header length)");
+    std::string header(n, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(n));
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(header);
+    } catch (const std::exception& e) {
+        return Status::InvalidArgument(path + ": bad safetensors header: " + e.what());
+    }
+    const int64_t base = 8 + static_cast<int64_t>(n);
+    auto tensor = [&](const std::vector<std::string>& names, std::string* dtype, std::vector<int64_t>* shape, int64_t* b0,
+                      int64_t* b1) -> Status {
+        for (const auto& name : names) {
+            if (!j.contains(name)) continue;
+            try {
+                *dtype = j[name].at("dtype").get<std::string>();
+                *shape = j[name].at("shape").get<std::vector<int64_t>>();
+                *b0 = j[name].at("data_offsets").at(0).get<int64_t>() + base;
+                *b1 = j[name].at("data_offsets").at(1).get<int64_t>() + base;
+            } catch (const std::exception& e) {
+                return Status::InvalidArgument(path + ": tensor '" + name + "': " + e.what());
+            }
+            if (*b0 < base || *b1 < *b0 || *b1 > size) return Status::InvalidArgument(path + ": tensor '" + name + "' outside the file");
+            return Status::OK();
+        }
+        return Status::InvalidArgument(path + ": no tensor named '" + names[0] + "'");
+    };
+    std::string dt, lt;
+    std::vector<int64_t> ds, ls;
+    int64_t d0, d1, l0, l1;
+    TMS_RETURN_IF_ERROR(tensor({"embeddings", "docs"}, &dt, &ds, &d0, &d1));
+    TMS_RETURN_IF_ERROR(tensor({"doclens"}, &lt, &ls, &l0, &l1));
+    HostArray dh;
+    dh.shape = ds;
+    if (dt == "F16") dh.descr = "<f2";
+    else if (dt == "F32") dh.descr = "<f4";
+    else return Status::InvalidArgument(path + ": embeddings dtype " + dt + " not supported (F16 or F32)");
+    if ((d1 - d0) != dh.numel() * (dt == "F16" ? 2 : 4)) return Status::InvalidArgument(path + ": embeddings size does not match its shape");
+    HostArray lh;
+    lh.shape = ls;
+    if (lt == "I32") lh.descr = "<i4";
+    else if (lt == "I64") lh.descr = "<i8";
+    else return Status::InvalidArgument(path + ": doclens dtype " + lt + " not supported (I32 or I64)");
+    if ((l1 - l0) != lh.numel() * (lt == "I32" ? 4 : 8)) return Status::InvalidArgument(path + ": doclens size does not match its shape");
+    lh.bytes.resize(l1 - l0);
+    f.seekg(l0);
+    f.read(reinterpret_cast<char*>(lh.bytes.data()), l1 - l0);
+    std::vector<int64_t> l;
+    TMS_RETURN_IF_ERROR(IntegersFromArray(lh, path + " (doclens)", &l));
+    // Embeddings: read into memory (safetensors offsets need not be page aligned for mmap).
+    in->owned.emplace_back(d1 - d0);
+    f.seekg(d0);
+    if (!f.read(reinterpret_cast<char*>(in->owned.back().data()), d1 - d0)) return Status::IOError(path + ": read failed");
+    EmbeddingView v;
+    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(dh, in->owned.back().data(), 2, path + " (embeddings)", &v));
+    TMS_RETURN_IF_ERROR(check_lens(l, v.rows, path + " (doclens)", path + " (embeddings)"));
+    in->shards.push_back(v);
+    in->lens.push_back(std::move(l));
+    return Status::OK();
+}
+
+}  // namespace
 
 IndexBuilder::IndexBuilder(IndexBuildOptions opts, std::string path) : opts_(std::move(opts)), path_(std::move(path)) {}
 IndexBuilder::~IndexBuilder() = default;
@@ -26,59 +250,37 @@ Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& pa
 Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                            const std::vector<std::string>& doc_ids, BuildStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
-    index::IndexData data;
-    std::vector<std::pair<std::string, double>> phases;
-    TMS_RETURN_IF_ERROR(index::BuildIndexData(tokens, doclens, doc_ids, opts_, &data, &phases));
-    const auto tw = std::chrono::steady_clock::now();
-    TMS_RETURN_IF_ERROR(index::WriteIndex(path_, data, opts_));
-    const auto t1 = std::chrono::steady_clock::now();
-    phases.emplace_back("write", std::chrono::duration<double>(t1 - tw).count());
-    if (stats) {
-        stats->n_docs = data.info.n_docs;
-        stats->n_tokens = data.info.n_tokens;
-        stats->n_centroids = data.info.n_centroids;
-        stats->dim = data.info.dim;
-        stats->code_bytes_per_token = data.info.code_bytes_per_token;
-        stats->phase_seconds.insert(stats->phase_seconds.end(), phases.begin(), phases.end());
-        stats->seconds_total += std::chrono::duration<double>(t1 - t0).count();
-    }
-    return Status::OK();
+    Status st = build_streaming({tokens}, {doclens}, doc_ids, opts_, path_, stats);
+    if (stats) stats->seconds_total += seconds_since(t0);
+    return st;
 }
 
-Status IndexBuilder::BuildFromFiles(const std::string& docs_npy, const std::string& doclens_npy,
-                                    const std::string& doc_ids_txt, BuildStats* stats) {
+Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& doclens, const std::string& doc_ids_txt,
+                                    BuildStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
-    HostArray docs, lens;
-    TMS_RETURN_IF_ERROR(LoadNpy(docs_npy, &docs));
-    EmbeddingView view;
-    TMS_RETURN_IF_ERROR(EmbeddingsFromArray(docs, 2, docs_npy, &view));
-    TMS_RETURN_IF_ERROR(LoadNpy(doclens_npy, &lens));
-    std::vector<int64_t> doclens;
-    TMS_RETURN_IF_ERROR(IntegersFromArray(lens, doclens_npy, &doclens));
+    Inputs in;
+    std::error_code ec;
+    if (fs::is_directory(docs, ec)) {
+        TMS_RETURN_IF_ERROR(add_shard_dir(docs, &in));
+    } else if (docs.size() > 12 && docs.substr(docs.size() - 12) == ".safetensors") {
+        TMS_RETURN_IF_ERROR(add_safetensors(docs, &in));
+    } else {
+        if (doclens.empty()) return Status::InvalidArgument(docs + ": --doclens is required with a .npy file");
+        TMS_RETURN_IF_ERROR(add_npy_pair(docs, doclens, &in));
+    }
+    size_t n_docs = 0;
+    for (const auto& l : in.lens) n_docs += l.size();
     std::vector<std::string> ids;
-    if (!doc_ids_txt.empty()) TMS_RETURN_IF_ERROR(ReadLines(doc_ids_txt, &ids));
-    // Name the right file in shape errors before the build starts.
-    int64_t sum = 0;
-    for (size_t i = 0; i < doclens.size(); ++i) {
-        if (doclens[i] <= 0) {
-            return Status::InvalidArgument(doclens_npy + ": document " + std::to_string(i) + " has " +
-                                           std::to_string(doclens[i]) + " tokens (must be >= 1)");
+    if (!doc_ids_txt.empty()) {
+        TMS_RETURN_IF_ERROR(ReadLines(doc_ids_txt, &ids));
+        if (ids.size() != n_docs) {
+            return Status::InvalidArgument(doc_ids_txt + ": " + std::to_string(ids.size()) + " ids for " +
+                                           std::to_string(n_docs) + " documents");
         }
-        sum += doclens[i];
     }
-    if (doclens.empty()) return Status::InvalidArgument(doclens_npy + ": no documents");
-    if (sum != view.rows) {
-        return Status::InvalidArgument(doclens_npy + ": lengths sum to " + std::to_string(sum) + " tokens but " +
-                                       docs_npy + " has " + std::to_string(view.rows) + " rows");
-    }
-    if (!doc_ids_txt.empty() && ids.size() != doclens.size()) {
-        return Status::InvalidArgument(doc_ids_txt + ": " + std::to_string(ids.size()) + " ids for " +
-                                       std::to_string(doclens.size()) + " documents in " + doclens_npy);
-    }
-    if (stats) {
-        stats->phase_seconds.emplace_back("load", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    Status st = Build(view, doclens, ids, stats);
+    if (stats) stats->phase_seconds.emplace_back("load", seconds_since(t0));
+    Status st = build_streaming(in.shards, in.lens, ids, opts_, path_, stats);
+    if (stats) stats->seconds_total += seconds_since(t0);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0 && !doc_ids_txt.empty()) {
         return Status(st.code(), doc_ids_txt + st.message().substr(7));
     }

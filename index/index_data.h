@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,81 @@ Status ReadIndexInfo(const std::string& path, IndexInfo* info);
 Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                       std::vector<std::string> doc_ids, const IndexBuildOptions& opts, IndexData* out,
                       std::vector<std::pair<std::string, double>>* phase_seconds);
+
+/// Input checks shared by every build path: dim range, lengths >= 1 summing to the rows,
+/// ids unique and whitespace-free (filled with "0".."n-1" when empty).
+Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids);
+
+/// Sample (at most opts.max_train_tokens, selection sampling: no memory beyond the sample),
+/// k-means, codec training. Reads only the sampled rows of `tokens`.
+/// `shards` are read as one concatenated token matrix.
+Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* model,
+                  std::vector<std::pair<std::string, double>>* phase_seconds);
+
+/// The metadata of a fresh index.
+void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info);
+
+/// Assigns tokens to centroids and encodes their residuals, in bounded batches.
+/// Not thread-safe (owns scratch buffers); `model` must outlive it.
+class Encoder {
+public:
+    static Status Create(const IndexModel& model, std::unique_ptr<Encoder>* out);
+    ~Encoder();
+    /// Rows [row0, row0 + n) of `tokens` -> cids [n], codes [n, n_code_bytes].
+    Status Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes);
+
+private:
+    Encoder();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Rows [row0, row0 + n) as fp16.
+void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
+
+/// Writes a new index chunk by chunk into a sibling temporary directory of `path`; Finish()
+/// marks it complete and renames it into place (replacing an old index only with
+/// opts.overwrite). Destroying an unfinished writer removes the temporary directory.
+class IndexWriter {
+public:
+    static Status Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
+                         std::unique_ptr<IndexWriter>* out);
+    ~IndexWriter();
+    /// Appends n documents (the next internal ids): lengths, per-token centroid ids and codes,
+    /// fp16 vectors (nullptr unless the index keeps them) and external ids.
+    Status AppendDocs(const int64_t* doclens, int64_t n, const uint32_t* token_centroids, const uint8_t* codes,
+                      const uint16_t* vectors, const std::string* ids);
+    /// Writes the IVF lists and metadata, marks the index complete, renames it into place.
+    Status Finish(IndexInfo info);
+
+private:
+    IndexWriter();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// A read-only memory-mapped .npy file (header checked like LoadNpy); the payload is paged in
+/// on demand, so a corpus larger than RAM can be read.
+class MappedNpy {
+public:
+    static Status Open(const std::string& path, std::unique_ptr<MappedNpy>* out);
+    ~MappedNpy();
+    const HostArray& header() const { return header_; }  ///< descr and shape; bytes empty
+    const uint8_t* data() const { return data_; }
+    size_t nbytes() const { return nbytes_; }
+
+private:
+    MappedNpy() = default;
+    HostArray header_;
+    void* map_ = nullptr;
+    size_t map_len_ = 0;
+    const uint8_t* data_ = nullptr;
+    size_t nbytes_ = 0;
+};
+
+/// EmbeddingsFromArray over a payload held elsewhere (a mapping).
+Status EmbeddingsFromRaw(const HostArray& header, const void* data, int rank, const std::string& what,
+                         EmbeddingView* out);
 
 /// <q, centroid_k> for every query token: out [n, n_centroids] (BLAS sgemm via FAISS's BLAS).
 void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out);

@@ -1,4 +1,8 @@
 // Copyright TileMaxSim authors. .npy reading/writing and input validation.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +13,7 @@
 #include <sstream>
 
 #include "kernels/maxsim.h"
+#include "index/index_data.h"
 #include "tilemaxsim/io.h"
 
 namespace tms {
@@ -57,9 +62,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
     return s.empty() ? "scalar" : r;
 }
 
-}  // namespace
-
-Status LoadNpy(const std::string& path, HostArray* out) {
+// Reads and checks the header; on success *data_offset is where the payload starts and the
+// file size matches the header's shape exactly.
+Status read_header(const std::string& path, HostArray* out, int64_t* data_offset, int64_t* elem_size) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
     if (std::filesystem::is_directory(path, ec)) return Status::InvalidArgument(path + ": is a directory, expected a .npy file");
@@ -93,24 +98,62 @@ Status LoadNpy(const std::string& path, HostArray* out) {
     const int es = descr_size(out->descr);
     if (es < 0) return Status::InvalidArgument(path + ": big-endian dtype '" + out->descr + "' is not supported");
     if (es == 0) return Status::InvalidArgument(path + ": unsupported dtype '" + out->descr + "' (expected float16, float32 or an integer type)");
-    const int64_t n = out->numel();
-    const int64_t need = n * es;
+    const int64_t need = out->numel() * es;
     const int64_t have = file_size - pre - hlen;
     if (have != need) {
         return Status::InvalidArgument(path + ": " + (have < need ? "truncated" : "trailing bytes") + ": header says " +
                                        shape_str(out->shape) + " " + out->descr + " (" + std::to_string(need) +
                                        " bytes of data), file has " + std::to_string(have));
     }
+    *data_offset = pre + hlen;
+    *elem_size = es;
+    return Status::OK();
+}
+
+}  // namespace
+
+Status LoadNpy(const std::string& path, HostArray* out) {
+    int64_t off = 0, es = 0;
+    TMS_RETURN_IF_ERROR(read_header(path, out, &off, &es));
+    const int64_t need = out->numel() * es;
     try {
         out->bytes.resize(static_cast<size_t>(need));
     } catch (const std::bad_alloc&) {
         return Status::ResourceExhausted(path + ": out of memory reading " + std::to_string(need) + " bytes");
     }
+    std::ifstream f(path, std::ios::binary);
+    f.seekg(off);
     if (need > 0 && !f.read(reinterpret_cast<char*>(out->bytes.data()), need)) {
         return Status::IOError(path + ": read failed");
     }
     return Status::OK();
 }
+
+namespace index {
+
+MappedNpy::~MappedNpy() {
+    if (map_ != nullptr) munmap(map_, map_len_);
+}
+
+Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out) {
+    std::unique_ptr<MappedNpy> m(new MappedNpy());
+    int64_t off = 0, es = 0;
+    TMS_RETURN_IF_ERROR(read_header(path, &m->header_, &off, &es));
+    m->nbytes_ = static_cast<size_t>(m->header_.numel() * es);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
+    m->map_len_ = static_cast<size_t>(off) + m->nbytes_;
+    void* p = mmap(nullptr, m->map_len_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return Status::IOError(path + ": mmap failed: " + std::strerror(errno));
+    madvise(p, m->map_len_, MADV_SEQUENTIAL);
+    m->map_ = p;
+    m->data_ = static_cast<const uint8_t*>(p) + off;
+    *out = std::move(m);
+    return Status::OK();
+}
+
+}  // namespace index
 
 Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
                size_t nbytes) {
@@ -140,6 +183,11 @@ Status SaveNpy(const std::string& path, const std::string& descr, const std::vec
 }
 
 Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out) {
+    return index::EmbeddingsFromRaw(arr, arr.bytes.data(), rank, what, out);
+}
+
+Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank, const std::string& what,
+                                EmbeddingView* out) {
     if (arr.descr != "<f2" && arr.descr != "<f4") {
         return Status::InvalidArgument(what + ": dtype '" + arr.descr + "' not supported; expected float16 (<f2) or float32 (<f4)");
     }
@@ -153,7 +201,7 @@ Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& wh
         return Status::InvalidArgument(what + ": dimension " + std::to_string(dim) + " outside the supported range [32, 1024]");
     }
     out->dtype = arr.descr == "<f2" ? DType::kF16 : DType::kF32;
-    out->data = arr.bytes.data();
+    out->data = data;
     out->dim = static_cast<int>(dim);
     out->rows = arr.numel() / dim;
     const int64_t n = arr.numel();

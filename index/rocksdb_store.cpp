@@ -121,12 +121,14 @@ std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs
 struct Db {
     std::unique_ptr<rocksdb::DB> db;
     std::vector<rocksdb::ColumnFamilyHandle*> cf;
-    ~Db() {
-        if (db) {
-            for (auto* h : cf) db->DestroyColumnFamilyHandle(h);
-            db->Close();
-        }
+    void Close() {
+        if (!db) return;
+        for (auto* h : cf) db->DestroyColumnFamilyHandle(h);
+        cf.clear();
+        db->Close();
+        db.reset();
     }
+    ~Db() { Close(); }
 };
 
 Status open_db(const std::string& path, bool read_only, Db* out) {
@@ -161,91 +163,37 @@ Status open_db(const std::string& path, bool read_only, Db* out) {
     return Status::OK();
 }
 
-Status write_db(const std::string& path, const IndexData& d, const IndexBuildOptions& opts) {
-    Db db;
-    TMS_RETURN_IF_ERROR(open_db(path, false, &db));
-    const IndexModel& m = d.model;
-    rocksdb::WriteOptions wo;
-    wo.disableWAL = true;  // the whole DB is flushed before it is marked complete
-    auto write = [&](rocksdb::WriteBatch& b) { return from_rocks(db.db->Write(wo, &b), path); };
-    {  // model
-        rocksdb::WriteBatch b;
-        auto val = [](const std::vector<float>& v) {
-            std::string s;
-            put(&s, v.data(), v.size());
-            seal(&s);
-            return s;
-        };
-        b.Put(db.cf[kModel], "centroids", val(m.centroids));
-        b.Put(db.cf[kModel], "codebook", val(m.codebook));
-        b.Put(db.cf[kModel], "residual_cutoffs", val(m.residual_cutoffs));
-        b.Put(db.cf[kModel], "residual_weights", val(m.residual_weights));
-        TMS_RETURN_IF_ERROR(write(b));
+std::string encode_ivf(const std::vector<int32_t>& list) {
+    std::string s;
+    int64_t prev = 0;
+    put_varint(&s, static_cast<uint64_t>(list.size()));
+    for (int32_t d : list) {
+        put_varint(&s, static_cast<uint64_t>(d - prev));
+        prev = d;
     }
-    {  // ivf
-        rocksdb::WriteBatch b;
-        for (int k = 0; k < m.n_centroids; ++k) {
-            std::string s;
-            int64_t prev = 0;
-            put_varint(&s, static_cast<uint64_t>(d.ivf_offsets[k + 1] - d.ivf_offsets[k]));
-            for (int64_t i = d.ivf_offsets[k]; i < d.ivf_offsets[k + 1]; ++i) {
-                put_varint(&s, static_cast<uint64_t>(d.ivf_docs[i] - prev));
-                prev = d.ivf_docs[i];
-            }
-            seal(&s);
-            b.Put(db.cf[kIvf], be32(static_cast<uint32_t>(k)), s);
-        }
-        TMS_RETURN_IF_ERROR(write(b));
-    }
-    const int64_t n_docs = d.info.n_docs;
-    const int chunk = std::max(1, opts.chunk_docs);
-    const int64_t n_chunks = (n_docs + chunk - 1) / chunk;
-    Progress prog("writing", n_docs, opts.progress, " doc");
-    for (int64_t c = 0; c < n_chunks; ++c) {
-        const int64_t d0 = c * chunk, d1 = std::min(n_docs, d0 + chunk);
-        const int64_t t0 = d.doc_offsets[d0], t1 = d.doc_offsets[d1];
-        std::string s;
-        put1<uint32_t>(&s, kChunkMagic);
-        put1<uint64_t>(&s, static_cast<uint64_t>(d0));
-        put1<uint32_t>(&s, static_cast<uint32_t>(d1 - d0));
-        for (int64_t i = d0; i < d1; ++i) put1<uint32_t>(&s, static_cast<uint32_t>(d.doc_offsets[i + 1] - d.doc_offsets[i]));
-        put(&s, d.token_centroids.data() + t0, t1 - t0);
-        put(&s, d.codes.data() + t0 * m.n_code_bytes, (t1 - t0) * m.n_code_bytes);
-        seal(&s);
-        rocksdb::WriteBatch b;
-        b.Put(db.cf[kDocs], be64(c), s);
-        if (!d.vectors.empty()) {
-            std::string v;
-            put(&v, d.vectors.data() + t0 * m.dim, (t1 - t0) * m.dim);
-            seal(&v);
-            b.Put(db.cf[kVectors], be64(c), v);
-        }
-        for (int64_t i = d0; i < d1; ++i) {
-            b.Put(db.cf[kIds], "e:" + d.doc_ids[i], be64(i));
-            b.Put(db.cf[kIds], "i:" + be64(i), d.doc_ids[i]);
-        }
-        TMS_RETURN_IF_ERROR(write(b));
-        prog.Add(d1 - d0);
-    }
-    prog.Done();
-    IndexInfo info = d.info;
-    info.n_chunks = n_chunks;
-    {
-        rocksdb::WriteBatch b;
-        b.Put(db.cf[kMeta], "format_version", std::to_string(kIndexFormatVersion));
-        b.Put(db.cf[kMeta], "config", BuildOptionsToJson(opts));
-        b.Put(db.cf[kMeta], "stats", info_json(info, m, chunk));
-        TMS_RETURN_IF_ERROR(write(b));
-    }
-    rocksdb::FlushOptions fo;
-    fo.wait = true;
-    TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
-    // Marked complete last, durably (WAL on, synced).
-    rocksdb::WriteOptions sync;
-    sync.sync = true;
-    TMS_RETURN_IF_ERROR(from_rocks(db.db->Put(sync, db.cf[kMeta], "complete", "1"), path));
-    TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
-    return Status::OK();
+    seal(&s);
+    return s;
+}
+
+std::string encode_floats(const std::vector<float>& v) {
+    std::string s;
+    put(&s, v.data(), v.size());
+    seal(&s);
+    return s;
+}
+
+// One stored chunk: header, doc lengths, token centroids, codes (CRC-sealed).
+std::string encode_chunk(int64_t first_doc, const int64_t* lens, int64_t n, const uint32_t* cids, const uint8_t* codes,
+                         int64_t n_tok, int n_code_bytes) {
+    std::string s;
+    put1<uint32_t>(&s, kChunkMagic);
+    put1<uint64_t>(&s, static_cast<uint64_t>(first_doc));
+    put1<uint32_t>(&s, static_cast<uint32_t>(n));
+    for (int64_t i = 0; i < n; ++i) put1<uint32_t>(&s, static_cast<uint32_t>(lens[i]));
+    put(&s, cids, n_tok);
+    put(&s, codes, size_t(n_tok) * n_code_bytes);
+    seal(&s);
+    return s;
 }
 
 Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::json* stats) {
@@ -325,7 +273,68 @@ uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
     return ~c;
 }
 
-Status WriteIndex(const std::string& path, const IndexData& data, const IndexBuildOptions& opts) {
+struct IndexWriter::Impl {
+    std::string path;
+    fs::path target, tmp;
+    IndexBuildOptions opts;
+    const IndexModel* model = nullptr;
+    Db db;
+    bool finished = false;
+    int64_t n_docs = 0, n_tokens = 0, n_chunks = 0;
+    std::vector<std::vector<int32_t>> ivf;
+    // The chunk being filled.
+    std::vector<int64_t> lens;
+    std::vector<uint32_t> cids;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> vectors;
+    std::vector<std::string> ids;
+
+    Status write(rocksdb::WriteBatch& b) {
+        rocksdb::WriteOptions wo;
+        wo.disableWAL = true;  // the whole DB is flushed before it is marked complete
+        return from_rocks(db.db->Write(wo, &b), path);
+    }
+
+    Status flush_chunk() {
+        if (lens.empty()) return Status::OK();
+        const int64_t first = n_docs - static_cast<int64_t>(lens.size());
+        rocksdb::WriteBatch b;
+        b.Put(db.cf[kDocs], be64(n_chunks),
+              encode_chunk(first, lens.data(), static_cast<int64_t>(lens.size()), cids.data(), codes.data(),
+                           static_cast<int64_t>(cids.size()), model->n_code_bytes));
+        if (opts.keep_vectors) {
+            std::string v;
+            put(&v, vectors.data(), vectors.size());
+            seal(&v);
+            b.Put(db.cf[kVectors], be64(n_chunks), v);
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+            b.Put(db.cf[kIds], "e:" + ids[i], be64(first + i));
+            b.Put(db.cf[kIds], "i:" + be64(first + i), ids[i]);
+        }
+        TMS_RETURN_IF_ERROR(write(b));
+        ++n_chunks;
+        lens.clear();
+        cids.clear();
+        codes.clear();
+        vectors.clear();
+        ids.clear();
+        return Status::OK();
+    }
+};
+
+IndexWriter::IndexWriter() : impl_(std::make_unique<Impl>()) {}
+
+IndexWriter::~IndexWriter() {
+    if (!impl_->finished) {
+        impl_->db.Close();
+        std::error_code ec;
+        if (!impl_->tmp.empty()) fs::remove_all(impl_->tmp, ec);
+    }
+}
+
+Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
+                           std::unique_ptr<IndexWriter>* out) {
     std::error_code ec;
     const fs::path target = fs::absolute(path, ec);
     if (fs::exists(target, ec)) {
@@ -342,32 +351,111 @@ Status WriteIndex(const std::string& path, const IndexData& data, const IndexBui
         fs::create_directories(parent, ec);
         if (ec) return Status::IOError(parent.string() + ": cannot create: " + ec.message());
     }
-    const fs::path tmp = parent / (target.filename().string() + ".tmp-build-" + std::to_string(getpid()));
-    fs::remove_all(tmp, ec);
-    Status st = write_db(tmp.string(), data, opts);
-    if (!st.ok()) {
-        fs::remove_all(tmp, ec);
-        return st.WithContext(path);
-    }
-    if (fs::exists(target, ec)) {
-        const fs::path old = parent / (target.filename().string() + ".old-" + std::to_string(getpid()));
-        fs::rename(target, old, ec);
-        if (ec) {
-            fs::remove_all(tmp, ec);
-            return Status::IOError(path + ": cannot move the old index aside: " + ec.message());
+    std::unique_ptr<IndexWriter> w(new IndexWriter());
+    Impl& im = *w->impl_;
+    im.path = path;
+    im.target = target;
+    im.tmp = parent / (target.filename().string() + ".tmp-build-" + std::to_string(getpid()));
+    im.opts = opts;
+    im.model = &model;
+    im.ivf.resize(model.n_centroids);
+    fs::remove_all(im.tmp, ec);
+    TMS_RETURN_IF_ERROR(open_db(im.tmp.string(), false, &im.db).WithContext(path));
+    rocksdb::WriteBatch b;
+    b.Put(im.db.cf[kModel], "centroids", encode_floats(model.centroids));
+    b.Put(im.db.cf[kModel], "codebook", encode_floats(model.codebook));
+    b.Put(im.db.cf[kModel], "residual_cutoffs", encode_floats(model.residual_cutoffs));
+    b.Put(im.db.cf[kModel], "residual_weights", encode_floats(model.residual_weights));
+    TMS_RETURN_IF_ERROR(im.write(b));
+    *out = std::move(w);
+    return Status::OK();
+}
+
+Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t* token_centroids, const uint8_t* codes,
+                               const uint16_t* vectors, const std::string* ids) {
+    Impl& im = *impl_;
+    const int nb = im.model->n_code_bytes, dim = im.model->dim;
+    const int chunk = std::max(1, im.opts.chunk_docs);
+    int64_t t = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t len = doclens[i];
+        const int32_t doc = static_cast<int32_t>(im.n_docs);
+        for (int64_t j = t; j < t + len; ++j) {
+            auto& l = im.ivf[token_centroids[j]];
+            if (l.empty() || l.back() != doc) l.push_back(doc);
         }
-        fs::rename(tmp, target, ec);
+        im.lens.push_back(len);
+        im.cids.insert(im.cids.end(), token_centroids + t, token_centroids + t + len);
+        im.codes.insert(im.codes.end(), codes + t * nb, codes + (t + len) * nb);
+        if (im.opts.keep_vectors) im.vectors.insert(im.vectors.end(), vectors + t * dim, vectors + (t + len) * dim);
+        im.ids.push_back(ids[i]);
+        ++im.n_docs;
+        im.n_tokens += len;
+        t += len;
+        if (static_cast<int>(im.lens.size()) == chunk) TMS_RETURN_IF_ERROR(im.flush_chunk());
+    }
+    return Status::OK();
+}
+
+Status IndexWriter::Finish(IndexInfo info) {
+    Impl& im = *impl_;
+    TMS_RETURN_IF_ERROR(im.flush_chunk());
+    {
+        rocksdb::WriteBatch b;
+        for (int k = 0; k < im.model->n_centroids; ++k) b.Put(im.db.cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(im.ivf[k]));
+        TMS_RETURN_IF_ERROR(im.write(b));
+    }
+    info.n_docs = im.n_docs;
+    info.n_tokens = im.n_tokens;
+    info.n_chunks = im.n_chunks;
+    {
+        rocksdb::WriteBatch b;
+        b.Put(im.db.cf[kMeta], "format_version", std::to_string(kIndexFormatVersion));
+        b.Put(im.db.cf[kMeta], "config", BuildOptionsToJson(im.opts));
+        b.Put(im.db.cf[kMeta], "stats", info_json(info, *im.model, std::max(1, im.opts.chunk_docs)));
+        TMS_RETURN_IF_ERROR(im.write(b));
+    }
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Flush(fo, im.db.cf), im.path));
+    // Marked complete last, durably (WAL on, synced).
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Put(sync, im.db.cf[kMeta], "complete", "1"), im.path));
+    TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Flush(fo, im.db.cf), im.path));
+    im.db.Close();  // before the rename
+    std::error_code ec;
+    const fs::path parent = im.target.parent_path();
+    if (fs::exists(im.target, ec)) {
+        const fs::path old = parent / (im.target.filename().string() + ".old-" + std::to_string(getpid()));
+        fs::rename(im.target, old, ec);
+        if (ec) return Status::IOError(im.path + ": cannot move the old index aside: " + ec.message());
+        fs::rename(im.tmp, im.target, ec);
         if (ec) {
             std::error_code ec2;
-            fs::rename(old, target, ec2);
-            return Status::IOError(path + ": cannot move the new index into place: " + ec.message());
+            fs::rename(old, im.target, ec2);
+            return Status::IOError(im.path + ": cannot move the new index into place: " + ec.message());
         }
         fs::remove_all(old, ec);
     } else {
-        fs::rename(tmp, target, ec);
-        if (ec) return Status::IOError(path + ": cannot move the new index into place: " + ec.message());
+        fs::rename(im.tmp, im.target, ec);
+        if (ec) return Status::IOError(im.path + ": cannot move the new index into place: " + ec.message());
     }
+    im.finished = true;
     return Status::OK();
+}
+
+Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildOptions& opts) {
+    IndexBuildOptions o = opts;
+    o.keep_vectors = !d.vectors.empty();
+    std::unique_ptr<IndexWriter> w;
+    TMS_RETURN_IF_ERROR(IndexWriter::Create(path, o, d.model, &w));
+    const int64_t n = d.info.n_docs;
+    std::vector<int64_t> lens(n);
+    for (int64_t i = 0; i < n; ++i) lens[i] = d.doc_offsets[i + 1] - d.doc_offsets[i];
+    TMS_RETURN_IF_ERROR(w->AppendDocs(lens.data(), n, d.token_centroids.data(), d.codes.data(),
+                                      d.vectors.empty() ? nullptr : d.vectors.data(), d.doc_ids.data()));
+    return w->Finish(d.info);
 }
 
 Status ReadIndexInfo(const std::string& path, IndexInfo* info) {

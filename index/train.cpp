@@ -198,39 +198,46 @@ Status train_codec(const std::vector<float>& residuals, int64_t n, const IndexBu
     return Status::InvalidArgument("unknown codec '" + m->codec + "' (expected pq or residual)");
 }
 
-Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
-                  const IndexBuildOptions& opts, IndexData* out, std::vector<std::pair<std::string, double>>* phases) {
-    TMS_RETURN_IF_ERROR(validate_input(tokens, doclens, &doc_ids));
+}  // namespace
+
+Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids) {
+    return validate_input(tokens, doclens, doc_ids);
+}
+
+Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
+                  std::vector<std::pair<std::string, double>>* phases) {
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     SingleThreadedBlas();
-    const int dim = tokens.dim;
-    const int64_t n_tokens = tokens.rows;
-    const int64_t n_docs = static_cast<int64_t>(doclens.size());
-    IndexModel& m = out->model;
-    m = IndexModel{};
+    if (shards.empty()) return Status::InvalidArgument("no token embeddings");
+    const int dim = shards[0].dim;
+    int64_t n_tokens = 0;
+    for (const auto& v : shards) n_tokens += v.rows;
+    IndexModel m;
     m.dim = dim;
     m.codec = opts.codec;
     if (m.codec != "pq" && m.codec != "residual") {
         return Status::InvalidArgument("unknown codec '" + m.codec + "' (expected pq or residual)");
     }
     auto t0 = std::chrono::steady_clock::now();
-
-    // 1. Sample training tokens.
+    // 1. Sample training tokens: selection sampling (Knuth's algorithm S) keeps the sample sorted
+    //    and needs no memory beyond the sample, whatever the corpus size.
     const int64_t n_train = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
-    std::vector<int64_t> rows(n_tokens);
-    std::iota(rows.begin(), rows.end(), 0);
-    if (n_train < n_tokens) {
-        std::mt19937_64 rng(opts.seed);
-        for (int64_t i = 0; i < n_train; ++i) {
-            std::uniform_int_distribution<int64_t> u(i, n_tokens - 1);
-            std::swap(rows[i], rows[u(rng)]);
-        }
-        rows.resize(n_train);
-        std::sort(rows.begin(), rows.end());
-    }
     std::vector<float> train(size_t(n_train) * dim);
-    for (int64_t i = 0; i < n_train; ++i) rows_to_float(tokens, rows[i], 1, train.data() + i * dim);
-
+    {
+        std::mt19937_64 rng(opts.seed);
+        std::uniform_real_distribution<double> u01(0.0, 1.0);
+        int64_t taken = 0;
+        size_t shard = 0;
+        int64_t shard_begin = 0;
+        for (int64_t r = 0; r < n_tokens && taken < n_train; ++r) {
+            while (r - shard_begin >= shards[shard].rows) shard_begin += shards[shard++].rows;
+            if ((n_tokens - r) * u01(rng) < double(n_train - taken)) {
+                rows_to_float(shards[shard], r - shard_begin, 1, train.data() + taken * dim);
+                ++taken;
+            }
+        }
+        if (taken != n_train) return Status::Internal("token sampling took " + std::to_string(taken) + " rows");
+    }
     // 2. k-means.
     m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : auto_centroids(n_tokens, n_train);
     if (m.n_centroids > n_train) {
@@ -252,10 +259,8 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
     }
     phases->emplace_back("kmeans", seconds_since(t0));
-
     // 3. Train the codec on the residuals of the sample.
     t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<faiss::ProductQuantizer> pq;
     {
         std::vector<uint32_t> ta(n_train);
         std::vector<float> scratch;
@@ -267,40 +272,95 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
             const float* c = m.centroids.data() + size_t(ta[i]) * dim;
             for (int j = 0; j < dim; ++j) train[i * dim + j] -= c[j];
         }
+        std::unique_ptr<faiss::ProductQuantizer> pq;
         TMS_RETURN_IF_ERROR(train_codec(train, n_train, opts, &m, &pq));
     }
-    std::vector<float>().swap(train);
     phases->emplace_back("train_codec", seconds_since(t0));
+    *out = std::move(m);
+    return Status::OK();
+}
 
-    // 4. Assign and encode every token.
-    t0 = std::chrono::steady_clock::now();
-    out->token_centroids.resize(n_tokens);
-    out->codes.resize(size_t(n_tokens) * m.n_code_bytes);
-    {
-        Progress prog("encoding", n_tokens, opts.progress, " tok");
-        std::vector<float> x(size_t(kBatch) * dim), scratch;
-        for (int64_t b = 0; b < n_tokens; b += kBatch) {
-            const int64_t nb = std::min(kBatch, n_tokens - b);
-            rows_to_float(tokens, b, nb, x.data());
-            uint32_t* cid = out->token_centroids.data() + b;
-            assign(x.data(), nb, m, cid, &scratch);
+struct Encoder::Impl {
+    const IndexModel* model;
+    std::unique_ptr<faiss::ProductQuantizer> pq;
+    std::vector<float> x, scratch;
+};
+
+Encoder::Encoder() : impl_(std::make_unique<Impl>()) {}
+Encoder::~Encoder() = default;
+
+Status Encoder::Create(const IndexModel& model, std::unique_ptr<Encoder>* out) {
+    std::unique_ptr<Encoder> e(new Encoder());
+    e->impl_->model = &model;
+    if (model.codec == "pq") {
+        e->impl_->pq = std::make_unique<faiss::ProductQuantizer>(model.dim, model.pq_m, model.pq_nbits);
+        if (e->impl_->pq->centroids.size() != model.codebook.size()) return Status::Corruption("PQ codebook size mismatch");
+        e->impl_->pq->centroids = model.codebook;
+    } else if (model.codec != "residual") {
+        return Status::Corruption("unknown codec '" + model.codec + "'");
+    }
+    *out = std::move(e);
+    return Status::OK();
+}
+
+Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes) {
+    const IndexModel& m = *impl_->model;
+    const int dim = m.dim;
+    if (tokens.dim != dim) return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " + std::to_string(dim));
+    try {
+        for (int64_t b = 0; b < n; b += kBatch) {
+            const int64_t nb = std::min(kBatch, n - b);
+            impl_->x.resize(size_t(nb) * dim);
+            float* x = impl_->x.data();
+            rows_to_float(tokens, row0 + b, nb, x);
+            assign(x, nb, m, cids + b, &impl_->scratch);
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < nb; ++i) {
-                const float* c = m.centroids.data() + size_t(cid[i]) * dim;
+                const float* c = m.centroids.data() + size_t(cids[b + i]) * dim;
                 for (int j = 0; j < dim; ++j) x[i * dim + j] -= c[j];
             }
-            uint8_t* codes = out->codes.data() + b * m.n_code_bytes;
-            if (pq) {
-                pq->compute_codes(x.data(), codes, nb);
+            uint8_t* out = codes + b * m.n_code_bytes;
+            if (impl_->pq) {
+                impl_->pq->compute_codes(x, out, nb);
             } else {
-                residual_encode(x.data(), nb, m, codes);
+                residual_encode(x, nb, m, out);
             }
-            prog.Add(nb);
         }
+    } catch (const faiss::FaissException& e) {
+        return Status::Internal(std::string("FAISS: ") + e.what());
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted("out of host memory while encoding");
     }
-    phases->emplace_back("encode", seconds_since(t0));
+    return Status::OK();
+}
 
-    // 5. Documents, IVF lists, optional fp16 vectors.
+void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out) {
+    const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;
+    if (tokens.dtype == DType::kF16) {
+        std::copy_n(static_cast<const uint16_t*>(tokens.data) + base, cnt, out);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::float_to_half(kernels::load_as_float(tokens.data, tokens.dtype, base + i));
+    }
+}
+
+namespace {
+
+Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
+                  const IndexBuildOptions& opts, IndexData* out, std::vector<std::pair<std::string, double>>* phases) {
+    TMS_RETURN_IF_ERROR(validate_input(tokens, doclens, &doc_ids));
+    TMS_RETURN_IF_ERROR(TrainModel({tokens}, opts, &out->model, phases));
+    const IndexModel& m = out->model;
+    const int dim = tokens.dim;
+    const int64_t n_tokens = tokens.rows;
+    const int64_t n_docs = static_cast<int64_t>(doclens.size());
+    auto t0 = std::chrono::steady_clock::now();
+    out->token_centroids.resize(n_tokens);
+    out->codes.resize(size_t(n_tokens) * m.n_code_bytes);
+    std::unique_ptr<Encoder> enc;
+    TMS_RETURN_IF_ERROR(Encoder::Create(m, &enc));
+    TMS_RETURN_IF_ERROR(enc->Encode(tokens, 0, n_tokens, out->token_centroids.data(), out->codes.data()));
+    phases->emplace_back("encode", seconds_since(t0));
     t0 = std::chrono::steady_clock::now();
     out->doc_offsets.assign(n_docs + 1, 0);
     for (int64_t d = 0; d < n_docs; ++d) out->doc_offsets[d + 1] = out->doc_offsets[d] + doclens[d];
@@ -320,37 +380,33 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
     }
     if (opts.keep_vectors) {
         out->vectors.resize(size_t(n_tokens) * dim);
-        if (tokens.dtype == DType::kF16) {
-            std::copy_n(static_cast<const uint16_t*>(tokens.data), out->vectors.size(), out->vectors.data());
-        } else {
-            const float* f = static_cast<const float*>(tokens.data);
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < int64_t(out->vectors.size()); ++i) out->vectors[i] = kernels::float_to_half(f[i]);
-        }
+        ToHalf(tokens, 0, n_tokens, out->vectors.data());
     } else {
         out->vectors.clear();
     }
     out->doc_ids = std::move(doc_ids);
     phases->emplace_back("ivf", seconds_since(t0));
-
-    IndexInfo& info = out->info;
-    info = IndexInfo{};
-    info.n_docs = n_docs;
-    info.n_tokens = n_tokens;
-    info.dim = dim;
-    info.n_centroids = m.n_centroids;
-    info.codec = m.codec;
-    info.pq_m = m.pq_m;
-    info.pq_nbits = m.pq_nbits;
-    info.residual_nbits = m.residual_nbits;
-    info.has_vectors = opts.keep_vectors;
-    info.code_bytes_per_token = 4.0 + m.n_code_bytes;  // u32 centroid id + codes
-    info.vector_bytes_per_token = opts.keep_vectors ? 2.0 * dim : 0.0;
-    info.build_config_json = BuildOptionsToJson(opts);
+    FillInfo(m, n_docs, n_tokens, opts, &out->info);
     return Status::OK();
 }
 
 }  // namespace
+
+void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info) {
+    *info = IndexInfo{};
+    info->n_docs = n_docs;
+    info->n_tokens = n_tokens;
+    info->dim = m.dim;
+    info->n_centroids = m.n_centroids;
+    info->codec = m.codec;
+    info->pq_m = m.pq_m;
+    info->pq_nbits = m.pq_nbits;
+    info->residual_nbits = m.residual_nbits;
+    info->has_vectors = opts.keep_vectors;
+    info->code_bytes_per_token = 4.0 + m.n_code_bytes;  // u32 centroid id + codes
+    info->vector_bytes_per_token = opts.keep_vectors ? 2.0 * m.dim : 0.0;
+    info->build_config_json = BuildOptionsToJson(opts);
+}
 
 void SingleThreadedBlas() {
     if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);

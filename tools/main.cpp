@@ -194,8 +194,10 @@ int main(int argc, char** argv) {
     int n_centroids = -1, pq_m = -1, nbits = -1;
     std::string codec;
     auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
-    idx->add_option("--docs", docs, "Token embeddings .npy [n_tokens, dim], float16 or float32")->required();
-    idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64")->required();
+    idx->add_option("--docs", docs,
+                    "Token embeddings: .npy [n_tokens, dim] (float16/float32), a directory of shards "
+                    "docs_*.npy + doclens_*.npy, or .safetensors (tensors 'embeddings', 'doclens')")->required();
+    idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64 (with a .npy --docs)");
     idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");
     idx->add_option("--out", index_out, "Index directory to create")->required();
     idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
