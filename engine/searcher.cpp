@@ -92,8 +92,36 @@ Status SearcherImpl::exact_candidates(const std::vector<float>& qf, const QueryB
 
 Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                 std::vector<float>* scores) const {
-    if (gpu_) return gpu_->ScoreTopK(qf.data(), q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
     const int64_t n_docs = data_.info.n_docs;
+    const int64_t n_deleted = data_.info.n_deleted;
+    if (gpu_) {
+        if (n_deleted == 0) return gpu_->ScoreTopK(qf.data(), q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
+        // Live documents only: every query's candidate list is the live set.
+        std::vector<int32_t> live;
+        for (int64_t d = 0; d < n_docs; ++d)
+            if (!data_.deleted[d]) live.push_back(static_cast<int32_t>(d));
+        ids->assign(size_t(q.n_queries) * k, -1);
+        scores->assign(size_t(q.n_queries) * k, -INFINITY);
+        const int block = static_cast<int>(std::max<size_t>(1, std::min<size_t>(q.n_queries, (size_t(64) << 20) / std::max<size_t>(1, live.size()))));
+        for (int q0 = 0; q0 < q.n_queries; q0 += block) {
+            const int nq = std::min(block, q.n_queries - q0);
+            std::vector<int64_t> off(nq + 1);
+            std::vector<int32_t> cand;
+            cand.reserve(size_t(nq) * live.size());
+            for (int i = 0; i < nq; ++i) {
+                off[i] = static_cast<int64_t>(cand.size());
+                cand.insert(cand.end(), live.begin(), live.end());
+            }
+            off[nq] = static_cast<int64_t>(cand.size());
+            std::vector<int32_t> bi;
+            std::vector<float> bs;
+            TMS_RETURN_IF_ERROR(gpu_->ScoreTopK(qf.data() + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens,
+                                                q.lengths ? q.lengths + q0 : nullptr, off.data(), cand.data(), k, &bi, &bs));
+            std::copy(bi.begin(), bi.end(), ids->begin() + size_t(q0) * k);
+            std::copy(bs.begin(), bs.end(), scores->begin() + size_t(q0) * k);
+        }
+        return Status::OK();
+    }
     ids->assign(size_t(q.n_queries) * k, -1);
     scores->assign(size_t(q.n_queries) * k, -INFINITY);
     // Queries in blocks so that the dense score matrix stays under ~256 MB.
@@ -115,6 +143,11 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
         p.n_docs = n_docs;
         p.scores = dense.data();
         TMS_RETURN_IF_ERROR(kernels::maxsim_cpu(p));
+        if (n_deleted > 0) {
+            for (int i = 0; i < nq; ++i)
+                for (int64_t d = 0; d < n_docs; ++d)
+                    if (data_.deleted[d]) dense[size_t(i) * n_docs + d] = -INFINITY;
+        }
         kernels::TopKParams tp;
         tp.scores = dense.data();
         tp.row_len = n_docs;
@@ -265,7 +298,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         auto& r = (*results)[qi];
         for (int j = 0; j < k; ++j) {
             const int32_t id = top_ids[size_t(qi) * k + j];
-            if (id < 0) break;
+            if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)
             r.push_back({data_.doc_ids[id], id, top_scores[size_t(qi) * k + j]});
         }
     }

@@ -39,6 +39,7 @@ struct IndexData {
     std::vector<int64_t> ivf_offsets;       ///< [n_centroids + 1]
     std::vector<int32_t> ivf_docs;          ///< doc ids per centroid, sorted, unique
     std::vector<std::string> doc_ids;       ///< external ids [n_docs]
+    std::vector<char> deleted;              ///< [n_docs] tombstones (read only; IVF lists skip them)
 };
 
 /// Write `data` as a RocksDB index at `path`. The index is built in a sibling temporary
@@ -132,6 +133,22 @@ private:
 /// EmbeddingsFromArray over a payload held elsewhere (a mapping).
 Status EmbeddingsFromRaw(const HostArray& header, const void* data, int rank, const std::string& what,
                          EmbeddingView* out);
+
+/// In-place updates of an existing index (holds the RocksDB lock: one writer at a time).
+/// Nothing is visible to readers until UpdaterCommit, which applies everything in one batch.
+struct IndexUpdaterImpl;
+struct UpdaterDeleter {
+    void operator()(IndexUpdaterImpl* u) const;
+};
+using UpdaterPtr = std::unique_ptr<IndexUpdaterImpl, UpdaterDeleter>;
+Status OpenUpdater(const std::string& path, UpdaterPtr* out);
+Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+                  std::vector<std::string> doc_ids, bool replace, bool progress);
+Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what);
+Status UpdaterCommit(IndexUpdaterImpl* u);
+const IndexInfo& UpdaterInfo(const IndexUpdaterImpl* u);
+/// Rewrites the index without its deleted documents (atomically replacing it).
+Status CompactIndex(const std::string& path, bool progress);
 
 /// <q, centroid_k> for every query token: out [n, n_centroids] (BLAS sgemm via FAISS's BLAS).
 void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out);

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstring>
+#include <unordered_map>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -114,6 +115,7 @@ std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs
     j["n_code_bytes"] = m.n_code_bytes;
     j["has_vectors"] = info.has_vectors;
     j["n_chunks"] = info.n_chunks;
+    j["n_deleted"] = info.n_deleted;
     j["chunk_docs"] = chunk_docs;
     return j.dump();
 }
@@ -131,7 +133,9 @@ struct Db {
     ~Db() { Close(); }
 };
 
-Status open_db(const std::string& path, bool read_only, Db* out) {
+// `updating`: an in-place update of an index that searchers may be opening at the same time:
+// no automatic compaction, so no file a reader is loading is deleted under it.
+Status open_db(const std::string& path, bool read_only, Db* out, bool updating = false) {
     rocksdb::DBOptions dbo;
     dbo.create_if_missing = !read_only;
     dbo.create_missing_column_families = !read_only;
@@ -141,6 +145,7 @@ Status open_db(const std::string& path, bool read_only, Db* out) {
     std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
     for (const auto& n : kColumnFamilies) {
         rocksdb::ColumnFamilyOptions co;
+        co.disable_auto_compactions = updating;
         if (n == "docs" || n == "vectors") {
             co.enable_blob_files = true;
             co.min_blob_size = 4096;
@@ -225,6 +230,7 @@ Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::jso
         info->residual_nbits = stats->at("residual_nbits");
         info->has_vectors = stats->at("has_vectors");
         info->n_chunks = stats->at("n_chunks");
+        info->n_deleted = stats->value("n_deleted", int64_t{0});
         const int ncb = stats->at("n_code_bytes");
         info->code_bytes_per_token = 4.0 + ncb;
         info->vector_bytes_per_token = info->has_vectors ? 2.0 * info->dim : 0.0;
@@ -256,6 +262,239 @@ Status read_floats(Db& db, const std::string& path, const char* key, std::vector
 }
 
 }  // namespace
+
+
+// ---- updates ---------------------------------------------------------------------------
+
+Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool progress, IndexData* d);
+
+struct IndexUpdaterImpl {
+    std::string path;
+    Db db;
+    IndexInfo info;
+    nlohmann::json stats;
+    IndexModel model;
+    int chunk_docs = 2048;
+    std::unordered_map<std::string, int64_t> ids;  // live external id -> internal id
+    std::vector<std::vector<int32_t>> ivf;
+    std::vector<char> ivf_dirty;
+    std::vector<std::pair<std::string, int64_t>> added_ids;
+    std::vector<std::string> removed_ids;
+    std::vector<int64_t> tombstones;
+};
+
+void UpdaterDeleter::operator()(IndexUpdaterImpl* u) const { delete u; }
+
+Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
+    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
+    UpdaterPtr u(new IndexUpdaterImpl());
+    u->path = path;
+    Status st = open_db(path, false, &u->db, /*updating=*/true);
+    if (!st.ok()) {
+        if (st.message().find("lock") != std::string::npos || st.message().find("LOCK") != std::string::npos) {
+            return Status::IOError(path + ": another process is writing this index (RocksDB LOCK held); try again when it has finished");
+        }
+        return st;
+    }
+    TMS_RETURN_IF_ERROR(read_meta(u->db, path, &u->info, &u->stats));
+    IndexModel& m = u->model;
+    m.dim = u->info.dim;
+    m.n_centroids = u->info.n_centroids;
+    m.codec = u->info.codec;
+    m.pq_m = u->info.pq_m;
+    m.pq_nbits = u->info.pq_nbits;
+    m.residual_nbits = u->info.residual_nbits;
+    m.n_code_bytes = u->stats.value("n_code_bytes", 0);
+    u->chunk_docs = u->stats.value("chunk_docs", 2048);
+    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "centroids", &m.centroids));
+    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "codebook", &m.codebook));
+    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "residual_cutoffs", &m.residual_cutoffs));
+    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "residual_weights", &m.residual_weights));
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    std::unique_ptr<rocksdb::Iterator> it(u->db.db->NewIterator(ro, u->db.cf[kIds]));
+    for (it->Seek("e:"); it->Valid() && it->key().starts_with("e:"); it->Next()) {
+        const std::string v = it->value().ToString();
+        if (v.size() != 8) return Status::Corruption(path + ": bad id value");
+        uint64_t id = 0;
+        for (char c : v) id = (id << 8) | static_cast<uint8_t>(c);
+        u->ids.emplace(it->key().ToString().substr(2), static_cast<int64_t>(id));
+    }
+    TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
+    u->ivf.resize(m.n_centroids);
+    u->ivf_dirty.assign(m.n_centroids, 0);
+    for (int k = 0; k < m.n_centroids; ++k) {
+        const std::string what = path + ": ivf list " + std::to_string(k);
+        std::string v;
+        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Get(ro, u->db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
+        TMS_RETURN_IF_ERROR(unseal(what, &v));
+        Reader r(what, v);
+        uint64_t n, delta;
+        TMS_RETURN_IF_ERROR(r.varint(&n));
+        int64_t prev = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+            TMS_RETURN_IF_ERROR(r.varint(&delta));
+            prev += static_cast<int64_t>(delta);
+            u->ivf[k].push_back(static_cast<int32_t>(prev));
+        }
+    }
+    *out = std::move(u);
+    return Status::OK();
+}
+
+Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+                  std::vector<std::string> doc_ids, bool replace, bool progress) {
+    if (tokens.dim != u->info.dim) {
+        return Status::InvalidArgument("docs: dimension " + std::to_string(tokens.dim) + " differs from the index's " +
+                                       std::to_string(u->info.dim));
+    }
+    if (doc_ids.empty()) return Status::InvalidArgument("doc-ids: adding documents needs explicit ids (--doc-ids)");
+    TMS_RETURN_IF_ERROR(ValidateInput(tokens, doclens, &doc_ids));
+    if (u->info.n_docs + int64_t(doclens.size()) > INT32_MAX) return Status::NotSupported("index would exceed 2^31 documents");
+    for (size_t i = 0; i < doc_ids.size(); ++i) {
+        auto it = u->ids.find(doc_ids[i]);
+        if (it != u->ids.end() && !replace) {
+            return Status::AlreadyExists("doc-ids: line " + std::to_string(i + 1) + ": id '" + doc_ids[i] +
+                                         "' is already in the index (use --replace to replace it)");
+        }
+    }
+    for (const auto& id : doc_ids) {
+        auto it = u->ids.find(id);
+        if (it != u->ids.end()) {
+            u->tombstones.push_back(it->second);
+            u->ids.erase(it);
+        }
+    }
+    std::unique_ptr<Encoder> enc;
+    TMS_RETURN_IF_ERROR(Encoder::Create(u->model, &enc));
+    const int nb = u->model.n_code_bytes, dim = u->info.dim;
+    std::vector<uint32_t> cids;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> vecs;
+    Progress prog("adding", tokens.rows, progress, " tok");
+    int64_t row = 0;
+    for (size_t d0 = 0; d0 < doclens.size(); d0 += u->chunk_docs) {
+        const size_t d1 = std::min(doclens.size(), d0 + size_t(u->chunk_docs));
+        int64_t n = 0;
+        for (size_t d = d0; d < d1; ++d) n += doclens[d];
+        cids.resize(n);
+        codes.resize(size_t(n) * nb);
+        TMS_RETURN_IF_ERROR(enc->Encode(tokens, row, n, cids.data(), codes.data()));
+        const int64_t first = u->info.n_docs, chunk = u->info.n_chunks;
+        // Chunks past meta's n_chunks are invisible to readers until Commit.
+        rocksdb::WriteBatch b;
+        b.Put(u->db.cf[kDocs], be64(chunk), encode_chunk(first, doclens.data() + d0, int64_t(d1 - d0), cids.data(),
+                                                          codes.data(), n, nb));
+        if (u->info.has_vectors) {
+            vecs.resize(size_t(n) * dim);
+            ToHalf(tokens, row, n, vecs.data());
+            std::string v;
+            put(&v, vecs.data(), vecs.size());
+            seal(&v);
+            b.Put(u->db.cf[kVectors], be64(chunk), v);
+        }
+        int64_t t = 0;
+        for (size_t d = d0; d < d1; ++d) {
+            const int64_t doc = first + int64_t(d - d0);
+            b.Put(u->db.cf[kIds], "i:" + be64(doc), doc_ids[d]);
+            u->added_ids.emplace_back(doc_ids[d], doc);
+            u->ids[doc_ids[d]] = doc;
+            for (int64_t j = t; j < t + doclens[d]; ++j) {
+                auto& l = u->ivf[cids[j]];
+                if (l.empty() || l.back() != doc) {
+                    l.push_back(static_cast<int32_t>(doc));
+                    u->ivf_dirty[cids[j]] = 1;
+                }
+            }
+            t += doclens[d];
+        }
+        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(rocksdb::WriteOptions(), &b), u->path));
+        u->info.n_docs += int64_t(d1 - d0);
+        u->info.n_tokens += n;
+        u->info.n_chunks += 1;
+        row += n;
+        prog.Add(n);
+    }
+    return Status::OK();
+}
+
+Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what) {
+    for (size_t i = 0; i < doc_ids.size(); ++i) {
+        if (u->ids.find(doc_ids[i]) == u->ids.end()) {
+            return Status::NotFound(what + ": line " + std::to_string(i + 1) + ": no document '" + doc_ids[i] +
+                                    "' in the index");
+        }
+    }
+    for (const auto& id : doc_ids) {
+        auto it = u->ids.find(id);
+        if (it == u->ids.end()) continue;  // listed twice
+        u->tombstones.push_back(it->second);
+        u->removed_ids.push_back(id);
+        u->ids.erase(it);
+    }
+    return Status::OK();
+}
+
+// One atomic, synced batch: IVF lists, id maps, tombstones, metadata.
+Status UpdaterCommit(IndexUpdaterImpl* u) {
+    rocksdb::WriteBatch b;
+    for (int k = 0; k < u->model.n_centroids; ++k) {
+        if (u->ivf_dirty[k]) b.Put(u->db.cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(u->ivf[k]));
+    }
+    for (const auto& id : u->removed_ids) b.Delete(u->db.cf[kIds], "e:" + id);
+    for (const auto& [id, doc] : u->added_ids) {
+        if (u->ids.count(id) && u->ids[id] == doc) b.Put(u->db.cf[kIds], "e:" + id, be64(doc));
+    }
+    std::sort(u->tombstones.begin(), u->tombstones.end());
+    u->tombstones.erase(std::unique(u->tombstones.begin(), u->tombstones.end()), u->tombstones.end());
+    for (int64_t doc : u->tombstones) b.Put(u->db.cf[kDeleted], be64(doc), "");
+    u->info.n_deleted += static_cast<int64_t>(u->tombstones.size());
+    b.Put(u->db.cf[kMeta], "stats", info_json(u->info, u->model, u->chunk_docs));
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
+    u->added_ids.clear();
+    u->removed_ids.clear();
+    u->tombstones.clear();
+    std::fill(u->ivf_dirty.begin(), u->ivf_dirty.end(), 0);
+    return Status::OK();
+}
+
+const IndexInfo& UpdaterInfo(const IndexUpdaterImpl* u) { return u->info; }
+
+Status CompactIndex(const std::string& path, bool progress) {
+    UpdaterPtr lock;  // holds the writer lock while the new index is written
+    TMS_RETURN_IF_ERROR(OpenUpdater(path, &lock));
+    const int chunk_docs = lock->chunk_docs;
+    IndexBuildOptions opts;
+    TMS_RETURN_IF_ERROR(ParseBuildOptionsJson(lock->info.build_config_json, &opts).WithContext(path + ": stored config"));
+    IndexData d;
+    TMS_RETURN_IF_ERROR(read_index_db(lock->db, path, true, progress, &d));
+    const int64_t n = d.info.n_docs;
+    const int nb = d.model.n_code_bytes, dim = d.model.dim;
+    IndexData c;
+    c.model = d.model;
+    c.doc_offsets.assign(1, 0);
+    for (int64_t doc = 0; doc < n; ++doc) {
+        if (d.deleted[doc]) continue;
+        const int64_t t0 = d.doc_offsets[doc], t1 = d.doc_offsets[doc + 1];
+        c.doc_offsets.push_back(c.doc_offsets.back() + (t1 - t0));
+        c.token_centroids.insert(c.token_centroids.end(), d.token_centroids.begin() + t0, d.token_centroids.begin() + t1);
+        c.codes.insert(c.codes.end(), d.codes.begin() + t0 * nb, d.codes.begin() + t1 * nb);
+        if (!d.vectors.empty()) c.vectors.insert(c.vectors.end(), d.vectors.begin() + t0 * dim, d.vectors.begin() + t1 * dim);
+        c.doc_ids.push_back(d.doc_ids[doc]);
+    }
+    if (c.doc_ids.empty()) return Status::InvalidArgument(path + ": every document is deleted; nothing would remain");
+    c.info = d.info;
+    c.info.n_docs = static_cast<int64_t>(c.doc_ids.size());
+    c.info.n_tokens = c.doc_offsets.back();
+    c.info.n_deleted = 0;
+    opts.overwrite = true;
+    opts.chunk_docs = chunk_docs;
+    opts.progress = progress;
+    lock.reset();  // the new index replaces the old directory: release its lock first
+    return WriteIndex(path, c, opts);
+}
 
 uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
     static const auto table = [] {
@@ -470,6 +709,10 @@ Status ReadIndex(const std::string& path, bool load_vectors, bool progress, Inde
     TMS_RETURN_IF_ERROR(check_is_index_dir(path));
     Db db;
     TMS_RETURN_IF_ERROR(open_db(path, true, &db));
+    return read_index_db(db, path, load_vectors, progress, d);
+}
+
+Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool progress, IndexData* d) {
     nlohmann::json stats;
     TMS_RETURN_IF_ERROR(read_meta(db, path, &d->info, &stats));
     IndexModel& m = d->model;
@@ -571,6 +814,32 @@ Status ReadIndex(const std::string& path, bool load_vectors, bool progress, Inde
             d->ivf_docs.push_back(static_cast<int32_t>(prev));
         }
         d->ivf_offsets[k + 1] = static_cast<int64_t>(d->ivf_docs.size());
+    }
+    // Tombstones: deleted documents leave the IVF lists, so no search path sees them.
+    d->deleted.assign(n_docs, 0);
+    {
+        std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kDeleted]));
+        for (it->SeekToFirst(); it->Valid(); it->Next()) {
+            const std::string k = it->key().ToString();
+            uint64_t id = 0;
+            for (char c : k) id = (id << 8) | static_cast<uint8_t>(c);
+            if (k.size() != 8 || int64_t(id) >= n_docs) return Status::Corruption(path + ": bad tombstone key");
+            d->deleted[id] = 1;
+        }
+        TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
+    }
+    if (info.n_deleted > 0) {
+        size_t w = 0;
+        int64_t begin = 0;
+        for (int k = 0; k < m.n_centroids; ++k) {
+            const int64_t end = d->ivf_offsets[k + 1];
+            for (int64_t e = begin; e < end; ++e) {
+                if (!d->deleted[d->ivf_docs[e]]) d->ivf_docs[w++] = d->ivf_docs[e];
+            }
+            begin = end;
+            d->ivf_offsets[k + 1] = static_cast<int64_t>(w);
+        }
+        d->ivf_docs.resize(w);
     }
     // External ids, in internal-id order.
     d->doc_ids.assign(n_docs, std::string());

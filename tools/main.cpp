@@ -114,6 +114,7 @@ tms::Status print_info(const std::string& path) {
                 i.codec.c_str());
     if (i.codec == "pq") std::printf("pq_m\t%d\npq_nbits\t%d\n", i.pq_m, i.pq_nbits);
     else std::printf("residual_nbits\t%d\n", i.residual_nbits);
+    std::printf("deleted\t%lld\n", (long long)i.n_deleted);
     std::printf("code_bytes_per_token\t%.2f\nvectors\t%s\nvector_bytes_per_token\t%.2f\nchunks\t%lld\nbuild_config\t%s\n",
                 i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
                 i.build_config_json.c_str());
@@ -234,6 +235,21 @@ int main(int argc, char** argv) {
     auto* info = app.add_subcommand("info", "Print what an index holds");
     info->add_option("--index", info_path, "Index directory")->required();
 
+    // add / delete / compact
+    std::string upd_index, upd_docs, upd_doclens, upd_ids;
+    bool upd_replace = false;
+    auto* add = app.add_subcommand("add", "Add documents to an index (encoded with its centroids and codec)");
+    add->add_option("--index", upd_index, "Index directory")->required();
+    add->add_option("--docs", upd_docs, "Token embeddings .npy [n_tokens, dim]")->required();
+    add->add_option("--doclens", upd_doclens, "Tokens per document .npy [n_docs]")->required();
+    add->add_option("--doc-ids", upd_ids, "Ids of the new documents, one per line")->required();
+    add->add_flag("--replace", upd_replace, "Replace documents whose id is already in the index");
+    auto* del = app.add_subcommand("delete", "Delete documents by id (tombstones; `tms compact` reclaims space)");
+    del->add_option("--index", upd_index, "Index directory")->required();
+    del->add_option("--doc-ids", upd_ids, "Ids to delete, one per line")->required();
+    auto* compact = app.add_subcommand("compact", "Rewrite an index without its deleted documents");
+    compact->add_option("--index", upd_index, "Index directory")->required();
+
     // bench
     auto* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
@@ -293,6 +309,33 @@ int main(int argc, char** argv) {
     if (info->parsed()) {
         tms::Status st = print_info(info_path);
         return st.ok() ? 0 : fail("info", st);
+    }
+    if (add->parsed() || del->parsed()) {
+        const std::string cmd = add->parsed() ? "add" : "delete";
+        const auto t0 = Clock::now();
+        std::unique_ptr<tms::IndexUpdater> u;
+        tms::Status st = tms::IndexUpdater::Open(upd_index, true, &u);
+        const int64_t before_docs = st.ok() ? u->info().n_docs : 0, before_del = st.ok() ? u->info().n_deleted : 0;
+        if (st.ok() && add->parsed()) st = u->AddFromFiles(upd_docs, upd_doclens, upd_ids, upd_replace);
+        if (st.ok() && del->parsed()) {
+            std::vector<std::string> ids;
+            st = tms::ReadLines(upd_ids, &ids);
+            if (st.ok()) st = u->Delete(ids);
+            if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0) st = tms::Status(st.code(), upd_ids + st.message().substr(7));
+        }
+        if (st.ok()) st = u->Commit();
+        if (!st.ok()) return fail(cmd, st);
+        std::fprintf(stderr, "tms %s: %lld added, %lld deleted in %.2f s; index has %lld live documents -> %s\n",
+                     cmd.c_str(), (long long)(u->info().n_docs - before_docs), (long long)(u->info().n_deleted - before_del),
+                     since(t0), (long long)(u->info().n_docs - u->info().n_deleted), upd_index.c_str());
+        return 0;
+    }
+    if (compact->parsed()) {
+        const auto t0 = Clock::now();
+        tms::Status st = tms::CompactIndex(upd_index, true);
+        if (!st.ok()) return fail("compact", st);
+        std::fprintf(stderr, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), since(t0));
+        return 0;
     }
     if (bk->parsed()) {
         std::string json;

@@ -3,6 +3,7 @@
 
 #include "tilemaxsim/eval.h"
 #include "tilemaxsim/index_builder.h"
+#include "tilemaxsim/index_updater.h"
 #include "tilemaxsim/io.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/searcher.h"

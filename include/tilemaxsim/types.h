@@ -60,6 +60,7 @@ struct IndexInfo {
     double code_bytes_per_token = 0;    ///< centroid id + codes
     double vector_bytes_per_token = 0;  ///< fp16 vectors, 0 without
     int64_t n_chunks = 0;
+    int64_t n_deleted = 0;      ///< documents deleted (tombstoned) since the last compaction
     std::string build_config_json;
 };
 

@@ -282,3 +282,97 @@ def test_interrupted_build_leaves_no_index(tmp_path):
     # A leftover temporary directory is not an index either.
     for tmp in tmp_path.glob("idx.tmp-build-*"):
         expect_error(tms("info", "--index", tmp))
+
+
+# ---- streaming inputs, updates, failures during a build --------------------------------
+
+def test_shard_directory(corpus, tmp_path):
+    docs = np.load(corpus / "docs.npy")
+    lens = np.load(corpus / "doclens.npy")
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    cut = int(lens[:120].sum())
+    np.save(shards / "docs_000.npy", docs[:cut])
+    np.save(shards / "doclens_000.npy", lens[:120])
+    np.save(shards / "docs_001.npy", docs[cut:])
+    np.save(shards / "doclens_001.npy", lens[120:])
+    out = tmp_path / "sharded"
+    tms("index", "--docs", shards, "--out", out, "--centroids", 32, "--doc-ids", corpus / "doc_ids.txt", check=True)
+    assert "documents\t300" in tms("info", "--index", out, check=True).stdout
+    np.save(shards / "docs_002.npy", np.ones((4, 32), dtype=np.float16))
+    np.save(shards / "doclens_002.npy", np.array([4], dtype=np.int32))
+    expect_error(tms("index", "--docs", shards, "--out", tmp_path / "bad", "--centroids", 32), "docs_002.npy",
+                 "differs from the first shard")
+    assert_no_index(tmp_path / "bad")
+
+
+def test_safetensors_input(corpus, tmp_path):
+    docs = np.load(corpus / "docs.npy")
+    lens = np.load(corpus / "doclens.npy").astype(np.int64)
+    header = {"embeddings": {"dtype": "F16", "shape": list(docs.shape), "data_offsets": [0, docs.nbytes]},
+              "doclens": {"dtype": "I64", "shape": list(lens.shape),
+                          "data_offsets": [docs.nbytes, docs.nbytes + lens.nbytes]}}
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    path = tmp_path / "corpus.safetensors"
+    path.write_bytes(len(h).to_bytes(8, "little") + h + docs.tobytes() + lens.tobytes())
+    out = tmp_path / "st"
+    tms("index", "--docs", path, "--out", out, "--centroids", 32, check=True)
+    assert "tokens\t%d" % docs.shape[0] in tms("info", "--index", out, check=True).stdout
+    path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    expect_error(tms("index", "--docs", path, "--out", tmp_path / "st2"), "corpus.safetensors")
+
+
+def test_add_delete_compact(corpus, tmp_path):
+    out = tmp_path / "upd"
+    docs = np.load(corpus / "docs.npy")
+    lens = np.load(corpus / "doclens.npy")
+    ids = (corpus / "doc_ids.txt").read_text().split()
+    cut = int(lens[:250].sum())
+    np.save(tmp_path / "a_docs.npy", docs[:cut])
+    np.save(tmp_path / "a_lens.npy", lens[:250])
+    (tmp_path / "a_ids.txt").write_text("\n".join(ids[:250]) + "\n")
+    np.save(tmp_path / "b_docs.npy", docs[cut:])
+    np.save(tmp_path / "b_lens.npy", lens[250:])
+    (tmp_path / "b_ids.txt").write_text("\n".join(ids[250:]) + "\n")
+    tms("index", "--docs", tmp_path / "a_docs.npy", "--doclens", tmp_path / "a_lens.npy", "--doc-ids",
+        tmp_path / "a_ids.txt", "--out", out, "--centroids", 32, "--keep-vectors", check=True)
+    tms("add", "--index", out, "--docs", tmp_path / "b_docs.npy", "--doclens", tmp_path / "b_lens.npy", "--doc-ids",
+        tmp_path / "b_ids.txt", check=True)
+    expect_error(tms("add", "--index", out, "--docs", tmp_path / "b_docs.npy", "--doclens", tmp_path / "b_lens.npy",
+                     "--doc-ids", tmp_path / "b_ids.txt"), "b_ids.txt", "already in the index", "--replace")
+    (tmp_path / "del.txt").write_text("\n".join(ids[:30]) + "\n")
+    tms("delete", "--index", out, "--doc-ids", tmp_path / "del.txt", check=True)
+    info = tms("info", "--index", out, check=True).stdout
+    assert "documents\t300" in info and "deleted\t30" in info
+    expect_error(tms("delete", "--index", out, "--doc-ids", tmp_path / "del.txt"), "del.txt", "no document")
+    run = tmp_path / "r.trec"
+    tms("search", "--index", out, "--queries", corpus / "queries.npy", "--out", run, "--k", 300, "--exhaustive",
+        check=True)
+    returned = {l.split()[2] for l in run.read_text().splitlines()}
+    assert not returned & set(ids[:30]) and len(returned) == 270
+    tms("compact", "--index", out, check=True)
+    info = tms("info", "--index", out, check=True).stdout
+    assert "documents\t270" in info and "deleted\t0" in info
+    q = np.ones((1, 32, 96), dtype=np.float16)
+    np.save(tmp_path / "wrongdim.npy", np.ones((10, 96), dtype=np.float16))
+    np.save(tmp_path / "wl.npy", np.array([10], dtype=np.int32))
+    (tmp_path / "wid.txt").write_text("new\n")
+    expect_error(tms("add", "--index", out, "--docs", tmp_path / "wrongdim.npy", "--doclens", tmp_path / "wl.npy",
+                     "--doc-ids", tmp_path / "wid.txt"), "wrongdim.npy", "dimension 96")
+
+
+def _limit_file_size():
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+
+def test_disk_full_during_build(corpus, tmp_path):
+    # Writes beyond 256 KiB fail (EFBIG), as on a full disk: the build must fail cleanly.
+    out = tmp_path / "full"
+    p = subprocess.run([TMS, "index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", out,
+                        "--centroids", "16", "--keep-vectors"], capture_output=True, text=True,
+                       preexec_fn=_limit_file_size, timeout=600)
+    expect_error(p, "full")
+    assert_no_index(out)

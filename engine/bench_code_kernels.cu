@@ -1,0 +1,301 @@
+// Copyright TileMaxSim authors. Compressed MaxSim kernel benchmark (rows for `tms bench
+// kernels`): in one run, the machine's read ceiling, the fused PQ / PLAID-residual kernels
+// (kernels/cuda/code_maxsim_cuda.h) and the exact fp16 kernel on the same document shapes.
+// Data is generated on the device (random codes, centroid ids in [0, 65536), codebook and
+// centroid scores) and rotated over enough copies to exceed 4x the L2; each timing is the
+// median of 15 samples (CUDA events) after warm-up. GB/s counts the bytes that must be read:
+// code bytes + 4-byte centroid id per scored token (fp16 vectors for the exact rows).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/bench_code_kernels.h"
+#include "kernels/cuda/code_maxsim_cuda.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/maxsim_cuda.h"
+
+namespace tms::engine {
+namespace {
+
+constexpr int kSamples = 15;
+constexpr int kQTokens = 32;
+constexpr int kDim = 128;
+constexpr int kCentroids = 65536;
+
+__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ uint32_t(i >> 32) * 0x85EBCA77u ^ seed;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+    return h;
+}
+
+/// kind 0: fp32 in [-scale/2, scale/2); 1: fp16 likewise; 2: bytes; 3: uint32 mod `mod`.
+__global__ void fill(void* data, int64_t n, int kind, float scale, uint32_t mod, uint32_t seed) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const uint32_t h = mix(uint64_t(i), seed);
+        const float v = (float(h & 0xffffff) / float(1 << 24) - 0.5f) * scale;
+        switch (kind) {
+            case 0: static_cast<float*>(data)[i] = v; break;
+            case 1: static_cast<__half*>(data)[i] = __float2half(v); break;
+            case 2: static_cast<uint8_t*>(data)[i] = uint8_t(h >> 7); break;
+            default: static_cast<uint32_t*>(data)[i] = h % mod; break;
+        }
+    }
+}
+
+__global__ void read_ceiling_kernel(const uint4* p, int64_t n_vec, uint32_t* sink) {
+    uint32_t acc = 0;
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    for (; i + 3 * stride < n_vec; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+              d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n_vec; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+template <typename T>
+struct Dev {
+    T* p = nullptr;
+    ~Dev() { cudaFree(p); }
+    Status alloc(size_t n) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+        return Status::OK();
+    }
+};
+
+Status fill_dev(void* p, int64_t n, int kind, float scale, uint32_t mod, uint32_t seed) {
+    fill<<<4096, 256>>>(p, n, kind, scale, mod, seed);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+struct Timer {
+    cudaEvent_t a = nullptr, b = nullptr;
+    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
+    ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
+    Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
+        for (int w = 0; w < 2; ++w) TMS_RETURN_IF_ERROR(fn(w));
+        std::vector<double> t;
+        int call = 0;
+        for (int s = 0; s < kSamples; ++s) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(a));
+            for (int i = 0; i < per_sample; ++i) TMS_RETURN_IF_ERROR(fn(call++));
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(b));
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b));
+            float ms = 0;
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a, b));
+            t.push_back(ms * 1e-3 / per_sample);
+        }
+        std::sort(t.begin(), t.end());
+        *sec = t[t.size() / 2];
+        return Status::OK();
+    }
+};
+
+std::string fmt(double x) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", x);
+    return b;
+}
+
+std::string row(const std::string& c, const std::string& impl, double docs_s, double gbps, double ceil) {
+    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) + ",\"gbps\":" +
+           fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
+}
+
+struct CodeBenchCase {
+    std::string name;
+    int n_code_bytes;  // 0: centroid-only; -1: exact fp16 vectors
+    int64_t n_docs;
+    int n_queries = 1;
+    int64_t n_cand = 0;  // 0: dense
+};
+
+std::vector<CodeBenchCase> cases() {
+    const std::vector<std::pair<std::string, int>> codecs = {{"pq16", 16}, {"pq32", 32}, {"pq64", 64}, {"res1", 16},
+                                                            {"res2", 32},  {"res4", 64}, {"cent", 0},  {"exactfp16", -1}};
+    std::vector<CodeBenchCase> v;
+    for (int64_t b : {100000, 10000})
+        for (const auto& [n, nb] : codecs)
+            v.push_back({n + "_d128_nq32_nd128_b" + std::to_string(b), nb, b});
+    for (const auto& [n, nb] : codecs)
+        v.push_back({"ragged_" + n + "_d128_nq32_nd128_q256_c4096_n1000000", nb, 1000000, 256, 4096});
+    return v;
+}
+
+Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<std::string>* rows) {
+    const int nd = 128;
+    const bool exact = bc.n_code_bytes < 0;
+    const int nb = std::max(0, bc.n_code_bytes);
+    const int64_t n_tok = bc.n_docs * nd;
+    const size_t tok_bytes = exact ? size_t(kDim) * 2 : size_t(4 + nb);
+    const size_t corpus = size_t(n_tok) * tok_bytes;
+    const int copies = int(std::min<size_t>(64, std::max<size_t>(1, (4 * l2 + corpus - 1) / corpus)));
+    std::vector<int64_t> offs(size_t(bc.n_docs) + 1);
+    for (int64_t d = 0; d <= bc.n_docs; ++d) offs[d] = d * nd;
+    Dev<int64_t> d_offs;
+    TMS_RETURN_IF_ERROR(d_offs.alloc(offs.size()));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_offs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+    const int nq = bc.n_queries;
+    // Candidates.
+    std::mt19937 rng(1234);
+    std::vector<int64_t> coffs;
+    std::vector<int32_t> cdocs;
+    Dev<int64_t> d_coffs;
+    Dev<int32_t> d_cdocs;
+    int64_t n_pairs = bc.n_docs;
+    if (bc.n_cand > 0) {
+        std::uniform_int_distribution<int32_t> pick(0, int32_t(bc.n_docs - 1));
+        coffs.push_back(0);
+        for (int q = 0; q < nq; ++q) {
+            for (int64_t i = 0; i < bc.n_cand; ++i) cdocs.push_back(pick(rng));
+            coffs.push_back(int64_t(cdocs.size()));
+        }
+        n_pairs = int64_t(cdocs.size());
+        TMS_RETURN_IF_ERROR(d_coffs.alloc(coffs.size()));
+        TMS_RETURN_IF_ERROR(d_cdocs.alloc(cdocs.size()));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_coffs.p, coffs.data(), coffs.size() * 8, cudaMemcpyHostToDevice));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_cdocs.p, cdocs.data(), cdocs.size() * 4, cudaMemcpyHostToDevice));
+    }
+    const double bytes_read = double(n_pairs) * nd * tok_bytes;
+    Dev<float> scores;
+    TMS_RETURN_IF_ERROR(scores.alloc(size_t(n_pairs)));
+    const int per_sample = int(std::clamp<int64_t>((2000000 + n_pairs - 1) / n_pairs, 1, 200));
+    Timer timer;
+    double sec = 0;
+    auto report = [&](const std::string& impl) {
+        rows->push_back(row(bc.name, impl, n_pairs / sec, bytes_read / sec * 1e-9, ceiling));
+        std::fprintf(stderr, "%-58s %-22s %8.3f ms %9.1fM docs/s %7.1f GB/s %.3f\n", bc.name.c_str(), impl.c_str(),
+                     sec * 1e3, n_pairs / sec * 1e-6, bytes_read / sec * 1e-9, bytes_read / sec * 1e-9 / ceiling);
+    };
+    if (exact) {
+        Dev<__half> docs, q;
+        TMS_RETURN_IF_ERROR(docs.alloc(size_t(n_tok) * kDim * copies));
+        TMS_RETURN_IF_ERROR(fill_dev(docs.p, n_tok * kDim * copies, 1, 0.25f, 0, 7));
+        TMS_RETURN_IF_ERROR(q.alloc(size_t(nq) * kQTokens * kDim));
+        TMS_RETURN_IF_ERROR(fill_dev(q.p, int64_t(nq) * kQTokens * kDim, 1, 0.25f, 0, 9));
+        kernels::MaxSimParams p;
+        p.queries = q.p;
+        p.q_dtype = DType::kF16;
+        p.n_queries = nq;
+        p.q_stride = kQTokens;
+        p.dim = kDim;
+        p.d_dtype = DType::kF16;
+        p.doc_offsets = d_offs.p;
+        p.n_docs = bc.n_docs;
+        p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;
+        p.cand_docs = bc.n_cand ? d_cdocs.p : nullptr;
+        p.scores = scores.p;
+        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
+            kernels::MaxSimParams pi = p;
+            pi.doc_tokens = docs.p + size_t(i % copies) * n_tok * kDim;
+            return kernels::maxsim_cuda(pi, nullptr);
+        }, &sec));
+        report("tilemaxsim-exact");
+        return Status::OK();
+    }
+    Dev<uint32_t> cids;
+    Dev<uint8_t> codes;
+    Dev<float> book, q, cs;
+    TMS_RETURN_IF_ERROR(cids.alloc(size_t(n_tok) * copies));
+    TMS_RETURN_IF_ERROR(fill_dev(cids.p, n_tok * copies, 3, 0, kCentroids, 11));
+    TMS_RETURN_IF_ERROR(codes.alloc(size_t(n_tok) * nb * copies));
+    if (nb) TMS_RETURN_IF_ERROR(fill_dev(codes.p, n_tok * nb * copies, 2, 0, 0, 13));
+    TMS_RETURN_IF_ERROR(book.alloc(size_t(kDim) * 256));
+    TMS_RETURN_IF_ERROR(fill_dev(book.p, int64_t(kDim) * 256, 0, 0.1f, 0, 15));
+    TMS_RETURN_IF_ERROR(q.alloc(size_t(nq) * kQTokens * kDim));
+    TMS_RETURN_IF_ERROR(fill_dev(q.p, int64_t(nq) * kQTokens * kDim, 0, 0.25f, 0, 17));
+    TMS_RETURN_IF_ERROR(cs.alloc(size_t(nq) * kQTokens * kCentroids));
+    TMS_RETURN_IF_ERROR(fill_dev(cs.p, int64_t(nq) * kQTokens * kCentroids, 0, 1.f, 0, 19));
+    kernels::CodeMaxSimParams p;
+    p.queries = q.p;
+    p.n_queries = nq;
+    p.q_stride = kQTokens;
+    p.dim = kDim;
+    p.centroid_scores = cs.p;
+    p.n_centroids = kCentroids;
+    p.n_code_bytes = nb;
+    p.codebook = nb ? book.p : nullptr;
+    p.doc_offsets = d_offs.p;
+    p.n_docs = bc.n_docs;
+    p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;
+    p.cand_docs = bc.n_cand ? d_cdocs.p : nullptr;
+    p.scores = scores.p;
+    const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+    Dev<unsigned char> ws;
+    TMS_RETURN_IF_ERROR(ws.alloc(ws_bytes));
+    auto at = [&](int i) {
+        kernels::CodeMaxSimParams pi = p;
+        pi.token_centroids = cids.p + size_t(i % copies) * n_tok;
+        pi.codes = nb ? codes.p + size_t(i % copies) * n_tok * nb : nullptr;
+        return pi;
+    };
+    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
+        return kernels::code_maxsim_cuda(at(i), ws.p, ws_bytes, nullptr);
+    }, &sec));
+    report("tilemaxsim-code");
+    if (bc.n_cand > 0) {
+        // Scoring alone, the centroid-score table already built.
+        TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, ws.p, nullptr));
+        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
+            return kernels::code_maxsim_table_cuda(at(i), ws.p, nullptr);
+        }, &sec));
+        report("tilemaxsim-code-pretable");
+    }
+    return Status::OK();
+}
+
+}  // namespace
+
+Status RunCodeKernelBench(const std::string& filter, std::string* json_rows) {
+    int n_dev = 0;
+    TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
+    if (n_dev == 0) return Status::NotSupported("bench kernels: no CUDA device");
+    int dev = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
+    double ceiling = 0;
+    {
+        const size_t bytes = size_t(8) << 30;
+        Dev<uint4> buf;
+        Dev<uint32_t> sink;
+        TMS_RETURN_IF_ERROR(buf.alloc(bytes / 16));
+        TMS_RETURN_IF_ERROR(sink.alloc(1));
+        TMS_RETURN_IF_ERROR(fill_dev(buf.p, int64_t(bytes / 4), 0, 1.f, 0, 3));
+        Timer timer;
+        double sec = 0;
+        TMS_RETURN_IF_ERROR(timer.median(3, [&](int) {
+            read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(buf.p, int64_t(bytes / 16), sink.p);
+            TMS_CUDA_CHECK_LAUNCH();
+            return Status::OK();
+        }, &sec));
+        ceiling = double(bytes) / sec * 1e-9;
+        std::fprintf(stderr, "read ceiling: %.1f GB/s (%s)\n", ceiling, prop.name);
+    }
+    std::vector<std::string> rows{row("code_read_ceiling", "read-ceiling", 0, ceiling, ceiling)};
+    for (const CodeBenchCase& bc : cases()) {
+        if (!filter.empty() && bc.name.find(filter) == std::string::npos) continue;
+        const Status st = run_case(bc, ceiling, size_t(prop.l2CacheSize), &rows);
+        if (!st.ok()) return st.WithContext(bc.name);
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+        if (!json_rows->empty() || i > 0) *json_rows += ",\n";
+        *json_rows += rows[i];
+    }
+    return Status::OK();
+}
+
+}  // namespace tms::engine

@@ -1,0 +1,40 @@
+// Copyright TileMaxSim authors. Host-level GPU compressed scorer (no CUDA headers here).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tilemaxsim/status.h"
+
+namespace tms::engine {
+
+/// Owns device copies of one shard's compressed tokens (centroid ids, codes, codebook,
+/// centroids, doc offsets) and scores queries against them with the fused kernels of
+/// kernels/cuda/code_maxsim_cuda.h. Per-call buffers live in one device arena that grows and
+/// is reused. Thread-safety: one call at a time per scorer.
+class GpuCodeScorer {
+public:
+    /// h_token_centroids [n_tokens]; h_codes [n_tokens, n_code_bytes] (null when
+    /// n_code_bytes == 0); h_codebook [n_code_bytes, 256, dim / n_code_bytes] fp32;
+    /// h_centroids [n_centroids, dim] fp32; h_doc_offsets [n_docs + 1], 0 .. n_tokens.
+    static Status Create(int device, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
+                         int n_code_bytes, const float* h_codebook, const float* h_centroids, int n_centroids,
+                         int dim, const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuCodeScorer>* out);
+    ~GpuCodeScorer();
+    /// Scores laid out like kernels::CodeMaxSimParams::scores (dense [n_queries, n_docs] when
+    /// h_cand_offsets is null). h_queries [n_queries, q_stride, dim] fp32; h_centroid_scores
+    /// [n_queries, q_stride, n_centroids] fp32 on the host, or null to compute them on the
+    /// device (cuBLAS, from the resident centroids). centroids_only drops the residual
+    /// (PLAID's centroid-interaction pruning score).
+    Status Score(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                 const float* h_centroid_scores, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
+                 bool centroids_only, std::vector<float>* scores);
+
+private:
+    GpuCodeScorer() = default;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tms::engine

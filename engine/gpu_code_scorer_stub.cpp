@@ -1,0 +1,20 @@
+// Copyright TileMaxSim authors. CPU-only builds: the GPU compressed scorer reports that CUDA is absent.
+#include "engine/gpu_code_scorer.h"
+
+namespace tms::engine {
+
+struct GpuCodeScorer::Impl {};
+
+GpuCodeScorer::~GpuCodeScorer() = default;
+
+Status GpuCodeScorer::Create(int, const uint32_t*, const uint8_t*, int64_t, int, const float*, const float*, int, int,
+                             const int64_t*, int64_t, std::unique_ptr<GpuCodeScorer>*) {
+    return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
+}
+
+Status GpuCodeScorer::Score(const float*, int, int, const int32_t*, const float*, const int64_t*, const int32_t*, bool,
+                            std::vector<float>*) {
+    return Status::NotSupported("this build has no CUDA");
+}
+
+}  // namespace tms::engine

@@ -1,0 +1,404 @@
+// Copyright TileMaxSim authors. CUDA compressed MaxSim (PQ / PLAID residual codes) vs the fp64
+// reference code_maxsim_ref, over one case table: PQ M in {8, 16, 32, 64} at d = 128,
+// residual nbits in {1, 2, 4} at d in {64, 96, 128, 256}, centroid-only, empty and 1-token
+// documents, ragged and dense candidates, empty candidate lists, query_lens including 0,
+// two query groups; plus unsupported shapes and the engine's GpuCodeScorer vs the CPU path.
+// Tolerance: |GPU - ref| <= 2 |naive - ref| + 1e-3 (1 + |ref|), where "naive" is the same
+// computation on the CPU with the GPU's input roundings (fp16 queries, codebook, centroid
+// scores; fp32 sums).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/bench_code_kernels.h"
+#include "engine/gpu_code_scorer.h"
+#include "kernels/cuda/code_maxsim_cuda.h"
+#include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/maxsim.h"
+
+namespace tms {
+namespace {
+
+using kernels::CodeMaxSimParams;
+
+#define SKIP_WITHOUT_GPU()                                    \
+    do {                                                      \
+        int n_dev = 0;                                        \
+        ASSERT_TRUE(kernels::cuda_device_count(&n_dev).ok()); \
+        if (n_dev == 0) GTEST_SKIP() << "no CUDA device";     \
+    } while (0)
+
+template <typename T>
+struct DevBuf {
+    T* d = nullptr;
+    size_t n = 0;
+    explicit DevBuf(const std::vector<T>& h) : n(h.size()) {
+        EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+        if (n) EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    explicit DevBuf(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
+    ~DevBuf() { cudaFree(d); }
+    std::vector<T> get() const {
+        std::vector<T> h(n);
+        if (n) EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+    }
+};
+
+struct CodeCase {
+    std::string name;
+    int dim;
+    int n_code_bytes;  // 0: centroid-only
+    int residual_nbits;  // 0: PQ-style random codebook; 1/2/4: PLAID residual buckets
+    int n_centroids;
+    int n_queries;
+    int q_stride;
+    std::vector<int> query_lens;  // empty: all q_stride
+    std::vector<int> doc_lens;
+    bool ragged;
+    std::vector<int> cand_counts;  // ragged: candidates per query (may be 0)
+    uint32_t seed;
+};
+
+std::vector<int> lens(int n, int lo, int hi, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> u(lo, hi);
+    std::vector<int> v(n);
+    for (int& x : v) x = u(rng);
+    return v;
+}
+
+std::vector<CodeCase> code_cases() {
+    std::vector<CodeCase> c;
+    const std::vector<int> mixed = {0, 1, 2, 5, 17, 31, 32, 33, 64, 127, 128, 129, 300, 0, 1};
+    for (int m : {8, 16, 32, 64}) {
+        c.push_back({"pq" + std::to_string(m) + "_d128_ragged", 128, m, 0, 64, 3, 32, {32, 7, 0}, mixed, true,
+                     {20, 0, 9}, uint32_t(100 + m)});
+        c.push_back({"pq" + std::to_string(m) + "_d128_dense", 128, m, 0, 300, 2, 32, {}, lens(40, 1, 140, m), false,
+                     {}, uint32_t(200 + m)});
+    }
+    for (int nbits : {1, 2, 4})
+        for (int dim : {64, 96, 128, 256}) {
+            const std::string n = "res" + std::to_string(nbits) + "_d" + std::to_string(dim);
+            c.push_back({n + "_ragged", dim, dim * nbits / 8, nbits, 50, 3, 32, {32, 0, 13}, mixed, true, {25, 3, 0},
+                         uint32_t(300 + nbits * 1000 + dim)});
+            c.push_back({n + "_dense", dim, dim * nbits / 8, nbits, 17, 2, 32, {}, lens(30, 1, 90, dim + nbits), false,
+                         {}, uint32_t(400 + nbits * 1000 + dim)});
+        }
+    c.push_back({"centroid_only_d128", 128, 0, 0, 100, 3, 32, {32, 5, 0}, mixed, true, {30, 30, 30}, 501});
+    c.push_back({"centroid_only_d100_dense", 100, 0, 0, 7, 2, 20, {}, lens(20, 0, 70, 9), false, {}, 502});
+    c.push_back({"one_token_docs", 128, 16, 0, 40, 2, 32, {}, std::vector<int>(50, 1), true, {50, 1}, 503});
+    c.push_back({"empty_docs_only", 128, 32, 2, 40, 2, 32, {}, std::vector<int>(10, 0), false, {}, 504});
+    c.push_back({"all_candidate_lists_empty", 128, 16, 0, 40, 3, 32, {}, {3, 4, 5}, true, {0, 0, 0}, 505});
+    c.push_back({"no_docs_dense", 128, 16, 0, 40, 2, 32, {}, {}, false, {}, 506});
+    c.push_back({"two_query_groups", 128, 32, 2, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
+                 {40, 40, 40}, 507});
+    c.push_back({"q_stride1", 128, 16, 0, 60, 3, 1, {}, lens(30, 1, 60, 11), true, {10, 10, 10}, 508});
+    c.push_back({"q_stride0", 128, 16, 0, 60, 2, 0, {}, lens(5, 1, 60, 12), false, {}, 509});
+    c.push_back({"pq4_d128_dsub32", 128, 4, 0, 30, 2, 32, {}, lens(20, 1, 100, 13), true, {20, 20}, 510});
+    return c;
+}
+
+/// Host data of one case (float values exactly as the kernels see them).
+struct CodeData {
+    std::vector<float> q, cent, book, cs;
+    std::vector<uint32_t> tc;
+    std::vector<uint8_t> codes;
+    std::vector<int64_t> doc_offsets, cand_offsets;
+    std::vector<int32_t> query_lens, cand_docs;
+
+    explicit CodeData(const CodeCase& c) {
+        std::mt19937 rng(c.seed);
+        std::normal_distribution<float> n01;
+        const int dim = c.dim, K = c.n_centroids, nb = c.n_code_bytes;
+        q.resize(size_t(c.n_queries) * c.q_stride * dim);
+        for (size_t r = 0; r < q.size() / std::max(1, dim); ++r) {  // unit rows, like ColBERT output
+            double ss = 0;
+            for (int j = 0; j < dim; ++j) ss += std::pow(q[r * dim + j] = n01(rng), 2);
+            for (int j = 0; j < dim; ++j) q[r * dim + j] = float(q[r * dim + j] / std::sqrt(ss));
+        }
+        cent.resize(size_t(K) * dim);
+        for (int k = 0; k < K; ++k) {
+            double ss = 0;
+            for (int j = 0; j < dim; ++j) ss += std::pow(cent[size_t(k) * dim + j] = n01(rng), 2);
+            for (int j = 0; j < dim; ++j) cent[size_t(k) * dim + j] = float(cent[size_t(k) * dim + j] / std::sqrt(ss));
+        }
+        const int dsub = nb ? dim / nb : 0;
+        book.resize(size_t(nb) * 256 * dsub);
+        if (c.residual_nbits == 0) {
+            for (auto& x : book) x = n01(rng) * 0.05f;
+        } else {
+            const int nbits = c.residual_nbits, per = 8 / nbits, levels = 1 << nbits;
+            std::vector<float> w(levels);
+            for (int i = 0; i < levels; ++i) w[i] = 0.06f * (float(i) + 0.5f - levels / 2.0f) + n01(rng) * 0.005f;
+            for (int b = 0; b < nb; ++b)
+                for (int v = 0; v < 256; ++v)
+                    for (int j = 0; j < per; ++j)
+                        book[(size_t(b) * 256 + v) * per + j] = w[(v >> (nbits * j)) & (levels - 1)];
+        }
+        doc_offsets.assign(1, 0);
+        for (int l : c.doc_lens) doc_offsets.push_back(doc_offsets.back() + l);
+        const int64_t nt = doc_offsets.back();
+        tc.resize(nt);
+        codes.resize(size_t(nt) * nb);
+        for (auto& x : tc) x = rng() % K;
+        for (auto& x : codes) x = uint8_t(rng());
+        cs.resize(size_t(c.n_queries) * c.q_stride * K);
+        for (int i = 0; i < c.n_queries * c.q_stride; ++i)
+            for (int k = 0; k < K; ++k) {
+                double s = 0;
+                for (int j = 0; j < dim; ++j) s += double(q[size_t(i) * dim + j]) * cent[size_t(k) * dim + j];
+                cs[size_t(i) * K + k] = float(s);
+            }
+        query_lens.assign(c.query_lens.begin(), c.query_lens.end());
+        if (c.ragged) {
+            cand_offsets.assign(1, 0);
+            const int nd = int(c.doc_lens.size());
+            for (int qq = 0; qq < c.n_queries; ++qq) {
+                const int cnt = nd ? c.cand_counts[qq] : 0;
+                for (int i = 0; i < cnt; ++i) cand_docs.push_back(int32_t(rng() % nd));
+                cand_offsets.push_back(int64_t(cand_docs.size()));
+            }
+        }
+    }
+
+    CodeMaxSimParams host_params(const CodeCase& c, float* scores) const {
+        CodeMaxSimParams p;
+        p.queries = q.data();
+        p.n_queries = c.n_queries;
+        p.q_stride = c.q_stride;
+        p.dim = c.dim;
+        p.query_lens = query_lens.empty() ? nullptr : query_lens.data();
+        p.centroid_scores = cs.data();
+        p.n_centroids = c.n_centroids;
+        p.token_centroids = tc.data();
+        p.codes = c.n_code_bytes ? codes.data() : nullptr;
+        p.n_code_bytes = c.n_code_bytes;
+        p.codebook = c.n_code_bytes ? book.data() : nullptr;
+        p.doc_offsets = doc_offsets.data();
+        p.n_docs = int64_t(c.doc_lens.size());
+        p.cand_offsets = c.ragged ? cand_offsets.data() : nullptr;
+        p.cand_docs = c.ragged ? cand_docs.data() : nullptr;
+        p.scores = scores;
+        return p;
+    }
+};
+
+float h16(float x) { return kernels::half_to_float(kernels::float_to_half(x)); }
+
+/// The GPU's computation on the CPU: fp16 inputs, fp32 sums (for the tolerance).
+std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d) {
+    std::vector<double> out;
+    const int dim = c.dim, nb = c.n_code_bytes, dsub = nb ? dim / nb : 0, K = c.n_centroids;
+    const int64_t n_docs = int64_t(c.doc_lens.size());
+    for (int qq = 0; qq < c.n_queries; ++qq) {
+        const int ql = d.query_lens.empty() ? c.q_stride : d.query_lens[qq];
+        const int64_t n = c.ragged ? d.cand_offsets[qq + 1] - d.cand_offsets[qq] : n_docs;
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t doc = c.ragged ? d.cand_docs[d.cand_offsets[qq] + i] : i;
+            float score = 0;
+            for (int r = 0; r < ql; ++r) {
+                const float* qv = d.q.data() + (size_t(qq) * c.q_stride + r) * dim;
+                float best = -INFINITY;
+                for (int64_t t = d.doc_offsets[doc]; t < d.doc_offsets[doc + 1]; ++t) {
+                    float s = h16(d.cs[(size_t(qq) * c.q_stride + r) * K + d.tc[t]]);
+                    for (int b = 0; b < nb; ++b) {
+                        const float* e = d.book.data() + (size_t(b) * 256 + d.codes[size_t(t) * nb + b]) * dsub;
+                        for (int j = 0; j < dsub; ++j) s += h16(qv[b * dsub + j]) * h16(e[j]);
+                    }
+                    best = std::max(best, s);
+                }
+                if (d.doc_offsets[doc + 1] > d.doc_offsets[doc]) score += best;
+            }
+            out.push_back(score);
+        }
+    }
+    return out;
+}
+
+std::string describe(const CodeCase& c) {
+    return "case " + c.name + " seed " + std::to_string(c.seed) + " dim " + std::to_string(c.dim) + " code bytes " +
+           std::to_string(c.n_code_bytes) + " K " + std::to_string(c.n_centroids) + " nq " +
+           std::to_string(c.n_queries) + " q_stride " + std::to_string(c.q_stride) + " docs " +
+           std::to_string(c.doc_lens.size()) + (c.ragged ? " ragged" : " dense");
+}
+
+TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
+    SKIP_WITHOUT_GPU();
+    for (const CodeCase& c : code_cases()) {
+        SCOPED_TRACE(describe(c));
+        const CodeData d(c);
+        const CodeMaxSimParams hp = d.host_params(c, nullptr);
+        const int64_t n = kernels::code_maxsim_num_scores(hp);
+        std::vector<double> ref(static_cast<size_t>(n));
+        ASSERT_TRUE(kernels::code_maxsim_ref(hp, d.cent.data(), ref.data()).ok());
+        const std::vector<double> naive = naive_same_precision(c, d);
+        ASSERT_EQ(int64_t(naive.size()), n);
+
+        DevBuf<float> q(d.q), book(d.book), cs(d.cs);
+        DevBuf<uint32_t> tc(d.tc);
+        DevBuf<uint8_t> codes(d.codes);
+        DevBuf<int64_t> offs(d.doc_offsets), coffs(d.cand_offsets);
+        DevBuf<int32_t> qlens(d.query_lens), cdocs(d.cand_docs);
+        DevBuf<float> scores(static_cast<size_t>(n));
+        CodeMaxSimParams p = hp;
+        p.queries = q.d;
+        p.query_lens = d.query_lens.empty() ? nullptr : qlens.d;
+        p.centroid_scores = cs.d;
+        p.token_centroids = tc.d;
+        p.codes = c.n_code_bytes ? codes.d : nullptr;
+        p.codebook = c.n_code_bytes ? book.d : nullptr;
+        p.doc_offsets = offs.d;
+        p.cand_offsets = c.ragged ? coffs.d : nullptr;
+        p.cand_docs = c.ragged ? cdocs.d : nullptr;
+        p.scores = scores.d;
+        // Poison the output: every score must be written.
+        ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
+        const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+        DevBuf<unsigned char> ws(ws_bytes);
+        const Status st = kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> got = scores.get();
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double tol = 2 * std::fabs(naive[i] - ref[i]) + 1e-3 * (1 + std::fabs(ref[i]));
+            if (!(std::fabs(got[i] - ref[i]) <= tol) && bad++ < 5) {
+                ADD_FAILURE() << "score " << i << ": gpu " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+            }
+        }
+        EXPECT_EQ(bad, 0);
+    }
+}
+
+TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
+    SKIP_WITHOUT_GPU();
+    const CodeCase c{"pq16_split", 128, 16, 0, 64, 3, 32, {32, 9, 1}, lens(60, 1, 150, 21), true, {30, 30, 30}, 600};
+    SCOPED_TRACE(describe(c));
+    const CodeData d(c);
+    DevBuf<float> q(d.q), book(d.book), cs(d.cs);
+    DevBuf<uint32_t> tc(d.tc);
+    DevBuf<uint8_t> codes(d.codes);
+    DevBuf<int64_t> offs(d.doc_offsets), coffs(d.cand_offsets);
+    DevBuf<int32_t> qlens(d.query_lens), cdocs(d.cand_docs);
+    DevBuf<float> s1(d.cand_docs.size()), s2(d.cand_docs.size());
+    CodeMaxSimParams p = d.host_params(c, s1.d);
+    p.queries = q.d;
+    p.query_lens = qlens.d;
+    p.centroid_scores = cs.d;
+    p.token_centroids = tc.d;
+    p.codes = codes.d;
+    p.codebook = book.d;
+    p.doc_offsets = offs.d;
+    p.cand_offsets = coffs.d;
+    p.cand_docs = cdocs.d;
+    const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+    DevBuf<unsigned char> ws(ws_bytes);
+    ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
+    DevBuf<unsigned char> table(kernels::code_centroid_table_bytes(p));
+    ASSERT_TRUE(kernels::code_centroid_table_cuda(p, table.d, nullptr).ok());
+    p.scores = s2.d;
+    p.centroid_scores = nullptr;  // not read by the table path
+    ASSERT_TRUE(kernels::code_maxsim_table_cuda(p, table.d, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(s1.get(), s2.get());
+}
+
+TEST(CodeMaxSimCuda, RejectsUnsupportedShapes) {
+    SKIP_WITHOUT_GPU();
+    DevBuf<float> dummy(size_t(1) << 20);
+    DevBuf<int64_t> offs(std::vector<int64_t>{0, 1});
+    CodeMaxSimParams p;
+    p.queries = dummy.d;
+    p.n_queries = 1;
+    p.q_stride = 32;
+    p.n_centroids = 4;
+    p.token_centroids = reinterpret_cast<const uint32_t*>(dummy.d);
+    p.codes = reinterpret_cast<const uint8_t*>(dummy.d);
+    p.codebook = dummy.d;
+    p.doc_offsets = offs.d;
+    p.n_docs = 1;
+    p.scores = dummy.d;
+    p.dim = 96;
+    p.n_code_bytes = 8;  // dsub 12
+    EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+    p.dim = 128;
+    p.n_code_bytes = 3;  // does not divide dim
+    EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+    p.dim = 1024;
+    p.n_code_bytes = 128;  // fp16 codebook of 512 KB does not fit in shared memory
+    EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+    p.dim = 100;
+    p.n_code_bytes = 50;  // dim not a multiple of 32
+    EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+}
+
+TEST(GpuCodeScorerCuda, MatchesCpuPath) {
+    SKIP_WITHOUT_GPU();
+    for (const bool centroids_only : {false, true}) {
+        const CodeCase c{"scorer", 128, 32, 2, 64, 3, 32, {32, 11, 0}, lens(80, 0, 150, 31), true, {50, 0, 40}, 700};
+        SCOPED_TRACE(describe(c) + (centroids_only ? " centroids only" : ""));
+        const CodeData d(c);
+        std::unique_ptr<engine::GpuCodeScorer> scorer;
+        const Status cs = engine::GpuCodeScorer::Create(0, d.tc.data(), d.codes.data(), int64_t(d.tc.size()),
+                                                        c.n_code_bytes, d.book.data(), d.cent.data(), c.n_centroids,
+                                                        c.dim, d.doc_offsets.data(), int64_t(c.doc_lens.size()),
+                                                        &scorer);
+        ASSERT_TRUE(cs.ok()) << cs.ToString();
+        for (const bool ragged : {true, false}) {
+            std::vector<float> got;
+            // Dense calls let the scorer compute the centroid scores itself (cuBLAS).
+            const Status st = scorer->Score(d.q.data(), c.n_queries, c.q_stride, d.query_lens.data(),
+                                            ragged ? d.cs.data() : nullptr,
+                                            ragged ? d.cand_offsets.data() : nullptr,
+                                            ragged ? d.cand_docs.data() : nullptr, centroids_only, &got);
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            CodeMaxSimParams p = d.host_params(c, nullptr);
+            if (!ragged) {
+                p.cand_offsets = nullptr;
+                p.cand_docs = nullptr;
+            }
+            if (centroids_only) {
+                p.n_code_bytes = 0;
+                p.codes = nullptr;
+                p.codebook = nullptr;
+            }
+            std::vector<float> want(size_t(kernels::code_maxsim_num_scores(p)));
+            p.scores = want.data();
+            ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());
+            ASSERT_EQ(got.size(), want.size());
+            for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-2 + 1e-3 * std::fabs(want[i])) << i;
+        }
+    }
+}
+
+/// Benchmark driver (not a test): --gtest_also_run_disabled_tests --gtest_filter='*Bench*';
+/// TMS_CODE_BENCH_FILTER selects cases, TMS_CODE_BENCH_JSON names the output file.
+TEST(CodeMaxSimCudaBench, DISABLED_Run) {
+    SKIP_WITHOUT_GPU();
+    const char* filter = std::getenv("TMS_CODE_BENCH_FILTER");
+    std::string rows;
+    const Status st = engine::RunCodeKernelBench(filter ? filter : "", &rows);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const std::string json = "{\"cases\":[\n" + rows + "\n]}\n";
+    const char* path = std::getenv("TMS_CODE_BENCH_JSON");
+    if (path) {
+        FILE* f = std::fopen(path, "w");
+        ASSERT_NE(f, nullptr);
+        std::fputs(json.c_str(), f);
+        std::fclose(f);
+    } else {
+        std::fputs(json.c_str(), stdout);
+    }
+}
+
+}  // namespace
+}  // namespace tms
