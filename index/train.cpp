@@ -41,6 +41,38 @@ void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) 
     }
 }
 
+}  // namespace
+void inner_products(const float* x, int64_t n, const float* c, int K, int d, float* out);
+namespace {
+
+// FAISS's flat index runs one BLAS call at a time; k-means assignment (k = 1) here spreads row
+// blocks over the OpenMP threads instead.
+struct ParallelFlatIP : faiss::IndexFlatIP {
+    explicit ParallelFlatIP(int d) : faiss::IndexFlatIP(d) {}
+    void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances, faiss::Index::idx_t* labels,
+                const faiss::SearchParameters* params = nullptr) const override {
+        if (k != 1 || ntotal == 0) {
+            faiss::IndexFlatIP::search(n, x, k, distances, labels, params);
+            return;
+        }
+        const int K = static_cast<int>(ntotal);
+        const int64_t rows = std::max<int64_t>(256, (int64_t(1) << 24) / K);
+        std::vector<float> s;
+        for (int64_t r0 = 0; r0 < n; r0 += rows) {
+            const int64_t nr = std::min<int64_t>(rows, n - r0);
+            s.resize(size_t(nr) * K);
+            inner_products(x + r0 * d, nr, get_xb(), K, static_cast<int>(d), s.data());
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < nr; ++i) {
+                const float* row = s.data() + i * K;
+                const int64_t best = std::max_element(row, row + K) - row;
+                labels[r0 + i] = best;
+                distances[r0 + i] = row[best];
+            }
+        }
+    }
+};
+
 void normalize_rows(float* x, int64_t n, int dim) {
     for (int64_t r = 0; r < n; ++r) {
         double s = 0;
@@ -156,14 +188,35 @@ Status train_codec(const std::vector<float>& residuals, int64_t n, const IndexBu
             return Status::InvalidArgument("the pq codec needs at least 256 tokens to train, corpus has " +
                                            std::to_string(n) + " (use --codec residual)");
         }
-        *pq = std::make_unique<faiss::ProductQuantizer>(dim, m->pq_m, m->pq_nbits);
-        (*pq)->cp.min_points_per_centroid = 1;
-        (*pq)->cp.max_points_per_centroid = 64;  // 16K samples per sub-quantizer: enough for 256 codes
-        (*pq)->cp.seed = static_cast<int>(opts.seed);
-        (*pq)->verbose = false;
-        (*pq)->train(n, residuals.data());
-        m->n_code_bytes = m->pq_m;
-        m->codebook = (*pq)->centroids;  // [M, 256, dsub]
+        // Same as faiss::ProductQuantizer::train, but the M sub-quantizers train in parallel
+        // (FAISS trains them one after the other). 16K samples per sub-quantizer.
+        const int M = m->pq_m, dsub = dim / M, ksub = 1 << m->pq_nbits;
+        const int64_t ns = std::min<int64_t>(n, int64_t(64) * ksub);
+        m->codebook.assign(size_t(M) * ksub * dsub, 0.0f);
+        std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int sq = 0; sq < M; ++sq) {
+            try {
+                std::vector<float> sub(size_t(ns) * dsub);
+                for (int64_t i = 0; i < ns; ++i)
+                    std::copy_n(residuals.data() + i * dim + sq * dsub, dsub, sub.data() + i * dsub);
+                faiss::ClusteringParameters cp;
+                cp.niter = 25;
+                cp.min_points_per_centroid = 1;
+                cp.max_points_per_centroid = 1 << 30;
+                cp.seed = static_cast<int>(opts.seed) + sq;
+                cp.verbose = false;
+                faiss::Clustering clus(dsub, ksub, cp);
+                faiss::IndexFlatL2 l2(dsub);
+                clus.train(ns, sub.data(), l2);
+                std::copy(clus.centroids.begin(), clus.centroids.end(), m->codebook.begin() + size_t(sq) * ksub * dsub);
+            } catch (...) {
+#pragma omp critical
+                if (!error) error = std::current_exception();
+            }
+        }
+        if (error) std::rethrow_exception(error);
+        m->n_code_bytes = M;
         return Status::OK();
     }
     if (m->codec == "residual") {
@@ -253,7 +306,7 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
         cp.min_points_per_centroid = 1;
         cp.max_points_per_centroid = 1 << 30;
         faiss::Clustering clus(dim, m.n_centroids, cp);
-        faiss::IndexFlatIP ip(dim);
+        ParallelFlatIP ip(dim);
         clus.train(n_train, train.data(), ip);
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
@@ -412,14 +465,22 @@ void SingleThreadedBlas() {
     if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
 }
 
-void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out) {
+// out[n, K] = x[n, d] . c[K, d]^T, row blocks spread over the OpenMP threads (BLAS itself runs
+// single-threaded, see SingleThreadedBlas).
+void inner_products(const float* x, int64_t n, const float* c, int K, int d, float* out) {
     if (n == 0) return;
-    int K = model.n_centroids, d = model.dim;
-    float one = 1.0f, zero = 0.0f;
-    for (int64_t b = 0; b < n; b += (1 << 20)) {
-        int nb = static_cast<int>(std::min<int64_t>(1 << 20, n - b));
-        sgemm_("T", "N", &K, &nb, &d, &one, model.centroids.data(), &d, x + b * d, &d, &zero, out + b * K, &K);
+    const int64_t block = 256;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t b = 0; b < n; b += block) {
+        int nb = static_cast<int>(std::min<int64_t>(block, n - b));
+        int k = K, dd = d;
+        float one = 1.0f, zero = 0.0f;
+        sgemm_("T", "N", &k, &nb, &dd, &one, c, &dd, x + b * d, &dd, &zero, out + b * K, &k);
     }
+}
+
+void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out) {
+    inner_products(x, n, model.centroids.data(), model.n_centroids, model.dim, out);
 }
 
 Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
