@@ -1,0 +1,204 @@
+// Copyright TileMaxSim authors.
+// Launcher of the compressed (PQ / PLAID residual) fused MaxSim kernels: validate (sizes and
+// pointer alignment only: no device reads), pick the decode class with one switch
+// (dsub -> kSub), size the grid from the device's occupancy, launch, check. Also the
+// centroid-score table writer. Four instantiations, all in this file.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/code_maxsim_cuda.h"
+#include "kernels/cuda/code_maxsim_kernel.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace tms::kernels {
+namespace code_impl {
+namespace {
+
+constexpr int kMaxGridY = 65535;
+
+int q_row_bytes(int dim) { return dim * 2 + ((dim * 2) % 128 == 0 ? 64 : 0); }
+int n_groups(const CodeMaxSimParams& p) { return (p.q_stride + 31) / 32; }
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// Decode class of a codec shape; -1 when unsupported.
+int sub_class(const CodeMaxSimParams& p) {
+    if (p.n_code_bytes == 0) return 0;
+    const int dsub = p.dim / p.n_code_bytes;
+    if (dsub == 2 || dsub == 4) return dsub;
+    if (dsub % 8 == 0) return 8;
+    return -1;
+}
+
+size_t smem_bytes(const CodeMaxSimParams& p, int sub) {
+    if (sub == 0) return 0;
+    return size_t(p.dim) * 512 + size_t(32) * q_row_bytes(p.dim);
+}
+
+Status validate_sizes(const CodeMaxSimParams& p) {
+    if (p.n_queries < 0 || p.q_stride < 0 || p.n_docs < 0 || p.dim <= 0) {
+        return Status::InvalidArgument("code_maxsim_cuda: bad size");
+    }
+    if (p.n_centroids <= 0) return Status::InvalidArgument("code_maxsim_cuda: n_centroids must be positive");
+    if (p.n_code_bytes < 0 || (p.n_code_bytes > 0 && p.dim % p.n_code_bytes != 0)) {
+        return Status::NotSupported("code_maxsim_cuda: n_code_bytes " + std::to_string(p.n_code_bytes) +
+                                    " must divide dim " + std::to_string(p.dim));
+    }
+    if (p.n_code_bytes > 0) {
+        if (p.dim % 32 != 0) {
+            return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) +
+                                        " (multiples of 32 with codes)");
+        }
+        if (sub_class(p) < 0) {
+            return Status::NotSupported("code_maxsim_cuda: dsub " + std::to_string(p.dim / p.n_code_bytes) +
+                                        " (2, 4 or a multiple of 8)");
+        }
+        if (p.codebook == nullptr) return Status::InvalidArgument("code_maxsim_cuda: codebook is null");
+        if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0) {
+            return Status::InvalidArgument("code_maxsim_cuda: codebook must be 16-byte aligned");
+        }
+        if (reinterpret_cast<uintptr_t>(p.codes) % 4 != 0) {
+            return Status::InvalidArgument("code_maxsim_cuda: codes must be 4-byte aligned");
+        }
+    }
+    if (p.n_docs > INT32_MAX - 1) return Status::NotSupported("code_maxsim_cuda: more than 2^31 - 2 documents");
+    if (p.n_queries > 0 && p.q_stride > 0 && p.queries == nullptr && p.n_code_bytes > 0) {
+        return Status::InvalidArgument("code_maxsim_cuda: queries is null");
+    }
+    if (p.n_docs > 0 && (p.doc_offsets == nullptr || p.token_centroids == nullptr)) {
+        return Status::InvalidArgument("code_maxsim_cuda: doc_offsets or token_centroids is null");
+    }
+    if (p.n_docs > 0 && p.n_code_bytes > 0 && p.codes == nullptr) {
+        return Status::InvalidArgument("code_maxsim_cuda: codes is null");
+    }
+    if (p.cand_offsets != nullptr && p.n_queries > 0 && p.cand_docs == nullptr) {
+        return Status::InvalidArgument("code_maxsim_cuda: cand_docs is null");
+    }
+    return Status::OK();
+}
+
+template <int kSub>
+Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
+              cudaStream_t st) {
+    using T = CodeTraits<kSub>;
+    TMS_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(code_maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int blocks = 0;
+    TMS_CUDA_RETURN_IF_ERROR(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, code_maxsim_kernel<T>, T::kThreads, smem));
+    if (blocks == 0) return Status::NotSupported("code_maxsim_cuda: kernel does not fit on an SM");
+    int dev = 0, sms = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t resident = int64_t(blocks) * sms;
+    const int nq = std::max(1, n_queries);
+    int64_t slices;
+    if (!ragged) {
+        slices = (resident + nq - 1) / nq;
+        slices = std::min<int64_t>(slices, (int64_t(n_items_dense) + 7) / 8);
+    } else {
+        slices = (4 * resident + nq - 1) / nq;
+    }
+    const dim3 grid(unsigned(std::clamp<int64_t>(slices, 1, 1 << 20)), unsigned(std::min(nq, kMaxGridY)));
+    code_maxsim_kernel<T><<<grid, T::kThreads, smem, st>>>(a);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+/// One switch on the decode class; default NotSupported.
+Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
+    const bool ragged = p.cand_offsets != nullptr;
+    const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
+    switch (sub) {
+        case 0: return launch<0>(a, smem, nd, ragged, p.n_queries, st);
+        case 2: return launch<2>(a, smem, nd, ragged, p.n_queries, st);
+        case 4: return launch<4>(a, smem, nd, ragged, p.n_queries, st);
+        case 8: return launch<8>(a, smem, nd, ragged, p.n_queries, st);
+        default: return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub));
+    }
+}
+
+}  // namespace
+}  // namespace code_impl
+
+size_t code_centroid_table_bytes(const CodeMaxSimParams& p) {
+    if (p.n_queries <= 0 || p.q_stride <= 0 || p.n_centroids <= 0) return 0;
+    return size_t(p.n_queries) * code_impl::n_groups(p) * size_t(p.n_centroids) * 32 * sizeof(uint16_t);
+}
+
+Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* stream) {
+    if (p.n_queries < 0 || p.q_stride < 0) return Status::InvalidArgument("code_centroid_table_cuda: bad size");
+    if (p.n_centroids <= 0) return Status::InvalidArgument("code_centroid_table_cuda: n_centroids must be positive");
+    const size_t bytes = code_centroid_table_bytes(p);
+    if (bytes == 0) return Status::OK();
+    if (p.centroid_scores == nullptr || d_table == nullptr) {
+        return Status::InvalidArgument("code_centroid_table_cuda: null centroid_scores or table");
+    }
+    const int64_t tiles = int64_t(p.n_queries) * code_impl::n_groups(p) * ((p.n_centroids + 31) / 32);
+    const unsigned grid = unsigned(std::min<int64_t>(tiles, 1 << 16));
+    code_impl::centroid_table_kernel<<<grid, dim3(32, 8), 0, static_cast<cudaStream_t>(stream)>>>(
+        p.centroid_scores, p.query_lens, p.n_queries, p.q_stride, p.n_centroids, code_impl::n_groups(p),
+        static_cast<__half*>(d_table));
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, void* stream) {
+    TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
+    if (p.n_queries == 0) return Status::OK();
+    if (p.scores == nullptr && (p.cand_offsets != nullptr || p.n_docs > 0)) {
+        return Status::InvalidArgument("code_maxsim_cuda: scores is null");
+    }
+    if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
+    if (d_table == nullptr && p.q_stride > 0) return Status::InvalidArgument("code_maxsim_cuda: table is null");
+    const int sub = code_impl::sub_class(p);
+    const size_t smem = code_impl::smem_bytes(p, sub);
+    int dev = 0, smem_optin = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem > size_t(smem_optin)) {
+        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " needs " +
+                                    std::to_string(smem) + " bytes of shared memory for the codebook");
+    }
+    code_impl::CodeArgs a{};
+    a.queries = p.queries;
+    a.n_queries = p.n_queries;
+    a.q_stride = p.q_stride;
+    a.dim = p.dim;
+    a.query_lens = p.query_lens;
+    a.table = static_cast<const __half*>(d_table);
+    a.n_groups = code_impl::n_groups(p);
+    a.n_centroids = p.n_centroids;
+    a.token_centroids = p.token_centroids;
+    a.codes = p.codes;
+    a.n_code_bytes = p.n_code_bytes;
+    a.dsub = p.n_code_bytes ? p.dim / p.n_code_bytes : 0;
+    a.codebook = p.codebook;
+    a.doc_offsets = p.doc_offsets;
+    a.n_docs = p.n_docs;
+    a.cand_offsets = p.cand_offsets;
+    a.cand_docs = p.cand_docs;
+    a.scores = p.scores;
+    a.q_row_bytes = code_impl::q_row_bytes(p.dim);
+    a.cb_smem_bytes = sub == 0 ? 0 : p.dim * 512;
+    return code_impl::dispatch(sub, a, smem, p, static_cast<cudaStream_t>(stream));
+}
+
+size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p) {
+    return code_impl::align256(code_centroid_table_bytes(p));
+}
+
+Status code_maxsim_cuda(const CodeMaxSimParams& p, void* d_workspace, size_t workspace_bytes, void* stream) {
+    TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
+    const size_t need = code_maxsim_cuda_workspace_bytes(p);
+    if (need > 0 && (d_workspace == nullptr || workspace_bytes < need ||
+                     reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0)) {
+        return Status::InvalidArgument("code_maxsim_cuda: workspace needs " + std::to_string(need) +
+                                       " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
+    }
+    TMS_RETURN_IF_ERROR(code_centroid_table_cuda(p, d_workspace, stream));
+    return code_maxsim_table_cuda(p, d_workspace, stream);
+}
+
+}  // namespace tms::kernels

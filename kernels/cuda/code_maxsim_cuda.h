@@ -1,0 +1,47 @@
+// Copyright TileMaxSim authors.
+// CUDA compressed MaxSim: PQ-fused and PLAID-residual-fused scoring (host-only header: no CUDA
+// includes; a stream is passed as void* and is a cudaStream_t). Both codecs share one decode:
+// token t = centroids[token_centroids[t]] + concat_b codebook[b][codes[t, b]] (see
+// kernels/maxsim.h, CodeMaxSimParams). The centroid part enters through the centroid scores
+// (<q_i, x_t> = centroid_scores[q, i, cid_t] + <q_i, r_t>); the residual is decoded from a
+// shared-memory fp16 copy of the codebook straight into tensor-core fragments, so decoded
+// vectors never leave the SM.
+// Every pointer inside CodeMaxSimParams is a DEVICE pointer (query_lens, doc_offsets,
+// cand_offsets and cand_docs too); p.codes must be 4-byte aligned. The calls check only what
+// needs no device read; candidate ids outside [0, n_docs) yield a NaN score. Calls enqueue
+// work on `stream`, never synchronize or allocate, and can be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/maxsim.h"
+
+namespace tms::kernels {
+
+/// Bytes of the centroid-score table: p.centroid_scores re-laid out as fp16
+/// [n_queries, ceil(q_stride / 32), n_centroids, 32] (the 32 query rows of a group in the
+/// order the kernel's accumulator fragments want them; rows past query_lens[q] are 0).
+size_t code_centroid_table_bytes(const CodeMaxSimParams& p);
+
+/// Writes the table (d_table, code_centroid_table_bytes(p) bytes, 16-byte aligned) from
+/// p.centroid_scores, fp32 [n_queries, q_stride, n_centroids] on the device.
+Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* stream);
+
+/// Fused scoring from a table written by code_centroid_table_cuda (p.centroid_scores is not
+/// read). Writes p.scores (layout of code_maxsim_num_scores). p.codebook is fp32
+/// [n_code_bytes, 256, dsub] and is converted to fp16 in shared memory.
+/// Supports: n_code_bytes == 0 (centroid-only, any dim); otherwise dim a multiple of 32,
+/// dsub = dim / n_code_bytes in {2, 4} or a multiple of 8, and the fp16 codebook (dim * 512
+/// bytes) plus 32 query rows within the device's shared memory (dim <= 384 on an H200).
+/// Others: NotSupported.
+Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, void* stream);
+
+/// Workspace of code_maxsim_cuda: the table (code_centroid_table_bytes).
+size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p);
+
+/// code_centroid_table_cuda then code_maxsim_table_cuda. d_workspace holds at least
+/// code_maxsim_cuda_workspace_bytes(p) bytes, 256-byte aligned.
+Status code_maxsim_cuda(const CodeMaxSimParams& p, void* d_workspace, size_t workspace_bytes, void* stream);
+
+}  // namespace tms::kernels
