@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "engine/backend.h"
+#include "engine/gpu_code_scorer.h"
 #include "engine/gpu_scorer.h"
 #include "index/index_data.h"
 #include "kernels/maxsim.h"
@@ -30,10 +31,12 @@ public:
     index::IndexData data_;
     Device device_ = Device::kCpu;
     std::unique_ptr<engine::GpuExactScorer> gpu_;
+    std::unique_ptr<engine::GpuCodeScorer> code_gpu_;  // compressed scoring on the GPU
 
 private:
     Status exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
+    Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
     Status exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
                             const std::vector<int32_t>& docs, std::vector<float>* scores) const;
 };
@@ -69,6 +72,21 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
     return Status::OK();
 }
 
+// Compressed (or centroid-only) scores of p's candidates into p.scores, on the GPU when the
+// shard's codes live there.
+Status SearcherImpl::code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const {
+    if (code_gpu_) {
+        std::vector<float> out;
+        TMS_RETURN_IF_ERROR(code_gpu_->Score(p.queries, p.n_queries, p.q_stride, p.query_lens, p.centroid_scores,
+                                             p.cand_offsets, p.cand_docs, centroids_only, &out));
+        std::copy(out.begin(), out.end(), p.scores);
+        return Status::OK();
+    }
+    kernels::CodeMaxSimParams c = p;
+    if (centroids_only) c.n_code_bytes = 0;
+    return kernels::code_maxsim_cpu(c);
+}
+
 Status SearcherImpl::exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
     if (gpu_) return gpu_->Score(qf.data(), q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
@@ -94,31 +112,51 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
                                 std::vector<float>* scores) const {
     const int64_t n_docs = data_.info.n_docs;
     const int64_t n_deleted = data_.info.n_deleted;
+    // The GPU selects the top-k itself up to kGpuMaxTopK; past that, or with deletions, it scores
+    // candidate lists of live documents and the CPU selects.
+    constexpr int kGpuMaxTopK = 1024;
+    if (gpu_ && n_deleted == 0 && k <= kGpuMaxTopK) {
+        return gpu_->ScoreTopK(qf.data(), q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
+    }
     if (gpu_) {
-        if (n_deleted == 0) return gpu_->ScoreTopK(qf.data(), q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
-        // Live documents only: every query's candidate list is the live set.
         std::vector<int32_t> live;
         for (int64_t d = 0; d < n_docs; ++d)
             if (!data_.deleted[d]) live.push_back(static_cast<int32_t>(d));
         ids->assign(size_t(q.n_queries) * k, -1);
         scores->assign(size_t(q.n_queries) * k, -INFINITY);
-        const int block = static_cast<int>(std::max<size_t>(1, std::min<size_t>(q.n_queries, (size_t(64) << 20) / std::max<size_t>(1, live.size()))));
+        const int block = static_cast<int>(std::max<size_t>(
+            1, std::min<size_t>(q.n_queries, (size_t(64) << 20) / std::max<size_t>(1, live.size()))));
+        std::vector<int64_t> off;
+        std::vector<int32_t> cand;
+        std::vector<float> s;
         for (int q0 = 0; q0 < q.n_queries; q0 += block) {
             const int nq = std::min(block, q.n_queries - q0);
-            std::vector<int64_t> off(nq + 1);
-            std::vector<int32_t> cand;
-            cand.reserve(size_t(nq) * live.size());
+            off.assign(1, 0);
+            cand.clear();
             for (int i = 0; i < nq; ++i) {
-                off[i] = static_cast<int64_t>(cand.size());
                 cand.insert(cand.end(), live.begin(), live.end());
+                off.push_back(static_cast<int64_t>(cand.size()));
             }
-            off[nq] = static_cast<int64_t>(cand.size());
-            std::vector<int32_t> bi;
-            std::vector<float> bs;
-            TMS_RETURN_IF_ERROR(gpu_->ScoreTopK(qf.data() + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens,
-                                                q.lengths ? q.lengths + q0 : nullptr, off.data(), cand.data(), k, &bi, &bs));
-            std::copy(bi.begin(), bi.end(), ids->begin() + size_t(q0) * k);
-            std::copy(bs.begin(), bs.end(), scores->begin() + size_t(q0) * k);
+            const float* qb = qf.data() + size_t(q0) * q.q_tokens * q.dim;
+            const int32_t* lb = q.lengths ? q.lengths + q0 : nullptr;
+            if (k <= kGpuMaxTopK) {
+                std::vector<int32_t> bi;
+                std::vector<float> bs;
+                TMS_RETURN_IF_ERROR(gpu_->ScoreTopK(qb, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
+                std::copy(bi.begin(), bi.end(), ids->begin() + size_t(q0) * k);
+                std::copy(bs.begin(), bs.end(), scores->begin() + size_t(q0) * k);
+                continue;
+            }
+            TMS_RETURN_IF_ERROR(gpu_->Score(qb, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
+            kernels::TopKParams tp;
+            tp.scores = s.data();
+            tp.offsets = off.data();
+            tp.n_segments = nq;
+            tp.ids = cand.data();
+            tp.k = k;
+            tp.out_ids = ids->data() + size_t(q0) * k;
+            tp.out_scores = scores->data() + size_t(q0) * k;
+            TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
         }
         return Status::OK();
     }
@@ -255,11 +293,13 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
         if (opts.ncandidates > 0 && max_cands > opts.ncandidates) {
             scores.resize(docs.size());
-            cp.n_code_bytes = 0;
+            cp.codes = data_.codes.data();
+            cp.n_code_bytes = data_.model.n_code_bytes;
+            cp.codebook = data_.model.codebook.data();
             cp.cand_offsets = off.data();
             cp.cand_docs = docs.data();
             cp.scores = scores.data();
-            TMS_RETURN_IF_ERROR(kernels::code_maxsim_cpu(cp));
+            TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/true));
             TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
         }
         t.candidates = secs(t0, Clock::now());
@@ -272,7 +312,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         cp.cand_offsets = off.data();
         cp.cand_docs = docs.data();
         cp.scores = scores.data();
-        TMS_RETURN_IF_ERROR(kernels::code_maxsim_cpu(cp));
+        TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/false));
         t.scoring = secs(t0, Clock::now());
         // 5. Exact rerank of the best compressed candidates.
         if (have_vectors && opts.rerank > 0) {
@@ -317,6 +357,15 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     index::SingleThreadedBlas();
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));
     TMS_RETURN_IF_ERROR(index::ReadIndex(path, opts.load_vectors, opts.progress, &s->data_));
+    if (s->device_ == Device::kGpu) {
+        const auto& d = s->data_;
+        Status st = engine::GpuCodeScorer::Create(0, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
+                                                  d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
+                                                  d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs,
+                                                  &s->code_gpu_);
+        // Shapes the fused kernel does not cover (e.g. dim > 384) stay on the CPU path.
+        if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
+    }
     if (s->device_ == Device::kGpu && !s->data_.vectors.empty()) {
         TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(0, s->data_.vectors.data(), s->data_.info.n_tokens,
                                                            s->data_.info.dim, s->data_.doc_offsets.data(),

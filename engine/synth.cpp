@@ -3,7 +3,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/maxsim.h"
@@ -36,6 +41,35 @@ void mix(const float* x, float a, const float* y, float b, float noise, int dim,
     for (int i = 0; i < dim; ++i) out[i] = a * x[i] + (y ? b * y[i] : 0.f) + sd * n01(rng);
     normalize(out, dim);
 }
+
+// Writes a .npy whose shape is known up front, payload appended in pieces; PATH.tmp renamed at Close.
+class NpyStreamWriter {
+public:
+    Status Open(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape) {
+        path_ = path;
+        f_.open(path + ".tmp", std::ios::binary | std::ios::trunc);
+        if (!f_) return Status::IOError(path + ".tmp: cannot create: " + std::strerror(errno));
+        const std::string header = NpyHeader(descr, shape);
+        f_.write(header.data(), static_cast<std::streamsize>(header.size()));
+        return f_ ? Status::OK() : Status::IOError(path + ".tmp: write failed");
+    }
+    Status Append(const void* data, size_t n) {
+        f_.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+        return f_ ? Status::OK() : Status::IOError(path_ + ".tmp: write failed (disk full?)");
+    }
+    Status Close() {
+        f_.flush();
+        if (!f_) return Status::IOError(path_ + ".tmp: write failed (disk full?)");
+        f_.close();
+        std::error_code ec;
+        std::filesystem::rename(path_ + ".tmp", path_, ec);
+        return ec ? Status::IOError(path_ + ": rename failed: " + ec.message()) : Status::OK();
+    }
+
+private:
+    std::string path_;
+    std::ofstream f_;
+};
 
 }  // namespace
 
@@ -73,13 +107,25 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
         doc_topic[d] = topic_d(rng);
         total += doclens[d];
     }
-    std::vector<uint16_t> docs(size_t(total) * dim);
-    std::vector<int64_t> offsets(o.n_docs + 1, 0);
+    // Relevant documents of the queries, chosen up front so that their tokens can be kept while
+    // the corpus streams to disk (memory stays bounded whatever the corpus size).
+    std::uniform_int_distribution<int64_t> doc_d(0, o.n_docs - 1);
+    std::vector<int64_t> rel(o.n_queries);
+    for (auto& r : rel) r = doc_d(rng);
+    std::vector<int64_t> want(rel);
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    std::unordered_map<int64_t, std::vector<uint16_t>> kept;
+    const std::filesystem::path p(dir);
+    NpyStreamWriter docs_out;
+    TMS_RETURN_IF_ERROR(docs_out.Open((p / "docs.npy").string(), "<f2", {total, dim}));
+    std::vector<uint16_t> buf;
     Vec tok(dim);
+    size_t next_want = 0;
     for (int64_t d = 0; d < o.n_docs; ++d) {
-        offsets[d + 1] = offsets[d] + doclens[d];
         Vec own = random_unit(dim, rng);
-        for (int64_t t = offsets[d]; t < offsets[d + 1]; ++t) {
+        const size_t start = buf.size();
+        for (int32_t t = 0; t < doclens[d]; ++t) {
             const Vec& w = topic_words[size_t(doc_topic[d]) * kWords + word_d(rng)];
             if (u01(rng) < 0.25f) {
                 Vec r = random_unit(dim, rng);
@@ -87,34 +133,41 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
             } else {
                 mix(w.data(), 1.0f, nullptr, 0.f, 0.45f, dim, rng, tok.data());
             }
-            for (int i = 0; i < dim; ++i) docs[size_t(t) * dim + i] = kernels::float_to_half(tok[i]);
+            for (int i = 0; i < dim; ++i) buf.push_back(kernels::float_to_half(tok[i]));
+        }
+        if (next_want < want.size() && want[next_want] == d) {
+            kept[d].assign(buf.begin() + start, buf.end());
+            ++next_want;
+        }
+        if (buf.size() >= (size_t(8) << 20)) {
+            TMS_RETURN_IF_ERROR(docs_out.Append(buf.data(), buf.size() * 2));
+            buf.clear();
         }
     }
+    TMS_RETURN_IF_ERROR(docs_out.Append(buf.data(), buf.size() * 2));
+    TMS_RETURN_IF_ERROR(docs_out.Close());
     // Queries: noisy copies of tokens of the relevant document + words of its topic.
     std::vector<uint16_t> queries(size_t(o.n_queries) * o.q_tokens * dim);
     std::vector<std::string> qids, qrels{"query-id\tcorpus-id\tscore"}, dids(o.n_docs);
-    std::uniform_int_distribution<int64_t> doc_d(0, o.n_docs - 1);
     for (int64_t d = 0; d < o.n_docs; ++d) dids[d] = "doc" + std::to_string(d);
     for (int q = 0; q < o.n_queries; ++q) {
-        const int64_t rel = doc_d(rng);
         qids.push_back("q" + std::to_string(q));
-        qrels.push_back(qids.back() + "\t" + dids[rel] + "\t1");
-        std::uniform_int_distribution<int64_t> tok_d(offsets[rel], offsets[rel + 1] - 1);
+        qrels.push_back(qids.back() + "\t" + dids[rel[q]] + "\t1");
+        const std::vector<uint16_t>& src_doc = kept[rel[q]];
+        std::uniform_int_distribution<int64_t> tok_d(0, doclens[rel[q]] - 1);
         for (int i = 0; i < o.q_tokens; ++i) {
             if (u01(rng) < 0.3f) {
                 Vec src(dim);
                 const int64_t t = tok_d(rng);
-                for (int c = 0; c < dim; ++c) src[c] = kernels::half_to_float(docs[size_t(t) * dim + c]);
+                for (int c = 0; c < dim; ++c) src[c] = kernels::half_to_float(src_doc[size_t(t) * dim + c]);
                 mix(src.data(), 1.0f, nullptr, 0.f, 1.1f, dim, rng, tok.data());
             } else {
-                const Vec& w = topic_words[size_t(doc_topic[rel]) * kWords + word_d(rng)];
+                const Vec& w = topic_words[size_t(doc_topic[rel[q]]) * kWords + word_d(rng)];
                 mix(w.data(), 1.0f, nullptr, 0.f, 0.6f, dim, rng, tok.data());
             }
             for (int c = 0; c < dim; ++c) queries[(size_t(q) * o.q_tokens + i) * dim + c] = kernels::float_to_half(tok[c]);
         }
     }
-    const std::filesystem::path p(dir);
-    TMS_RETURN_IF_ERROR(SaveNpy((p / "docs.npy").string(), "<f2", {total, dim}, docs.data(), docs.size() * 2));
     TMS_RETURN_IF_ERROR(SaveNpy((p / "doclens.npy").string(), "<i4", {o.n_docs}, doclens.data(), doclens.size() * 4));
     TMS_RETURN_IF_ERROR(WriteLines((p / "doc_ids.txt").string(), dids));
     TMS_RETURN_IF_ERROR(SaveNpy((p / "queries.npy").string(), "<f2", {o.n_queries, o.q_tokens, dim}, queries.data(),

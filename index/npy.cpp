@@ -155,22 +155,27 @@ Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out)
 
 }  // namespace index
 
-Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
-               size_t nbytes) {
+std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape) {
     std::string shp = "(";
-    for (size_t i = 0; i < shape.size(); ++i) shp += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+    for (size_t i = 0; i < shape.size(); ++i) {
+        shp += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+    }
     shp += ")";
     std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shp + ", }";
-    const size_t total = 10 + header.size() + 1;
-    header.append((64 - total % 64) % 64, ' ');
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
     header.push_back('\n');
+    const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header.size() & 0xff),
+                          static_cast<char>(header.size() >> 8)};
+    return std::string(pre, 10) + header;
+}
+
+Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
+               size_t nbytes) {
+    const std::string header = NpyHeader(descr, shape);
     const std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
         if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
-        const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xff),
-                                       static_cast<unsigned char>(header.size() >> 8)};
-        f.write(reinterpret_cast<const char*>(pre), 10);
         f.write(header.data(), static_cast<std::streamsize>(header.size()));
         f.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
         f.flush();

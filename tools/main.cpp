@@ -7,6 +7,7 @@
 #include <iostream>
 #include <unistd.h>
 
+#include "engine/bench_code_kernels.h"
 #include "engine/bench_kernels.h"
 #include "tilemaxsim/tilemaxsim.h"
 
@@ -338,9 +339,15 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (bk->parsed()) {
-        std::string json;
+        std::string json, code_rows;
         tms::Status st = tms::engine::RunKernelBench(bench_filter, &json);
         if (!st.ok()) return fail("bench kernels", st);
+        st = tms::engine::RunCodeKernelBench(bench_filter, &code_rows);
+        if (!st.ok()) return fail("bench kernels", st);
+        if (!code_rows.empty()) {  // splice the compressed rows into "cases": [...]
+            const auto pos = json.rfind(']');
+            if (pos != std::string::npos) json.insert(pos, (json[json.find_last_not_of(" \n\t", pos - 1)] == '[' ? "" : ",") + code_rows);
+        }
         std::cout << json << std::endl;
         if (!bench_json.empty()) {
             std::ofstream f(bench_json);

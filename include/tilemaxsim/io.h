@@ -13,6 +13,9 @@ namespace tms {
 /// Read a .npy file (format 1.0-3.0, C order, little-endian). Any failure names the file:
 /// "docs.npy: truncated: header says 1000x128 <f2 (256000 bytes), file has 1024".
 Status LoadNpy(const std::string& path, HostArray* out);
+/// The .npy (format 1.0) preamble and header for `descr` and `shape`, padded to 64 bytes:
+/// write it, then the C-order payload.
+std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape);
 /// Write a .npy file (format 1.0) atomically (PATH.tmp, then rename).
 Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                const void* data, size_t nbytes);
