@@ -77,7 +77,9 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
 Status SearcherImpl::code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const {
     if (code_gpu_) {
         std::vector<float> out;
-        TMS_RETURN_IF_ERROR(code_gpu_->Score(p.queries, p.n_queries, p.q_stride, p.query_lens, p.centroid_scores,
+        // Centroid scores are recomputed on the device (a cuBLAS GEMM) rather than uploaded:
+        // [n_queries, q_stride, n_centroids] floats can be a gigabyte.
+        TMS_RETURN_IF_ERROR(code_gpu_->Score(p.queries, p.n_queries, p.q_stride, p.query_lens, nullptr,
                                              p.cand_offsets, p.cand_docs, centroids_only, &out));
         std::copy(out.begin(), out.end(), p.scores);
         return Status::OK();

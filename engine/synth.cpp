@@ -119,32 +119,40 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
     const std::filesystem::path p(dir);
     NpyStreamWriter docs_out;
     TMS_RETURN_IF_ERROR(docs_out.Open((p / "docs.npy").string(), "<f2", {total, dim}));
+    // Documents are generated in parallel blocks, each document from its own generator seeded
+    // by (seed, document), so the corpus does not depend on the thread count.
+    std::vector<int64_t> offsets(o.n_docs + 1, 0);
+    for (int64_t d = 0; d < o.n_docs; ++d) offsets[d + 1] = offsets[d] + doclens[d];
+    const int64_t block = 8192;
     std::vector<uint16_t> buf;
-    Vec tok(dim);
-    size_t next_want = 0;
-    for (int64_t d = 0; d < o.n_docs; ++d) {
-        Vec own = random_unit(dim, rng);
-        const size_t start = buf.size();
-        for (int32_t t = 0; t < doclens[d]; ++t) {
-            const Vec& w = topic_words[size_t(doc_topic[d]) * kWords + word_d(rng)];
-            if (u01(rng) < 0.25f) {
-                Vec r = random_unit(dim, rng);
-                mix(own.data(), 0.7f, r.data(), 0.7f, 0.3f, dim, rng, tok.data());
-            } else {
-                mix(w.data(), 1.0f, nullptr, 0.f, 0.45f, dim, rng, tok.data());
+    for (int64_t b0 = 0; b0 < o.n_docs; b0 += block) {
+        const int64_t b1 = std::min<int64_t>(o.n_docs, b0 + block);
+        buf.resize(size_t(offsets[b1] - offsets[b0]) * dim);
+#pragma omp parallel for schedule(dynamic, 64)
+        for (int64_t d = b0; d < b1; ++d) {
+            std::mt19937_64 drng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(d) + 1);
+            std::uniform_int_distribution<int> wd(0, kWords - 1);
+            std::uniform_real_distribution<float> u(0.f, 1.f);
+            Vec own = random_unit(dim, drng), t(dim);
+            uint16_t* out = buf.data() + size_t(offsets[d] - offsets[b0]) * dim;
+            for (int32_t k = 0; k < doclens[d]; ++k) {
+                const Vec& w = topic_words[size_t(doc_topic[d]) * kWords + wd(drng)];
+                if (u(drng) < 0.25f) {
+                    Vec r = random_unit(dim, drng);
+                    mix(own.data(), 0.7f, r.data(), 0.7f, 0.3f, dim, drng, t.data());
+                } else {
+                    mix(w.data(), 1.0f, nullptr, 0.f, 0.45f, dim, drng, t.data());
+                }
+                for (int i = 0; i < dim; ++i) out[size_t(k) * dim + i] = kernels::float_to_half(t[i]);
             }
-            for (int i = 0; i < dim; ++i) buf.push_back(kernels::float_to_half(tok[i]));
         }
-        if (next_want < want.size() && want[next_want] == d) {
-            kept[d].assign(buf.begin() + start, buf.end());
-            ++next_want;
+        for (auto it = std::lower_bound(want.begin(), want.end(), b0); it != want.end() && *it < b1; ++it) {
+            const size_t s0 = size_t(offsets[*it] - offsets[b0]) * dim, s1 = size_t(offsets[*it + 1] - offsets[b0]) * dim;
+            kept[*it].assign(buf.begin() + s0, buf.begin() + s1);
         }
-        if (buf.size() >= (size_t(8) << 20)) {
-            TMS_RETURN_IF_ERROR(docs_out.Append(buf.data(), buf.size() * 2));
-            buf.clear();
-        }
+        TMS_RETURN_IF_ERROR(docs_out.Append(buf.data(), buf.size() * 2));
     }
-    TMS_RETURN_IF_ERROR(docs_out.Append(buf.data(), buf.size() * 2));
+    Vec tok(dim);
     TMS_RETURN_IF_ERROR(docs_out.Close());
     // Queries: noisy copies of tokens of the relevant document + words of its topic.
     std::vector<uint16_t> queries(size_t(o.n_queries) * o.q_tokens * dim);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "index/index_data.h"
@@ -25,9 +26,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The streaming build over one or more shards (documents never straddle shards).
+// `release(shard, rows)`: the first `rows` rows of a shard are done with (drop their pages).
+using ReleaseFn = std::function<void(size_t shard, int64_t rows)>;
+
 Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vector<std::vector<int64_t>>& shard_lens,
                        std::vector<std::string> ids, const IndexBuildOptions& opts, const std::string& path,
-                       BuildStats* stats) {
+                       BuildStats* stats, const ReleaseFn& release = nullptr) {
     std::vector<int64_t> all_lens;
     int64_t rows = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
@@ -40,11 +44,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     std::vector<std::pair<std::string, double>> phases;
     index::IndexModel model;
     TMS_RETURN_IF_ERROR(index::TrainModel(shards, opts, &model, &phases));
+    if (release) {  // the sample touched pages all over the input
+        for (size_t s = 0; s < shards.size(); ++s) release(s, shards[s].rows);
+    }
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<index::IndexWriter> writer;
     TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer));
     std::unique_ptr<index::Encoder> enc;
-    TMS_RETURN_IF_ERROR(index::Encoder::Create(model, &enc));
+    TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, &enc));
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;
     std::vector<uint16_t> vecs;
@@ -72,6 +79,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                                                    opts.keep_vectors ? vecs.data() : nullptr, ids.data() + doc));
             doc += d1 - d0;
             row += n;
+            if (release) release(s, row);
             prog.Add(n);
         }
     }
@@ -279,7 +287,13 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
         }
     }
     if (stats) stats->phase_seconds.emplace_back("load", seconds_since(t0));
-    Status st = build_streaming(in.shards, in.lens, ids, opts_, path_, stats);
+    auto release = [&in](size_t shard, int64_t rows) {
+        if (shard < in.maps.size()) {
+            const EmbeddingView& v = in.shards[shard];
+            in.maps[shard]->Release(size_t(rows) * v.dim * DTypeSize(v.dtype));
+        }
+    };
+    Status st = build_streaming(in.shards, in.lens, ids, opts_, path_, stats, release);
     if (stats) stats->seconds_total += seconds_since(t0);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0 && !doc_ids_txt.empty()) {
         return Status(st.code(), doc_ids_txt + st.message().substr(7));

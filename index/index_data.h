@@ -76,7 +76,8 @@ void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const Index
 /// Not thread-safe (owns scratch buffers); `model` must outlive it.
 class Encoder {
 public:
-    static Status Create(const IndexModel& model, std::unique_ptr<Encoder>* out);
+    /// `device`: where assignment runs (kAuto: the GPU when present).
+    static Status Create(const IndexModel& model, Device device, std::unique_ptr<Encoder>* out);
     ~Encoder();
     /// Rows [row0, row0 + n) of `tokens` -> cids [n], codes [n, n_code_bytes].
     Status Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes);
@@ -86,6 +87,10 @@ private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
+
+class GpuAssigner;
+/// A GPU assigner for `device` (kCpu: none; kAuto: one if a device is present; kGpu: required).
+Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out);
 
 /// Rows [row0, row0 + n) as fp16.
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
@@ -120,6 +125,9 @@ public:
     const HostArray& header() const { return header_; }  ///< descr and shape; bytes empty
     const uint8_t* data() const { return data_; }
     size_t nbytes() const { return nbytes_; }
+    /// Drop the resident pages of payload bytes [0, upto) (they are re-read if touched again),
+    /// so a streaming pass over a corpus larger than RAM keeps a bounded resident set.
+    void Release(size_t upto) const;
 
 private:
     MappedNpy() = default;

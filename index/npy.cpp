@@ -135,6 +135,13 @@ MappedNpy::~MappedNpy() {
     if (map_ != nullptr) munmap(map_, map_len_);
 }
 
+void MappedNpy::Release(size_t upto) const {
+    if (map_ == nullptr) return;
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t end = std::min(map_len_, static_cast<size_t>(data_ - static_cast<const uint8_t*>(map_)) + upto) / page * page;
+    if (end > 0) madvise(map_, end, MADV_DONTNEED);
+}
+
 Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out) {
     std::unique_ptr<MappedNpy> m(new MappedNpy());
     int64_t off = 0, es = 0;

@@ -366,7 +366,7 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         }
     }
     std::unique_ptr<Encoder> enc;
-    TMS_RETURN_IF_ERROR(Encoder::Create(u->model, &enc));
+    TMS_RETURN_IF_ERROR(Encoder::Create(u->model, Device::kAuto, &enc));
     const int nb = u->model.n_code_bytes, dim = u->info.dim;
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;

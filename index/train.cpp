@@ -3,6 +3,7 @@
 // The only FAISS adapter of the project: FAISS exceptions become Status here.
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
+#include <faiss/impl/FaissAssert.h>
 #include <faiss/impl/FaissException.h>
 #include <faiss/impl/ProductQuantizer.h>
 #include <omp.h>
@@ -15,6 +16,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "index/progress.h"
 #include "kernels/maxsim.h"
@@ -47,8 +49,11 @@ namespace {
 
 // FAISS's flat index runs one BLAS call at a time; k-means assignment (k = 1) here spreads row
 // blocks over the OpenMP threads instead.
+// With a GpuAssigner, the assignment runs on the GPU instead (centroids re-uploaded per call:
+// k-means replaces them every iteration).
 struct ParallelFlatIP : faiss::IndexFlatIP {
-    explicit ParallelFlatIP(int d) : faiss::IndexFlatIP(d) {}
+    ParallelFlatIP(int d, GpuAssigner* gpu) : faiss::IndexFlatIP(d), gpu_(gpu) {}
+    GpuAssigner* gpu_;
     void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances, faiss::Index::idx_t* labels,
                 const faiss::SearchParameters* params = nullptr) const override {
         if (k != 1 || ntotal == 0) {
@@ -56,7 +61,17 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
             return;
         }
         const int K = static_cast<int>(ntotal);
-        const int64_t rows = std::max<int64_t>(256, (int64_t(1) << 24) / K);
+        if (gpu_ != nullptr) {
+            std::vector<uint32_t> lab(n);
+            Status st = gpu_->SetCentroids(get_xb(), K, static_cast<int>(d));
+            if (st.ok()) st = gpu_->Assign(x, n, lab.data(), distances);
+            if (!st.ok()) FAISS_THROW_MSG("GPU assignment: " + st.ToString());
+            for (faiss::Index::idx_t i = 0; i < n; ++i) labels[i] = lab[i];
+            return;
+        }
+        // Enough rows per pass to keep every thread busy (256-row blocks), at most ~1 GB of scores.
+        const int64_t rows = std::max<int64_t>(256, std::min<int64_t>(int64_t(1024) * omp_get_max_threads(),
+                                                                     (int64_t(1) << 28) / K));
         std::vector<float> s;
         for (int64_t r0 = 0; r0 < n; r0 += rows) {
             const int64_t nr = std::min<int64_t>(rows, n - r0);
@@ -306,7 +321,9 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
         cp.min_points_per_centroid = 1;
         cp.max_points_per_centroid = 1 << 30;
         faiss::Clustering clus(dim, m.n_centroids, cp);
-        ParallelFlatIP ip(dim);
+        std::unique_ptr<GpuAssigner> gpu;
+        TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, &gpu));
+        ParallelFlatIP ip(dim, gpu.get());
         clus.train(n_train, train.data(), ip);
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
@@ -336,15 +353,26 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
 struct Encoder::Impl {
     const IndexModel* model;
     std::unique_ptr<faiss::ProductQuantizer> pq;
+    std::unique_ptr<GpuAssigner> gpu;  // assignment on the GPU when present
     std::vector<float> x, scratch;
 };
+
+Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out) {
+    out->reset();
+    if (device == Device::kCpu) return Status::OK();
+    Status st = GpuAssigner::Create(0, out);
+    if (st.ok() || (device == Device::kAuto && st.code() == Status::Code::kNotSupported)) return Status::OK();
+    return st.WithContext("device gpu");
+}
 
 Encoder::Encoder() : impl_(std::make_unique<Impl>()) {}
 Encoder::~Encoder() = default;
 
-Status Encoder::Create(const IndexModel& model, std::unique_ptr<Encoder>* out) {
+Status Encoder::Create(const IndexModel& model, Device device, std::unique_ptr<Encoder>* out) {
     std::unique_ptr<Encoder> e(new Encoder());
     e->impl_->model = &model;
+    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, &e->impl_->gpu));
+    if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
     if (model.codec == "pq") {
         e->impl_->pq = std::make_unique<faiss::ProductQuantizer>(model.dim, model.pq_m, model.pq_nbits);
         if (e->impl_->pq->centroids.size() != model.codebook.size()) return Status::Corruption("PQ codebook size mismatch");
@@ -366,7 +394,11 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
             impl_->x.resize(size_t(nb) * dim);
             float* x = impl_->x.data();
             rows_to_float(tokens, row0 + b, nb, x);
-            assign(x, nb, m, cids + b, &impl_->scratch);
+            if (impl_->gpu) {
+                TMS_RETURN_IF_ERROR(impl_->gpu->Assign(x, nb, cids + b, nullptr));
+            } else {
+                assign(x, nb, m, cids + b, &impl_->scratch);
+            }
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < nb; ++i) {
                 const float* c = m.centroids.data() + size_t(cids[b + i]) * dim;
@@ -411,7 +443,7 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
     out->token_centroids.resize(n_tokens);
     out->codes.resize(size_t(n_tokens) * m.n_code_bytes);
     std::unique_ptr<Encoder> enc;
-    TMS_RETURN_IF_ERROR(Encoder::Create(m, &enc));
+    TMS_RETURN_IF_ERROR(Encoder::Create(m, opts.device, &enc));
     TMS_RETURN_IF_ERROR(enc->Encode(tokens, 0, n_tokens, out->token_centroids.data(), out->codes.data()));
     phases->emplace_back("encode", seconds_since(t0));
     t0 = std::chrono::steady_clock::now();

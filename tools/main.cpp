@@ -10,6 +10,7 @@
 #include "engine/bench_code_kernels.h"
 #include "engine/bench_kernels.h"
 #include "tilemaxsim/tilemaxsim.h"
+#include "tools/bench_index.h"
 
 namespace {
 
@@ -212,6 +213,8 @@ int main(int argc, char** argv) {
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
     idx->add_option("--threads", io.threads, "Threads (0: all cores)");
+    std::string index_device = "auto";
+    idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
 
     // search
     SearchArgs sa;
@@ -259,6 +262,17 @@ int main(int argc, char** argv) {
     bk->add_option("--json", bench_json, "Write the results JSON here");
     bk->add_option("--cases", bench_filter, "Only cases whose name contains this");
 
+    tms::tools::IndexBenchOptions ibo;
+    std::string ib_json, ib_device = "auto";
+    auto* bi = bench->add_subcommand("index", "Index build throughput, peak memory, size and load bandwidth");
+    bi->add_option("--tokens", ibo.tokens, "Synthetic corpus size in tokens")->capture_default_str();
+    bi->add_option("--dim", ibo.dim, "Dimension")->capture_default_str();
+    bi->add_option("--centroids", ibo.centroids, "Centroids (0: PLAID's rule)")->capture_default_str();
+    bi->add_option("--codecs", ibo.codecs, "Codec cases: pq16 res1 res2 res4")->capture_default_str();
+    bi->add_option("--device", ib_device, "auto, cpu or gpu")->capture_default_str();
+    bi->add_option("--dir", ibo.dir, "Keep the corpus and indexes here (default: a temporary directory)");
+    bi->add_option("--json", ib_json, "Write the results JSON here");
+
     // demo
     std::string demo_dir;
     tms::SynthOptions demo_so;
@@ -294,6 +308,7 @@ int main(int argc, char** argv) {
         if (keep_vectors) io.keep_vectors = true;
         io.overwrite = overwrite;
         io.progress = !no_progress;
+        if (tms::Status st = parse_device(index_device, &io.device); !st.ok()) return fail("index", st);
         tms::Status st = build_index(docs, doclens, doc_ids, index_out, io);
         return st.ok() ? 0 : fail("index", st);
     }
@@ -336,6 +351,20 @@ int main(int argc, char** argv) {
         tms::Status st = tms::CompactIndex(upd_index, true);
         if (!st.ok()) return fail("compact", st);
         std::fprintf(stderr, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), since(t0));
+        return 0;
+    }
+    if (bi->parsed()) {
+        tms::Status st = parse_device(ib_device, &ibo.device);
+        for (int i = 0; i < argc; ++i) ibo.command += (i ? " " : "") + std::string(argv[i]);
+        std::string json;
+        if (st.ok()) st = tms::tools::RunIndexBench(ibo, &json);
+        if (!st.ok()) return fail("bench index", st);
+        std::cout << json << std::endl;
+        if (!ib_json.empty()) {
+            std::ofstream f(ib_json);
+            f << json << '\n';
+            if (!f) return fail("bench index", tms::Status::IOError(ib_json + ": write failed"));
+        }
         return 0;
     }
     if (bk->parsed()) {

@@ -43,6 +43,9 @@ struct IndexBuildOptions {
     bool progress = true;
     /// Threads for OpenMP work (0: all cores). Default: 0
     int threads = 0;
+    /// Where centroid assignment (k-means, encoding) runs: kAuto uses the GPU (cuBLAS) when this
+    /// build has CUDA and a device is present. Default: kAuto
+    Device device = Device::kAuto;
 };
 
 /// How a Searcher loads an index.

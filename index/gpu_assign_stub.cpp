@@ -1,0 +1,18 @@
+// Copyright TileMaxSim authors. CPU-only builds: no GPU assignment.
+#include "index/gpu_assign.h"
+
+namespace tms::index {
+
+struct GpuAssigner::Impl {};
+GpuAssigner::GpuAssigner() = default;
+GpuAssigner::~GpuAssigner() = default;
+
+Status GpuAssigner::Create(int, std::unique_ptr<GpuAssigner>*) {
+    return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
+}
+Status GpuAssigner::SetCentroids(const float*, int, int) { return Status::NotSupported("this build has no CUDA"); }
+Status GpuAssigner::Assign(const float*, int64_t, uint32_t*, float*) {
+    return Status::NotSupported("this build has no CUDA");
+}
+
+}  // namespace tms::index
