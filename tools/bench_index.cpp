@@ -24,7 +24,8 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// Runs fn in a child process; returns its exit status and peak RSS (bytes).
+// Runs fn in a child process; returns its exit status and peak RSS (bytes). The parent must not
+// have used OpenMP (libgomp's thread pool does not survive fork).
 int run_child(const std::function<int()>& fn, double* seconds, double* peak_rss) {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -58,7 +59,11 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
     so.n_docs = std::max<int64_t>(1, o.tokens / ((so.min_doc_len + so.max_doc_len) / 2));
     std::fprintf(stderr, "bench index: synthesizing %lld documents (~%lld tokens, dim %d) in %s\n", (long long)so.n_docs,
                  (long long)o.tokens, o.dim, dir.c_str());
-    TMS_RETURN_IF_ERROR(WriteSynthCorpus(so, dir.string()));
+    // Everything runs in children: libgomp is not fork-safe once the parent has used OpenMP.
+    double synth_s = 0, synth_rss = 0;
+    if (run_child([&]() { return WriteSynthCorpus(so, dir.string()).ok() ? 0 : 1; }, &synth_s, &synth_rss) != 0) {
+        return Status::IOError(dir.string() + ": writing the synthetic corpus failed");
+    }
     const int64_t input_bytes = static_cast<int64_t>(fs::file_size(dir / "docs.npy"));
     std::ostringstream rows;
     bool first = true;

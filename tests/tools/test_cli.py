@@ -376,3 +376,14 @@ def test_disk_full_during_build(corpus, tmp_path):
                        preexec_fn=_limit_file_size, timeout=600)
     expect_error(p, "full")
     assert_no_index(out)
+
+
+def test_bench_index_small(tmp_path):
+    out = tmp_path / "bi.json"
+    p = subprocess.run([TMS, "bench", "index", "--tokens", "40000", "--centroids", "64", "--codecs", "res2",
+                        "--device", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    (case,) = r["cases"]
+    assert case["case"].startswith("build_res2_d128_t") and case["tokens"] > 30000
+    assert case["tokens_per_s"] > 0 and case["index_bytes_per_token"] > 36 and case["load_gbps"] > 0
