@@ -216,13 +216,26 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
     out->data = data;
     out->dim = static_cast<int>(dim);
     out->rows = arr.numel() / dim;
+    // Every value finite: a parallel scan of the exponent bits (all ones = Inf or NaN); the
+    // first offender is reported.
     const int64_t n = arr.numel();
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = kernels::load_as_float(out->data, out->dtype, i);
-        if (!std::isfinite(v)) {
-            return Status::InvalidArgument(what + ": non-finite value (" + std::string(std::isnan(v) ? "NaN" : "Inf") +
-                                           ") at row " + std::to_string(i / dim) + ", column " + std::to_string(i % dim));
-        }
+    int64_t first_bad = n;
+    if (out->dtype == DType::kF16) {
+        const auto* h = static_cast<const uint16_t*>(data);
+#pragma omp parallel for reduction(min : first_bad) schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            if ((h[i] & 0x7c00u) == 0x7c00u && i < first_bad) first_bad = i;
+    } else {
+        const auto* f = static_cast<const uint32_t*>(data);
+#pragma omp parallel for reduction(min : first_bad) schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            if ((f[i] & 0x7f800000u) == 0x7f800000u && i < first_bad) first_bad = i;
+    }
+    if (first_bad < n) {
+        const float v = kernels::load_as_float(out->data, out->dtype, first_bad);
+        return Status::InvalidArgument(what + ": non-finite value (" + std::string(std::isnan(v) ? "NaN" : "Inf") +
+                                       ") at row " + std::to_string(first_bad / dim) + ", column " +
+                                       std::to_string(first_bad % dim));
     }
     return Status::OK();
 }

@@ -34,6 +34,9 @@ namespace {
 
 constexpr int64_t kBatch = 16384;  // tokens per assignment / encoding batch
 
+// Rows per CPU assignment batch: its score tile [rows, K] stays under 256 MB.
+int64_t cpu_batch(int n_centroids) { return std::clamp<int64_t>((int64_t(1) << 26) / n_centroids, 256, kBatch); }
+
 void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) {
     const int64_t base = row0 * v.dim, cnt = n * v.dim;
     if (v.dtype == DType::kF32) {
@@ -334,9 +337,17 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
     {
         std::vector<uint32_t> ta(n_train);
         std::vector<float> scratch;
-        for (int64_t b = 0; b < n_train; b += kBatch) {
-            const int64_t nb = std::min(kBatch, n_train - b);
-            assign(train.data() + b * dim, nb, m, ta.data() + b, &scratch);
+        std::unique_ptr<GpuAssigner> gpu;
+        TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, &gpu));
+        if (gpu) {
+            TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));
+            TMS_RETURN_IF_ERROR(gpu->Assign(train.data(), n_train, ta.data(), nullptr));
+        } else {
+            const int64_t batch = cpu_batch(m.n_centroids);
+            for (int64_t b = 0; b < n_train; b += batch) {
+                const int64_t nb = std::min(batch, n_train - b);
+                assign(train.data() + b * dim, nb, m, ta.data() + b, &scratch);
+            }
         }
         for (int64_t i = 0; i < n_train; ++i) {
             const float* c = m.centroids.data() + size_t(ta[i]) * dim;
@@ -389,8 +400,9 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
     const int dim = m.dim;
     if (tokens.dim != dim) return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " + std::to_string(dim));
     try {
-        for (int64_t b = 0; b < n; b += kBatch) {
-            const int64_t nb = std::min(kBatch, n - b);
+        const int64_t batch = impl_->gpu ? 4 * kBatch : cpu_batch(m.n_centroids);
+        for (int64_t b = 0; b < n; b += batch) {
+            const int64_t nb = std::min(batch, n - b);
             impl_->x.resize(size_t(nb) * dim);
             float* x = impl_->x.data();
             rows_to_float(tokens, row0 + b, nb, x);
