@@ -37,24 +37,46 @@ private:
     Status exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
     Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
+    // Exact MaxSim of fp32 queries against the host fp16 vectors (candidates and output unset).
+    kernels::MaxSimParams exact_params(const float* q, int n_queries, int q_stride, const int32_t* lens) const {
+        kernels::MaxSimParams p;
+        p.queries = q;
+        p.q_dtype = DType::kF32;
+        p.n_queries = n_queries;
+        p.q_stride = q_stride;
+        p.dim = data_.info.dim;
+        p.query_lens = lens;
+        p.doc_tokens = data_.vectors.data();
+        p.d_dtype = DType::kF16;
+        p.doc_offsets = data_.doc_offsets.data();
+        p.n_docs = data_.info.n_docs;
+        return p;
+    }
     Status exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
                             const std::vector<int32_t>& docs, std::vector<float>* scores) const;
 };
+
+// Top-k per segment on the CPU (kernels::topk_cpu): offsets == nullptr means dense rows of row_len.
+Status select_topk(const float* scores, const int64_t* offsets, int64_t row_len, int64_t n_segments, const int32_t* ids,
+                   int k, int32_t* out_ids, float* out_scores) {
+    kernels::TopKParams tp;
+    tp.scores = scores;
+    tp.offsets = offsets;
+    tp.row_len = row_len;
+    tp.n_segments = n_segments;
+    tp.ids = ids;
+    tp.k = k;
+    tp.out_ids = out_ids;
+    tp.out_scores = out_scores;
+    return kernels::topk_cpu(tp);
+}
 
 // Keeps the top `keep` candidates of each query by score: rewrites (off, docs, scores).
 Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                   std::vector<float>* scores) {
     std::vector<int32_t> ids(size_t(n_queries) * keep);
     std::vector<float> top(size_t(n_queries) * keep);
-    kernels::TopKParams tp;
-    tp.scores = scores->data();
-    tp.offsets = off->data();
-    tp.n_segments = n_queries;
-    tp.ids = docs->data();
-    tp.k = keep;
-    tp.out_ids = ids.data();
-    tp.out_scores = top.data();
-    TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+    TMS_RETURN_IF_ERROR(select_topk(scores->data(), off->data(), 0, n_queries, docs->data(), keep, ids.data(), top.data()));
     std::vector<int64_t> noff(1, 0);
     std::vector<int32_t> ndocs;
     std::vector<float> nscores;
@@ -93,17 +115,7 @@ Status SearcherImpl::exact_candidates(const std::vector<float>& qf, const QueryB
                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
     if (gpu_) return gpu_->Score(qf.data(), q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
     scores->resize(docs.size());
-    kernels::MaxSimParams p;
-    p.queries = qf.data();
-    p.q_dtype = DType::kF32;
-    p.n_queries = q.n_queries;
-    p.q_stride = q.q_tokens;
-    p.dim = q.dim;
-    p.query_lens = q.lengths;
-    p.doc_tokens = data_.vectors.data();
-    p.d_dtype = DType::kF16;
-    p.doc_offsets = data_.doc_offsets.data();
-    p.n_docs = data_.info.n_docs;
+    kernels::MaxSimParams p = exact_params(qf.data(), q.n_queries, q.q_tokens, q.lengths);
     p.cand_offsets = off.data();
     p.cand_docs = docs.data();
     p.scores = scores->data();
@@ -150,15 +162,8 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
                 continue;
             }
             TMS_RETURN_IF_ERROR(gpu_->Score(qb, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
-            kernels::TopKParams tp;
-            tp.scores = s.data();
-            tp.offsets = off.data();
-            tp.n_segments = nq;
-            tp.ids = cand.data();
-            tp.k = k;
-            tp.out_ids = ids->data() + size_t(q0) * k;
-            tp.out_scores = scores->data() + size_t(q0) * k;
-            TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+            TMS_RETURN_IF_ERROR(select_topk(s.data(), off.data(), 0, nq, cand.data(), k, ids->data() + size_t(q0) * k,
+                                            scores->data() + size_t(q0) * k));
         }
         return Status::OK();
     }
@@ -170,17 +175,8 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
     for (int q0 = 0; q0 < q.n_queries; q0 += block) {
         const int nq = std::min(block, q.n_queries - q0);
         dense.resize(size_t(nq) * n_docs);
-        kernels::MaxSimParams p;
-        p.queries = qf.data() + size_t(q0) * q.q_tokens * q.dim;
-        p.q_dtype = DType::kF32;
-        p.n_queries = nq;
-        p.q_stride = q.q_tokens;
-        p.dim = q.dim;
-        p.query_lens = q.lengths ? q.lengths + q0 : nullptr;
-        p.doc_tokens = data_.vectors.data();
-        p.d_dtype = DType::kF16;
-        p.doc_offsets = data_.doc_offsets.data();
-        p.n_docs = n_docs;
+        kernels::MaxSimParams p = exact_params(qf.data() + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens,
+                                               q.lengths ? q.lengths + q0 : nullptr);
         p.scores = dense.data();
         TMS_RETURN_IF_ERROR(kernels::maxsim_cpu(p));
         if (n_deleted > 0) {
@@ -188,14 +184,8 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
                 for (int64_t d = 0; d < n_docs; ++d)
                     if (data_.deleted[d]) dense[size_t(i) * n_docs + d] = -INFINITY;
         }
-        kernels::TopKParams tp;
-        tp.scores = dense.data();
-        tp.row_len = n_docs;
-        tp.n_segments = nq;
-        tp.k = k;
-        tp.out_ids = ids->data() + size_t(q0) * k;
-        tp.out_scores = scores->data() + size_t(q0) * k;
-        TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+        TMS_RETURN_IF_ERROR(select_topk(dense.data(), nullptr, n_docs, nq, nullptr, k, ids->data() + size_t(q0) * k,
+                                        scores->data() + size_t(q0) * k));
     }
     return Status::OK();
 }
@@ -248,14 +238,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
         {
             std::vector<float> ps(probe.size());
-            kernels::TopKParams tp;
-            tp.scores = cs.data();
-            tp.row_len = K;
-            tp.n_segments = int64_t(nq) * qt;
-            tp.k = nprobe;
-            tp.out_ids = probe.data();
-            tp.out_scores = ps.data();
-            TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+            TMS_RETURN_IF_ERROR(select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
         }
         // 2. Union of IVF lists per query.
         std::vector<int64_t> off(1, 0);
@@ -325,15 +308,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         }
         top_ids.resize(size_t(nq) * k);
         top_scores.resize(size_t(nq) * k);
-        kernels::TopKParams tp;
-        tp.scores = scores.data();
-        tp.offsets = off.data();
-        tp.n_segments = nq;
-        tp.ids = docs.data();
-        tp.k = k;
-        tp.out_ids = top_ids.data();
-        tp.out_scores = top_scores.data();
-        TMS_RETURN_IF_ERROR(kernels::topk_cpu(tp));
+        TMS_RETURN_IF_ERROR(select_topk(scores.data(), off.data(), 0, nq, docs.data(), k, top_ids.data(), top_scores.data()));
     }
     results->assign(nq, {});
     for (int qi = 0; qi < nq; ++qi) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -162,6 +163,22 @@ Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out)
 
 }  // namespace index
 
+// Writes PATH.tmp with `fill`, then renames it to PATH: readers never see a partial file.
+static Status write_atomically(const std::string& path, const std::function<void(std::ofstream&)>& fill) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
+        fill(f);
+        f.flush();
+        if (!f) return Status::IOError(tmp + ": write failed (disk full?)");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return Status::IOError(path + ": rename failed: " + ec.message());
+    return Status::OK();
+}
+
 std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape) {
     std::string shp = "(";
     for (size_t i = 0; i < shape.size(); ++i) {
@@ -179,19 +196,10 @@ std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shap
 Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
                size_t nbytes) {
     const std::string header = NpyHeader(descr, shape);
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
+    return write_atomically(path, [&](std::ofstream& f) {
         f.write(header.data(), static_cast<std::streamsize>(header.size()));
         f.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
-        f.flush();
-        if (!f) return Status::IOError(tmp + ": write failed (disk full?)");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) return Status::IOError(path + ": rename failed: " + ec.message());
-    return Status::OK();
+    });
 }
 
 Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out) {
@@ -285,18 +293,9 @@ Status ReadLines(const std::string& path, std::vector<std::string>* lines, bool 
 }
 
 Status WriteLines(const std::string& path, const std::vector<std::string>& lines) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::trunc);
-        if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
+    return write_atomically(path, [&](std::ofstream& f) {
         for (const auto& l : lines) f << l << '\n';
-        f.flush();
-        if (!f) return Status::IOError(tmp + ": write failed (disk full?)");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) return Status::IOError(path + ": rename failed: " + ec.message());
-    return Status::OK();
+    });
 }
 
 }  // namespace tms

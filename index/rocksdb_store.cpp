@@ -251,6 +251,29 @@ Status check_is_index_dir(const std::string& path) {
     return Status::OK();
 }
 
+// IVF list k: delta + varint doc ids, checked against n_docs.
+Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std::vector<int32_t>* out) {
+    const std::string what = path + ": ivf list " + std::to_string(k);
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    ro.fill_cache = false;
+    std::string v;
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
+    TMS_RETURN_IF_ERROR(unseal(what, &v));
+    Reader r(what, v);
+    uint64_t n, delta;
+    TMS_RETURN_IF_ERROR(r.varint(&n));
+    out->clear();
+    int64_t prev = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        TMS_RETURN_IF_ERROR(r.varint(&delta));
+        prev += static_cast<int64_t>(delta);
+        if (prev >= n_docs) return Status::Corruption(what + ": document id out of range");
+        out->push_back(static_cast<int32_t>(prev));
+    }
+    return Status::OK();
+}
+
 Status read_floats(Db& db, const std::string& path, const char* key, std::vector<float>* out) {
     std::string v;
     TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kModel], key, &v), path));
@@ -324,19 +347,7 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     u->ivf.resize(m.n_centroids);
     u->ivf_dirty.assign(m.n_centroids, 0);
     for (int k = 0; k < m.n_centroids; ++k) {
-        const std::string what = path + ": ivf list " + std::to_string(k);
-        std::string v;
-        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Get(ro, u->db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
-        TMS_RETURN_IF_ERROR(unseal(what, &v));
-        Reader r(what, v);
-        uint64_t n, delta;
-        TMS_RETURN_IF_ERROR(r.varint(&n));
-        int64_t prev = 0;
-        for (uint64_t i = 0; i < n; ++i) {
-            TMS_RETURN_IF_ERROR(r.varint(&delta));
-            prev += static_cast<int64_t>(delta);
-            u->ivf[k].push_back(static_cast<int32_t>(prev));
-        }
+        TMS_RETURN_IF_ERROR(read_ivf_list(u->db, path, k, u->info.n_docs, &u->ivf[k]));
     }
     *out = std::move(u);
     return Status::OK();
@@ -798,21 +809,10 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
     // IVF lists.
     d->ivf_offsets.assign(m.n_centroids + 1, 0);
     d->ivf_docs.clear();
+    std::vector<int32_t> list;
     for (int k = 0; k < m.n_centroids; ++k) {
-        const std::string what = path + ": ivf list " + std::to_string(k);
-        std::string v;
-        TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
-        TMS_RETURN_IF_ERROR(unseal(what, &v));
-        Reader r(what, v);
-        uint64_t n, delta;
-        TMS_RETURN_IF_ERROR(r.varint(&n));
-        int64_t prev = 0;
-        for (uint64_t i = 0; i < n; ++i) {
-            TMS_RETURN_IF_ERROR(r.varint(&delta));
-            prev += static_cast<int64_t>(delta);
-            if (prev >= n_docs) return Status::Corruption(what + ": document id out of range");
-            d->ivf_docs.push_back(static_cast<int32_t>(prev));
-        }
+        TMS_RETURN_IF_ERROR(read_ivf_list(db, path, k, n_docs, &list));
+        d->ivf_docs.insert(d->ivf_docs.end(), list.begin(), list.end());
         d->ivf_offsets[k + 1] = static_cast<int64_t>(d->ivf_docs.size());
     }
     // Tombstones: deleted documents leave the IVF lists, so no search path sees them.

@@ -173,6 +173,29 @@ void assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out, std::
     }
 }
 
+// Nearest PQ code per sub-vector (the same choice as faiss::ProductQuantizer::compute_codes up to
+// float rounding of near ties), OpenMP over tokens, vectorised over the 256 codes.
+void pq_encode(const float* r, int64_t n, const IndexModel& m, const float* book_t, const float* norms, uint8_t* codes) {
+    const int M = m.pq_m, dsub = m.dim / M;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) {
+        float dist[256];
+        for (int sq = 0; sq < M; ++sq) {
+            const float* x = r + t * m.dim + sq * dsub;
+            const float* nb = norms + size_t(sq) * 256;
+#pragma omp simd
+            for (int c = 0; c < 256; ++c) dist[c] = nb[c];
+            for (int j = 0; j < dsub; ++j) {
+                const float xj = -2.0f * x[j];
+                const float* bt = book_t + (size_t(sq) * dsub + j) * 256;
+#pragma omp simd
+                for (int c = 0; c < 256; ++c) dist[c] += xj * bt[c];
+            }
+            codes[t * M + sq] = static_cast<uint8_t>(std::min_element(dist, dist + 256) - dist);
+        }
+    }
+}
+
 void residual_encode(const float* r, int64_t n, const IndexModel& m, uint8_t* codes) {
     const int nbits = m.residual_nbits, per_byte = 8 / nbits;
     const float* cut = m.residual_cutoffs.data();
@@ -363,7 +386,10 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
 
 struct Encoder::Impl {
     const IndexModel* model;
-    std::unique_ptr<faiss::ProductQuantizer> pq;
+    bool pq = false;
+    // PQ encoding tables: codebook transposed to [M, dsub, 256] and squared norms [M, 256], so
+    // that ||r - c||^2 - ||r||^2 = |c|^2 - 2 r.c vectorises over the 256 codes.
+    std::vector<float> book_t, norms;
     std::unique_ptr<GpuAssigner> gpu;  // assignment on the GPU when present
     std::vector<float> x, scratch;
 };
@@ -385,9 +411,20 @@ Status Encoder::Create(const IndexModel& model, Device device, std::unique_ptr<E
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, &e->impl_->gpu));
     if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
     if (model.codec == "pq") {
-        e->impl_->pq = std::make_unique<faiss::ProductQuantizer>(model.dim, model.pq_m, model.pq_nbits);
-        if (e->impl_->pq->centroids.size() != model.codebook.size()) return Status::Corruption("PQ codebook size mismatch");
-        e->impl_->pq->centroids = model.codebook;
+        const int M = model.pq_m, dsub = model.dim / std::max(1, M);
+        if (model.pq_nbits != 8 || model.codebook.size() != size_t(M) * 256 * dsub) {
+            return Status::Corruption("PQ codebook size mismatch");
+        }
+        e->impl_->pq = true;
+        e->impl_->book_t.resize(model.codebook.size());
+        e->impl_->norms.assign(size_t(M) * 256, 0.0f);
+        for (int m = 0; m < M; ++m)
+            for (int c = 0; c < 256; ++c)
+                for (int j = 0; j < dsub; ++j) {
+                    const float v = model.codebook[(size_t(m) * 256 + c) * dsub + j];
+                    e->impl_->book_t[(size_t(m) * dsub + j) * 256 + c] = v;
+                    e->impl_->norms[size_t(m) * 256 + c] += v * v;
+                }
     } else if (model.codec != "residual") {
         return Status::Corruption("unknown codec '" + model.codec + "'");
     }
@@ -418,7 +455,7 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
             }
             uint8_t* out = codes + b * m.n_code_bytes;
             if (impl_->pq) {
-                impl_->pq->compute_codes(x, out, nb);
+                pq_encode(x, nb, m, impl_->book_t.data(), impl_->norms.data(), out);
             } else {
                 residual_encode(x, nb, m, out);
             }

@@ -8,6 +8,8 @@
 #include <random>
 #include <set>
 
+#include <faiss/impl/ProductQuantizer.h>
+
 #include "index/index_data.h"
 #include "kernels/maxsim.h"
 #include "tilemaxsim/tilemaxsim.h"
@@ -196,6 +198,55 @@ TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
     ASSERT_TRUE(ReadIndexInfo(path, &info).ok());
     EXPECT_EQ(info.residual_nbits, 4);
     EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(path).parent_path()), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace tms
+
+namespace tms {
+namespace {
+
+// The engine's own PQ encoder against FAISS's ProductQuantizer on the same codebook.
+TEST(IndexCpu, PqEncoderMatchesFaiss) {
+    const int dim = 64, n = 3000;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> n01;
+    std::vector<float> x(size_t(n) * dim);
+    for (auto& v : x) v = n01(rng);
+    index::IndexModel m;
+    m.dim = dim;
+    m.codec = "pq";
+    m.pq_m = 8;
+    m.pq_nbits = 8;
+    m.n_code_bytes = 8;
+    m.n_centroids = 1;
+    m.centroids.assign(dim, 0.0f);  // residual == x
+    faiss::ProductQuantizer pq(dim, 8, 8);
+    pq.cp.niter = 5;
+    pq.train(n, x.data());
+    m.codebook = pq.centroids;
+    std::vector<uint8_t> ref(size_t(n) * 8), got(size_t(n) * 8);
+    pq.compute_codes(x.data(), ref.data(), n);
+    std::unique_ptr<index::Encoder> enc;
+    ASSERT_TRUE(index::Encoder::Create(m, Device::kCpu, &enc).ok());
+    std::vector<uint32_t> cids(n);
+    EmbeddingView v{x.data(), DType::kF32, n, dim};
+    ASSERT_TRUE(enc->Encode(v, 0, n, cids.data(), got.data()).ok());
+    int same = 0;
+    double err_ref = 0, err_got = 0;
+    for (int t = 0; t < n; ++t)
+        for (int s = 0; s < 8; ++s) {
+            same += ref[t * 8 + s] == got[t * 8 + s];
+            for (int j = 0; j < 8; ++j) {
+                const float xv = x[size_t(t) * dim + s * 8 + j];
+                const float a = pq.centroids[(size_t(s) * 256 + ref[t * 8 + s]) * 8 + j];
+                const float b = pq.centroids[(size_t(s) * 256 + got[t * 8 + s]) * 8 + j];
+                err_ref += (xv - a) * (xv - a);
+                err_got += (xv - b) * (xv - b);
+            }
+        }
+    EXPECT_GE(same, n * 8 * 99 / 100) << "codes differ beyond near ties";
+    EXPECT_LE(err_got, err_ref * (1 + 1e-5));
 }
 
 }  // namespace
