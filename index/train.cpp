@@ -19,6 +19,7 @@
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "index/progress.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 
 // OpenBLAS's pthread build fights OpenMP for the cores (seen: 3x slower PQ training and most of
@@ -175,25 +176,28 @@ void assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out, std::
 
 // Nearest PQ code per sub-vector (the same choice as faiss::ProductQuantizer::compute_codes up to
 // float rounding of near ties), OpenMP over tokens, vectorised over the 256 codes.
+TMS_TARGET_CLONES void pq_encode_one(const float* x, int M, int dsub, const float* book_t, const float* norms,
+                                     uint8_t* code) {
+    float dist[256];
+    for (int sq = 0; sq < M; ++sq) {
+        const float* xs = x + sq * dsub;
+        const float* nb = norms + size_t(sq) * 256;
+        for (int c = 0; c < 256; ++c) dist[c] = nb[c];
+        for (int j = 0; j < dsub; ++j) {
+            const float xj = -2.0f * xs[j];
+            const float* bt = book_t + (size_t(sq) * dsub + j) * 256;
+            for (int c = 0; c < 256; ++c) dist[c] += xj * bt[c];
+        }
+        int best = 0;
+        for (int c = 1; c < 256; ++c) best = dist[c] < dist[best] ? c : best;
+        code[sq] = static_cast<uint8_t>(best);
+    }
+}
+
 void pq_encode(const float* r, int64_t n, const IndexModel& m, const float* book_t, const float* norms, uint8_t* codes) {
     const int M = m.pq_m, dsub = m.dim / M;
 #pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < n; ++t) {
-        float dist[256];
-        for (int sq = 0; sq < M; ++sq) {
-            const float* x = r + t * m.dim + sq * dsub;
-            const float* nb = norms + size_t(sq) * 256;
-#pragma omp simd
-            for (int c = 0; c < 256; ++c) dist[c] = nb[c];
-            for (int j = 0; j < dsub; ++j) {
-                const float xj = -2.0f * x[j];
-                const float* bt = book_t + (size_t(sq) * dsub + j) * 256;
-#pragma omp simd
-                for (int c = 0; c < 256; ++c) dist[c] += xj * bt[c];
-            }
-            codes[t * M + sq] = static_cast<uint8_t>(std::min_element(dist, dist + 256) - dist);
-        }
-    }
+    for (int64_t t = 0; t < n; ++t) pq_encode_one(r + t * m.dim, M, dsub, book_t, norms, codes + t * M);
 }
 
 void residual_encode(const float* r, int64_t n, const IndexModel& m, uint8_t* codes) {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 
 namespace tms::kernels {
@@ -35,7 +36,7 @@ void to_float(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
 }
 
 // sum_i max_j <q_i, x_j> for q [ql, dim], x [n, dim], fp32.
-float maxsim_block(const float* q, int ql, const float* x, int64_t n, int dim) {
+TMS_TARGET_CLONES float maxsim_block(const float* q, int ql, const float* x, int64_t n, int dim) {
     if (n == 0 || ql == 0) return 0.0f;
     float total = 0.0f;
     int i = 0;
@@ -106,6 +107,27 @@ Status check_cands(const int64_t* cand_offsets, const int32_t* cand_docs, int n_
     return Status::OK();
 }
 
+// One document's code MaxSim from the per-query tables: cst [K, ql] centroid scores, lut
+// [nb, 256, ql]; acc/best are [ql] scratch.
+TMS_TARGET_CLONES float lut_doc_score(const float* cst, const float* lut, const uint32_t* token_centroids,
+                                      const uint8_t* codes, int nb, int ql, int64_t t0, int64_t t1, float* acc,
+                                      float* best) {
+    for (int i = 0; i < ql; ++i) best[i] = kNegInf;
+    for (int64_t t = t0; t < t1; ++t) {
+        const float* base = cst + size_t(token_centroids[t]) * ql;
+        for (int i = 0; i < ql; ++i) acc[i] = base[i];
+        const uint8_t* code = codes ? codes + t * nb : nullptr;
+        for (int b = 0; b < nb; ++b) {
+            const float* l = lut + (size_t(b) * 256 + code[b]) * ql;
+            for (int i = 0; i < ql; ++i) acc[i] += l[i];
+        }
+        for (int i = 0; i < ql; ++i) best[i] = std::max(best[i], acc[i]);
+    }
+    float s = 0;
+    for (int i = 0; i < ql; ++i) s += best[i];
+    return s;
+}
+
 }  // namespace
 
 Status maxsim_cpu(const MaxSimParams& p) {
@@ -162,7 +184,7 @@ Status code_maxsim_cpu(const CodeMaxSimParams& p) {
     const int K = p.n_centroids;
     std::vector<float> lut;  // [nb, 256, ql]
     std::vector<float> cst;  // [K, ql]: centroid scores transposed
-    std::exception_ptr error;
+    std::vector<float> scratch;  // per thread: acc [ql], best [ql]
     for (int q = 0; q < p.n_queries; ++q) {
         const int ql = p.query_lens ? p.query_lens[q] : p.q_stride;
         const int64_t c_begin = p.cand_offsets ? p.cand_offsets[q] : int64_t(q) * p.n_docs;
@@ -197,48 +219,22 @@ Status code_maxsim_cpu(const CodeMaxSimParams& p) {
                 }
             }
         }
-#pragma omp parallel
-        {
-            std::vector<float> acc, best;
-            try {
-                acc.resize(ql);
-                best.resize(ql);
-            } catch (...) {
-#pragma omp critical
-                if (!error) error = std::current_exception();
-            }
-            if (static_cast<int>(best.size()) == ql) {
-#pragma omp for schedule(dynamic, 32)
-                for (int64_t c = c_begin; c < c_end; ++c) {
-                    const int64_t d = p.cand_offsets ? p.cand_docs[c] : c - c_begin;
-                    const int64_t t0 = p.doc_offsets[d], t1 = p.doc_offsets[d + 1];
-                    if (t1 == t0) {
-                        p.scores[c] = 0.0f;
-                        continue;
-                    }
-                    std::fill(best.begin(), best.end(), kNegInf);
-                    for (int64_t t = t0; t < t1; ++t) {
-                        const float* base = cst.data() + size_t(p.token_centroids[t]) * ql;
-                        float* a = acc.data();
-#pragma omp simd
-                        for (int i = 0; i < ql; ++i) a[i] = base[i];
-                        const uint8_t* code = p.codes ? p.codes + t * nb : nullptr;
-                        for (int b = 0; b < nb; ++b) {
-                            const float* l = lut.data() + (size_t(b) * 256 + code[b]) * ql;
-#pragma omp simd
-                            for (int i = 0; i < ql; ++i) a[i] += l[i];
-                        }
-                        float* bst = best.data();
-#pragma omp simd
-                        for (int i = 0; i < ql; ++i) bst[i] = std::max(bst[i], a[i]);
-                    }
-                    float s = 0;
-                    for (int i = 0; i < ql; ++i) s += best[i];
-                    p.scores[c] = s;
-                }
-            }
+        try {
+            scratch.resize(size_t(omp_get_max_threads()) * 2 * ql);
+        } catch (...) {
+            return Status::ResourceExhausted("code_maxsim_cpu: out of host memory");
         }
-        if (error) return Status::ResourceExhausted("code_maxsim_cpu: out of host memory");
+#pragma omp parallel for schedule(dynamic, 32)
+        for (int64_t c = c_begin; c < c_end; ++c) {
+            const int64_t d = p.cand_offsets ? p.cand_docs[c] : c - c_begin;
+            const int64_t t0 = p.doc_offsets[d], t1 = p.doc_offsets[d + 1];
+            if (t1 == t0) {
+                p.scores[c] = 0.0f;
+                continue;
+            }
+            float* acc = scratch.data() + size_t(omp_get_thread_num()) * 2 * ql;
+            p.scores[c] = lut_doc_score(cst.data(), lut.data(), p.token_centroids, p.codes, nb, ql, t0, t1, acc, acc + ql);
+        }
     }
     return Status::OK();
 }
