@@ -24,8 +24,9 @@ PY
 }
 echo "codec	bytes/token	recall@10 vs exact"
 for spec in "pq --pq-m 8" "pq --pq-m 16" "pq --pq-m 32" "pq --pq-m 64" "residual --nbits 1" "residual --nbits 2" "residual --nbits 4"; do
-  name=$(echo "$spec" | tr -d ' -' | sed 's/pqm/pq/;s/residualnbits/res/')
-  "$tms" index --docs "$w/c/docs.npy" --doclens "$w/c/doclens.npy" --out "$w/$name" --codec $spec --no-progress 2>/dev/null
+  name=$(echo "$spec" | sed 's/pq --pq-m /pq/;s/residual --nbits /res/')
+  "$tms" index --docs "$w/c/docs.npy" --doclens "$w/c/doclens.npy" --doc-ids "$w/c/doc_ids.txt" --out "$w/$name" \
+    --codec $spec --no-progress 2>/dev/null
   "$tms" search --index "$w/$name" --queries "$w/c/queries.npy" --out "$w/$name.trec" --k 10 --nprobe 64 \
     --ncandidates 0 --rerank 0 2>/dev/null
   bpt=$("$tms" info --index "$w/$name" | awk -F'\t' '$1=="code_bytes_per_token"{print $2}')
