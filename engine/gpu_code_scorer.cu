@@ -147,35 +147,9 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
                             bool centroids_only, std::vector<float>* scores) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
-    if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument("GpuCodeScorer: negative size");
-    if (n_queries > 0 && q_stride > 0 && h_queries == nullptr) {
-        return Status::InvalidArgument("GpuCodeScorer: queries is null");
-    }
-    if (h_query_lens) {
-        for (int q = 0; q < n_queries; ++q) {
-            if (h_query_lens[q] < 0 || h_query_lens[q] > q_stride) {
-                return Status::InvalidArgument("GpuCodeScorer: query_lens[" + std::to_string(q) +
-                                               "] outside [0, q_stride]");
-            }
-        }
-    }
     int64_t n_cand = 0;
-    if (h_cand_offsets) {
-        if (h_cand_offsets[0] != 0) return Status::InvalidArgument("GpuCodeScorer: cand_offsets[0] != 0");
-        for (int q = 0; q < n_queries; ++q) {
-            if (h_cand_offsets[q + 1] < h_cand_offsets[q]) {
-                return Status::InvalidArgument("GpuCodeScorer: cand_offsets must be non-decreasing");
-            }
-        }
-        n_cand = h_cand_offsets[n_queries];
-        if (n_cand > 0 && h_cand_docs == nullptr) return Status::InvalidArgument("GpuCodeScorer: cand_docs null");
-        for (int64_t i = 0; i < n_cand; ++i) {
-            if (h_cand_docs[i] < 0 || h_cand_docs[i] >= im.n_docs) {
-                return Status::InvalidArgument("GpuCodeScorer: candidate " + std::to_string(h_cand_docs[i]) +
-                                               " outside [0, " + std::to_string(im.n_docs) + ")");
-            }
-        }
-    }
+    TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer", n_queries, q_stride, h_queries, h_query_lens,
+                                                        h_cand_offsets, h_cand_docs, im.n_docs, &n_cand));
     const int64_t n_out = h_cand_offsets ? n_cand : int64_t(n_queries) * im.n_docs;
     kernels::CodeMaxSimParams p;
     p.n_queries = n_queries;

@@ -73,35 +73,9 @@ struct GpuExactScorer::Impl {
     Status Upload(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
                   const int64_t* h_cand_offsets, const int32_t* h_cand_docs, size_t extra_bytes,
                   kernels::MaxSimParams* p, char** extra) {
-        if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument("GpuExactScorer: negative size");
-        if (n_queries > 0 && q_stride > 0 && h_queries == nullptr) {
-            return Status::InvalidArgument("GpuExactScorer: queries is null");
-        }
-        if (h_query_lens) {
-            for (int q = 0; q < n_queries; ++q) {
-                if (h_query_lens[q] < 0 || h_query_lens[q] > q_stride) {
-                    return Status::InvalidArgument("GpuExactScorer: query_lens[" + std::to_string(q) +
-                                                   "] outside [0, q_stride]");
-                }
-            }
-        }
         int64_t n_cand = 0;
-        if (h_cand_offsets) {
-            if (h_cand_offsets[0] != 0) return Status::InvalidArgument("GpuExactScorer: cand_offsets[0] != 0");
-            for (int q = 0; q < n_queries; ++q) {
-                if (h_cand_offsets[q + 1] < h_cand_offsets[q]) {
-                    return Status::InvalidArgument("GpuExactScorer: cand_offsets must be non-decreasing");
-                }
-            }
-            n_cand = h_cand_offsets[n_queries];
-            if (n_cand > 0 && h_cand_docs == nullptr) return Status::InvalidArgument("GpuExactScorer: cand_docs null");
-            for (int64_t i = 0; i < n_cand; ++i) {
-                if (h_cand_docs[i] < 0 || h_cand_docs[i] >= n_docs) {
-                    return Status::InvalidArgument("GpuExactScorer: candidate " + std::to_string(h_cand_docs[i]) +
-                                                   " outside [0, " + std::to_string(n_docs) + ")");
-                }
-            }
-        }
+        TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuExactScorer", n_queries, q_stride, h_queries, h_query_lens,
+                                                            h_cand_offsets, h_cand_docs, n_docs, &n_cand));
         const size_t q_bytes = size_t(n_queries) * q_stride * dim * sizeof(float);
         const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
         const size_t co_bytes = h_cand_offsets ? size_t(n_queries + 1) * sizeof(int64_t) : 0;

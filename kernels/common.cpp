@@ -114,6 +114,33 @@ Status validate_common(int n_queries, int q_stride, int dim, const int32_t* quer
 
 }  // namespace
 
+Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries,
+                           const int32_t* query_lens, const int64_t* cand_offsets, const int32_t* cand_docs,
+                           int64_t n_docs, int64_t* n_cand) {
+    const std::string w(who);
+    if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument(w + ": negative size");
+    if (n_queries > 0 && q_stride > 0 && queries == nullptr) return Status::InvalidArgument(w + ": queries is null");
+    if (query_lens != nullptr) {
+        for (int q = 0; q < n_queries; ++q) {
+            if (query_lens[q] < 0 || query_lens[q] > q_stride) {
+                return Status::InvalidArgument(w + ": query_lens[" + std::to_string(q) + "] = " +
+                                               std::to_string(query_lens[q]) + " outside [0, q_stride]");
+            }
+        }
+    }
+    *n_cand = 0;
+    if (cand_offsets == nullptr) return Status::OK();
+    TMS_RETURN_IF_ERROR(validate_candidates(cand_offsets, cand_docs, n_queries, who));
+    *n_cand = cand_offsets[n_queries];
+    for (int64_t i = 0; i < *n_cand; ++i) {
+        if (cand_docs[i] < 0 || cand_docs[i] >= n_docs) {
+            return Status::InvalidArgument(w + ": candidate document " + std::to_string(cand_docs[i]) + " outside [0, " +
+                                           std::to_string(n_docs) + ")");
+        }
+    }
+    return Status::OK();
+}
+
 int64_t maxsim_num_scores(const MaxSimParams& p) {
     return p.cand_offsets ? p.cand_offsets[p.n_queries] : int64_t(p.n_queries) * p.n_docs;
 }

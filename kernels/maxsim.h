@@ -96,6 +96,14 @@ Status code_maxsim_ref(const CodeMaxSimParams& p, const float* centroids, double
 /// OpenMP path: per-query lookup tables (q_i . codebook block), fp32.
 Status code_maxsim_cpu(const CodeMaxSimParams& p);
 
+/// Host-side checks of a query batch and its candidate lists, shared by every path that reads
+/// them on the host (CPU kernels, GPU scorers before upload): sizes, query lengths in
+/// [0, q_stride], non-decreasing offsets from 0, candidate documents in [0, n_docs).
+/// `who` prefixes the messages. Sets *n_cand to the number of candidates (0 for dense).
+Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries,
+                           const int32_t* query_lens, const int64_t* cand_offsets, const int32_t* cand_docs,
+                           int64_t n_docs, int64_t* n_cand);
+
 /// Per-segment top-k. Segment s is scores[offsets[s] .. offsets[s+1]) (or, with offsets ==
 /// nullptr, the rows of a dense [n_segments, row_len] matrix). Output [n_segments, k]:
 /// best first; ties broken by the lower id; ids are ids[pos] (or the position within the

@@ -97,12 +97,9 @@ struct PairIndex {
 };
 
 Status check_cands(const int64_t* cand_offsets, const int32_t* cand_docs, int n_queries, int64_t n_docs) {
-    if (cand_offsets == nullptr) return Status::OK();
-    for (int64_t c = 0; c < cand_offsets[n_queries]; ++c) {
-        if (cand_docs[c] < 0 || cand_docs[c] >= n_docs) {
-            return Status::InvalidArgument("maxsim: candidate document " + std::to_string(cand_docs[c]) +
-                                           " outside [0, " + std::to_string(n_docs) + ")");
-        }
+    int64_t n_cand;
+    return validate_host_batch("maxsim", n_queries, 0, nullptr, nullptr, cand_offsets, cand_docs, n_docs, &n_cand);
+}
     }
     return Status::OK();
 }
