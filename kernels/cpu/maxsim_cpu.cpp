@@ -100,9 +100,6 @@ Status check_cands(const int64_t* cand_offsets, const int32_t* cand_docs, int n_
     int64_t n_cand;
     return validate_host_batch("maxsim", n_queries, 0, nullptr, nullptr, cand_offsets, cand_docs, n_docs, &n_cand);
 }
-    }
-    return Status::OK();
-}
 
 // One document's code MaxSim from the per-query tables: cst [K, ql] centroid scores, lut
 // [nb, 256, ql]; acc/best are [ql] scratch.
