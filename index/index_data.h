@@ -164,7 +164,8 @@ void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* o
 /// Make BLAS single-threaded (OpenBLAS's own threads fight OpenMP); no-op for other BLAS.
 void SingleThreadedBlas();
 
-/// CRC-32 (IEEE) of a byte range, used to check stored chunks.
+/// CRC-32C (Castagnoli; hardware instruction where available) of a byte range, used to check
+/// stored chunks.
 uint32_t Crc32(const void* data, size_t n, uint32_t seed = 0);
 
 }  // namespace tms::index

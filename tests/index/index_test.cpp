@@ -251,3 +251,19 @@ TEST(IndexCpu, PqEncoderMatchesFaiss) {
 
 }  // namespace
 }  // namespace tms
+
+namespace tms {
+namespace {
+
+TEST(IndexCpu, ChunkChecksumIsCrc32c) {
+    // The standard check value of CRC-32C, and a long buffer through both paths' tail handling.
+    EXPECT_EQ(index::Crc32("123456789", 9), 0xE3069283u);
+    std::vector<uint8_t> buf(1000);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 7);
+    const uint32_t whole = index::Crc32(buf.data(), buf.size());
+    buf[500] ^= 1;
+    EXPECT_NE(index::Crc32(buf.data(), buf.size()), whole);
+}
+
+}  // namespace
+}  // namespace tms
