@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <vector>
@@ -19,14 +20,24 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// fp16 -> fp32 through the compiler's _Float16: one vcvtph2ps per 8 values in the x86-64-v3
+// clone (F16C), a library conversion in the baseline one.
+TMS_TARGET_CLONES void half_to_float_n(const uint16_t* src, int64_t n, float* dst) {
+#if defined(__FLT16_MAX__)
+    for (int64_t i = 0; i < n; ++i) {
+        _Float16 h;
+        std::memcpy(&h, src + i, 2);
+        dst[i] = static_cast<float>(h);
+    }
+#else
+    for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+#endif
+}
+
 void to_float(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
     switch (t) {
         case DType::kF32: std::copy_n(static_cast<const float*>(src) + offset, n, dst); return;
-        case DType::kF16: {
-            const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
-            for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
-            return;
-        }
+        case DType::kF16: half_to_float_n(static_cast<const uint16_t*>(src) + offset, n, dst); return;
         case DType::kBF16: {
             const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
             for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
@@ -46,7 +57,29 @@ TMS_TARGET_CLONES float maxsim_block(const float* q, int ql, const float* x, int
         const float* q2 = q1 + dim;
         const float* q3 = q2 + dim;
         float b0 = kNegInf, b1 = kNegInf, b2 = kNegInf, b3 = kNegInf;
-        for (int64_t j = 0; j < n; ++j) {
+        int64_t j = 0;
+        // 4 query tokens x 2 document tokens: 8 running sums share each loaded vector.
+        for (; j + 2 <= n; j += 2) {
+            const float* xa = x + j * dim;
+            const float* xb = xa + dim;
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, t0, t1, t2, t3)
+            for (int c = 0; c < dim; ++c) {
+                s0 += q0[c] * xa[c];
+                s1 += q1[c] * xa[c];
+                s2 += q2[c] * xa[c];
+                s3 += q3[c] * xa[c];
+                t0 += q0[c] * xb[c];
+                t1 += q1[c] * xb[c];
+                t2 += q2[c] * xb[c];
+                t3 += q3[c] * xb[c];
+            }
+            b0 = std::max(b0, std::max(s0, t0));
+            b1 = std::max(b1, std::max(s1, t1));
+            b2 = std::max(b2, std::max(s2, t2));
+            b3 = std::max(b3, std::max(s3, t3));
+        }
+        for (; j < n; ++j) {
             const float* xj = x + j * dim;
             float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
