@@ -120,8 +120,7 @@ Status check_lens(const std::vector<int64_t>& lens, int64_t rows, const std::str
 
 // A memory-mapped input: its views point into the mappings it owns.
 struct Inputs {
-    std::vector<std::unique_ptr<index::MappedNpy>> maps;
-    std::vector<std::vector<uint8_t>> owned;
+    std::vector<std::unique_ptr<index::MappedNpy>> maps;  // one per shard
     std::vector<EmbeddingView> shards;
     std::vector<std::vector<int64_t>> lens;
     std::string what;  // for messages
@@ -226,13 +225,16 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     f.read(reinterpret_cast<char*>(lh.bytes.data()), l1 - l0);
     std::vector<int64_t> l;
     TMS_RETURN_IF_ERROR(IntegersFromArray(lh, path + " (doclens)", &l));
-    // Embeddings: read into memory (safetensors offsets need not be page aligned for mmap).
-    in->owned.emplace_back(d1 - d0);
-    f.seekg(d0);
-    if (!f.read(reinterpret_cast<char*>(in->owned.back().data()), d1 - d0)) return Status::IOError(path + ": read failed");
+    // Embeddings: memory-mapped like .npy input (the mapping starts at the file's first page).
+    if (d0 % (dt == "F16" ? 2 : 4) != 0) {
+        return Status::InvalidArgument(path + ": embeddings are not aligned to their element size in the file");
+    }
+    std::unique_ptr<index::MappedNpy> m;
+    TMS_RETURN_IF_ERROR(index::MappedNpy::OpenRange(path, size_t(d0), size_t(d1 - d0), dh, &m));
     EmbeddingView v;
-    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(dh, in->owned.back().data(), 2, path + " (embeddings)", &v));
+    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, path + " (embeddings)", &v));
     TMS_RETURN_IF_ERROR(check_lens(l, v.rows, path + " (doclens)", path + " (embeddings)"));
+    in->maps.push_back(std::move(m));
     in->shards.push_back(v);
     in->lens.push_back(std::move(l));
     return Status::OK();

@@ -121,6 +121,10 @@ private:
 class MappedNpy {
 public:
     static Status Open(const std::string& path, std::unique_ptr<MappedNpy>* out);
+    /// Map a payload of `nbytes` at byte `offset` of any file (a safetensors tensor), described
+    /// by `header` (descr, shape).
+    static Status OpenRange(const std::string& path, size_t offset, size_t nbytes, HostArray header,
+                            std::unique_ptr<MappedNpy>* out);
     ~MappedNpy();
     const HostArray& header() const { return header_; }  ///< descr and shape; bytes empty
     const uint8_t* data() const { return data_; }

@@ -143,22 +143,30 @@ void MappedNpy::Release(size_t upto) const {
     if (end > 0) madvise(map_, end, MADV_DONTNEED);
 }
 
-Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out) {
+Status MappedNpy::OpenRange(const std::string& path, size_t offset, size_t nbytes, HostArray header,
+                            std::unique_ptr<MappedNpy>* out) {
     std::unique_ptr<MappedNpy> m(new MappedNpy());
-    int64_t off = 0, es = 0;
-    TMS_RETURN_IF_ERROR(read_header(path, &m->header_, &off, &es));
-    m->nbytes_ = static_cast<size_t>(m->header_.numel() * es);
+    m->header_ = std::move(header);
+    m->nbytes_ = nbytes;
     const int fd = ::open(path.c_str(), O_RDONLY);
     if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-    m->map_len_ = static_cast<size_t>(off) + m->nbytes_;
-    void* p = mmap(nullptr, m->map_len_, PROT_READ, MAP_SHARED, fd, 0);
+    m->map_len_ = offset + nbytes;
+    void* p = m->map_len_ ? mmap(nullptr, m->map_len_, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
     ::close(fd);
     if (p == MAP_FAILED) return Status::IOError(path + ": mmap failed: " + std::strerror(errno));
-    madvise(p, m->map_len_, MADV_SEQUENTIAL);
+    if (p) madvise(p, m->map_len_, MADV_SEQUENTIAL);
     m->map_ = p;
-    m->data_ = static_cast<const uint8_t*>(p) + off;
+    m->data_ = static_cast<const uint8_t*>(p) + offset;
     *out = std::move(m);
     return Status::OK();
+}
+
+Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out) {
+    HostArray header;
+    int64_t off = 0, es = 0;
+    TMS_RETURN_IF_ERROR(read_header(path, &header, &off, &es));
+    const size_t nbytes = static_cast<size_t>(header.numel() * es);
+    return OpenRange(path, static_cast<size_t>(off), nbytes, std::move(header), out);
 }
 
 }  // namespace index
