@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -342,6 +343,13 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
         return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
                                        std::to_string(n_train) + " training tokens");
     }
+    std::unique_ptr<GpuAssigner> gpu;
+    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, &gpu));
+    const bool say = opts.progress && StderrIsTerminal();
+    if (say) {
+        std::fprintf(stderr, "k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
+                     static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
+    }
     {
         faiss::ClusteringParameters cp;
         cp.niter = opts.kmeans_iters;
@@ -351,8 +359,6 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
         cp.min_points_per_centroid = 1;
         cp.max_points_per_centroid = 1 << 30;
         faiss::Clustering clus(dim, m.n_centroids, cp);
-        std::unique_ptr<GpuAssigner> gpu;
-        TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, &gpu));
         ParallelFlatIP ip(dim, gpu.get());
         clus.train(n_train, train.data(), ip);
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
@@ -362,10 +368,9 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
     // 3. Train the codec on the residuals of the sample.
     t0 = std::chrono::steady_clock::now();
     {
+        if (say) std::fprintf(stderr, "training the %s codec on the sample residuals...\n", m.codec.c_str());
         std::vector<uint32_t> ta(n_train);
         std::vector<float> scratch;
-        std::unique_ptr<GpuAssigner> gpu;
-        TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, &gpu));
         if (gpu) {
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));
             TMS_RETURN_IF_ERROR(gpu->Assign(train.data(), n_train, ta.data(), nullptr));
