@@ -32,6 +32,7 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
             else if (k == "chunk_docs") o->chunk_docs = v.get<int>();
             else if (k == "seed") o->seed = v.get<uint64_t>();
             else if (k == "threads") o->threads = v.get<int>();
+            else if (k == "ivf_memory_entries") o->ivf_memory_entries = v.get<int64_t>();
             else if (k == "search" || k == "description") continue;
             else return Status::InvalidArgument("unknown key '" + k + "'");
         } catch (const nlohmann::json::exception&) {
@@ -42,6 +43,7 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
     if (o->kmeans_iters <= 0) return Status::InvalidArgument("kmeans_iters must be > 0");
     if (o->chunk_docs <= 0) return Status::InvalidArgument("chunk_docs must be > 0");
     if (o->pq_m < 0) return Status::InvalidArgument("pq_m must be >= 0");
+    if (o->ivf_memory_entries <= 0) return Status::InvalidArgument("ivf_memory_entries must be > 0");
     return Status::OK();
 }
 

@@ -252,19 +252,11 @@ Status check_is_index_dir(const std::string& path) {
     return Status::OK();
 }
 
-// IVF list k: delta + varint doc ids, checked against n_docs.
-Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std::vector<int32_t>* out) {
-    const std::string what = path + ": ivf list " + std::to_string(k);
-    rocksdb::ReadOptions ro;
-    ro.verify_checksums = true;
-    ro.fill_cache = false;
-    std::string v;
-    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
-    TMS_RETURN_IF_ERROR(unseal(what, &v));
+// A delta + varint doc-id list (encode_ivf), checked against n_docs.
+Status decode_ivf(const std::string& what, const std::string& v, int64_t n_docs, std::vector<int32_t>* out) {
     Reader r(what, v);
     uint64_t n, delta;
     TMS_RETURN_IF_ERROR(r.varint(&n));
-    out->clear();
     int64_t prev = 0;
     for (uint64_t i = 0; i < n; ++i) {
         TMS_RETURN_IF_ERROR(r.varint(&delta));
@@ -273,6 +265,19 @@ Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std
         out->push_back(static_cast<int32_t>(prev));
     }
     return Status::OK();
+}
+
+// IVF list k.
+Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std::vector<int32_t>* out) {
+    const std::string what = path + ": ivf list " + std::to_string(k);
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    ro.fill_cache = false;
+    std::string v;
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
+    TMS_RETURN_IF_ERROR(unseal(what, &v));
+    out->clear();
+    return decode_ivf(what, v, n_docs, out);
 }
 
 Status read_floats(Db& db, const std::string& path, const char* key, std::vector<float>* out) {
@@ -563,6 +568,56 @@ struct IndexWriter::Impl {
     bool finished = false;
     int64_t n_docs = 0, n_tokens = 0, n_chunks = 0;
     std::vector<std::vector<int32_t>> ivf;
+    int64_t ivf_entries = 0;  // held in `ivf`
+    uint32_t ivf_runs = 0;    // spilled runs, keys be32(centroid) + be32(run) in the ivf family
+
+    // Spill the in-memory lists as one sorted run (documents only grow, so runs concatenate).
+    Status spill_ivf() {
+        rocksdb::WriteBatch b;
+        for (size_t k = 0; k < ivf.size(); ++k) {
+            if (ivf[k].empty()) continue;
+            b.Put(db.cf[kIvf], be32(static_cast<uint32_t>(k)) + be32(ivf_runs), encode_ivf(ivf[k]));
+            std::vector<int32_t>().swap(ivf[k]);
+        }
+        TMS_RETURN_IF_ERROR(write(b));
+        ivf_entries = 0;
+        ++ivf_runs;
+        return Status::OK();
+    }
+
+    // Final lists: the in-memory ones, or (after spills) each centroid's runs concatenated, one
+    // centroid at a time.
+    Status write_ivf() {
+        if (ivf_runs == 0) {
+            rocksdb::WriteBatch b;
+            for (size_t k = 0; k < ivf.size(); ++k) b.Put(db.cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(ivf[k]));
+            return write(b);
+        }
+        TMS_RETURN_IF_ERROR(spill_ivf());
+        rocksdb::ReadOptions ro;
+        std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kIvf]));
+        it->SeekToFirst();
+        rocksdb::WriteBatch b;
+        std::vector<int32_t> list;
+        for (size_t k = 0; k < ivf.size(); ++k) {
+            const std::string prefix = be32(static_cast<uint32_t>(k));
+            list.clear();
+            for (; it->Valid() && it->key().starts_with(prefix); it->Next()) {
+                std::string v = it->value().ToString();
+                const std::string what = path + ": ivf run of centroid " + std::to_string(k);
+                TMS_RETURN_IF_ERROR(unseal(what, &v));
+                TMS_RETURN_IF_ERROR(decode_ivf(what, v, n_docs, &list));
+                b.Delete(db.cf[kIvf], it->key());
+            }
+            b.Put(db.cf[kIvf], prefix, encode_ivf(list));
+            if (b.GetDataSize() > (size_t(64) << 20)) {
+                TMS_RETURN_IF_ERROR(write(b));
+                b.Clear();
+            }
+        }
+        TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
+        return write(b);
+    }
     // The chunk being filled.
     std::vector<int64_t> lens;
     std::vector<uint32_t> cids;
@@ -663,7 +718,10 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
         const int32_t doc = static_cast<int32_t>(im.n_docs);
         for (int64_t j = t; j < t + len; ++j) {
             auto& l = im.ivf[token_centroids[j]];
-            if (l.empty() || l.back() != doc) l.push_back(doc);
+            if (l.empty() || l.back() != doc) {
+                l.push_back(doc);
+                ++im.ivf_entries;
+            }
         }
         im.lens.push_back(len);
         im.cids.insert(im.cids.end(), token_centroids + t, token_centroids + t + len);
@@ -674,6 +732,7 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
         im.n_tokens += len;
         t += len;
         if (static_cast<int>(im.lens.size()) == chunk) TMS_RETURN_IF_ERROR(im.flush_chunk());
+        if (im.ivf_entries >= im.opts.ivf_memory_entries) TMS_RETURN_IF_ERROR(im.spill_ivf());
     }
     return Status::OK();
 }
@@ -681,11 +740,7 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
 Status IndexWriter::Finish(IndexInfo info) {
     Impl& im = *impl_;
     TMS_RETURN_IF_ERROR(im.flush_chunk());
-    {
-        rocksdb::WriteBatch b;
-        for (int k = 0; k < im.model->n_centroids; ++k) b.Put(im.db.cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(im.ivf[k]));
-        TMS_RETURN_IF_ERROR(im.write(b));
-    }
+    TMS_RETURN_IF_ERROR(im.write_ivf());
     info.n_docs = im.n_docs;
     info.n_tokens = im.n_tokens;
     info.n_chunks = im.n_chunks;

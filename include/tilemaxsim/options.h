@@ -43,6 +43,10 @@ struct IndexBuildOptions {
     bool progress = true;
     /// Threads for OpenMP work (0: all cores). Default: 0
     int threads = 0;
+    /// IVF entries (document, centroid pairs; 4 bytes each) held in memory while building; past
+    /// this a sorted run is spilled to the index and the runs are merged at the end, so the
+    /// build's memory does not grow with the corpus. Default: 67108864 (256 MB)
+    int64_t ivf_memory_entries = int64_t(1) << 26;
     /// Where centroid assignment (k-means, encoding) runs: kAuto uses the GPU (cuBLAS) when this
     /// build has CUDA and a device is present. Default: kAuto
     Device device = Device::kAuto;

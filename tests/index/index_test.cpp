@@ -98,6 +98,7 @@ TEST_P(BuildAndLoad, RoundTripsEverything) {
     bo.keep_vectors = true;
     bo.chunk_docs = 37;
     bo.progress = false;
+    bo.ivf_memory_entries = 97;  // spill many IVF runs and merge them
     index::IndexData built;
     std::vector<std::pair<std::string, double>> phases;
     ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
