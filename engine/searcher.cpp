@@ -240,27 +240,44 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
             std::vector<float> ps(probe.size());
             TMS_RETURN_IF_ERROR(select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
         }
-        // 2. Union of IVF lists per query.
-        std::vector<int64_t> off(1, 0);
-        std::vector<int32_t> docs;
-        std::vector<uint32_t> mark(info.n_docs, UINT32_MAX);
-        for (int qi = 0; qi < nq; ++qi) {
-            const int ql = q.lengths ? q.lengths[qi] : qt;
-            for (int i = 0; i < ql; ++i) {
-                for (int j = 0; j < nprobe; ++j) {
-                    const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
-                    for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
-                        const int32_t d = data_.ivf_docs[e];
-                        if (mark[d] != uint32_t(qi)) {
-                            mark[d] = uint32_t(qi);
-                            docs.push_back(d);
+        // 2. Union of IVF lists per query, queries in parallel: each thread marks documents in
+        //    its own bitmap (n_docs bits), emitting them in increasing id order.
+        std::vector<std::vector<int32_t>> per_query(nq);
+#pragma omp parallel
+        {
+            std::vector<uint64_t> bits((info.n_docs + 63) / 64);
+            std::vector<int32_t> touched;
+#pragma omp for schedule(dynamic, 1)
+            for (int qi = 0; qi < nq; ++qi) {
+                const int ql = q.lengths ? q.lengths[qi] : qt;
+                touched.clear();
+                for (int i = 0; i < ql; ++i) {
+                    for (int j = 0; j < nprobe; ++j) {
+                        const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
+                        for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
+                            const int32_t d = data_.ivf_docs[e];
+                            uint64_t& w = bits[d >> 6];
+                            const uint64_t bit = uint64_t(1) << (d & 63);
+                            if (!(w & bit)) {
+                                if (w == 0) touched.push_back(d >> 6);
+                                w |= bit;
+                            }
                         }
                     }
                 }
+                std::sort(touched.begin(), touched.end());
+                auto& out = per_query[qi];
+                for (int32_t wi : touched) {
+                    for (uint64_t w = bits[wi]; w; w &= w - 1) out.push_back(wi * 64 + __builtin_ctzll(w));
+                    bits[wi] = 0;
+                }
             }
-            std::sort(docs.begin() + off.back(), docs.end());
-            off.push_back(static_cast<int64_t>(docs.size()));
         }
+        std::vector<int64_t> off(1, 0);
+        for (const auto& v : per_query) off.push_back(off.back() + static_cast<int64_t>(v.size()));
+        std::vector<int32_t> docs(off.back());
+        for (int qi = 0; qi < nq; ++qi) std::copy(per_query[qi].begin(), per_query[qi].end(), docs.begin() + off[qi]);
+        std::vector<std::vector<int32_t>>().swap(per_query);
         kernels::CodeMaxSimParams cp;
         cp.queries = qf.data();
         cp.n_queries = nq;

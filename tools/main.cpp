@@ -70,6 +70,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                                             " differs from the index's " + std::to_string(searcher->info().dim));
     }
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
+    tms::SearchTimings phase;
     const auto t0 = Clock::now();
     const size_t row_bytes = size_t(qt) * view.dim * tms::DTypeSize(view.dtype);
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
@@ -80,7 +81,11 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         b.dtype = view.dtype;
         b.data = static_cast<const uint8_t*>(view.data) + row_bytes * q0;
         std::vector<std::vector<tms::SearchHit>> res;
-        TMS_RETURN_IF_ERROR(searcher->Search(b, a.opts, &res));
+        tms::SearchTimings t;
+        TMS_RETURN_IF_ERROR(searcher->Search(b, a.opts, &res, &t));
+        phase.candidates += t.candidates;
+        phase.scoring += t.scoring;
+        phase.rerank += t.rerank;
         for (int i = 0; i < b.n_queries; ++i) {
             for (const auto& h : res[i]) all[q0 + i].emplace_back(h.doc_id, h.score);
         }
@@ -91,6 +96,8 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (!quiet) {
         std::fprintf(stderr, "tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
+        std::fprintf(stderr, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
+                     phase.scoring, phase.rerank);
     }
     return tms::Status::OK();
 }
