@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -129,6 +130,10 @@ Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& d
                                        " outside the supported range [32, 1024]");
     }
     if (doclens.empty()) return Status::InvalidArgument("doclens: no documents");
+    if (doclens.size() > size_t(INT32_MAX)) {
+        return Status::NotSupported("doclens: " + std::to_string(doclens.size()) +
+                                    " documents; one index holds at most 2^31 - 1 (split the corpus into shards)");
+    }
     int64_t sum = 0;
     for (size_t i = 0; i < doclens.size(); ++i) {
         if (doclens[i] <= 0) {
