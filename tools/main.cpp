@@ -9,6 +9,7 @@
 
 #include "engine/bench_code_kernels.h"
 #include "engine/bench_kernels.h"
+#include "index/progress.h"
 #include "tilemaxsim/tilemaxsim.h"
 #include "tools/bench_index.h"
 
@@ -71,6 +72,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     }
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     tms::SearchTimings phase;
+    tms::Progress prog("searching", nq, !quiet, " q");
     const auto t0 = Clock::now();
     const size_t row_bytes = size_t(qt) * view.dim * tms::DTypeSize(view.dtype);
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
@@ -89,7 +91,9 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         for (int i = 0; i < b.n_queries; ++i) {
             for (const auto& h : res[i]) all[q0 + i].emplace_back(h.doc_id, h.score);
         }
+        prog.Add(b.n_queries);
     }
+    prog.Done();
     const double secs = since(t0);
     *qps = secs > 0 ? nq / secs : 0;
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
