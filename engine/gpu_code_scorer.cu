@@ -15,27 +15,8 @@
 #include "kernels/cuda/maxsim_cuda.h"
 
 namespace tms::engine {
-namespace {
-
-class DeviceGuard {
-public:
-    explicit DeviceGuard(int device) {
-        if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-        ok_ = cudaSetDevice(device) == cudaSuccess;
-    }
-    ~DeviceGuard() {
-        if (prev_ >= 0) (void)cudaSetDevice(prev_);
-    }
-    bool ok() const { return ok_; }
-
-private:
-    int prev_ = -1;
-    bool ok_ = false;
-};
-
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
-}  // namespace
+using kernels::align256;
+using kernels::DeviceGuard;
 
 struct GpuCodeScorer::Impl {
     int device = 0;

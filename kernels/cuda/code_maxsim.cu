@@ -20,7 +20,6 @@ constexpr int kMaxGridY = 65535;
 
 int q_row_bytes(int dim) { return dim * 2 + ((dim * 2) % 128 == 0 ? 64 : 0); }
 int n_groups(const CodeMaxSimParams& p) { return (p.q_stride + 31) / 32; }
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /// Decode class of a codec shape; -1 when unsupported.
 int sub_class(const CodeMaxSimParams& p) {
@@ -186,7 +185,7 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
 }
 
 size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p) {
-    return code_impl::align256(code_centroid_table_bytes(p));
+    return align256(code_centroid_table_bytes(p));
 }
 
 Status code_maxsim_cuda(const CodeMaxSimParams& p, void* d_workspace, size_t workspace_bytes, void* stream) {

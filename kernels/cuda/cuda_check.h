@@ -77,3 +77,29 @@ Status to_status(E e, const char* expr, const char* file, int line) {
 #else
 #define TMS_CUDA_CHECK_LAUNCH() TMS_CUDA_RETURN_IF_ERROR(cudaPeekAtLastError())
 #endif
+
+namespace tms::kernels {
+
+/// Makes `device` current for a scope and restores the previous one.
+class DeviceGuard {
+public:
+    explicit DeviceGuard(int device) {
+        if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+        ok_ = cudaSetDevice(device) == cudaSuccess;
+    }
+    ~DeviceGuard() {
+        if (prev_ >= 0) (void)cudaSetDevice(prev_);
+    }
+    DeviceGuard(const DeviceGuard&) = delete;
+    DeviceGuard& operator=(const DeviceGuard&) = delete;
+    bool ok() const { return ok_; }
+
+private:
+    int prev_ = -1;
+    bool ok_ = false;
+};
+
+/// Bytes rounded up to 256 (the alignment of every workspace and arena slice).
+inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace tms::kernels

@@ -177,7 +177,6 @@ __global__ void __launch_bounds__(kMergeThreads) topk_merge_kernel(const uint64_
     }
 }
 
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
 }  // namespace cuda_impl
@@ -204,7 +203,7 @@ size_t maxsim_topk_cuda_workspace_bytes(const MaxSimParams& p, int k) {
     if (!cuda_impl::make_plan(p, k, &plan).ok()) return 0;
     const size_t per = size_t(p.n_queries) * k * sizeof(uint64_t);
     const size_t second = (plan.slices + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
-    return cuda_impl::align256(per * plan.slices) + cuda_impl::align256(per * second);
+    return align256(per * plan.slices) + align256(per * second);
 }
 
 Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores, void* d_workspace,
@@ -229,7 +228,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
     uint64_t* buf[2];
     buf[0] = static_cast<uint64_t*>(d_workspace);
     buf[1] = reinterpret_cast<uint64_t*>(static_cast<char*>(d_workspace) +
-                                         cuda_impl::align256(per * plan.slices * sizeof(uint64_t)));
+                                         align256(per * plan.slices * sizeof(uint64_t)));
     cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
     a.scores = nullptr;
     a.topk_partial = buf[0];
