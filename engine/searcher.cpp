@@ -13,6 +13,7 @@
 #include "engine/gpu_code_scorer.h"
 #include "engine/gpu_scorer.h"
 #include "index/index_data.h"
+#include "index/progress.h"
 #include "kernels/maxsim.h"
 
 namespace tms {
@@ -349,8 +350,11 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     auto s = std::make_unique<SearcherImpl>();
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     index::SingleThreadedBlas();
+    PhaseTrace trace;
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));
+    trace.Mark("device");
     TMS_RETURN_IF_ERROR(index::ReadIndex(path, opts.load_vectors, opts.progress, &s->data_));
+    trace.Mark("read (total)");
     if (s->device_ == Device::kGpu) {
         const auto& d = s->data_;
         Status st = engine::GpuCodeScorer::Create(0, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
@@ -366,6 +370,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
                                                            s->data_.info.n_docs, &s->gpu_));
         std::vector<uint16_t>().swap(s->data_.vectors);  // the device copy is the one used
     }
+    if (s->device_ == Device::kGpu) trace.Mark("gpu upload");
     *out = std::move(s);
     return Status::OK();
 }

@@ -1,11 +1,16 @@
 // Copyright TileMaxSim authors. GPU nearest-centroid assignment: cuBLAS GEMM + row argmax.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cfloat>
+#include <cstring>
+#include <vector>
 
 #include "index/gpu_assign.h"
+#include "index/index_data.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace tms::index {
@@ -44,7 +49,7 @@ __global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_
 
 }  // namespace
 
-struct GpuAssigner::Impl {
+struct GpuAssigner::Impl {  // (public to this file's helpers)
     int device = 0;
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
@@ -103,37 +108,59 @@ Status GpuAssigner::SetCentroids(const float* h_c, int K, int dim) {
     return Status::OK();
 }
 
+namespace {
+
+// Make room for `rows` rows of scores (and their labels / best scores) per GEMM pass.
+Status reserve_rows(GpuAssigner::Impl& im, int64_t rows) {
+    if (im.rows_cap >= rows) return Status::OK();
+    cudaFree(im.d_x);
+    cudaFree(im.d_s);
+    cudaFree(im.d_best);
+    cudaFree(im.d_labels);
+    im.d_x = im.d_s = im.d_best = nullptr;
+    im.d_labels = nullptr;
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_x, size_t(rows) * im.dim * sizeof(float)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_s, size_t(rows) * im.K * sizeof(float)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_best, size_t(rows) * sizeof(float)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_labels, size_t(rows) * sizeof(uint32_t)));
+    im.rows_cap = rows;
+    return Status::OK();
+}
+
+// Rows per GEMM pass: the score tile [rows, K] stays under 1 GB.
+int64_t pass_rows(int K) { return std::max<int64_t>(1, std::min<int64_t>(65536, (int64_t(1) << 28) / K)); }
+
+// Enqueue (no sync) the assignment of device rows d_x [n, dim] -> d_labels [n] (d_best: optional).
+Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint32_t* d_labels, float* d_best) {
+    const int64_t rows = pass_rows(im.K);
+    TMS_RETURN_IF_ERROR(reserve_rows(im, std::min(rows, n)));
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int nr = static_cast<int>(std::min<int64_t>(rows, n - r0));
+        // s[r, k] row-major = column-major [K, nr] = C^T(K x d) . X(d x nr)
+        const float one = 1.f, zero = 0.f;
+        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.K, nr, im.dim, &one, im.d_c,
+                                               im.dim, d_x + r0 * im.dim, im.dim, &zero, im.d_s, im.K));
+        const int warps = 8;
+        row_argmax<<<(nr + warps - 1) / warps, warps * 32, 0, im.stream>>>(im.d_s, nr, im.K, d_labels + r0,
+                                                                          d_best ? d_best + r0 : nullptr);
+        TMS_CUDA_CHECK_LAUNCH();
+    }
+    return Status::OK();
+}
+
+}  // namespace
+
 Status GpuAssigner::Assign(const float* h_x, int64_t n, uint32_t* h_labels, float* h_best) {
     Impl& im = *impl_;
     if (im.K == 0) return Status::InvalidArgument("GpuAssigner: no centroids");
     TMS_CUDA_RETURN_IF_ERROR(cudaSetDevice(im.device));
-    // Rows per pass: the score tile stays under 1 GB.
-    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(65536, (int64_t(1) << 28) / im.K));
-    if (im.rows_cap < rows) {
-        cudaFree(im.d_x);
-        cudaFree(im.d_s);
-        cudaFree(im.d_best);
-        cudaFree(im.d_labels);
-        im.d_x = im.d_s = im.d_best = nullptr;
-        im.d_labels = nullptr;
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_x, size_t(rows) * im.dim * sizeof(float)));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_s, size_t(rows) * im.K * sizeof(float)));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_best, size_t(rows) * sizeof(float)));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_labels, size_t(rows) * sizeof(uint32_t)));
-        im.rows_cap = rows;
-    }
+    const int64_t rows = pass_rows(im.K);
+    TMS_RETURN_IF_ERROR(reserve_rows(im, rows));
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int nr = static_cast<int>(std::min<int64_t>(rows, n - r0));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_x, h_x + r0 * im.dim, size_t(nr) * im.dim * sizeof(float),
                                                  cudaMemcpyHostToDevice, im.stream));
-        // s[r, k] row-major = column-major [K, nr] = C^T(K x d) . X(d x nr)
-        const float one = 1.f, zero = 0.f;
-        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.K, nr, im.dim, &one, im.d_c,
-                                               im.dim, im.d_x, im.dim, &zero, im.d_s, im.K));
-        const int warps = 8;
-        row_argmax<<<(nr + warps - 1) / warps, warps * 32, 0, im.stream>>>(im.d_s, nr, im.K, im.d_labels,
-                                                                          h_best ? im.d_best : nullptr);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(assign_on_device(im, im.d_x, nr, im.d_labels, h_best ? im.d_best : nullptr));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_labels + r0, im.d_labels, size_t(nr) * sizeof(uint32_t),
                                                  cudaMemcpyDeviceToHost, im.stream));
         if (h_best) {
@@ -142,6 +169,273 @@ Status GpuAssigner::Assign(const float* h_x, int64_t n, uint32_t* h_labels, floa
         }
         TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     }
+    return Status::OK();
+}
+
+}  // namespace tms::index
+
+// ---------------------------------------------------------------------------------------------
+// GpuEncoder: staging, conversion, assignment and encoding of index build batches.
+
+namespace tms::index {
+namespace {
+
+constexpr int kMaxPqSub = 64;  // widest PQ sub-vector encoded on the GPU
+
+__global__ void raw_to_float(const void* __restrict__ raw, int dtype, int64_t n, float* __restrict__ out) {
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        if (dtype == static_cast<int>(DType::kF16)) {
+            out[i] = __half2float(static_cast<const __half*>(raw)[i]);
+        } else if (dtype == static_cast<int>(DType::kBF16)) {
+            out[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(raw)[i]);
+        } else {
+            out[i] = static_cast<const float*>(raw)[i];
+        }
+    }
+}
+
+struct Cutoffs {
+    float v[16];
+    int n;
+};
+
+// One thread per (token, code byte): the bucket of each residual value (number of cutoffs <= v,
+// as std::upper_bound on the CPU), packed low bits first. The same float ops as the CPU encoder.
+__global__ void residual_encode(const float* __restrict__ x, const uint32_t* __restrict__ lab,
+                                const float* __restrict__ cents, int64_t n, int dim, int nbits, Cutoffs cut,
+                                uint8_t* __restrict__ codes) {
+    const int ncb = dim * nbits / 8, per_byte = 8 / nbits;
+    const int64_t total = n * ncb;
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int64_t t = i / ncb;
+        const int b = static_cast<int>(i - t * ncb);
+        const float* xr = x + t * dim + b * per_byte;
+        const float* cr = cents + int64_t(lab[t]) * dim + b * per_byte;
+        uint32_t byte = 0;
+        for (int j = 0; j < per_byte; ++j) {
+            const float v = xr[j] - cr[j];
+            uint32_t bucket = 0;
+            for (int c = 0; c < cut.n; ++c) bucket += cut.v[c] <= v ? 1u : 0u;
+            byte |= bucket << (nbits * j);
+        }
+        codes[i] = static_cast<uint8_t>(byte);
+    }
+}
+
+// Grid (token blocks, M); block: 256 tokens of one sub-quantizer. The sub-quantizer's codebook
+// [256, dsub] and squared norms sit in shared memory; every thread reads the same code at the same
+// time (broadcast). dist = |c|^2 - 2 r.c, ties to the lower code, in the CPU encoder's order.
+template <int MAXDS>
+__global__ void pq_encode(const float* __restrict__ x, const uint32_t* __restrict__ lab, const float* __restrict__ cents,
+                          int64_t n, int dim, int M, int dsub, const float* __restrict__ book,
+                          const float* __restrict__ norms, uint8_t* __restrict__ codes) {
+    extern __shared__ float sm[];
+    float* bs = sm;               // [256 * dsub]
+    float* ns = sm + 256 * dsub;  // [256]
+    const int sq = blockIdx.y;
+    for (int i = threadIdx.x; i < 256 * dsub; i += blockDim.x) bs[i] = book[size_t(sq) * 256 * dsub + i];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) ns[i] = norms[sq * 256 + i];
+    __syncthreads();
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const float* xr = x + t * dim + sq * dsub;
+    const float* cr = cents + int64_t(lab[t]) * dim + sq * dsub;
+    float r[MAXDS];
+#pragma unroll
+    for (int j = 0; j < MAXDS; ++j) r[j] = j < dsub ? -2.0f * (xr[j] - cr[j]) : 0.0f;
+    float bd = 0;
+    int best = 0;
+    for (int c = 0; c < 256; ++c) {
+        float d = ns[c];
+        const float* bc = bs + c * dsub;
+#pragma unroll
+        for (int j = 0; j < MAXDS; ++j)
+            if (j < dsub) d = fmaf(r[j], bc[j], d);
+        if (c == 0 || d < bd) {
+            bd = d;
+            best = c;
+        }
+    }
+    codes[t * M + sq] = static_cast<uint8_t>(best);
+}
+
+}  // namespace
+
+struct GpuEncoder::Impl {
+    const IndexModel* m = nullptr;
+    std::unique_ptr<GpuAssigner> asg;
+    bool pq = false;
+    int dsub = 0, ncb = 0;
+    float *d_book = nullptr, *d_norms = nullptr;
+    Cutoffs cut{};
+    int64_t batch = 0;      // rows per batch
+    size_t in_bytes = 0;    // pinned input bytes per slot
+    void* d_raw = nullptr;  // raw rows of the batch
+    float* d_x = nullptr;   // fp32 rows
+    uint32_t* d_lab = nullptr;
+    uint8_t* d_codes = nullptr;
+    struct Slot {
+        void* in = nullptr;  // pinned
+        uint32_t* cids = nullptr;
+        uint8_t* codes = nullptr;
+        cudaEvent_t done = nullptr;
+        uint32_t* dst_cids = nullptr;  // where the pending batch's results go
+        uint8_t* dst_codes = nullptr;
+        int64_t pending = 0;
+    } slots[2];
+    ~Impl() {
+        if (!asg) return;
+        cudaSetDevice(asg->impl_->device);
+        cudaStreamSynchronize(asg->impl_->stream);
+        for (auto& s : slots) {
+            cudaFreeHost(s.in);
+            cudaFreeHost(s.cids);
+            cudaFreeHost(s.codes);
+            if (s.done) cudaEventDestroy(s.done);
+        }
+        cudaFree(d_book);
+        cudaFree(d_norms);
+        cudaFree(d_raw);
+        cudaFree(d_x);
+        cudaFree(d_lab);
+        cudaFree(d_codes);
+    }
+    // Wait for a slot's batch and copy its results out.
+    Status drain(Slot& s) {
+        if (s.pending == 0) return Status::OK();
+        TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
+        std::memcpy(s.dst_cids, s.cids, size_t(s.pending) * sizeof(uint32_t));
+        std::memcpy(s.dst_codes, s.codes, size_t(s.pending) * ncb);
+        s.pending = 0;
+        return Status::OK();
+    }
+};
+
+GpuEncoder::GpuEncoder() : impl_(std::make_unique<Impl>()) {}
+GpuEncoder::~GpuEncoder() = default;
+
+Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEncoder>* out) {
+    std::unique_ptr<GpuEncoder> e(new GpuEncoder());
+    Impl& im = *e->impl_;
+    im.m = &m;
+    im.ncb = m.n_code_bytes;
+    if (m.codec == "pq") {
+        im.pq = true;
+        im.dsub = m.dim / std::max(1, m.pq_m);
+        if (im.dsub > kMaxPqSub) return Status::NotSupported("PQ sub-vectors wider than 64 are encoded on the CPU");
+        if (m.pq_nbits != 8 || m.codebook.size() != size_t(m.pq_m) * 256 * im.dsub || m.pq_m != im.ncb) {
+            return Status::Corruption("PQ codebook size mismatch");
+        }
+    } else if (m.codec == "residual") {
+        if (m.residual_cutoffs.size() > 15 || m.residual_nbits <= 0) return Status::Corruption("bad residual cutoffs");
+        im.cut.n = static_cast<int>(m.residual_cutoffs.size());
+        for (int i = 0; i < im.cut.n; ++i) im.cut.v[i] = m.residual_cutoffs[i];
+    } else {
+        return Status::Corruption("unknown codec '" + m.codec + "'");
+    }
+    TMS_RETURN_IF_ERROR(GpuAssigner::Create(device, &im.asg));
+    TMS_RETURN_IF_ERROR(im.asg->SetCentroids(m.centroids.data(), m.n_centroids, m.dim));
+    if (im.pq) {
+        std::vector<float> norms(size_t(m.pq_m) * 256, 0.0f);  // the CPU encoder's sums, same order
+        for (int s = 0; s < m.pq_m; ++s)
+            for (int c = 0; c < 256; ++c)
+                for (int j = 0; j < im.dsub; ++j) {
+                    const float v = m.codebook[(size_t(s) * 256 + c) * im.dsub + j];
+                    norms[size_t(s) * 256 + c] += v * v;
+                }
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_book, m.codebook.size() * sizeof(float)));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_norms, norms.size() * sizeof(float)));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(im.d_book, m.codebook.data(), m.codebook.size() * sizeof(float),
+                                            cudaMemcpyHostToDevice));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(im.d_norms, norms.data(), norms.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    // Batches of up to 64K rows, 64 MB of fp32 rows at most.
+    im.batch = std::clamp<int64_t>((int64_t(64) << 20) / (int64_t(m.dim) * 4), 1024, 65536);
+    im.in_bytes = size_t(im.batch) * m.dim * sizeof(float);
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_raw, im.in_bytes));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_x, im.in_bytes));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_lab, size_t(im.batch) * sizeof(uint32_t)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_codes, size_t(im.batch) * std::max(1, im.ncb)));
+    for (auto& s : im.slots) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.in, im.in_bytes));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.cids, size_t(im.batch) * sizeof(uint32_t)));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.codes, size_t(im.batch) * std::max(1, im.ncb)));
+        TMS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    }
+    if (im.pq) {
+        const int smem = (256 * im.dsub + 256) * int(sizeof(float));
+        TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(pq_encode<kMaxPqSub>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    }
+    *out = std::move(e);
+    return Status::OK();
+}
+
+Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes) {
+    Impl& im = *impl_;
+    const IndexModel& m = *im.m;
+    if (tokens.dim != m.dim) {
+        return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " +
+                                       std::to_string(m.dim));
+    }
+    GpuAssigner::Impl& a = *im.asg->impl_;
+    TMS_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.device));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(a.stream));
+    for (auto& s : im.slots) s.pending = 0;  // a failed earlier call's batches are void
+    const size_t esize = DTypeSize(tokens.dtype);
+    const size_t row_bytes = size_t(m.dim) * esize;
+    const int threads = 256;
+    int i = 0;
+    for (int64_t b = 0; b < n; b += im.batch, ++i) {
+        Impl::Slot& s = im.slots[i % 2];
+        TMS_RETURN_IF_ERROR(im.drain(s));  // its previous batch (two batches ago)
+        const int64_t nb = std::min(im.batch, n - b);
+        // Host staging of this batch overlaps the GPU work of the previous one.
+        ParallelCopy(s.in, static_cast<const char*>(tokens.data) + size_t(row0 + b) * row_bytes, size_t(nb) * row_bytes);
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_raw, s.in, size_t(nb) * row_bytes, cudaMemcpyHostToDevice, a.stream));
+        const float* x = static_cast<const float*>(im.d_raw);
+        if (tokens.dtype != DType::kF32) {
+            const int64_t cnt = nb * m.dim;
+            const int blocks = static_cast<int>(std::min<int64_t>((cnt + threads - 1) / threads, 8192));
+            raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt, im.d_x);
+            TMS_CUDA_CHECK_LAUNCH();
+            x = im.d_x;
+        }
+        TMS_RETURN_IF_ERROR(assign_on_device(a, x, nb, im.d_lab, nullptr));
+        if (im.pq) {
+            const dim3 grid(static_cast<unsigned>((nb + threads - 1) / threads), static_cast<unsigned>(m.pq_m));
+            const int smem = (256 * im.dsub + 256) * int(sizeof(float));
+            if (im.dsub <= 8) {
+                pq_encode<8><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
+                                                               im.d_norms, im.d_codes);
+            } else if (im.dsub <= 16) {
+                pq_encode<16><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
+                                                                im.d_norms, im.d_codes);
+            } else if (im.dsub <= 32) {
+                pq_encode<32><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
+                                                                im.d_norms, im.d_codes);
+            } else {
+                pq_encode<kMaxPqSub><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
+                                                                       im.d_book, im.d_norms, im.d_codes);
+            }
+        } else {
+            const int64_t total = nb * im.ncb;
+            const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 8192));
+            residual_encode<<<blocks, threads, 0, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.residual_nbits, im.cut,
+                                                              im.d_codes);
+        }
+        TMS_CUDA_CHECK_LAUNCH();
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(s.cids, im.d_lab, size_t(nb) * sizeof(uint32_t), cudaMemcpyDeviceToHost, a.stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.codes, im.d_codes, size_t(nb) * im.ncb, cudaMemcpyDeviceToHost, a.stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, a.stream));
+        s.dst_cids = cids + b;
+        s.dst_codes = codes + size_t(b) * im.ncb;
+        s.pending = nb;
+    }
+    TMS_RETURN_IF_ERROR(im.drain(im.slots[i % 2]));
+    TMS_RETURN_IF_ERROR(im.drain(im.slots[(i + 1) % 2]));
     return Status::OK();
 }
 

@@ -15,4 +15,14 @@ Status GpuAssigner::Assign(const float*, int64_t, uint32_t*, float*) {
     return Status::NotSupported("this build has no CUDA");
 }
 
+struct GpuEncoder::Impl {};
+GpuEncoder::GpuEncoder() = default;
+GpuEncoder::~GpuEncoder() = default;
+Status GpuEncoder::Create(const IndexModel&, int, std::unique_ptr<GpuEncoder>*) {
+    return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
+}
+Status GpuEncoder::Encode(const EmbeddingView&, int64_t, int64_t, uint32_t*, uint8_t*) {
+    return Status::NotSupported("this build has no CUDA");
+}
+
 }  // namespace tms::index

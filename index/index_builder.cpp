@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "index/index_data.h"
@@ -52,37 +53,52 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer));
     std::unique_ptr<index::Encoder> enc;
     TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, &enc));
-    std::vector<uint32_t> cids;
-    std::vector<uint8_t> codes;
-    std::vector<uint16_t> vecs;
+    // Two chunk buffers: the writer appends chunk k (RocksDB, IVF lists) on its own thread while
+    // chunk k + 1 is encoded (declared in this order so that the writer is joined first).
+    struct ChunkBuf {
+        std::vector<uint32_t> cids;
+        std::vector<uint8_t> codes;
+        std::vector<uint16_t> vecs;
+    } bufs[2];
+    std::future<Status> appending;
+    auto wait_writer = [&]() { return appending.valid() ? appending.get() : Status::OK(); };
     const int dim = whole.dim;
     const int64_t group = std::max(1, opts.chunk_docs);
     Progress prog("encoding", rows, opts.progress, " tok");
     size_t doc = 0;
+    int k = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
         const auto& lens = shard_lens[s];
         int64_t row = 0;
-        for (size_t d0 = 0; d0 < lens.size(); d0 += group) {
+        for (size_t d0 = 0; d0 < lens.size(); d0 += group, ++k) {
             const size_t d1 = std::min(lens.size(), size_t(d0 + group));
             int64_t n = 0;
             for (size_t d = d0; d < d1; ++d) n += lens[d];
+            ChunkBuf& b = bufs[k % 2];
             try {
-                cids.resize(n);
-                codes.resize(size_t(n) * model.n_code_bytes);
-                if (opts.keep_vectors) vecs.resize(size_t(n) * dim);
+                b.cids.resize(n);
+                b.codes.resize(size_t(n) * model.n_code_bytes);
+                if (opts.keep_vectors) b.vecs.resize(size_t(n) * dim);
             } catch (const std::bad_alloc&) {
+                (void)wait_writer();
                 return Status::ResourceExhausted("out of host memory encoding a chunk");
             }
-            TMS_RETURN_IF_ERROR(enc->Encode(shards[s], row, n, cids.data(), codes.data()));
-            if (opts.keep_vectors) index::ToHalf(shards[s], row, n, vecs.data());
-            TMS_RETURN_IF_ERROR(writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), cids.data(), codes.data(),
-                                                   opts.keep_vectors ? vecs.data() : nullptr, ids.data() + doc));
+            Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
+            if (st.ok() && opts.keep_vectors) index::ToHalf(shards[s], row, n, b.vecs.data());
+            const Status wst = wait_writer();  // chunk k - 1, which used the other buffer
+            TMS_RETURN_IF_ERROR(st);
+            TMS_RETURN_IF_ERROR(wst);
+            appending = std::async(std::launch::async, [&writer, &b, &lens, &ids, d0, d1, doc, keep = opts.keep_vectors]() {
+                return writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), b.cids.data(), b.codes.data(),
+                                          keep ? b.vecs.data() : nullptr, ids.data() + doc);
+            });
             doc += d1 - d0;
             row += n;
             if (release) release(s, row);
             prog.Add(n);
         }
     }
+    TMS_RETURN_IF_ERROR(wait_writer());
     prog.Done();
     phases.emplace_back("encode+write", seconds_since(t0));
     t0 = std::chrono::steady_clock::now();

@@ -92,6 +92,9 @@ class GpuAssigner;
 /// A GPU assigner for `device` (kCpu: none; kAuto: one if a device is present; kGpu: required).
 Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out);
 
+/// memcpy spread over the OpenMP threads (staging memory-mapped input into pinned buffers).
+void ParallelCopy(void* dst, const void* src, size_t bytes);
+
 /// Rows [row0, row0 + n) as fp16.
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
 

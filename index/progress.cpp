@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace tms {
 
@@ -54,6 +55,15 @@ void Progress::Print(bool final) {
                  human(rate).c_str(), unit_.c_str(), eta.c_str());
     if (final) std::fputc('\n', stderr);
     std::fflush(stderr);
+}
+
+PhaseTrace::PhaseTrace() : on_(std::getenv("TMS_TRACE_LOAD") != nullptr), last_(std::chrono::steady_clock::now()) {}
+
+void PhaseTrace::Mark(const char* phase) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "load %s: %.3f s\n", phase, std::chrono::duration<double>(now - last_).count());
+    last_ = now;
 }
 
 }  // namespace tms

@@ -24,6 +24,18 @@ private:
     std::chrono::steady_clock::time_point start_, last_;
 };
 
+/// With TMS_TRACE_LOAD set in the environment: "load <phase>: <seconds>" on stderr at each
+/// Mark (time since the previous one). A developer diagnostic of index loading; silent otherwise.
+class PhaseTrace {
+public:
+    PhaseTrace();
+    void Mark(const char* phase);
+
+private:
+    bool on_;
+    std::chrono::steady_clock::time_point last_;
+};
+
 /// True when stderr is a terminal.
 bool StderrIsTerminal();
 

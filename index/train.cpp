@@ -12,6 +12,7 @@
 #include <climits>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -45,6 +46,7 @@ void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) 
     if (v.dtype == DType::kF32) {
         std::copy_n(static_cast<const float*>(v.data) + base, cnt, out);
     } else {
+#pragma omp parallel for schedule(static) if (cnt > 65536)
         for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::load_as_float(v.data, v.dtype, base + i);
     }
 }
@@ -404,7 +406,8 @@ struct Encoder::Impl {
     // PQ encoding tables: codebook transposed to [M, dsub, 256] and squared norms [M, 256], so
     // that ||r - c||^2 - ||r||^2 = |c|^2 - 2 r.c vectorises over the 256 codes.
     std::vector<float> book_t, norms;
-    std::unique_ptr<GpuAssigner> gpu;  // assignment on the GPU when present
+    std::unique_ptr<GpuEncoder> genc;  // the whole encoding on the GPU when present
+    std::unique_ptr<GpuAssigner> gpu;  // else assignment on the GPU when present (codes on the CPU)
     std::vector<float> x, scratch;
 };
 
@@ -422,6 +425,17 @@ Encoder::~Encoder() = default;
 Status Encoder::Create(const IndexModel& model, Device device, std::unique_ptr<Encoder>* out) {
     std::unique_ptr<Encoder> e(new Encoder());
     e->impl_->model = &model;
+    if (device != Device::kCpu) {
+        Status st = GpuEncoder::Create(model, 0, &e->impl_->genc);
+        if (!st.ok()) {
+            e->impl_->genc.reset();
+            if (st.code() != Status::Code::kNotSupported) return st.WithContext("device gpu");
+        }
+    }
+    if (e->impl_->genc) {
+        *out = std::move(e);
+        return Status::OK();
+    }
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, &e->impl_->gpu));
     if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
     if (model.codec == "pq") {
@@ -450,6 +464,7 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
     const IndexModel& m = *impl_->model;
     const int dim = m.dim;
     if (tokens.dim != dim) return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " + std::to_string(dim));
+    if (impl_->genc) return impl_->genc->Encode(tokens, row0, n, cids, codes);
     try {
         const int64_t batch = impl_->gpu ? 4 * kBatch : cpu_batch(m.n_centroids);
         for (int64_t b = 0; b < n; b += batch) {
@@ -480,6 +495,16 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
         return Status::ResourceExhausted("out of host memory while encoding");
     }
     return Status::OK();
+}
+
+void ParallelCopy(void* dst, const void* src, size_t bytes) {
+    const size_t piece = size_t(1) << 20;
+    const int64_t n = static_cast<int64_t>((bytes + piece - 1) / piece);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) {
+        const size_t o = size_t(i) * piece;
+        std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(piece, bytes - o));
+    }
 }
 
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out) {
