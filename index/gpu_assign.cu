@@ -12,6 +12,7 @@
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/maxsim.h"
 
 namespace tms::index {
 namespace {
@@ -182,16 +183,22 @@ namespace {
 
 constexpr int kMaxPqSub = 64;  // widest PQ sub-vector encoded on the GPU
 
-__global__ void raw_to_float(const void* __restrict__ raw, int dtype, int64_t n, float* __restrict__ out) {
+// Raw rows -> fp32, and the index of the first non-finite value into *bad (atomicMin; the
+// caller sets it to ~0 first): the input check of the build, fused into the conversion.
+__global__ void raw_to_float(const void* __restrict__ raw, int dtype, int64_t n, float* __restrict__ out,
+                             unsigned long long* __restrict__ bad) {
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v;
         if (dtype == static_cast<int>(DType::kF16)) {
-            out[i] = __half2float(static_cast<const __half*>(raw)[i]);
+            v = __half2float(static_cast<const __half*>(raw)[i]);
         } else if (dtype == static_cast<int>(DType::kBF16)) {
-            out[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(raw)[i]);
+            v = __bfloat162float(static_cast<const __nv_bfloat16*>(raw)[i]);
         } else {
-            out[i] = static_cast<const float*>(raw)[i];
+            v = static_cast<const float*>(raw)[i];
         }
+        out[i] = v;
+        if (!isfinite(v)) atomicMin(bad, static_cast<unsigned long long>(i));
     }
 }
 
@@ -276,10 +283,15 @@ struct GpuEncoder::Impl {
     float* d_x = nullptr;   // fp32 rows
     uint32_t* d_lab = nullptr;
     uint8_t* d_codes = nullptr;
+    unsigned long long* d_bad = nullptr;  // first non-finite element of the batch
+    DType dtype = DType::kF32;            // of the rows being encoded
+    int64_t row0 = 0;                     // of the call
     struct Slot {
         void* in = nullptr;  // pinned
         uint32_t* cids = nullptr;
         uint8_t* codes = nullptr;
+        unsigned long long* bad = nullptr;  // pinned copy of d_bad
+        int64_t first_row = 0;              // of the batch, within the call
         cudaEvent_t done = nullptr;
         uint32_t* dst_cids = nullptr;  // where the pending batch's results go
         uint8_t* dst_codes = nullptr;
@@ -293,6 +305,7 @@ struct GpuEncoder::Impl {
             cudaFreeHost(s.in);
             cudaFreeHost(s.cids);
             cudaFreeHost(s.codes);
+            cudaFreeHost(s.bad);
             if (s.done) cudaEventDestroy(s.done);
         }
         cudaFree(d_book);
@@ -301,11 +314,18 @@ struct GpuEncoder::Impl {
         cudaFree(d_x);
         cudaFree(d_lab);
         cudaFree(d_codes);
+        cudaFree(d_bad);
     }
     // Wait for a slot's batch and copy its results out.
     Status drain(Slot& s) {
         if (s.pending == 0) return Status::OK();
         TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
+        if (*s.bad != ~0ull) {
+            s.pending = 0;
+            const int64_t e = static_cast<int64_t>(*s.bad);  // the staged batch is still in s.in
+            return NonFiniteError("docs", row0 + s.first_row + e / m->dim, static_cast<int>(e % m->dim),
+                                  kernels::load_as_float(s.in, dtype, e));
+        }
         std::memcpy(s.dst_cids, s.cids, size_t(s.pending) * sizeof(uint32_t));
         std::memcpy(s.dst_codes, s.codes, size_t(s.pending) * ncb);
         s.pending = 0;
@@ -358,7 +378,9 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_x, im.in_bytes));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_lab, size_t(im.batch) * sizeof(uint32_t)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_codes, size_t(im.batch) * std::max(1, im.ncb)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_bad, sizeof(unsigned long long)));
     for (auto& s : im.slots) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.bad, sizeof(unsigned long long)));
         TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.in, im.in_bytes));
         TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.cids, size_t(im.batch) * sizeof(uint32_t)));
         TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.codes, size_t(im.batch) * std::max(1, im.ncb)));
@@ -383,6 +405,8 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
     TMS_CUDA_RETURN_IF_ERROR(cudaSetDevice(a.device));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(a.stream));
     for (auto& s : im.slots) s.pending = 0;  // a failed earlier call's batches are void
+    im.dtype = tokens.dtype;
+    im.row0 = row0;
     const size_t esize = DTypeSize(tokens.dtype);
     const size_t row_bytes = size_t(m.dim) * esize;
     const int threads = 256;
@@ -394,14 +418,14 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         // Host staging of this batch overlaps the GPU work of the previous one.
         ParallelCopy(s.in, static_cast<const char*>(tokens.data) + size_t(row0 + b) * row_bytes, size_t(nb) * row_bytes);
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_raw, s.in, size_t(nb) * row_bytes, cudaMemcpyHostToDevice, a.stream));
-        const float* x = static_cast<const float*>(im.d_raw);
-        if (tokens.dtype != DType::kF32) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(im.d_bad, 0xff, sizeof(unsigned long long), a.stream));
+        {
             const int64_t cnt = nb * m.dim;
             const int blocks = static_cast<int>(std::min<int64_t>((cnt + threads - 1) / threads, 8192));
-            raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt, im.d_x);
+            raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt, im.d_x, im.d_bad);
             TMS_CUDA_CHECK_LAUNCH();
-            x = im.d_x;
         }
+        const float* x = im.d_x;
         TMS_RETURN_IF_ERROR(assign_on_device(a, x, nb, im.d_lab, nullptr));
         if (im.pq) {
             const dim3 grid(static_cast<unsigned>((nb + threads - 1) / threads), static_cast<unsigned>(m.pq_m));
@@ -429,7 +453,9 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         TMS_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(s.cids, im.d_lab, size_t(nb) * sizeof(uint32_t), cudaMemcpyDeviceToHost, a.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.codes, im.d_codes, size_t(nb) * im.ncb, cudaMemcpyDeviceToHost, a.stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.bad, im.d_bad, sizeof(unsigned long long), cudaMemcpyDeviceToHost, a.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, a.stream));
+        s.first_row = b;
         s.dst_cids = cids + b;
         s.dst_codes = codes + size_t(b) * im.ncb;
         s.pending = nb;

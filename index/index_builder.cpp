@@ -26,13 +26,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The streaming build over one or more shards (documents never straddle shards).
-// `release(shard, rows)`: the first `rows` rows of a shard are done with (drop their pages).
-using ReleaseFn = std::function<void(size_t shard, int64_t rows)>;
+// The streaming build over one or more shards (documents never straddle shards), named in
+// messages by `names`. `release(shard, rows)`: the first `rows` rows of a shard are done with
+// (drop their pages); `restart()`: a new pass over the input begins.
+using index::ReleaseFn;
 
 Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vector<std::vector<int64_t>>& shard_lens,
-                       std::vector<std::string> ids, const IndexBuildOptions& opts, const std::string& path,
-                       BuildStats* stats, const ReleaseFn& release = nullptr) {
+                       const std::vector<std::string>& names, std::vector<std::string> ids,
+                       const IndexBuildOptions& opts, const std::string& path, BuildStats* stats,
+                       const ReleaseFn& release = nullptr, const std::function<void()>& restart = nullptr) {
     std::vector<int64_t> all_lens;
     int64_t rows = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
@@ -44,10 +46,11 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     TMS_RETURN_IF_ERROR(index::ValidateInput(whole, all_lens, &ids));
     std::vector<std::pair<std::string, double>> phases;
     index::IndexModel model;
-    TMS_RETURN_IF_ERROR(index::TrainModel(shards, opts, &model, &phases));
+    TMS_RETURN_IF_ERROR(index::TrainModel(shards, opts, &model, &phases, &names, release));
     if (release) {  // the sample touched pages all over the input
         for (size_t s = 0; s < shards.size(); ++s) release(s, shards[s].rows);
     }
+    if (restart) restart();
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<index::IndexWriter> writer;
     TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer));
@@ -61,7 +64,13 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         std::vector<uint16_t> vecs;
     } bufs[2];
     std::future<Status> appending;
-    auto wait_writer = [&]() { return appending.valid() ? appending.get() : Status::OK(); };
+    double encode_s = 0, wait_s = 0;  // main thread: encoding, and blocked on the writer
+    auto wait_writer = [&]() {
+        const auto w0 = std::chrono::steady_clock::now();
+        Status st = appending.valid() ? appending.get() : Status::OK();
+        wait_s += seconds_since(w0);
+        return st;
+    };
     const int dim = whole.dim;
     const int64_t group = std::max(1, opts.chunk_docs);
     Progress prog("encoding", rows, opts.progress, " tok");
@@ -83,7 +92,10 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 (void)wait_writer();
                 return Status::ResourceExhausted("out of host memory encoding a chunk");
             }
+            const auto e0 = std::chrono::steady_clock::now();
             Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
+            encode_s += seconds_since(e0);
+            if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
             if (st.ok() && opts.keep_vectors) index::ToHalf(shards[s], row, n, b.vecs.data());
             const Status wst = wait_writer();  // chunk k - 1, which used the other buffer
             TMS_RETURN_IF_ERROR(st);
@@ -101,6 +113,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     TMS_RETURN_IF_ERROR(wait_writer());
     prog.Done();
     phases.emplace_back("encode+write", seconds_since(t0));
+    phases.emplace_back("encode+write.encoding", encode_s);
+    phases.emplace_back("encode+write.writer_wait", wait_s);
     t0 = std::chrono::steady_clock::now();
     IndexInfo info;
     index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
@@ -138,6 +152,8 @@ Status check_lens(const std::vector<int64_t>& lens, int64_t rows, const std::str
 struct Inputs {
     std::vector<std::unique_ptr<index::MappedNpy>> maps;  // one per shard
     std::vector<EmbeddingView> shards;
+    std::vector<std::string> names;  // file names, for messages
+    std::vector<int64_t> released;   // rows released so far in the current pass, per shard
     std::vector<std::vector<int64_t>> lens;
     std::string what;  // for messages
 };
@@ -146,7 +162,8 @@ Status add_npy_pair(const std::string& docs, const std::string& doclens, Inputs*
     std::unique_ptr<index::MappedNpy> m;
     TMS_RETURN_IF_ERROR(index::MappedNpy::Open(docs, &m));
     EmbeddingView v;
-    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, docs, &v));
+    // Values are checked for finiteness as they are encoded (no extra pass over the input).
+    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, docs, &v, false));
     if (!in->shards.empty() && (v.dim != in->shards[0].dim || v.dtype != in->shards[0].dtype)) {
         return Status::InvalidArgument(docs + ": " + DTypeName(v.dtype) + " dim " + std::to_string(v.dim) +
                                        " differs from the first shard's " + DTypeName(in->shards[0].dtype) + " dim " +
@@ -159,6 +176,7 @@ Status add_npy_pair(const std::string& docs, const std::string& doclens, Inputs*
     TMS_RETURN_IF_ERROR(check_lens(l, v.rows, doclens, docs));
     in->maps.push_back(std::move(m));
     in->shards.push_back(v);
+    in->names.push_back(docs);
     in->lens.push_back(std::move(l));
     return Status::OK();
 }
@@ -248,10 +266,11 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     std::unique_ptr<index::MappedNpy> m;
     TMS_RETURN_IF_ERROR(index::MappedNpy::OpenRange(path, size_t(d0), size_t(d1 - d0), dh, &m));
     EmbeddingView v;
-    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, path + " (embeddings)", &v));
+    TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, path + " (embeddings)", &v, false));
     TMS_RETURN_IF_ERROR(check_lens(l, v.rows, path + " (doclens)", path + " (embeddings)"));
     in->maps.push_back(std::move(m));
     in->shards.push_back(v);
+    in->names.push_back(path + " (embeddings)");
     in->lens.push_back(std::move(l));
     return Status::OK();
 }
@@ -276,7 +295,7 @@ Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& pa
 Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                            const std::vector<std::string>& doc_ids, BuildStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = build_streaming({tokens}, {doclens}, doc_ids, opts_, path_, stats);
+    Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats);
     if (stats) stats->seconds_total += seconds_since(t0);
     return st;
 }
@@ -305,13 +324,21 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
         }
     }
     if (stats) stats->phase_seconds.emplace_back("load", seconds_since(t0));
+    // Sampling reads scattered rows: no readahead or fault-around while it runs.
+    for (auto& m : in.maps) m->Advise(true);
+    in.released.assign(in.maps.size(), 0);
     auto release = [&in](size_t shard, int64_t rows) {
-        if (shard < in.maps.size()) {
-            const EmbeddingView& v = in.shards[shard];
-            in.maps[shard]->Release(size_t(rows) * v.dim * DTypeSize(v.dtype));
-        }
+        if (shard >= in.maps.size() || rows <= in.released[shard]) return;
+        const EmbeddingView& v = in.shards[shard];
+        const size_t row_bytes = size_t(v.dim) * DTypeSize(v.dtype);
+        in.maps[shard]->Release(size_t(in.released[shard]) * row_bytes, size_t(rows) * row_bytes);
+        in.released[shard] = rows;
     };
-    Status st = build_streaming(in.shards, in.lens, ids, opts_, path_, stats, release);
+    auto restart = [&in]() {
+        in.released.assign(in.maps.size(), 0);
+        for (auto& m : in.maps) m->Advise(false);
+    };
+    Status st = build_streaming(in.shards, in.lens, in.names, ids, opts_, path_, stats, release, restart);
     if (stats) stats->seconds_total += seconds_since(t0);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0 && !doc_ids_txt.empty()) {
         return Status(st.code(), doc_ids_txt + st.message().substr(7));

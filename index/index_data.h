@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,11 +64,20 @@ Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& d
 /// ids unique and whitespace-free (filled with "0".."n-1" when empty).
 Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids);
 
+/// `release(shard, rows)`: the first `rows` rows of a memory-mapped shard are done with (their
+/// pages may be dropped).
+using ReleaseFn = std::function<void(size_t shard, int64_t rows)>;
+
 /// Sample (at most opts.max_train_tokens, selection sampling: no memory beyond the sample),
-/// k-means, codec training. Reads only the sampled rows of `tokens`.
-/// `shards` are read as one concatenated token matrix.
+/// k-means, codec training. Reads only the sampled rows of `tokens` (and releases them behind
+/// the sampling pass when `release` is set); a non-finite sampled value is an error naming
+/// names[shard] (or "docs"). `shards` are read as one concatenated token matrix.
 Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* model,
-                  std::vector<std::pair<std::string, double>>* phase_seconds);
+                  std::vector<std::pair<std::string, double>>* phase_seconds,
+                  const std::vector<std::string>* names = nullptr, const ReleaseFn& release = nullptr);
+
+/// "<what>: non-finite value (NaN|Inf) at row R, column C".
+Status NonFiniteError(const std::string& what, int64_t row, int col, float v);
 
 /// The metadata of a fresh index.
 void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info);
@@ -79,7 +89,8 @@ public:
     /// `device`: where assignment runs (kAuto: the GPU when present).
     static Status Create(const IndexModel& model, Device device, std::unique_ptr<Encoder>* out);
     ~Encoder();
-    /// Rows [row0, row0 + n) of `tokens` -> cids [n], codes [n, n_code_bytes].
+    /// Rows [row0, row0 + n) of `tokens` -> cids [n], codes [n, n_code_bytes]. A non-finite
+    /// input value is an InvalidArgument "docs: non-finite value ... at row R" (R within `tokens`).
     Status Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes);
 
 private:
@@ -132,9 +143,11 @@ public:
     const HostArray& header() const { return header_; }  ///< descr and shape; bytes empty
     const uint8_t* data() const { return data_; }
     size_t nbytes() const { return nbytes_; }
-    /// Drop the resident pages of payload bytes [0, upto) (they are re-read if touched again),
-    /// so a streaming pass over a corpus larger than RAM keeps a bounded resident set.
-    void Release(size_t upto) const;
+    /// Drop the resident pages of payload bytes [from, upto) (they are re-read if touched
+    /// again), so a streaming pass over a corpus larger than RAM keeps a bounded resident set.
+    void Release(size_t from, size_t upto) const;
+    /// Access pattern hint: random (no readahead, no fault-around) or sequential.
+    void Advise(bool random) const;
 
 private:
     MappedNpy() = default;
@@ -145,9 +158,10 @@ private:
     size_t nbytes_ = 0;
 };
 
-/// EmbeddingsFromArray over a payload held elsewhere (a mapping).
+/// EmbeddingsFromArray over a payload held elsewhere (a mapping). `check_finite`: scan every
+/// value (a builder that checks values as it encodes them skips the extra pass).
 Status EmbeddingsFromRaw(const HostArray& header, const void* data, int rank, const std::string& what,
-                         EmbeddingView* out);
+                         EmbeddingView* out, bool check_finite = true);
 
 /// In-place updates of an existing index (holds the RocksDB lock: one writer at a time).
 /// Nothing is visible to readers until UpdaterCommit, which applies everything in one batch.

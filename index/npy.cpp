@@ -136,11 +136,17 @@ MappedNpy::~MappedNpy() {
     if (map_ != nullptr) munmap(map_, map_len_);
 }
 
-void MappedNpy::Release(size_t upto) const {
+void MappedNpy::Release(size_t from, size_t upto) const {
     if (map_ == nullptr) return;
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t end = std::min(map_len_, static_cast<size_t>(data_ - static_cast<const uint8_t*>(map_)) + upto) / page * page;
-    if (end > 0) madvise(map_, end, MADV_DONTNEED);
+    const size_t off = static_cast<size_t>(data_ - static_cast<const uint8_t*>(map_));
+    const size_t begin = from == 0 ? 0 : (off + from) / page * page;  // whole pages only
+    const size_t end = std::min(map_len_, off + upto) / page * page;
+    if (end > begin) madvise(static_cast<uint8_t*>(map_) + begin, end - begin, MADV_DONTNEED);
+}
+
+void MappedNpy::Advise(bool random) const {
+    if (map_ != nullptr) madvise(map_, map_len_, random ? MADV_RANDOM : MADV_SEQUENTIAL);
 }
 
 Status MappedNpy::OpenRange(const std::string& path, size_t offset, size_t nbytes, HostArray header,
@@ -215,7 +221,7 @@ Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& wh
 }
 
 Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank, const std::string& what,
-                                EmbeddingView* out) {
+                                EmbeddingView* out, bool check_finite) {
     if (arr.descr != "<f2" && arr.descr != "<f4") {
         return Status::InvalidArgument(what + ": dtype '" + arr.descr + "' not supported; expected float16 (<f2) or float32 (<f4)");
     }
@@ -232,6 +238,7 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
     out->data = data;
     out->dim = static_cast<int>(dim);
     out->rows = arr.numel() / dim;
+    if (!check_finite) return Status::OK();
     // Every value finite: a parallel scan of the exponent bits (all ones = Inf or NaN); the
     // first offender is reported.
     const int64_t n = arr.numel();

@@ -139,6 +139,16 @@ TEST(GpuEncoderCuda, MatchesCpuEncoder) {
         }
         EXPECT_LE(moved, n / 100);
         EXPECT_LE(code_diff, int64_t(n) * ncb / 1000);
+        // A non-finite value is reported with its row within the view, in any batch.
+        if (c.dtype == DType::kF32) {
+            xf[size_t(65600) * c.dim + 5] = std::nanf("");
+        } else {
+            x16[size_t(65600) * c.dim + 5] = c.dtype == DType::kBF16 ? 0x7fc0 : 0x7e00;  // NaN
+        }
+        Status st = gpu->Encode(v, 1000, n - 1000, gc.data(), gcode.data());
+        ASSERT_FALSE(st.ok());
+        EXPECT_EQ(st.message(), "docs: non-finite value (NaN) at row 65600, column 5");
+        ASSERT_TRUE(gpu->Encode(v, 0, 1000, gc.data(), gcode.data()).ok()) << "usable after an error";
     }
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -248,6 +249,13 @@ TEST(IndexCpu, PqEncoderMatchesFaiss) {
         }
     EXPECT_GE(same, n * 8 * 99 / 100) << "codes differ beyond near ties";
     EXPECT_LE(err_got, err_ref * (1 + 1e-5));
+
+    // The encoder is the build's input check: a non-finite value is reported with its row
+    // (within the view) and column, whatever rows the call covers.
+    x[size_t(2345) * dim + 17] = std::numeric_limits<float>::infinity();
+    Status st = enc->Encode(v, 2000, 1000, cids.data(), got.data());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.message(), "docs: non-finite value (Inf) at row 2345, column 17");
 }
 
 }  // namespace
