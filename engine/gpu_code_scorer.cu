@@ -12,6 +12,7 @@
 #include "engine/gpu_code_scorer.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
 
 namespace tms::engine {
@@ -108,10 +109,10 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&im.blas));
     TMS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(im.blas, im.stream));
+    kernels::StagedUploader uploader(im.stream);
     auto up = [&](auto** d, const void* h, size_t bytes) -> Status {
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(d), std::max<size_t>(bytes, 256)));
-        if (bytes) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*d, h, bytes, cudaMemcpyHostToDevice, im.stream));
-        return Status::OK();
+        return uploader.Upload(*d, h, bytes);
     };
     TMS_RETURN_IF_ERROR(up(&im.d_tc, h_token_centroids, size_t(n_tokens) * sizeof(uint32_t)));
     TMS_RETURN_IF_ERROR(up(&im.d_codes, h_codes, size_t(n_tokens) * n_code_bytes));

@@ -10,6 +10,7 @@
 
 #include "engine/gpu_scorer.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
 
 namespace tms::engine {
@@ -129,9 +130,9 @@ Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t 
     const size_t tok_bytes = size_t(n_tokens) * dim * sizeof(uint16_t);
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_tokens, std::max<size_t>(tok_bytes, 256)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
-    if (tok_bytes) {
-        TMS_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(im.d_tokens, h_tokens_f16, tok_bytes, cudaMemcpyHostToDevice, im.stream));
+    {
+        kernels::StagedUploader uploader(im.stream);
+        TMS_RETURN_IF_ERROR(uploader.Upload(im.d_tokens, h_tokens_f16, tok_bytes));
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t),
                                              cudaMemcpyHostToDevice, im.stream));

@@ -368,7 +368,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(0, s->data_.vectors.data(), s->data_.info.n_tokens,
                                                            s->data_.info.dim, s->data_.doc_offsets.data(),
                                                            s->data_.info.n_docs, &s->gpu_));
-        std::vector<uint16_t>().swap(s->data_.vectors);  // the device copy is the one used
+        index::PodVector<uint16_t>().swap(s->data_.vectors);  // the device copy is the one used
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload");
     *out = std::move(s);

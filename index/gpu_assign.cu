@@ -43,6 +43,7 @@ __global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_
         }
     }
     if (lane == 0) {
+        if (bi >= K) bi = 0;  // every score NaN (a non-finite row, reported by the caller)
         labels[row] = static_cast<uint32_t>(bi);
         if (best) best[row] = bv;
     }

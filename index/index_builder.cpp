@@ -72,7 +72,13 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         return st;
     };
     const int dim = whole.dim;
-    const int64_t group = std::max(1, opts.chunk_docs);
+    // Documents per Encode call: whole chunks, about 1M tokens (fewer GPU pipeline drains), the
+    // two buffers at most ~64 MB each.
+    const int64_t chunk = std::max(1, opts.chunk_docs);
+    const int64_t token_bytes = 4 + model.n_code_bytes + (opts.keep_vectors ? 2 * dim : 0);
+    const int64_t want_tokens = std::min<int64_t>(int64_t(1) << 20, (int64_t(64) << 20) / token_bytes);
+    const double avg_len = double(rows) / double(std::max<size_t>(1, all_lens.size()));
+    const int64_t group = chunk * std::max<int64_t>(1, static_cast<int64_t>(want_tokens / (avg_len * double(chunk))));
     Progress prog("encoding", rows, opts.progress, " tok");
     size_t doc = 0;
     int k = 0;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tilemaxsim/options.h"
@@ -29,14 +30,38 @@ struct IndexModel {
     std::vector<float> residual_weights;  ///< residual codec: 2^nbits bucket values
 };
 
+/// An allocator that leaves elements default-initialised (uninitialised for integers) on
+/// resize: the loader fills multi-GB arrays with parallel copies right after, and a serial
+/// zeroing pass first would cost as much as the load itself.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+        using other = DefaultInitAllocator<U>;
+    };
+    DefaultInitAllocator() = default;
+    template <typename U>
+    DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+        if constexpr (sizeof...(Args) == 0) {
+            ::new (static_cast<void*>(p)) U;
+        } else {
+            ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+        }
+    }
+};
+template <typename T>
+using PodVector = std::vector<T, DefaultInitAllocator<T>>;
+
 /// A whole index in host memory, internal ids 0..n_docs-1.
 struct IndexData {
     IndexInfo info;
     IndexModel model;
     std::vector<int64_t> doc_offsets;       ///< [n_docs + 1] token offsets
-    std::vector<uint32_t> token_centroids;  ///< [n_tokens]
-    std::vector<uint8_t> codes;             ///< [n_tokens, n_code_bytes]
-    std::vector<uint16_t> vectors;          ///< fp16 [n_tokens, dim], empty unless kept/loaded
+    PodVector<uint32_t> token_centroids;    ///< [n_tokens]
+    PodVector<uint8_t> codes;               ///< [n_tokens, n_code_bytes]
+    PodVector<uint16_t> vectors;            ///< fp16 [n_tokens, dim], empty unless kept/loaded
     std::vector<int64_t> ivf_offsets;       ///< [n_centroids + 1]
     std::vector<int32_t> ivf_docs;          ///< doc ids per centroid, sorted, unique
     std::vector<std::string> doc_ids;       ///< external ids [n_docs]

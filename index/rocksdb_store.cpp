@@ -111,6 +111,20 @@ private:
     const char* end_;
 };
 
+// A sealed ids value (payload already checked) -> exactly `n` ids into out[0..n).
+Status decode_ids(const std::string& what, const rocksdb::Slice& v, size_t n, std::string* out) {
+    Reader r(what, v.data(), v.size() - 4);
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t len = 0;
+        TMS_RETURN_IF_ERROR(r.varint(&len));
+        const char* p = r.pos();
+        TMS_RETURN_IF_ERROR(r.skip(len));
+        out[i].assign(p, len);
+    }
+    if (!r.done()) return Status::Corruption(what + ": more ids than documents");
+    return Status::OK();
+}
+
 Status from_rocks(const rocksdb::Status& s, const std::string& path) {
     if (s.ok()) return Status::OK();
     if (s.IsCorruption()) return Status::Corruption(path + ": " + s.ToString());
@@ -202,6 +216,23 @@ std::string encode_ivf(const std::vector<int32_t>& list) {
 std::string encode_floats(const std::vector<float>& v) {
     std::string s;
     put(&s, v.data(), v.size());
+    seal(&s);
+    return s;
+}
+
+// Key of a chunk's external ids in the ids family.
+std::string ids_key(int64_t chunk) { return "c:" + be64(static_cast<uint64_t>(chunk)); }
+
+// The external ids of one chunk's documents: varint length + bytes each (CRC-sealed).
+std::string encode_ids(const std::string* ids, size_t n) {
+    std::string s;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) bytes += ids[i].size() + 2;
+    s.reserve(bytes + 4);
+    for (size_t i = 0; i < n; ++i) {
+        put_varint(&s, ids[i].size());
+        s += ids[i];
+    }
     seal(&s);
     return s;
 }
@@ -298,6 +329,22 @@ Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std
     return decode_ivf(what, v, n_docs, out);
 }
 
+// deleted[doc] = 1 for every tombstone.
+Status read_tombstones(Db& db, const std::string& path, int64_t n_docs, std::vector<char>* deleted) {
+    deleted->assign(size_t(n_docs), 0);
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = true;
+    std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kDeleted]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        const rocksdb::Slice k = it->key();
+        uint64_t id = 0;
+        for (size_t i = 0; i < k.size(); ++i) id = (id << 8) | static_cast<uint8_t>(k[i]);
+        if (k.size() != 8 || int64_t(id) >= n_docs) return Status::Corruption(path + ": bad tombstone key");
+        (*deleted)[id] = 1;
+    }
+    return from_rocks(it->status(), path);
+}
+
 Status read_floats(Db& db, const std::string& path, const char* key, std::vector<float>* out) {
     std::string v;
     TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kModel], key, &v), path));
@@ -325,8 +372,6 @@ struct IndexUpdaterImpl {
     std::unordered_map<std::string, int64_t> ids;  // live external id -> internal id
     std::vector<std::vector<int32_t>> ivf;
     std::vector<char> ivf_dirty;
-    std::vector<std::pair<std::string, int64_t>> added_ids;
-    std::vector<std::string> removed_ids;
     std::vector<int64_t> tombstones;
 };
 
@@ -357,17 +402,41 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     TMS_RETURN_IF_ERROR(read_floats(u->db, path, "codebook", &m.codebook));
     TMS_RETURN_IF_ERROR(read_floats(u->db, path, "residual_cutoffs", &m.residual_cutoffs));
     TMS_RETURN_IF_ERROR(read_floats(u->db, path, "residual_weights", &m.residual_weights));
-    rocksdb::ReadOptions ro;
-    ro.verify_checksums = true;
-    std::unique_ptr<rocksdb::Iterator> it(u->db.db->NewIterator(ro, u->db.cf[kIds]));
-    for (it->Seek("e:"); it->Valid() && it->key().starts_with("e:"); it->Next()) {
-        const std::string v = it->value().ToString();
-        if (v.size() != 8) return Status::Corruption(path + ": bad id value");
-        uint64_t id = 0;
-        for (char c : v) id = (id << 8) | static_cast<uint8_t>(c);
-        u->ids.emplace(it->key().ToString().substr(2), static_cast<int64_t>(id));
+    // Live external ids: every chunk's ids, less the tombstoned documents.
+    std::vector<char> deleted;
+    TMS_RETURN_IF_ERROR(read_tombstones(u->db, path, u->info.n_docs, &deleted));
+    {
+        rocksdb::ReadOptions ro;
+        ro.verify_checksums = false;  // sealed
+        rocksdb::PinnableSlice v;
+        std::vector<std::string> chunk_ids;
+        int64_t doc = 0;
+        u->ids.reserve(size_t(u->info.n_docs));
+        for (int64_t c = 0; c < u->info.n_chunks; ++c) {
+            const std::string what = path + ": ids of chunk " + std::to_string(c);
+            v.Reset();
+            TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Get(ro, u->db.cf[kIds], ids_key(c), &v), what));
+            TMS_RETURN_IF_ERROR(check_seal(what, v));
+            // Documents per chunk: chunk_docs, except for the last chunk of a build or an add.
+            size_t n = 0;
+            {
+                Reader r(what, v.data(), v.size() - 4);
+                uint64_t len = 0;
+                while (!r.done()) {
+                    TMS_RETURN_IF_ERROR(r.varint(&len));
+                    TMS_RETURN_IF_ERROR(r.skip(len));
+                    ++n;
+                }
+            }
+            if (doc + int64_t(n) > u->info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
+            chunk_ids.resize(n);
+            TMS_RETURN_IF_ERROR(decode_ids(what, v, n, chunk_ids.data()));
+            for (size_t i = 0; i < n; ++i, ++doc) {
+                if (!deleted[doc]) u->ids.emplace(std::move(chunk_ids[i]), doc);
+            }
+        }
+        if (doc != u->info.n_docs) return Status::Corruption(path + ": document ids missing");
     }
-    TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
     u->ivf.resize(m.n_centroids);
     u->ivf_dirty.assign(m.n_centroids, 0);
     for (int k = 0; k < m.n_centroids; ++k) {
@@ -428,11 +497,10 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             seal(&v);
             b.Put(u->db.cf[kVectors], be64(chunk), v);
         }
+        b.Put(u->db.cf[kIds], ids_key(chunk), encode_ids(doc_ids.data() + d0, d1 - d0));
         int64_t t = 0;
         for (size_t d = d0; d < d1; ++d) {
             const int64_t doc = first + int64_t(d - d0);
-            b.Put(u->db.cf[kIds], "i:" + be64(doc), doc_ids[d]);
-            u->added_ids.emplace_back(doc_ids[d], doc);
             u->ids[doc_ids[d]] = doc;
             for (int64_t j = t; j < t + doclens[d]; ++j) {
                 auto& l = u->ivf[cids[j]];
@@ -464,21 +532,17 @@ Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_id
         auto it = u->ids.find(id);
         if (it == u->ids.end()) continue;  // listed twice
         u->tombstones.push_back(it->second);
-        u->removed_ids.push_back(id);
         u->ids.erase(it);
     }
     return Status::OK();
 }
 
-// One atomic, synced batch: IVF lists, id maps, tombstones, metadata.
+// One atomic, synced batch: IVF lists, tombstones, metadata (the new chunks and their ids were
+// written before, past the committed chunk count, so invisible until now).
 Status UpdaterCommit(IndexUpdaterImpl* u) {
     rocksdb::WriteBatch b;
     for (int k = 0; k < u->model.n_centroids; ++k) {
         if (u->ivf_dirty[k]) b.Put(u->db.cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(u->ivf[k]));
-    }
-    for (const auto& id : u->removed_ids) b.Delete(u->db.cf[kIds], "e:" + id);
-    for (const auto& [id, doc] : u->added_ids) {
-        if (u->ids.count(id) && u->ids[id] == doc) b.Put(u->db.cf[kIds], "e:" + id, be64(doc));
     }
     std::sort(u->tombstones.begin(), u->tombstones.end());
     u->tombstones.erase(std::unique(u->tombstones.begin(), u->tombstones.end()), u->tombstones.end());
@@ -488,8 +552,6 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     rocksdb::WriteOptions wo;
     wo.sync = true;
     TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
-    u->added_ids.clear();
-    u->removed_ids.clear();
     u->tombstones.clear();
     std::fill(u->ivf_dirty.begin(), u->ivf_dirty.end(), 0);
     return Status::OK();
@@ -662,10 +724,7 @@ struct IndexWriter::Impl {
             seal(&v);
             b.Put(db.cf[kVectors], be64(n_chunks), v);
         }
-        for (size_t i = 0; i < ids.size(); ++i) {
-            b.Put(db.cf[kIds], "e:" + ids[i], be64(first + i));
-            b.Put(db.cf[kIds], "i:" + be64(first + i), ids[i]);
-        }
+        b.Put(db.cf[kIds], ids_key(n_chunks), encode_ids(ids.data(), ids.size()));
         TMS_RETURN_IF_ERROR(write(b));
         ++n_chunks;
         lens.clear();
@@ -857,6 +916,7 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
         d->codes.resize(size_t(n_tokens) * ncb);
         d->vectors.clear();
         if (vec) d->vectors.resize(size_t(n_tokens) * m.dim);
+        d->doc_ids.assign(size_t(n_docs), std::string());
     } catch (const std::bad_alloc&) {
         return Status::ResourceExhausted(path + ": not enough host memory to load " + std::to_string(n_tokens) + " tokens");
     }
@@ -873,12 +933,13 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
     // parsed in order (document and token offsets), then payloads copied in parallel straight
     // into the preallocated arrays.
     const int64_t window = int64_t(4) * omp_get_max_threads();
-    std::vector<rocksdb::PinnableSlice> docs_v(window), vecs_v(window);
+    std::vector<rocksdb::PinnableSlice> docs_v(window), vecs_v(window), ids_v(window);
     std::vector<Status> sts(window);
     struct Part {
         const char* cids = nullptr;  // payload pointers into docs_v
         const char* codes = nullptr;
         int64_t t0 = 0, ntok = 0;
+        int64_t d0 = 0, ndocs = 0;
     };
     std::vector<Part> parts(window);
     int64_t next_doc = 0, next_tok = 0, reported = 0;
@@ -889,8 +950,11 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
             const int64_t c = w0 + i;
             docs_v[i].Reset();
             vecs_v[i].Reset();
+            ids_v[i].Reset();
             Status st = from_rocks(db.db->Get(ro_chunks, db.cf[kDocs], be64(c), &docs_v[i]), path);
             if (st.ok()) st = check_seal(path + ": docs chunk " + std::to_string(c), docs_v[i]);
+            if (st.ok()) st = from_rocks(db.db->Get(ro_chunks, db.cf[kIds], ids_key(c), &ids_v[i]), path);
+            if (st.ok()) st = check_seal(path + ": ids of chunk " + std::to_string(c), ids_v[i]);
             if (st.ok() && vec) {
                 st = from_rocks(db.db->Get(ro_chunks, db.cf[kVectors], be64(c), &vecs_v[i]), path);
                 if (st.ok()) st = check_seal(path + ": vectors chunk " + std::to_string(c), vecs_v[i]);
@@ -921,6 +985,8 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
             if (next_tok + ntok > n_tokens) return Status::Corruption(what + ": more tokens than the metadata says");
             parts[i].t0 = next_tok;
             parts[i].ntok = ntok;
+            parts[i].d0 = next_doc - int64_t(cnt);
+            parts[i].ndocs = cnt;
             parts[i].cids = r.pos();
             TMS_RETURN_IF_ERROR(r.skip(size_t(ntok) * sizeof(uint32_t)));
             parts[i].codes = r.pos();
@@ -941,7 +1007,8 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
             uint32_t bad = 0;
             for (int64_t t = 0; t < p.ntok; ++t) bad |= cid[t] >= uint32_t(m.n_centroids) ? 1u : 0u;
             sts[i] = bad ? Status::Corruption(path + ": docs chunk " + std::to_string(w0 + i) + ": centroid id out of range")
-                         : Status::OK();
+                         : decode_ids(path + ": ids of chunk " + std::to_string(w0 + i), ids_v[i], size_t(p.ndocs),
+                                      d->doc_ids.data() + p.d0);
         }
         for (int64_t i = 0; i < nw; ++i) TMS_RETURN_IF_ERROR(sts[i]);
         prog.Add(next_doc - reported);
@@ -972,18 +1039,7 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
     }
     trace.Mark("ivf");
     // Tombstones: deleted documents leave the IVF lists, so no search path sees them.
-    d->deleted.assign(n_docs, 0);
-    {
-        std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kDeleted]));
-        for (it->SeekToFirst(); it->Valid(); it->Next()) {
-            const std::string k = it->key().ToString();
-            uint64_t id = 0;
-            for (char c : k) id = (id << 8) | static_cast<uint8_t>(c);
-            if (k.size() != 8 || int64_t(id) >= n_docs) return Status::Corruption(path + ": bad tombstone key");
-            d->deleted[id] = 1;
-        }
-        TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
-    }
+    TMS_RETURN_IF_ERROR(read_tombstones(db, path, n_docs, &d->deleted));
     trace.Mark("tombstones");
     if (info.n_deleted > 0) {
         size_t w = 0;
@@ -998,22 +1054,6 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
         }
         d->ivf_docs.resize(w);
     }
-    // External ids, in internal-id order.
-    d->doc_ids.assign(n_docs, std::string());
-    std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kIds]));
-    int64_t seen = 0;
-    for (it->Seek("i:"); it->Valid() && it->key().starts_with("i:"); it->Next()) {
-        const std::string k = it->key().ToString();
-        if (k.size() != 10) return Status::Corruption(path + ": bad id key");
-        uint64_t id = 0;
-        for (int i = 2; i < 10; ++i) id = (id << 8) | static_cast<uint8_t>(k[i]);
-        if (int64_t(id) >= n_docs) return Status::Corruption(path + ": id out of range");
-        d->doc_ids[id] = it->value().ToString();
-        ++seen;
-    }
-    TMS_RETURN_IF_ERROR(from_rocks(it->status(), path));
-    if (seen != n_docs) return Status::Corruption(path + ": " + std::to_string(n_docs - seen) + " document ids missing");
-    trace.Mark("ids");
     return Status::OK();
 }
 

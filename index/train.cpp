@@ -22,6 +22,7 @@
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "index/progress.h"
+#include "kernels/cpu/parallel_copy.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 
@@ -133,6 +134,41 @@ int auto_centroids(int64_t n_tokens, int64_t n_train) {
     int k = 1 << static_cast<int>(std::floor(std::log2(std::max(1.0, target))));
     while (k > 1 && int64_t(k) * 8 > n_train) k >>= 1;
     return k;
+}
+
+// k distinct values of [0, n), uniformly at random, sorted: random draws, sorted and
+// deduplicated, topped up until there are enough, the surplus dropped at random. Above n / 2 the
+// complement is drawn instead (so the top-ups always converge fast).
+std::vector<int64_t> sorted_sample(int64_t n, int64_t k, std::mt19937_64& rng) {
+    std::vector<int64_t> out;
+    if (k >= n) {
+        out.resize(n);
+        std::iota(out.begin(), out.end(), int64_t(0));
+        return out;
+    }
+    const bool complement = k > n / 2;
+    const int64_t want = complement ? n - k : k;
+    std::uniform_int_distribution<int64_t> any(0, n - 1);
+    std::vector<int64_t> pick;
+    while (int64_t(pick.size()) < want) {
+        while (int64_t(pick.size()) < want) pick.push_back(any(rng));
+        std::sort(pick.begin(), pick.end());
+        pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+    }
+    std::shuffle(pick.begin(), pick.end(), rng);
+    pick.resize(want);
+    std::sort(pick.begin(), pick.end());
+    if (!complement) return pick;
+    out.reserve(k);
+    size_t j = 0;
+    for (int64_t v = 0; v < n; ++v) {
+        if (j < pick.size() && pick[j] == v) {
+            ++j;
+        } else {
+            out.push_back(v);
+        }
+    }
+    return out;
 }
 
 int auto_pq_m(int dim) {
@@ -353,29 +389,27 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
         return Status::InvalidArgument("unknown codec '" + m.codec + "' (expected pq or residual)");
     }
     auto t0 = std::chrono::steady_clock::now();
-    // 1. Sample training tokens: selection sampling (Knuth's algorithm S) keeps the sample sorted
-    //    and needs no memory beyond the sample, whatever the corpus size.
+    // 1. Sample training tokens: n_train distinct rows drawn directly (no pass over the corpus),
+    //    read in increasing order; memory is the sample only, whatever the corpus size.
     const int64_t n_train = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
     std::vector<float> train(size_t(n_train) * dim);
     {
         std::mt19937_64 rng(opts.seed);
-        std::uniform_real_distribution<double> u01(0.0, 1.0);
+        const std::vector<int64_t> pick = sorted_sample(n_tokens, n_train, rng);
         int64_t taken = 0;
         size_t shard = 0;
         int64_t shard_begin = 0;
-        for (int64_t r = 0; r < n_tokens && taken < n_train; ++r) {
+        for (const int64_t r : pick) {
             while (r - shard_begin >= shards[shard].rows) shard_begin += shards[shard++].rows;
-            if ((n_tokens - r) * u01(rng) < double(n_train - taken)) {
-                float* row = train.data() + taken * dim;
-                rows_to_float(shards[shard], r - shard_begin, 1, row);
-                for (int j = 0; j < dim; ++j) {
-                    if (!std::isfinite(row[j])) {
-                        return NonFiniteError(names && shard < names->size() ? (*names)[shard] : "docs", r - shard_begin, j, row[j]);
-                    }
+            float* row = train.data() + taken * dim;
+            rows_to_float(shards[shard], r - shard_begin, 1, row);
+            for (int j = 0; j < dim; ++j) {
+                if (!std::isfinite(row[j])) {
+                    return NonFiniteError(names && shard < names->size() ? (*names)[shard] : "docs", r - shard_begin, j, row[j]);
                 }
-                ++taken;
-                if (release && (taken & 4095) == 0) release(shard, r - shard_begin);  // sampled pages behind us
             }
+            ++taken;
+            if (release && (taken & 4095) == 0) release(shard, r - shard_begin);  // sampled pages behind us
         }
         if (taken != n_train) return Status::Internal("token sampling took " + std::to_string(taken) + " rows");
     }
@@ -533,15 +567,7 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
     return Status::OK();
 }
 
-void ParallelCopy(void* dst, const void* src, size_t bytes) {
-    const size_t piece = size_t(1) << 20;
-    const int64_t n = static_cast<int64_t>((bytes + piece - 1) / piece);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) {
-        const size_t o = size_t(i) * piece;
-        std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(piece, bytes - o));
-    }
-}
+void ParallelCopy(void* dst, const void* src, size_t bytes) { kernels::ParallelMemcpy(dst, src, bytes); }
 
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out) {
     const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;

@@ -9,5 +9,5 @@ namespace tms {
 /// "0.1.0"
 const char* VersionString();
 /// On-disk index format written by this build; older formats are refused with a message.
-inline constexpr int kIndexFormatVersion = 2;  // 2: chunk checksums are CRC-32C
+inline constexpr int kIndexFormatVersion = 3;  // 2: chunk checksums are CRC-32C; 3: external ids stored per chunk
 }  // namespace tms

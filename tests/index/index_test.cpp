@@ -113,7 +113,7 @@ TEST_P(BuildAndLoad, RoundTripsEverything) {
     EXPECT_EQ(got.doc_offsets, built.doc_offsets);
     EXPECT_EQ(got.token_centroids, built.token_centroids);
     EXPECT_EQ(got.codes, built.codes);
-    EXPECT_EQ(got.vectors, b.tokens);
+    EXPECT_EQ(std::vector<uint16_t>(got.vectors.begin(), got.vectors.end()), b.tokens);
     EXPECT_EQ(got.doc_ids, b.ids);
     EXPECT_EQ(got.ivf_offsets, built.ivf_offsets);
     EXPECT_EQ(got.ivf_docs, built.ivf_docs);

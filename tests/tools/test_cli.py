@@ -69,7 +69,7 @@ def test_synth_outputs(corpus):
 def test_end_to_end(corpus, index, tmp_path):
     info = tms("info", "--index", index, check=True).stdout
     assert "documents\t300" in info and "dim\t64" in info and "codec\tpq" in info
-    assert "format_version\t2" in info and "vectors\tyes" in info
+    assert "format_version\t3" in info and "vectors\tyes" in info
     run = tmp_path / "run.trec"
     tms("search", "--index", index, "--queries", corpus / "queries.npy", "--query-ids", corpus / "query_ids.txt",
         "--out", run, "--k", 10, check=True)

@@ -1,0 +1,32 @@
+// Copyright TileMaxSim authors.
+#include "kernels/cpu/parallel_copy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace tms::kernels {
+
+void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads) {
+    constexpr size_t kMinPerThread = size_t(4) << 20;  // below this a thread costs more than it copies
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int t = threads > 0 ? threads : std::min(8, hw);
+    t = static_cast<int>(std::min<size_t>(size_t(t), std::max<size_t>(1, bytes / kMinPerThread)));
+    if (t <= 1) {
+        std::memcpy(dst, src, bytes);
+        return;
+    }
+    const size_t piece = (bytes + t - 1) / t;
+    std::vector<std::thread> pool;
+    pool.reserve(t - 1);
+    auto copy = [&](int i) {
+        const size_t o = size_t(i) * piece;
+        if (o < bytes) std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(piece, bytes - o));
+    };
+    for (int i = 1; i < t; ++i) pool.emplace_back(copy, i);
+    copy(0);
+    for (auto& th : pool) th.join();
+}
+
+}  // namespace tms::kernels
