@@ -301,18 +301,33 @@ Status check_is_index_dir(const std::string& path) {
     return Status::OK();
 }
 
-// A delta + varint doc-id list (encode_ivf), checked against n_docs.
+// A delta + varint doc-id list (encode_ivf), checked against n_docs; appended to *out.
 Status decode_ivf(const std::string& what, const std::string& v, int64_t n_docs, std::vector<int32_t>* out) {
     Reader r(what, v);
-    uint64_t n, delta;
+    uint64_t n;
     TMS_RETURN_IF_ERROR(r.varint(&n));
+    if (n > v.size()) return Status::Corruption(what + ": bad list length");  // >= 1 byte an entry
+    const size_t base = out->size();
+    out->resize(base + n);
+    int32_t* dst = out->data() + base;
+    const auto* p = reinterpret_cast<const uint8_t*>(r.pos());
+    const auto* end = reinterpret_cast<const uint8_t*>(v.data() + v.size());
     int64_t prev = 0;
     for (uint64_t i = 0; i < n; ++i) {
-        TMS_RETURN_IF_ERROR(r.varint(&delta));
+        uint64_t delta = 0;
+        int shift = 0;
+        for (;;) {
+            if (p == end || shift > 63) return Status::Corruption(what + ": varint truncated");
+            const uint8_t b = *p++;
+            delta |= uint64_t(b & 0x7f) << shift;
+            if (!(b & 0x80)) break;
+            shift += 7;
+        }
         prev += static_cast<int64_t>(delta);
         if (prev >= n_docs) return Status::Corruption(what + ": document id out of range");
-        out->push_back(static_cast<int32_t>(prev));
+        dst[i] = static_cast<int32_t>(prev);
     }
+    if (p != end) return Status::Corruption(what + ": trailing bytes");
     return Status::OK();
 }
 

@@ -11,7 +11,7 @@ namespace tms::kernels {
 void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads) {
     constexpr size_t kMinPerThread = size_t(4) << 20;  // below this a thread costs more than it copies
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    int t = threads > 0 ? threads : std::min(8, hw);
+    int t = threads > 0 ? threads : std::min(16, hw);
     t = static_cast<int>(std::min<size_t>(size_t(t), std::max<size_t>(1, bytes / kMinPerThread)));
     if (t <= 1) {
         std::memcpy(dst, src, bytes);

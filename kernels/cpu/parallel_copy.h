@@ -7,7 +7,7 @@
 
 namespace tms::kernels {
 
-/// memcpy(dst, src, bytes), split over up to `threads` threads (0: a default of up to 8,
+/// memcpy(dst, src, bytes), split over up to `threads` threads (0: a default of up to 16,
 /// never more than the hardware's; small copies run on the calling thread).
 void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads = 0);
 
