@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/code_maxsim_cuda.h"
@@ -18,7 +17,6 @@ namespace code_impl {
 namespace {
 
 constexpr int kMaxGridY = 65535;
-constexpr int kDefaultPipe = 1;
 
 int q_row_bytes(int dim) { return dim * 2 + ((dim * 2) % 128 == 0 ? 64 : 0); }
 int n_groups(const CodeMaxSimParams& p) { return (p.q_stride + 31) / 32; }
@@ -79,10 +77,10 @@ Status validate_sizes(const CodeMaxSimParams& p) {
     return Status::OK();
 }
 
-template <int kSub, int kPipe>
+template <int kSub>
 Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
               cudaStream_t st) {
-    using T = CodeTraits<kSub, kPipe>;
+    using T = CodeTraits<kSub>;
     TMS_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(code_maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int blocks = 0;
@@ -107,35 +105,16 @@ Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, in
     return Status::OK();
 }
 
-/// Load pipelining of the kernel (CodeTraits::kPipe): TMS_CODE_PIPE=0|1|2 in the environment
-/// (read once; for benchmarking the variants in one run), else the default.
-int pipe_variant() {
-    static const int v = [] {
-        const char* e = std::getenv("TMS_CODE_PIPE");
-        return e && e[0] >= '0' && e[0] <= '2' && e[1] == 0 ? e[0] - '0' : kDefaultPipe;
-    }();
-    return v;
-}
-
-template <int kPipe>
-Status dispatch_pipe(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
+/// One switch on the decode class; default NotSupported.
+Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
     const bool ragged = p.cand_offsets != nullptr;
     const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
     switch (sub) {
-        case 0: return launch<0, 0>(a, smem, nd, ragged, p.n_queries, st);
-        case 2: return launch<2, kPipe>(a, smem, nd, ragged, p.n_queries, st);
-        case 4: return launch<4, kPipe>(a, smem, nd, ragged, p.n_queries, st);
-        case 8: return launch<8, kPipe>(a, smem, nd, ragged, p.n_queries, st);
+        case 0: return launch<0>(a, smem, nd, ragged, p.n_queries, st);
+        case 2: return launch<2>(a, smem, nd, ragged, p.n_queries, st);
+        case 4: return launch<4>(a, smem, nd, ragged, p.n_queries, st);
+        case 8: return launch<8>(a, smem, nd, ragged, p.n_queries, st);
         default: return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub));
-    }
-}
-
-/// One switch on the decode class; default NotSupported.
-Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
-    switch (pipe_variant()) {
-        case 0: return dispatch_pipe<0>(sub, a, smem, p, st);
-        case 1: return dispatch_pipe<1>(sub, a, smem, p, st);
-        default: return dispatch_pipe<2>(sub, a, smem, p, st);
     }
 }
 

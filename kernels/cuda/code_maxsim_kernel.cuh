@@ -58,14 +58,9 @@ struct CodeArgs {
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
 };
 
-template <int kSub_, int kPipe_ = 0>
+template <int kSub_>
 struct CodeTraits {
     static constexpr int kSub = kSub_;  // 0: centroid-only; 2, 4: dsub; 8: dsub a multiple of 8
-    // 0: each 32-dim chunk loads its code bytes, then decodes (a global-memory round trip per
-    //    chunk); 1: code bytes software-pipelined one chunk ahead, across steps too, and the
-    //    next step's centroid ids loaded a step ahead; 2: 1 + the next step's centroid-score
-    //    table entries loaded a step ahead.
-    static constexpr int kPipe = kPipe_;
     static constexpr int kWarps = 8;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kMinBlocksPerSM = 2;
@@ -120,182 +115,6 @@ __device__ __forceinline__ uint4 decode8(const uint8_t* __restrict__ crow, int d
         r.w = lds32(cb + (((b + 3) * 256 + (c4 >> 24)) * 2) * 2);
         return r;
     }
-}
-
-/// The code bytes decode8 reads for dims d0..d0+7 (1, 2 or 4 bytes), as one word.
-template <int kSub>
-__device__ __forceinline__ uint32_t load_code(const uint8_t* __restrict__ crow, int d0, int dsub) {
-    if constexpr (kSub == 8) {
-        return __ldg(crow + d0 / dsub);
-    } else if constexpr (kSub == 4) {
-        return __ldg(reinterpret_cast<const uint16_t*>(crow + (d0 >> 2)));
-    } else {
-        return __ldg(reinterpret_cast<const uint32_t*>(crow + (d0 >> 1)));
-    }
-}
-
-/// decode8 from a word loaded by load_code.
-template <int kSub>
-__device__ __forceinline__ uint4 decode_code(uint32_t code, int d0, int dsub, const unsigned char* cb) {
-    if constexpr (kSub == 8) {
-        const int b = d0 / dsub, off = d0 - b * dsub;
-        return lds128(cb + ((size_t(b) * 256 + code) * dsub + off) * 2);
-    } else if constexpr (kSub == 4) {
-        const int b = d0 >> 2;
-        const uint2 lo = lds64(cb + ((b * 256 + (code & 0xff)) * 4) * 2);
-        const uint2 hi = lds64(cb + (((b + 1) * 256 + (code >> 8)) * 4) * 2);
-        return make_uint4(lo.x, lo.y, hi.x, hi.y);
-    } else {
-        const int b = d0 >> 1;
-        uint4 r;
-        r.x = lds32(cb + ((b * 256 + (code & 0xff)) * 2) * 2);
-        r.y = lds32(cb + (((b + 1) * 256 + ((code >> 8) & 0xff)) * 2) * 2);
-        r.z = lds32(cb + (((b + 2) * 256 + ((code >> 16) & 0xff)) * 2) * 2);
-        r.w = lds32(cb + (((b + 3) * 256 + (code >> 24)) * 2) * 2);
-        return r;
-    }
-}
-
-/// Accumulators of one step from the table entries of its tokens (v[n][0]: token 2t of n8
-/// tile n, v[n][1]: token 2t + 1), rows as in the file comment.
-template <int kM, int kN>
-__device__ __forceinline__ void acc_from_table(float (&acc)[kM][kN][4], const uint2 (&v)[kN][2]) {
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-        const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&v[n][0].x));
-        const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&v[n][0].y));
-        const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&v[n][1].x));
-        const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v[n][1].y));
-        acc[0][n][0] = a00.x; acc[0][n][1] = a10.x; acc[0][n][2] = a00.y; acc[0][n][3] = a10.y;
-        acc[1][n][0] = a01.x; acc[1][n][1] = a11.x; acc[1][n][2] = a01.y; acc[1][n][3] = a11.y;
-    }
-}
-
-/// The table entries of step s0's tokens (centroid ids one per lane in my_cid).
-template <int kN>
-__device__ __forceinline__ void load_table(uint2 (&v)[kN][2], uint32_t my_cid, const __half* table_g, int g, int t) {
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-        const uint32_t c0 = __shfl_sync(0xffffffffu, my_cid, n * 8 + 2 * t);
-        const uint32_t c1 = __shfl_sync(0xffffffffu, my_cid, n * 8 + 2 * t + 1);
-        v[n][0] = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
-        v[n][1] = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
-    }
-}
-
-/// Running row maxima over one step's accumulators (columns past n_tok masked).
-template <int kM, int kN>
-__device__ __forceinline__ void fold_max(float (&rmax)[kM][2], const float (&acc)[kM][kN][4], int s0, int n_tok,
-                                         int t, bool full) {
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-        const int col = s0 + n * 8 + 2 * t;
-        const bool ok0 = full || col < n_tok, ok1 = full || col + 1 < n_tok;
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-            const float c0 = ok0 ? acc[m][n][0] : -INFINITY, c1 = ok1 ? acc[m][n][1] : -INFINITY;
-            const float c2 = ok0 ? acc[m][n][2] : -INFINITY, c3 = ok1 ? acc[m][n][3] : -INFINITY;
-            rmax[m][0] = fmaxf(rmax[m][0], fmaxf(c0, c1));
-            rmax[m][1] = fmaxf(rmax[m][1], fmaxf(c2, c3));
-        }
-    }
-}
-
-/// Sum over the group's valid rows of the row maxima (whole warp).
-template <int kM>
-__device__ __forceinline__ float sum_rows(const float (&rmax)[kM][2], int rows_valid, int g) {
-    float sum = 0.f;
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float v = rmax[m][h];
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-            if (m * 16 + h * 8 + g < rows_valid) sum += v;
-        }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-    return sum;
-}
-
-/// warp_doc_code with the global loads software-pipelined (T::kPipe >= 1, T::kSub != 0): the
-/// code bytes of chunk c + 1 (and of the next step's chunk 0) are in flight while chunk c is
-/// decoded and multiplied; the next step's centroid ids (kPipe 2: and table entries) while
-/// this step runs.
-template <class T>
-__device__ __forceinline__ float warp_doc_code_pipe(const CodeArgs& a, int64_t tb, int n_tok, const __half* table_g,
-                                                    const unsigned char* cb, const unsigned char* q_s, int rows_valid,
-                                                    int lane) {
-    constexpr int kM = T::kMTiles, kN = T::kNTiles;
-    const int g = lane >> 2, t = lane & 3;
-    float rmax[kM][2];
-#pragma unroll
-    for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
-    const unsigned char* qrow = q_s + g * a.q_row_bytes + t * 16;
-    const uint32_t* cids = a.token_centroids + tb;
-    const uint8_t* codes = a.codes + tb * a.n_code_bytes;
-    auto code_row = [&](int s0, int n) {
-        const int tok = s0 + n * 8 + g;
-        return codes + (tok < n_tok ? tok : 0) * a.n_code_bytes;
-    };
-    uint32_t my_cid = lane < n_tok ? __ldg(cids + lane) : 0u;
-    uint2 tv[kN][2];
-    if constexpr (T::kPipe >= 2) load_table<kN>(tv, my_cid, table_g, g, t);
-    uint32_t cw[kN];
-#pragma unroll
-    for (int n = 0; n < kN; ++n) cw[n] = load_code<T::kSub>(code_row(0, n), 8 * t, a.dsub);
-
-    for (int s0 = 0; s0 < n_tok; s0 += T::kStepTokens) {
-        const int s1 = s0 + T::kStepTokens;
-        float acc[kM][kN][4];
-        if constexpr (T::kPipe >= 2) {
-            acc_from_table<kM, kN>(acc, tv);
-        } else {
-            uint2 v[kN][2];
-            load_table<kN>(v, my_cid, table_g, g, t);
-            acc_from_table<kM, kN>(acc, v);
-        }
-        // Next step's centroid ids (and table entries) in flight during this step.
-        my_cid = s1 + lane < n_tok ? __ldg(cids + s1 + lane) : 0u;
-        if constexpr (T::kPipe >= 2) {
-            if (s1 < n_tok) load_table<kN>(tv, my_cid, table_g, g, t);
-        }
-        const uint8_t* crow[kN];
-#pragma unroll
-        for (int n = 0; n < kN; ++n) crow[n] = code_row(s0, n);
-        for (int d = 0; d < a.dim; d += 32) {
-            // Code bytes of the next chunk, or of the next step's first chunk.
-            uint32_t nx[kN];
-            const bool last = d + 32 >= a.dim;
-#pragma unroll
-            for (int n = 0; n < kN; ++n) {
-                nx[n] = !last ? load_code<T::kSub>(crow[n], d + 32 + 8 * t, a.dsub)
-                              : (s1 < n_tok ? load_code<T::kSub>(code_row(s1, n), 8 * t, a.dsub) : 0u);
-            }
-            uint4 qa[kM], qb[kM];
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                qa[m] = lds128(qrow + (m * 16) * a.q_row_bytes + d * 2);
-                qb[m] = lds128(qrow + (m * 16 + 8) * a.q_row_bytes + d * 2);
-            }
-            uint4 bf[kN];
-#pragma unroll
-            for (int n = 0; n < kN; ++n) bf[n] = decode_code<T::kSub>(cw[n], d + 8 * t, a.dsub, cb);
-#pragma unroll
-            for (int n = 0; n < kN; ++n)
-#pragma unroll
-                for (int m = 0; m < kM; ++m) {
-                    mma16816_f16(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
-                    mma16816_f16(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
-                }
-#pragma unroll
-            for (int n = 0; n < kN; ++n) cw[n] = nx[n];
-        }
-        fold_max<kM, kN>(rmax, acc, s0, n_tok, t, s1 <= n_tok);
-    }
-    return sum_rows<kM>(rmax, rows_valid, g);
 }
 
 /// sum over the group's valid rows of max over the document's tokens; n_tok > 0.
@@ -458,13 +277,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
                     const int64_t ub = __shfl_sync(0xffffffffu, tb, u);
                     const int64_t ue = __shfl_sync(0xffffffffu, te, u);
                     float sc = 0.f;
-                    if (ue > ub) {
-                        if constexpr (T::kPipe > 0 && T::kSub != 0) {
-                            sc = warp_doc_code_pipe<T>(a, ub, int(ue - ub), table_g, cb, q_s, rows_valid, lane);
-                        } else {
-                            sc = warp_doc_code<T>(a, ub, int(ue - ub), table_g, cb, q_s, rows_valid, lane);
-                        }
-                    }
+                    if (ue > ub) sc = warp_doc_code<T>(a, ub, int(ue - ub), table_g, cb, q_s, rows_valid, lane);
                     if (lane == u) part += sc;
                 }
             }
