@@ -19,6 +19,44 @@ namespace tms::engine {
 using kernels::align256;
 using kernels::DeviceGuard;
 
+namespace {
+
+// One warp per row of s [rows, K]: n passes, each the best element after the previous pick in
+// the order (score descending, id ascending).
+__global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int n, int32_t* __restrict__ out) {
+    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const float* r = s + row * K;
+    float ps = INFINITY;
+    int pi = -1;
+    for (int p = 0; p < n; ++p) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int k = lane; k < K; k += 32) {
+            const float v = r[k];
+            const bool after = v < ps || (v == ps && k > pi);
+            if (after && (v > bv || (v == bv && k < bi))) {
+                bv = v;
+                bi = k;
+            }
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        ps = bv;
+        pi = bi;
+        if (lane == 0) out[row * n + p] = bi < K ? bi : -1;
+    }
+}
+
+}  // namespace
+
 struct GpuCodeScorer::Impl {
     int device = 0;
     int dim = 0;
@@ -190,6 +228,46 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
         TMS_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(scores->data(), p.scores, s_bytes, cudaMemcpyDeviceToHost, im.stream));
     }
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    return Status::OK();
+}
+
+Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride, int nprobe,
+                            std::vector<int32_t>* probe) {
+    Impl& im = *impl_;
+    if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument("GpuCodeScorer::Probe: bad sizes");
+    if (nprobe < 1 || nprobe > 64 || nprobe > im.n_centroids) {
+        return Status::InvalidArgument("GpuCodeScorer::Probe: nprobe " + std::to_string(nprobe) +
+                                       " outside [1, min(64, n_centroids)]");
+    }
+    const int64_t rows = int64_t(n_queries) * q_stride;
+    probe->assign(size_t(rows) * nprobe, -1);
+    if (rows == 0) return Status::OK();
+    if (h_queries == nullptr) return Status::InvalidArgument("GpuCodeScorer::Probe: null queries");
+    DeviceGuard g(im.device);
+    // Rows per pass: the score tile [block, K] stays under 512 MB.
+    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(128) << 20) / im.n_centroids));
+    const size_t q_bytes = size_t(rows) * im.dim * sizeof(float);
+    const size_t s_bytes = size_t(block) * im.n_centroids * sizeof(float);
+    const size_t p_bytes = size_t(rows) * nprobe * sizeof(int32_t);
+    TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(s_bytes) + align256(p_bytes)));
+    char* base = static_cast<char*>(im.d_arena);
+    float* dq = reinterpret_cast<float*>(base);
+    float* ds = reinterpret_cast<float*>(base + align256(q_bytes));
+    int32_t* dp = reinterpret_cast<int32_t*>(base + align256(q_bytes) + align256(s_bytes));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dq, h_queries, q_bytes, cudaMemcpyHostToDevice, im.stream));
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int nr = static_cast<int>(std::min<int64_t>(block, rows - r0));
+        // s[r, k] row-major = column-major [K, nr] = C^T(K x d) . Q(d x nr)
+        const float one = 1.f, zero = 0.f;
+        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.n_centroids, nr, im.dim, &one,
+                                               im.d_cent, im.dim, dq + r0 * im.dim, im.dim, &zero, ds, im.n_centroids));
+        const int warps = 8;
+        row_top_n<<<static_cast<unsigned>((nr + warps - 1) / warps), warps * 32, 0, im.stream>>>(
+            ds, nr, im.n_centroids, nprobe, dp + r0 * nprobe);
+        TMS_CUDA_CHECK_LAUNCH();
+    }
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(probe->data(), dp, p_bytes, cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }

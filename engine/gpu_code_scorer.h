@@ -31,6 +31,13 @@ public:
                  const float* h_centroid_scores, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
                  bool centroids_only, std::vector<float>* scores);
 
+    /// The nprobe best centroids of every query row (PLAID's probing), on the device: the
+    /// cuBLAS GEMM of the rows against the resident centroids, then one warp per row picks them
+    /// in order (score descending, lower id first on ties). probe: [n_queries * q_stride, nprobe].
+    /// Rows past a query's length are probed too (callers ignore them). nprobe in [1, 64] and at
+    /// most n_centroids, else InvalidArgument.
+    Status Probe(const float* h_queries, int n_queries, int q_stride, int nprobe, std::vector<int32_t>* probe);
+
 private:
     GpuCodeScorer() = default;
     struct Impl;

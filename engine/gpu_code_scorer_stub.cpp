@@ -17,4 +17,8 @@ Status GpuCodeScorer::Score(const float*, int, int, const int32_t*, const float*
     return Status::NotSupported("this build has no CUDA");
 }
 
+Status GpuCodeScorer::Probe(const float*, int, int, int, std::vector<int32_t>*) {
+    return Status::NotSupported("this build has no CUDA");
+}
+
 }  // namespace tms::engine

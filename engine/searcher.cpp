@@ -234,10 +234,17 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         auto t0 = Clock::now();
         const int K = info.n_centroids;
         const int nprobe = std::min(opts.nprobe, K);
-        std::vector<float> cs(size_t(nq) * qt * K);
-        index::CentroidScores(qf.data(), int64_t(nq) * qt, data_.model, cs.data());
-        std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
-        {
+        // With the codes on the GPU, probing runs there too and the [nq, qt, K] centroid scores
+        // (half a gigabyte for 500 queries at 8K centroids) never exist on the host: the GPU
+        // scorer recomputes what it needs.
+        std::vector<float> cs;
+        std::vector<int32_t> probe;
+        if (code_gpu_ && nprobe <= 64) {
+            TMS_RETURN_IF_ERROR(code_gpu_->Probe(qf.data(), nq, qt, nprobe, &probe));
+        } else {
+            cs.resize(size_t(nq) * qt * K);
+            index::CentroidScores(qf.data(), int64_t(nq) * qt, data_.model, cs.data());
+            probe.resize(size_t(nq) * qt * nprobe);
             std::vector<float> ps(probe.size());
             TMS_RETURN_IF_ERROR(select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
         }
@@ -255,6 +262,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
                 for (int i = 0; i < ql; ++i) {
                     for (int j = 0; j < nprobe; ++j) {
                         const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
+                        if (c < 0) continue;
                         for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
                             const int32_t d = data_.ivf_docs[e];
                             uint64_t& w = bits[d >> 6];
@@ -285,7 +293,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         cp.q_stride = qt;
         cp.dim = dim;
         cp.query_lens = q.lengths;
-        cp.centroid_scores = cs.data();
+        cp.centroid_scores = cs.empty() ? nullptr : cs.data();  // null: the GPU scorer computes them
         cp.n_centroids = K;
         cp.token_centroids = data_.token_centroids.data();
         cp.doc_offsets = data_.doc_offsets.data();

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -378,6 +379,57 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
             for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-2 + 1e-3 * std::fabs(want[i])) << i;
         }
     }
+}
+
+// Probing on the device against fp64 scores: every pick is distinct, in score order up to fp32
+// rounding, and duplicated centroids (exact ties) come out lower id first.
+TEST(GpuCodeScorerCuda, ProbeMatchesCpuOrder) {
+    SKIP_WITHOUT_GPU();
+    const int dim = 64, K = 300, nq = 5, qt = 7, nprobe = 9;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> n01;
+    std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim);
+    for (auto& v : cent) v = n01(rng);
+    for (auto& v : q) v = n01(rng);
+    // Centroid 200 + i duplicates centroid i for i < 20: exact ties.
+    for (int i = 0; i < 20; ++i) std::copy_n(cent.begin() + size_t(i) * dim, dim, cent.begin() + size_t(200 + i) * dim);
+    // Make some duplicated pairs the best of a row: row r's query is centroid r (scaled).
+    for (int r = 0; r < 10; ++r)
+        for (int j = 0; j < dim; ++j) q[size_t(r) * dim + j] = 3.0f * cent[size_t(r) * dim + j];
+    const std::vector<uint32_t> tc(1, 0);
+    const std::vector<int64_t> off = {0, 1};
+    std::unique_ptr<engine::GpuCodeScorer> scorer;
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1,
+                                              &scorer)
+                    .ok());
+    std::vector<int32_t> probe;
+    ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());
+    ASSERT_EQ(probe.size(), size_t(nq) * qt * nprobe);
+    for (int r = 0; r < nq * qt; ++r) {
+        std::vector<std::pair<double, int>> ref(K);
+        for (int k = 0; k < K; ++k) {
+            double sc = 0;
+            for (int j = 0; j < dim; ++j) sc += double(q[size_t(r) * dim + j]) * cent[size_t(k) * dim + j];
+            ref[k] = {-sc, k};
+        }
+        std::sort(ref.begin(), ref.end());
+        std::set<int> seen;
+        for (int p = 0; p < nprobe; ++p) {
+            const int c = probe[size_t(r) * nprobe + p];
+            ASSERT_GE(c, 0);
+            ASSERT_LT(c, K);
+            EXPECT_TRUE(seen.insert(c).second) << "row " << r << " picks " << c << " twice";
+            double sc = 0;
+            for (int j = 0; j < dim; ++j) sc += double(q[size_t(r) * dim + j]) * cent[size_t(c) * dim + j];
+            EXPECT_NEAR(sc, -ref[p].first, 1e-3 * (1 + std::fabs(sc))) << "row " << r << " pick " << p;
+            if (c >= 200 && c < 220) EXPECT_TRUE(seen.count(c - 200)) << "row " << r << ": duplicate " << c << " before " << c - 200;
+        }
+        if (r < 10) {
+            EXPECT_EQ(probe[size_t(r) * nprobe], r) << "exact tie: the lower id first";
+            EXPECT_EQ(probe[size_t(r) * nprobe + 1], r + 200);
+        }
+    }
+    EXPECT_FALSE(scorer->Probe(q.data(), nq, qt, 65, &probe).ok());
 }
 
 /// Benchmark driver (not a test): --gtest_also_run_disabled_tests --gtest_filter='*Bench*';
