@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/bench_code_kernels.h"
+#include "engine/bench_common.cuh"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
@@ -24,21 +25,19 @@
 namespace tms::engine {
 namespace {
 
-constexpr int kSamples = 15;
+using bench::Dev;
+using bench::kSamples;
+using bench::row;
+using bench::Timer;
+
 constexpr int kQTokens = 32;
 constexpr int kDim = 128;
 constexpr int kCentroids = 65536;
 
-__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
-    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ uint32_t(i >> 32) * 0x85EBCA77u ^ seed;
-    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
-    return h;
-}
-
 /// kind 0: fp32 in [-scale/2, scale/2); 1: fp16 likewise; 2: bytes; 3: uint32 mod `mod`.
 __global__ void fill(void* data, int64_t n, int kind, float scale, uint32_t mod, uint32_t seed) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const uint32_t h = mix(uint64_t(i), seed);
+        const uint32_t h = bench::mix(uint64_t(i), seed);
         const float v = (float(h & 0xffffff) / float(1 << 24) - 0.5f) * scale;
         switch (kind) {
             case 0: static_cast<float*>(data)[i] = v; break;
@@ -49,70 +48,10 @@ __global__ void fill(void* data, int64_t n, int kind, float scale, uint32_t mod,
     }
 }
 
-__global__ void read_ceiling_kernel(const uint4* p, int64_t n_vec, uint32_t* sink) {
-    uint32_t acc = 0;
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    for (; i + 3 * stride < n_vec; i += 4 * stride) {
-        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
-              d = __ldcs(p + i + 3 * stride);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-    }
-    for (; i < n_vec; i += stride) {
-        uint4 a = __ldcs(p + i);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w;
-    }
-    if (acc == 0x12345678u) sink[0] = acc;
-}
-
-template <typename T>
-struct Dev {
-    T* p = nullptr;
-    ~Dev() { cudaFree(p); }
-    Status alloc(size_t n) {
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-        return Status::OK();
-    }
-};
-
 Status fill_dev(void* p, int64_t n, int kind, float scale, uint32_t mod, uint32_t seed) {
     fill<<<4096, 256>>>(p, n, kind, scale, mod, seed);
     TMS_CUDA_CHECK_LAUNCH();
     return Status::OK();
-}
-
-struct Timer {
-    cudaEvent_t a = nullptr, b = nullptr;
-    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
-    ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
-    Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
-        for (int w = 0; w < 2; ++w) TMS_RETURN_IF_ERROR(fn(w));
-        std::vector<double> t;
-        int call = 0;
-        for (int s = 0; s < kSamples; ++s) {
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(a));
-            for (int i = 0; i < per_sample; ++i) TMS_RETURN_IF_ERROR(fn(call++));
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(b));
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b));
-            float ms = 0;
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a, b));
-            t.push_back(ms * 1e-3 / per_sample);
-        }
-        std::sort(t.begin(), t.end());
-        *sec = t[t.size() / 2];
-        return Status::OK();
-    }
-};
-
-std::string fmt(double x) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.6g", x);
-    return b;
-}
-
-std::string row(const std::string& c, const std::string& impl, double docs_s, double gbps, double ceil) {
-    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) + ",\"gbps\":" +
-           fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
 }
 
 struct CodeBenchCase {
@@ -268,23 +207,7 @@ Status RunCodeKernelBench(const std::string& filter, std::string* json_rows) {
     cudaDeviceProp prop{};
     TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
     double ceiling = 0;
-    {
-        const size_t bytes = size_t(8) << 30;
-        Dev<uint4> buf;
-        Dev<uint32_t> sink;
-        TMS_RETURN_IF_ERROR(buf.alloc(bytes / 16));
-        TMS_RETURN_IF_ERROR(sink.alloc(1));
-        TMS_RETURN_IF_ERROR(fill_dev(buf.p, int64_t(bytes / 4), 0, 1.f, 0, 3));
-        Timer timer;
-        double sec = 0;
-        TMS_RETURN_IF_ERROR(timer.median(3, [&](int) {
-            read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(buf.p, int64_t(bytes / 16), sink.p);
-            TMS_CUDA_CHECK_LAUNCH();
-            return Status::OK();
-        }, &sec));
-        ceiling = double(bytes) / sec * 1e-9;
-        std::fprintf(stderr, "read ceiling: %.1f GB/s (%s)\n", ceiling, prop.name);
-    }
+    TMS_RETURN_IF_ERROR(bench::read_ceiling_gbps(prop, &ceiling));
     std::vector<std::string> rows{row("code_read_ceiling", "read-ceiling", 0, ceiling, ceiling)};
     for (const CodeBenchCase& bc : cases()) {
         if (!filter.empty() && bc.name.find(filter) == std::string::npos) continue;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/bench_common.cuh"
 #include "engine/bench_kernels.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
@@ -24,35 +25,22 @@
 namespace tms::engine {
 namespace {
 
-constexpr int kSamples = 15;
+using bench::Dev;
+using bench::fmt;
+using bench::kSamples;
+using bench::row;
+using bench::Timer;
+
 constexpr int kQTokens = 32;
 
 __global__ void fill_random(void* data, int64_t n, int dtype, uint32_t seed) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 0x9E3779B1u ^ uint32_t(i >> 32) * 0x85EBCA77u ^ seed;
-        h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+        const uint32_t h = bench::mix(uint64_t(i), seed);
         const float v = (float(h & 0xffffff) / float(1 << 24) - 0.5f) * 0.25f + 1e-3f;
         if (dtype == int(DType::kF32)) static_cast<float*>(data)[i] = v;
         else if (dtype == int(DType::kF16)) static_cast<__half*>(data)[i] = __float2half(v);
         else static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(v);
     }
-}
-
-/// Streaming read: 4 independent 16-byte loads per thread per iteration, XOR-folded.
-__global__ void read_ceiling_kernel(const uint4* p, int64_t n_vec, uint32_t* sink) {
-    uint32_t acc = 0;
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    for (; i + 3 * stride < n_vec; i += 4 * stride) {
-        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
-              d = __ldcs(p + i + 3 * stride);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-    }
-    for (; i < n_vec; i += stride) {
-        uint4 a = __ldcs(p + i);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w;
-    }
-    if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads alive
 }
 
 /// Baseline reduce: C col-major [32, n_tok] fp32; one warp per document, lane = query row.
@@ -90,51 +78,6 @@ std::vector<BenchCase> bench_cases() {
     v.push_back({"exact_d128_nq32_nd128_b100000_bf16", 128, 128, 100000, DType::kBF16});
     v.push_back({"exact_d128_nq32_nd128_b100000_fp32", 128, 128, 100000, DType::kF32});
     return v;
-}
-
-template <typename T>
-struct Dev {
-    T* p = nullptr;
-    ~Dev() { cudaFree(p); }
-    Status alloc(size_t n) {
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-        return Status::OK();
-    }
-};
-
-struct Timer {
-    cudaEvent_t a = nullptr, b = nullptr;
-    Timer() { cudaEventCreate(&a); cudaEventCreate(&b); }
-    ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
-    /// Median seconds per call of fn(i) over kSamples samples of `per_sample` calls.
-    Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
-        for (int w = 0; w < 2; ++w) TMS_RETURN_IF_ERROR(fn(w));
-        std::vector<double> t;
-        int call = 0;
-        for (int s = 0; s < kSamples; ++s) {
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(a));
-            for (int i = 0; i < per_sample; ++i) TMS_RETURN_IF_ERROR(fn(call++));
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(b));
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b));
-            float ms = 0;
-            TMS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a, b));
-            t.push_back(ms * 1e-3 / per_sample);
-        }
-        std::sort(t.begin(), t.end());
-        *sec = t[t.size() / 2];
-        return Status::OK();
-    }
-};
-
-std::string fmt(double x) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.6g", x);
-    return b;
-}
-
-std::string row(const std::string& c, const std::string& impl, double docs_s, double gbps, double ceil) {
-    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) + ",\"gbps\":" +
-           fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
 }
 
 Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cublasHandle_t blas,
@@ -275,26 +218,8 @@ Status RunKernelBench(const std::string& cases_filter, std::string* json) {
     TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
     const size_t l2 = size_t(prop.l2CacheSize);
 
-    // Read ceiling: 8 GiB streamed with 16-byte loads, median of kSamples.
     double ceiling = 0;
-    {
-        const size_t bytes = size_t(8) << 30;
-        Dev<uint4> buf;
-        Dev<uint32_t> sink;
-        TMS_RETURN_IF_ERROR(buf.alloc(bytes / 16));
-        TMS_RETURN_IF_ERROR(sink.alloc(1));
-        fill_random<<<4096, 256>>>(buf.p, int64_t(bytes / 4), int(DType::kF32), 3);
-        TMS_CUDA_CHECK_LAUNCH();
-        Timer timer;
-        double sec = 0;
-        TMS_RETURN_IF_ERROR(timer.median(3, [&](int) {
-            read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(buf.p, int64_t(bytes / 16), sink.p);
-            TMS_CUDA_CHECK_LAUNCH();
-            return Status::OK();
-        }, &sec));
-        ceiling = double(bytes) / sec * 1e-9;
-        std::fprintf(stderr, "read ceiling: %.1f GB/s\n", ceiling);
-    }
+    TMS_RETURN_IF_ERROR(bench::read_ceiling_gbps(prop, &ceiling));
     cublasHandle_t blas = nullptr;
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
     std::vector<std::string> rows;

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/cuda/row_select.cuh"
 
 namespace tms::engine {
 using kernels::align256;
@@ -21,38 +22,14 @@ using kernels::DeviceGuard;
 
 namespace {
 
-// One warp per row of s [rows, K]: n passes, each the best element after the previous pick in
-// the order (score descending, id ascending).
+// One warp per row of s [rows, K]: its n best centroids in order (kernels::warp_row_top_n).
 __global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int n, int32_t* __restrict__ out) {
     const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
-    const float* r = s + row * K;
-    float ps = INFINITY;
-    int pi = -1;
-    for (int p = 0; p < n; ++p) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int k = lane; k < K; k += 32) {
-            const float v = r[k];
-            const bool after = v < ps || (v == ps && k > pi);
-            if (after && (v > bv || (v == bv && k < bi))) {
-                bv = v;
-                bi = k;
-            }
-        }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        ps = bv;
-        pi = bi;
+    kernels::warp_row_top_n(s + row * K, K, n, lane, [&](int p, int bi, float) {
         if (lane == 0) out[row * n + p] = bi < K ? bi : -1;
-    }
+    });
 }
 
 }  // namespace
@@ -115,14 +92,6 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
         (n_code_bytes > 0 && (h_codebook == nullptr || (n_tokens > 0 && h_codes == nullptr)))) {
         return Status::InvalidArgument("GpuCodeScorer: null input");
     }
-    if (h_doc_offsets[0] != 0 || h_doc_offsets[n_docs] != n_tokens) {
-        return Status::InvalidArgument("GpuCodeScorer: doc_offsets must run from 0 to n_tokens");
-    }
-    for (int64_t d = 0; d < n_docs; ++d) {
-        if (h_doc_offsets[d + 1] < h_doc_offsets[d]) {
-            return Status::InvalidArgument("GpuCodeScorer: doc_offsets must be non-decreasing");
-        }
-    }
     for (int64_t t = 0; t < n_tokens; ++t) {
         if (h_token_centroids[t] >= uint32_t(n_centroids)) {
             return Status::InvalidArgument("GpuCodeScorer: token centroid id outside [0, n_centroids)");
@@ -130,10 +99,7 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     }
     int n_dev = 0;
     TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
-    if (device < 0 || device >= n_dev) {
-        return Status::InvalidArgument("GpuCodeScorer: device " + std::to_string(device) + " of " +
-                                       std::to_string(n_dev));
-    }
+    TMS_RETURN_IF_ERROR(kernels::validate_shard("GpuCodeScorer", h_doc_offsets, n_docs, n_tokens, device, n_dev));
     DeviceGuard g(device);
     if (!g.ok()) return Status::Internal("GpuCodeScorer: cannot select device " + std::to_string(device));
     std::unique_ptr<GpuCodeScorer> s(new GpuCodeScorer());

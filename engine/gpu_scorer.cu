@@ -104,20 +104,9 @@ Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t 
     if (dim % 32 != 0 || dim > 1024) {
         return Status::NotSupported("GpuExactScorer: dim " + std::to_string(dim) + " (multiples of 32 up to 1024)");
     }
-    if (h_doc_offsets[0] != 0 || h_doc_offsets[n_docs] != n_tokens) {
-        return Status::InvalidArgument("GpuExactScorer: doc_offsets must run from 0 to n_tokens");
-    }
-    for (int64_t d = 0; d < n_docs; ++d) {
-        if (h_doc_offsets[d + 1] < h_doc_offsets[d]) {
-            return Status::InvalidArgument("GpuExactScorer: doc_offsets must be non-decreasing");
-        }
-    }
     int n_dev = 0;
     TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
-    if (device < 0 || device >= n_dev) {
-        return Status::InvalidArgument("GpuExactScorer: device " + std::to_string(device) + " of " +
-                                       std::to_string(n_dev));
-    }
+    TMS_RETURN_IF_ERROR(kernels::validate_shard("GpuExactScorer", h_doc_offsets, n_docs, n_tokens, device, n_dev));
     DeviceGuard g(device);
     if (!g.ok()) return Status::Internal("GpuExactScorer: cannot select device " + std::to_string(device));
     std::unique_ptr<GpuExactScorer> s(new GpuExactScorer());

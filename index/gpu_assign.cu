@@ -12,41 +12,24 @@
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/row_select.cuh"
 #include "kernels/maxsim.h"
 
 namespace tms::index {
 namespace {
 
-// Grid: one warp per row of the score tile [rows, K]; block: 8 warps (8 rows). Each lane scans
-// K/32 columns (coalesced), then a warp shuffle reduction keeps (max score, lower index).
+// Grid: one warp per row of the score tile [rows, K]; block: 8 warps (8 rows). The best
+// centroid of the row (ties: lower id; kernels::warp_row_top_n with n = 1).
 __global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_t* __restrict__ labels,
                            float* __restrict__ best) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
-    const float* r = s + size_t(row) * K;
-    float bv = -FLT_MAX;
-    int bi = 0x7fffffff;
-    for (int k = lane; k < K; k += 32) {
-        const float v = r[k];
-        if (v > bv) {  // k increases within a lane: strict > keeps the lower index on ties
-            bv = v;
-            bi = k;
-        }
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_down_sync(0xffffffffu, bv, off);
-        const int oi = __shfl_down_sync(0xffffffffu, bi, off);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-    if (lane == 0) {
-        if (bi >= K) bi = 0;  // every score NaN (a non-finite row, reported by the caller)
-        labels[row] = static_cast<uint32_t>(bi);
+    kernels::warp_row_top_n(s + size_t(row) * K, K, 1, lane, [&](int, int bi, float bv) {
+        if (lane != 0) return;
+        labels[row] = static_cast<uint32_t>(bi < K ? bi : 0);  // every score NaN: a non-finite row, reported by the caller
         if (best) best[row] = bv;
-    }
+    });
 }
 
 }  // namespace

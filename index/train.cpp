@@ -427,8 +427,11 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
                      static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
     }
     {
+        // One FAISS iteration per train() call, each starting from the previous centroids (FAISS
+        // uses centroids already present as its initialisation), so that the terminal shows a
+        // progress bar with an ETA per iteration.
         faiss::ClusteringParameters cp;
-        cp.niter = opts.kmeans_iters;
+        cp.niter = 1;
         cp.spherical = true;
         cp.verbose = false;
         cp.seed = static_cast<int>(opts.seed);
@@ -436,7 +439,14 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
         cp.max_points_per_centroid = 1 << 30;
         faiss::Clustering clus(dim, m.n_centroids, cp);
         ParallelFlatIP ip(dim, gpu.get());
-        clus.train(n_train, train.data(), ip);
+        Progress prog("k-means", opts.kmeans_iters, opts.progress, " it");
+        for (int it = 0; it < opts.kmeans_iters; ++it) {
+            ip.reset();
+            clus.iteration_stats.clear();
+            clus.train(n_train, train.data(), ip);
+            prog.Add(1);
+        }
+        prog.Done();
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
     }

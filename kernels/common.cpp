@@ -114,6 +114,22 @@ Status validate_common(int n_queries, int q_stride, int dim, const int32_t* quer
 
 }  // namespace
 
+Status validate_shard(const char* who, const int64_t* doc_offsets, int64_t n_docs, int64_t n_tokens, int device,
+                      int n_devices) {
+    const std::string w(who);
+    if (doc_offsets == nullptr) return Status::InvalidArgument(w + ": doc_offsets is null");
+    if (doc_offsets[0] != 0 || doc_offsets[n_docs] != n_tokens) {
+        return Status::InvalidArgument(w + ": doc_offsets must run from 0 to n_tokens");
+    }
+    for (int64_t d = 0; d < n_docs; ++d) {
+        if (doc_offsets[d + 1] < doc_offsets[d]) return Status::InvalidArgument(w + ": doc_offsets must be non-decreasing");
+    }
+    if (device < 0 || device >= n_devices) {
+        return Status::InvalidArgument(w + ": device " + std::to_string(device) + " of " + std::to_string(n_devices));
+    }
+    return Status::OK();
+}
+
 Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries,
                            const int32_t* query_lens, const int64_t* cand_offsets, const int32_t* cand_docs,
                            int64_t n_docs, int64_t* n_cand) {

@@ -104,6 +104,12 @@ Status validate_host_batch(const char* who, int n_queries, int q_stride, const v
                            const int32_t* query_lens, const int64_t* cand_offsets, const int32_t* cand_docs,
                            int64_t n_docs, int64_t* n_cand);
 
+/// Checks of a shard before it is uploaded to a device (the GPU scorers' Create): doc_offsets
+/// [n_docs + 1] non-null, running from 0 to n_tokens without decreasing; `device` one of the
+/// `n_devices` present. InvalidArgument "<who>: ..." otherwise.
+Status validate_shard(const char* who, const int64_t* doc_offsets, int64_t n_docs, int64_t n_tokens, int device,
+                      int n_devices);
+
 /// Per-segment top-k. Segment s is scores[offsets[s] .. offsets[s+1]) (or, with offsets ==
 /// nullptr, the rows of a dense [n_segments, row_len] matrix). Output [n_segments, k]:
 /// best first; ties broken by the lower id; ids are ids[pos] (or the position within the

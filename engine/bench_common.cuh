@@ -1,0 +1,129 @@
+// Copyright TileMaxSim authors. What the GPU kernel benchmarks share (device code; included by
+// bench_kernels.cu and bench_code_kernels.cu only): the hash that generates data on the device,
+// the streaming-read ceiling, device buffers, the median-of-samples timer and the JSON rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "tilemaxsim/status.h"
+
+namespace tms::engine::bench {
+
+constexpr int kSamples = 15;  // timing samples; the median is reported
+
+/// A 32-bit hash of element i (murmur-like finalizer): deterministic random data.
+__device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ uint32_t(i >> 32) * 0x85EBCA77u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    h *= 0x297A2D39u;
+    h ^= h >> 15;
+    return h;
+}
+
+/// Streaming read: 4 independent 16-byte loads per thread per iteration, XOR-folded.
+__global__ inline void read_ceiling_kernel(const uint4* p, int64_t n_vec, uint32_t* sink) {
+    uint32_t acc = 0;
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    for (; i + 3 * stride < n_vec; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+              d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n_vec; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads alive
+}
+
+__global__ inline void fill_words(uint32_t* p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        p[i] = mix(uint64_t(i), seed);
+}
+
+/// A device buffer freed on scope exit.
+template <typename T>
+struct Dev {
+    T* p = nullptr;
+    ~Dev() { cudaFree(p); }
+    Status alloc(size_t n) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+        return Status::OK();
+    }
+};
+
+struct Timer {
+    cudaEvent_t a = nullptr, b = nullptr;
+    Timer() {
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+    }
+    ~Timer() {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+    /// Median seconds per call of fn(i) over kSamples samples of `per_sample` calls, after two
+    /// warm-up calls.
+    Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
+        for (int w = 0; w < 2; ++w) TMS_RETURN_IF_ERROR(fn(w));
+        std::vector<double> t;
+        int call = 0;
+        for (int s = 0; s < kSamples; ++s) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(a));
+            for (int i = 0; i < per_sample; ++i) TMS_RETURN_IF_ERROR(fn(call++));
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(b));
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b));
+            float ms = 0;
+            TMS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a, b));
+            t.push_back(ms * 1e-3 / per_sample);
+        }
+        std::sort(t.begin(), t.end());
+        *sec = t[t.size() / 2];
+        return Status::OK();
+    }
+};
+
+/// The device's read ceiling in GB/s: 8 GiB streamed with 16-byte loads, median of kSamples.
+inline Status read_ceiling_gbps(const cudaDeviceProp& prop, double* gbps) {
+    const size_t bytes = size_t(8) << 30;
+    Dev<uint4> buf;
+    Dev<uint32_t> sink;
+    TMS_RETURN_IF_ERROR(buf.alloc(bytes / 16));
+    TMS_RETURN_IF_ERROR(sink.alloc(1));
+    fill_words<<<4096, 256>>>(reinterpret_cast<uint32_t*>(buf.p), int64_t(bytes / 4), 3);
+    TMS_CUDA_CHECK_LAUNCH();
+    Timer timer;
+    double sec = 0;
+    TMS_RETURN_IF_ERROR(timer.median(3, [&](int) {
+        read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(buf.p, int64_t(bytes / 16), sink.p);
+        TMS_CUDA_CHECK_LAUNCH();
+        return Status::OK();
+    }, &sec));
+    *gbps = double(bytes) / sec * 1e-9;
+    std::fprintf(stderr, "read ceiling: %.1f GB/s (%s)\n", *gbps, prop.name);
+    return Status::OK();
+}
+
+inline std::string fmt(double x) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", x);
+    return b;
+}
+
+/// One JSON row of the kernels result file.
+inline std::string row(const std::string& c, const std::string& impl, double docs_s, double gbps, double ceil) {
+    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) + ",\"gbps\":" +
+           fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
+}
+
+}  // namespace tms::engine::bench
