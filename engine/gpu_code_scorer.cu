@@ -6,6 +6,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+
 #include <algorithm>
 #include <string>
 
@@ -32,6 +36,67 @@ __global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int 
     });
 }
 
+// One block per (query row slot, query): marks the documents of one probed IVF list in the
+// query's bitmap. Rows past the query's length are skipped.
+__global__ void ivf_mark(const int32_t* __restrict__ probe, int q_stride, int nprobe, const int32_t* __restrict__ lens,
+                         const int64_t* __restrict__ ivf_off, const int32_t* __restrict__ ivf_docs, int64_t words,
+                         uint32_t* __restrict__ bits) {
+    const int q = blockIdx.y, slot = blockIdx.x, row = slot / nprobe;
+    const int ql = lens ? lens[q] : q_stride;
+    if (row >= ql) return;
+    const int c = probe[(int64_t(q) * q_stride + row) * nprobe + slot % nprobe];
+    if (c < 0) return;
+    uint32_t* b = bits + int64_t(q) * words;
+    for (int64_t e = ivf_off[c] + threadIdx.x; e < ivf_off[c + 1]; e += blockDim.x) {
+        const int32_t d = ivf_docs[e];
+        atomicOr(b + (d >> 5), 1u << (d & 31));
+    }
+}
+
+constexpr int kScanThreads = 256;
+
+// One block per query: the number of set bits of its bitmap.
+__global__ void __launch_bounds__(kScanThreads) bit_count(const uint32_t* __restrict__ bits, int64_t words,
+                                                          int64_t* __restrict__ counts) {
+    using Reduce = cub::BlockReduce<int64_t, kScanThreads>;
+    __shared__ typename Reduce::TempStorage tmp;
+    const uint32_t* b = bits + int64_t(blockIdx.x) * words;
+    int64_t c = 0;
+    for (int64_t w = threadIdx.x; w < words; w += kScanThreads) c += __popc(b[w]);
+    c = Reduce(tmp).Sum(c);
+    if (threadIdx.x == 0) counts[blockIdx.x] = c;
+}
+
+// One block per query: the ids of its set bits, ascending, from docs[off[q]].
+__global__ void __launch_bounds__(kScanThreads) bit_emit(const uint32_t* __restrict__ bits, int64_t words,
+                                                         const int64_t* __restrict__ off, int32_t* __restrict__ docs) {
+    using Scan = cub::BlockScan<int, kScanThreads>;
+    __shared__ typename Scan::TempStorage tmp;
+    const uint32_t* b = bits + int64_t(blockIdx.x) * words;
+    int64_t pos0 = off[blockIdx.x];
+    for (int64_t w0 = 0; w0 < words; w0 += kScanThreads) {
+        const int64_t w = w0 + threadIdx.x;
+        uint32_t x = w < words ? b[w] : 0u;
+        int pre = 0, total = 0;
+        Scan(tmp).ExclusiveSum(__popc(x), pre, total);
+        int64_t pos = pos0 + pre;
+        while (x) {
+            docs[pos++] = int32_t(w * 32 + (__ffs(x) - 1));
+            x &= x - 1;
+        }
+        pos0 += total;
+        __syncthreads();  // tmp is reused
+    }
+}
+
+// The first new_off[q+1] - new_off[q] entries of each sorted segment.
+__global__ void gather_heads(const int32_t* __restrict__ sorted, const int64_t* __restrict__ off,
+                             const int64_t* __restrict__ new_off, int32_t* __restrict__ out) {
+    const int q = blockIdx.x;
+    const int64_t n = new_off[q + 1] - new_off[q];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[new_off[q] + i] = sorted[off[q] + i];
+}
+
 }  // namespace
 
 struct GpuCodeScorer::Impl {
@@ -49,12 +114,33 @@ struct GpuCodeScorer::Impl {
     int64_t* d_offsets = nullptr;
     void* d_arena = nullptr;
     size_t arena_bytes = 0;
+    int64_t* d_ivf_off = nullptr;  // SetIvf
+    int32_t* d_ivf_docs = nullptr;
+    /// A device buffer that grows (never shrinks) for the candidate stage's second phase.
+    struct Grow {
+        void* p = nullptr;
+        size_t cap = 0;
+        Status need(size_t bytes, cudaStream_t st) {
+            if (bytes <= cap) return Status::OK();
+            TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+            TMS_CUDA_RETURN_IF_ERROR(cudaFree(p));
+            p = nullptr;
+            cap = 0;
+            const size_t b = std::max<size_t>(bytes, 256);
+            TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, b));
+            cap = b;
+            return Status::OK();
+        }
+    } g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
 
     ~Impl() {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
         if (blas) cublasDestroy(blas);
         cudaFree(d_arena);
+        for (Grow* g : {&g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads, &g_new_off}) cudaFree(g->p);
+        cudaFree(d_ivf_off);
+        cudaFree(d_ivf_docs);
         cudaFree(d_offsets);
         cudaFree(d_cent);
         cudaFree(d_book);
@@ -234,6 +320,165 @@ Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride,
         TMS_CUDA_CHECK_LAUNCH();
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(probe->data(), dp, p_bytes, cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    return Status::OK();
+}
+
+Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_docs) {
+    Impl& im = *impl_;
+    if (h_ivf_offsets == nullptr) return Status::InvalidArgument("GpuCodeScorer::SetIvf: null offsets");
+    const int64_t n = h_ivf_offsets[im.n_centroids];
+    if (h_ivf_offsets[0] != 0 || n < 0 || (n > 0 && h_ivf_docs == nullptr)) {
+        return Status::InvalidArgument("GpuCodeScorer::SetIvf: bad offsets");
+    }
+    for (int k = 0; k < im.n_centroids; ++k) {
+        if (h_ivf_offsets[k + 1] < h_ivf_offsets[k]) return Status::InvalidArgument("GpuCodeScorer::SetIvf: offsets decrease");
+    }
+    for (int64_t e = 0; e < n; ++e) {
+        if (h_ivf_docs[e] < 0 || h_ivf_docs[e] >= im.n_docs) {
+            return Status::InvalidArgument("GpuCodeScorer::SetIvf: document id outside [0, n_docs)");
+        }
+    }
+    DeviceGuard g(im.device);
+    cudaFree(im.d_ivf_off);
+    cudaFree(im.d_ivf_docs);
+    im.d_ivf_off = nullptr;
+    im.d_ivf_docs = nullptr;
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_ivf_off, size_t(im.n_centroids + 1) * sizeof(int64_t)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_ivf_docs, std::max<size_t>(size_t(n) * sizeof(int32_t), 256)));
+    kernels::StagedUploader up(im.stream);
+    TMS_RETURN_IF_ERROR(up.Upload(im.d_ivf_off, h_ivf_offsets, size_t(im.n_centroids + 1) * sizeof(int64_t)));
+    TMS_RETURN_IF_ERROR(up.Upload(im.d_ivf_docs, h_ivf_docs, size_t(n) * sizeof(int32_t)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    return Status::OK();
+}
+
+Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                                 int nprobe, int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
+    Impl& im = *impl_;
+    if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
+    if (n_queries < 0 || q_stride <= 0 || ncandidates < 0) return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
+    if (nprobe < 1 || nprobe > 64 || nprobe > im.n_centroids) {
+        return Status::InvalidArgument("GpuCodeScorer::Candidates: nprobe outside [1, min(64, n_centroids)]");
+    }
+    off->assign(size_t(n_queries) + 1, 0);
+    docs->clear();
+    if (n_queries == 0) return Status::OK();
+    if (h_queries == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: null queries");
+    if (h_query_lens) {
+        for (int q = 0; q < n_queries; ++q) {
+            if (h_query_lens[q] < 0 || h_query_lens[q] > q_stride) {
+                return Status::InvalidArgument("GpuCodeScorer::Candidates: query length outside [0, q_stride]");
+            }
+        }
+    }
+    if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::Candidates: more than 65535 queries in one call");
+    DeviceGuard g(im.device);
+    const int64_t rows = int64_t(n_queries) * q_stride;
+    const int64_t words = (im.n_docs + 31) / 32;
+    std::vector<int64_t> noff;  // pruned offsets (alive until the final synchronisation)
+    const size_t q_bytes = size_t(rows) * im.dim * sizeof(float);
+    const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
+    const size_t cs_bytes = size_t(rows) * im.n_centroids * sizeof(float);
+    const size_t p_bytes = size_t(rows) * nprobe * sizeof(int32_t);
+    const size_t b_bytes = size_t(n_queries) * size_t(std::max<int64_t>(words, 1)) * sizeof(uint32_t);
+    const size_t c_bytes = size_t(n_queries) * sizeof(int64_t);
+    const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t);
+    TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(p_bytes) +
+                                   align256(b_bytes) + align256(c_bytes) + align256(o_bytes)));
+    char* cur = static_cast<char*>(im.d_arena);
+    auto take = [&](size_t bytes) {
+        char* p = cur;
+        cur += align256(bytes);
+        return p;
+    };
+    float* dq = reinterpret_cast<float*>(take(q_bytes));
+    int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(take(l_bytes)) : nullptr;
+    float* dcs = reinterpret_cast<float*>(take(cs_bytes));
+    int32_t* dp = reinterpret_cast<int32_t*>(take(p_bytes));
+    uint32_t* dbits = reinterpret_cast<uint32_t*>(take(b_bytes));
+    int64_t* dcount = reinterpret_cast<int64_t*>(take(c_bytes));
+    int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dq, h_queries, q_bytes, cudaMemcpyHostToDevice, im.stream));
+    if (dl) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dl, h_query_lens, l_bytes, cudaMemcpyHostToDevice, im.stream));
+    // 1. Centroid scores of every query row (kept for the pruning table) and probing.
+    const float one = 1.f, zero = 0.f;
+    TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.n_centroids, int(rows), im.dim, &one,
+                                           im.d_cent, im.dim, dq, im.dim, &zero, dcs, im.n_centroids));
+    row_top_n<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, im.stream>>>(dcs, rows, im.n_centroids, nprobe, dp);
+    TMS_CUDA_CHECK_LAUNCH();
+    // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
+    ivf_mark<<<dim3(unsigned(q_stride * nprobe), unsigned(n_queries)), 256, 0, im.stream>>>(
+        dp, q_stride, nprobe, dl, im.d_ivf_off, im.d_ivf_docs, words, dbits);
+    TMS_CUDA_CHECK_LAUNCH();
+    bit_count<<<unsigned(n_queries), kScanThreads, 0, im.stream>>>(dbits, words, dcount);
+    TMS_CUDA_CHECK_LAUNCH();
+    std::vector<int64_t> counts(n_queries);
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts.data(), dcount, c_bytes, cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    int64_t max_count = 0;
+    for (int q = 0; q < n_queries; ++q) {
+        (*off)[q + 1] = (*off)[q] + counts[q];
+        max_count = std::max(max_count, counts[q]);
+    }
+    const int64_t total = off->back();
+    if (total > INT32_MAX) return Status::ResourceExhausted("GpuCodeScorer::Candidates: more than 2^31 candidates in one batch");
+    TMS_RETURN_IF_ERROR(im.g_docs.need(size_t(total) * sizeof(int32_t), im.stream));
+    int32_t* ddocs = static_cast<int32_t*>(im.g_docs.p);
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(doff, off->data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
+    bit_emit<<<unsigned(n_queries), kScanThreads, 0, im.stream>>>(dbits, words, doff, ddocs);
+    TMS_CUDA_CHECK_LAUNCH();
+    const int32_t* result = ddocs;
+    if (ncandidates > 0 && max_count > ncandidates) {
+        // 3. Centroid-only scores of every candidate, then the ncandidates best of each query.
+        kernels::CodeMaxSimParams p;
+        p.queries = dq;
+        p.n_queries = n_queries;
+        p.q_stride = q_stride;
+        p.dim = im.dim;
+        p.query_lens = dl;
+        p.centroid_scores = dcs;
+        p.n_centroids = im.n_centroids;
+        p.token_centroids = im.d_tc;
+        p.n_code_bytes = 0;
+        p.doc_offsets = im.d_offsets;
+        p.n_docs = im.n_docs;
+        p.cand_offsets = doff;
+        p.cand_docs = ddocs;
+        TMS_RETURN_IF_ERROR(im.g_scores.need(size_t(total) * sizeof(float), im.stream));
+        p.scores = static_cast<float*>(im.g_scores.p);
+        const size_t tb = kernels::code_centroid_table_bytes(p);
+        TMS_RETURN_IF_ERROR(im.g_table.need(tb, im.stream));
+        TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, im.g_table.p, im.stream));
+        TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_keys.need(size_t(total) * sizeof(float), im.stream));
+        TMS_RETURN_IF_ERROR(im.g_vals.need(size_t(total) * sizeof(int32_t), im.stream));
+        size_t temp_bytes = 0;
+        TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::StableSortPairsDescending(
+            nullptr, temp_bytes, p.scores, static_cast<float*>(im.g_keys.p), ddocs, static_cast<int32_t*>(im.g_vals.p),
+            total, n_queries, doff, doff + 1, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_temp.need(temp_bytes, im.stream));
+        TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::StableSortPairsDescending(
+            im.g_temp.p, temp_bytes, p.scores, static_cast<float*>(im.g_keys.p), ddocs,
+            static_cast<int32_t*>(im.g_vals.p), total, n_queries, doff, doff + 1, im.stream));
+        noff.assign(size_t(n_queries) + 1, 0);
+        for (int q = 0; q < n_queries; ++q) noff[q + 1] = noff[q] + std::min<int64_t>(counts[q], ncandidates);
+        TMS_RETURN_IF_ERROR(im.g_new_off.need(o_bytes, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_heads.need(size_t(noff.back()) * sizeof(int32_t), im.stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.g_new_off.p, noff.data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
+        gather_heads<<<unsigned(n_queries), 256, 0, im.stream>>>(static_cast<const int32_t*>(im.g_vals.p), doff,
+                                                                 static_cast<const int64_t*>(im.g_new_off.p),
+                                                                 static_cast<int32_t*>(im.g_heads.p));
+        TMS_CUDA_CHECK_LAUNCH();
+        *off = noff;
+        result = static_cast<const int32_t*>(im.g_heads.p);
+    }
+    docs->resize(size_t(off->back()));
+    if (!docs->empty()) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(docs->data(), result, docs->size() * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToHost, im.stream));
+    }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }

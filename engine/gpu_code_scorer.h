@@ -38,6 +38,19 @@ public:
     /// most n_centroids, else InvalidArgument.
     Status Probe(const float* h_queries, int n_queries, int q_stride, int nprobe, std::vector<int32_t>* probe);
 
+    /// Uploads the IVF lists (documents of each centroid, ascending; h_ivf_offsets
+    /// [n_centroids + 1]) that Candidates reads.
+    Status SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_docs);
+
+    /// PLAID's candidate generation on the device: probing (as Probe), the union of the probed
+    /// IVF lists of each query's first h_query_lens[q] rows (one bitmap per query), then, when
+    /// ncandidates > 0 and a query has more, centroid-interaction pruning of every query to its
+    /// ncandidates best by centroid-only score (score descending, lower id first on ties).
+    /// Output on the host: off [n_queries + 1] and docs, in id order when nothing was pruned,
+    /// in score order when it was. Needs SetIvf first.
+    Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
+                      int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs);
+
 private:
     GpuCodeScorer() = default;
     struct Impl;

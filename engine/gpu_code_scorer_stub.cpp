@@ -21,4 +21,11 @@ Status GpuCodeScorer::Probe(const float*, int, int, int, std::vector<int32_t>*) 
     return Status::NotSupported("this build has no CUDA");
 }
 
+Status GpuCodeScorer::SetIvf(const int64_t*, const int32_t*) { return Status::NotSupported("this build has no CUDA"); }
+
+Status GpuCodeScorer::Candidates(const float*, int, int, const int32_t*, int, int, std::vector<int64_t>*,
+                                 std::vector<int32_t>*) {
+    return Status::NotSupported("this build has no CUDA");
+}
+
 }  // namespace tms::engine

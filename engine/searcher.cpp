@@ -33,8 +33,12 @@ public:
     Device device_ = Device::kCpu;
     std::unique_ptr<engine::GpuExactScorer> gpu_;
     std::unique_ptr<engine::GpuCodeScorer> code_gpu_;  // compressed scoring on the GPU
+    bool ivf_on_gpu_ = false;                          // code_gpu_ holds the IVF lists (candidates on the GPU)
 
 private:
+    // Union of the probed IVF lists of each query (rows past its length ignored), in id order.
+    void union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
+                   std::vector<int64_t>* off, std::vector<int32_t>* docs) const;
     Status exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
     Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
@@ -191,6 +195,48 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
     return Status::OK();
 }
 
+// Queries in parallel: each thread marks documents in its own bitmap (n_docs bits), emitting them
+// in increasing id order.
+void SearcherImpl::union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
+                             std::vector<int64_t>* off, std::vector<int32_t>* docs) const {
+    std::vector<std::vector<int32_t>> per_query(nq);
+#pragma omp parallel
+    {
+        std::vector<uint64_t> bits((data_.info.n_docs + 63) / 64);
+        std::vector<int32_t> touched;
+#pragma omp for schedule(dynamic, 1)
+        for (int qi = 0; qi < nq; ++qi) {
+            const int ql = lens ? lens[qi] : qt;
+            touched.clear();
+            for (int i = 0; i < ql; ++i) {
+                for (int j = 0; j < nprobe; ++j) {
+                    const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
+                    if (c < 0) continue;
+                    for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
+                        const int32_t d = data_.ivf_docs[e];
+                        uint64_t& w = bits[d >> 6];
+                        const uint64_t bit = uint64_t(1) << (d & 63);
+                        if (!(w & bit)) {
+                            if (w == 0) touched.push_back(d >> 6);
+                            w |= bit;
+                        }
+                    }
+                }
+            }
+            std::sort(touched.begin(), touched.end());
+            auto& out = per_query[qi];
+            for (int32_t wi : touched) {
+                for (uint64_t w = bits[wi]; w; w &= w - 1) out.push_back(wi * 64 + __builtin_ctzll(w));
+                bits[wi] = 0;
+            }
+        }
+    }
+    off->assign(1, 0);
+    for (const auto& v : per_query) off->push_back(off->back() + static_cast<int64_t>(v.size()));
+    docs->resize(off->back());
+    for (int qi = 0; qi < nq; ++qi) std::copy(per_query[qi].begin(), per_query[qi].end(), docs->begin() + (*off)[qi]);
+}
+
 Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                             SearchTimings* timings) const {
     const auto t_start = Clock::now();
@@ -234,59 +280,26 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         auto t0 = Clock::now();
         const int K = info.n_centroids;
         const int nprobe = std::min(opts.nprobe, K);
-        // With the codes on the GPU, probing runs there too and the [nq, qt, K] centroid scores
-        // (half a gigabyte for 500 queries at 8K centroids) never exist on the host: the GPU
-        // scorer recomputes what it needs.
         std::vector<float> cs;
-        std::vector<int32_t> probe;
-        if (code_gpu_ && nprobe <= 64) {
-            TMS_RETURN_IF_ERROR(code_gpu_->Probe(qf.data(), nq, qt, nprobe, &probe));
+        std::vector<int64_t> off;
+        std::vector<int32_t> docs;
+        bool pruned = false;
+        if (code_gpu_ && ivf_on_gpu_ && nprobe <= 64) {
+            // With the codes and IVF lists on the GPU, probing, the union and the pruning run
+            // there; the [nq, qt, K] centroid scores never exist on the host.
+            TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf.data(), nq, qt, q.lengths, nprobe, opts.ncandidates, &off, &docs));
+            pruned = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
             index::CentroidScores(qf.data(), int64_t(nq) * qt, data_.model, cs.data());
-            probe.resize(size_t(nq) * qt * nprobe);
-            std::vector<float> ps(probe.size());
-            TMS_RETURN_IF_ERROR(select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
-        }
-        // 2. Union of IVF lists per query, queries in parallel: each thread marks documents in
-        //    its own bitmap (n_docs bits), emitting them in increasing id order.
-        std::vector<std::vector<int32_t>> per_query(nq);
-#pragma omp parallel
-        {
-            std::vector<uint64_t> bits((info.n_docs + 63) / 64);
-            std::vector<int32_t> touched;
-#pragma omp for schedule(dynamic, 1)
-            for (int qi = 0; qi < nq; ++qi) {
-                const int ql = q.lengths ? q.lengths[qi] : qt;
-                touched.clear();
-                for (int i = 0; i < ql; ++i) {
-                    for (int j = 0; j < nprobe; ++j) {
-                        const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
-                        if (c < 0) continue;
-                        for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
-                            const int32_t d = data_.ivf_docs[e];
-                            uint64_t& w = bits[d >> 6];
-                            const uint64_t bit = uint64_t(1) << (d & 63);
-                            if (!(w & bit)) {
-                                if (w == 0) touched.push_back(d >> 6);
-                                w |= bit;
-                            }
-                        }
-                    }
-                }
-                std::sort(touched.begin(), touched.end());
-                auto& out = per_query[qi];
-                for (int32_t wi : touched) {
-                    for (uint64_t w = bits[wi]; w; w &= w - 1) out.push_back(wi * 64 + __builtin_ctzll(w));
-                    bits[wi] = 0;
-                }
+            std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
+            {
+                std::vector<float> ps(probe.size());
+                TMS_RETURN_IF_ERROR(
+                    select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
             }
+            union_ivf(probe, nq, qt, nprobe, q.lengths, &off, &docs);
         }
-        std::vector<int64_t> off(1, 0);
-        for (const auto& v : per_query) off.push_back(off.back() + static_cast<int64_t>(v.size()));
-        std::vector<int32_t> docs(off.back());
-        for (int qi = 0; qi < nq; ++qi) std::copy(per_query[qi].begin(), per_query[qi].end(), docs.begin() + off[qi]);
-        std::vector<std::vector<int32_t>>().swap(per_query);
         kernels::CodeMaxSimParams cp;
         cp.queries = qf.data();
         cp.n_queries = nq;
@@ -302,7 +315,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         std::vector<float> scores;
         int64_t max_cands = 0;
         for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
-        if (opts.ncandidates > 0 && max_cands > opts.ncandidates) {
+        if (!pruned && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
             scores.resize(docs.size());
             cp.codes = data_.codes.data();
             cp.n_code_bytes = data_.model.n_code_bytes;
@@ -371,6 +384,10 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
                                                   &s->code_gpu_);
         // Shapes the fused kernel does not cover (e.g. dim > 384) stay on the CPU path.
         if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
+        if (s->code_gpu_) {
+            TMS_RETURN_IF_ERROR(s->code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
+            s->ivf_on_gpu_ = true;
+        }
     }
     if (s->device_ == Device::kGpu && !s->data_.vectors.empty()) {
         TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(0, s->data_.vectors.data(), s->data_.info.n_tokens,

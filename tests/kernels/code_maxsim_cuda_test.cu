@@ -432,6 +432,99 @@ TEST(GpuCodeScorerCuda, ProbeMatchesCpuOrder) {
     EXPECT_FALSE(scorer->Probe(q.data(), nq, qt, 65, &probe).ok());
 }
 
+// Candidate generation on the device against the host: the union of the probed IVF lists (no
+// pruning) equals the host union built from fp64 probes, and pruned lists keep the best by the
+// CPU's centroid-only score (up to the fp16 table), in score order.
+TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
+    SKIP_WITHOUT_GPU();
+    const int dim = 64, K = 96, n_docs = 3000, nq = 6, qt = 9, nprobe = 3;
+    std::mt19937 rng(17);
+    std::normal_distribution<float> n01;
+    std::uniform_int_distribution<int> len(1, 12), cid(0, K - 1);
+    std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim);
+    for (auto& v : cent) v = n01(rng);
+    for (auto& v : q) v = n01(rng);
+    std::vector<int64_t> doc_off(1, 0);
+    std::vector<uint32_t> tc;
+    for (int d = 0; d < n_docs; ++d) {
+        const int l = len(rng);
+        for (int t = 0; t < l; ++t) tc.push_back(uint32_t(cid(rng)));
+        doc_off.push_back(int64_t(tc.size()));
+    }
+    std::vector<std::vector<int32_t>> lists(K);
+    for (int d = 0; d < n_docs; ++d)
+        for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t)
+            if (lists[tc[t]].empty() || lists[tc[t]].back() != d) lists[tc[t]].push_back(d);
+    std::vector<int64_t> ivf_off(1, 0);
+    std::vector<int32_t> ivf_docs;
+    for (const auto& l : lists) {
+        ivf_docs.insert(ivf_docs.end(), l.begin(), l.end());
+        ivf_off.push_back(int64_t(ivf_docs.size()));
+    }
+    const std::vector<int32_t> qlens = {9, 4, 0, 9, 1, 7};
+    std::unique_ptr<engine::GpuCodeScorer> scorer;
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, int64_t(tc.size()), 0, nullptr, cent.data(), K, dim,
+                                              doc_off.data(), n_docs, &scorer)
+                    .ok());
+    std::vector<int64_t> off;
+    std::vector<int32_t> docs;
+    EXPECT_FALSE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, &off, &docs).ok()) << "needs SetIvf";
+    ASSERT_TRUE(scorer->SetIvf(ivf_off.data(), ivf_docs.data()).ok());
+    // Host reference: fp64 probes, union in id order; fp32 centroid scores for pruning.
+    std::vector<float> cs(size_t(nq) * qt * K);
+    std::vector<std::vector<int32_t>> uni(nq);
+    for (int qi = 0; qi < nq; ++qi) {
+        std::set<int32_t> u;
+        for (int i = 0; i < qt; ++i) {
+            std::vector<std::pair<double, int>> sc(K);
+            for (int k = 0; k < K; ++k) {
+                double v = 0;
+                for (int j = 0; j < dim; ++j) v += double(q[(size_t(qi) * qt + i) * dim + j]) * cent[size_t(k) * dim + j];
+                sc[k] = {-v, k};
+                cs[(size_t(qi) * qt + i) * K + k] = float(v);
+            }
+            std::sort(sc.begin(), sc.end());
+            if (i >= qlens[qi]) continue;
+            for (int p = 0; p < nprobe; ++p) u.insert(lists[sc[p].second].begin(), lists[sc[p].second].end());
+        }
+        uni[qi].assign(u.begin(), u.end());
+    }
+    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, &off, &docs).ok());
+    ASSERT_EQ(off.size(), size_t(nq + 1));
+    for (int qi = 0; qi < nq; ++qi) {
+        const std::vector<int32_t> got(docs.begin() + off[qi], docs.begin() + off[qi + 1]);
+        EXPECT_EQ(got, uni[qi]) << "query " << qi;
+    }
+    EXPECT_EQ(off[3] - off[2], 0) << "an empty query has no candidates";
+    // Pruning to 40: the CPU's centroid-only scores of the union, best first.
+    const int keep = 40;
+    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+    for (int qi = 0; qi < nq; ++qi) {
+        auto score = [&](int32_t d) {
+            double s = 0;
+            for (int i = 0; i < qlens[qi]; ++i) {
+                float m = -INFINITY;
+                for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t) m = std::max(m, cs[(size_t(qi) * qt + i) * K + tc[t]]);
+                s += m;
+            }
+            return s;
+        };
+        std::vector<std::pair<double, int32_t>> ref;
+        for (int32_t d : uni[qi]) ref.push_back({-score(d), d});
+        std::sort(ref.begin(), ref.end());
+        const size_t n = std::min<size_t>(ref.size(), keep);
+        ASSERT_EQ(size_t(off[qi + 1] - off[qi]), n) << "query " << qi;
+        const double kth = n ? -ref[n - 1].first : 0;
+        double prev = INFINITY;
+        for (int64_t e = off[qi]; e < off[qi + 1]; ++e) {
+            const double s = score(docs[e]);
+            EXPECT_GE(s, kth - 0.05 * (1 + std::fabs(kth))) << "query " << qi << " keeps a doc below the cut";
+            EXPECT_LE(s, prev + 0.05 * (1 + std::fabs(s))) << "query " << qi << ": not in score order";
+            prev = s;
+        }
+    }
+}
+
 /// Benchmark driver (not a test): --gtest_also_run_disabled_tests --gtest_filter='*Bench*';
 /// TMS_CODE_BENCH_FILTER selects cases, TMS_CODE_BENCH_JSON names the output file.
 TEST(CodeMaxSimCudaBench, DISABLED_Run) {
