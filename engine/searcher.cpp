@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <omp.h>
 
 #include "engine/backend.h"
@@ -288,6 +290,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
             TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf.data(), nq, qt, q.lengths, nprobe, opts.ncandidates, &off, &docs));
+            if (std::getenv("TMS_TRACE_SEARCH")) std::fprintf(stderr, "candidates total: %.3f ms\n", secs(t0, Clock::now()) * 1e3);
             pruned = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
