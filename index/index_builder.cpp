@@ -107,8 +107,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
             TMS_RETURN_IF_ERROR(st);
             TMS_RETURN_IF_ERROR(wst);
             appending = std::async(std::launch::async, [&writer, &b, &lens, &ids, d0, d1, doc, keep = opts.keep_vectors]() {
-                return writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), b.cids.data(), b.codes.data(),
-                                          keep ? b.vecs.data() : nullptr, ids.data() + doc);
+                try {
+                    return writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), b.cids.data(), b.codes.data(),
+                                              keep ? b.vecs.data() : nullptr, ids.data() + doc);
+                } catch (const std::bad_alloc&) {
+                    return Status::ResourceExhausted("out of host memory writing the index");
+                } catch (const std::exception& e) {
+                    return Status::Internal(std::string("writing the index: ") + e.what());
+                }
             });
             doc += d1 - d0;
             row += n;

@@ -373,9 +373,30 @@ Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& do
     return validate_input(tokens, doclens, doc_ids);
 }
 
+namespace {
+Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
+                   std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
+                   const ReleaseFn& release);
+}  // namespace
+
 Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
                   std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
                   const ReleaseFn& release) {
+    try {
+        return train_model(shards, opts, out, phases, names, release);
+    } catch (const faiss::FaissException& e) {
+        return Status::Internal(std::string("FAISS: ") + e.what());
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted("out of host memory while training the index model");
+    } catch (const std::exception& e) {
+        return Status::Internal(e.what());
+    }
+}
+
+namespace {
+Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
+                   std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
+                   const ReleaseFn& release) {
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     SingleThreadedBlas();
     if (shards.empty()) return Status::InvalidArgument("no token embeddings");
@@ -478,6 +499,7 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
     *out = std::move(m);
     return Status::OK();
 }
+}  // namespace
 
 struct Encoder::Impl {
     const IndexModel* model;

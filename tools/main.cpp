@@ -184,7 +184,25 @@ double recall_vs(const std::string& approx, const std::string& exact, int k) {
 
 }  // namespace
 
+namespace {
+int run(int argc, char** argv);
+}  // namespace
+
+// Library calls return Status; anything thrown past them (out of memory in a container, a
+// third-party library's exception) still ends in one line and a non-zero exit, never an abort.
 int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "tms: error: out of host memory\n");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tms: error: internal: %s\n", e.what());
+    }
+    return 3;
+}
+
+namespace {
+int run(int argc, char** argv) {
     CLI::App app{"tms: TileMaxSim, a late-interaction (ColBERT-style) search engine.\n"
                  "Run `tms demo` for an end-to-end example on a synthetic corpus."};
     app.require_subcommand(1);
@@ -449,3 +467,4 @@ int main(int argc, char** argv) {
     }
     return 0;
 }
+}  // namespace
