@@ -128,7 +128,12 @@ class GpuAssigner;
 /// A GPU assigner for `device` (kCpu: none; kAuto: one if a device is present; kGpu: required).
 Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out);
 
-/// memcpy spread over the OpenMP threads (staging memory-mapped input into pinned buffers).
+/// min(k, n) distinct values of [0, n), uniformly at random (seeded), ascending: the rows
+/// TrainModel samples.
+std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);
+
+/// memcpy over a few short-lived threads (kernels::ParallelMemcpy): staging memory-mapped input
+/// into pinned buffers.
 void ParallelCopy(void* dst, const void* src, size_t bytes);
 
 /// Rows [row0, row0 + n) as fp16.

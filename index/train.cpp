@@ -139,7 +139,7 @@ int auto_centroids(int64_t n_tokens, int64_t n_train) {
 // k distinct values of [0, n), uniformly at random, sorted: random draws, sorted and
 // deduplicated, topped up until there are enough, the surplus dropped at random. Above n / 2 the
 // complement is drawn instead (so the top-ups always converge fast).
-std::vector<int64_t> sorted_sample(int64_t n, int64_t k, std::mt19937_64& rng) {
+std::vector<int64_t> sorted_sample_impl(int64_t n, int64_t k, std::mt19937_64& rng) {
     std::vector<int64_t> out;
     if (k >= n) {
         out.resize(n);
@@ -416,7 +416,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     std::vector<float> train(size_t(n_train) * dim);
     {
         std::mt19937_64 rng(opts.seed);
-        const std::vector<int64_t> pick = sorted_sample(n_tokens, n_train, rng);
+        const std::vector<int64_t> pick = sorted_sample_impl(n_tokens, n_train, rng);
         int64_t taken = 0;
         size_t shard = 0;
         int64_t shard_begin = 0;
@@ -597,6 +597,11 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
         return Status::ResourceExhausted("out of host memory while encoding");
     }
     return Status::OK();
+}
+
+std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    return sorted_sample_impl(n, k, rng);
 }
 
 void ParallelCopy(void* dst, const void* src, size_t bytes) { kernels::ParallelMemcpy(dst, src, bytes); }

@@ -264,6 +264,29 @@ TEST(IndexCpu, PqEncoderMatchesFaiss) {
 namespace tms {
 namespace {
 
+// The training sample: distinct rows in increasing order, the requested count, deterministic
+// in the seed, spread over the whole range (both the direct draw and the complement path).
+TEST(IndexCpu, SortedSampleIsUniformAndSorted) {
+    for (const auto [n, k] : {std::pair<int64_t, int64_t>{1000000, 5000}, {10000, 9000}, {100, 100}, {50, 80}, {7, 0}}) {
+        SCOPED_TRACE(std::to_string(n) + " choose " + std::to_string(k));
+        const std::vector<int64_t> s = index::SortedSample(n, k, 42);
+        ASSERT_EQ(int64_t(s.size()), std::min(n, k));
+        for (size_t i = 0; i < s.size(); ++i) {
+            ASSERT_GE(s[i], 0);
+            ASSERT_LT(s[i], n);
+            if (i) ASSERT_LT(s[i - 1], s[i]) << "not strictly increasing at " << i;
+        }
+        EXPECT_EQ(s, index::SortedSample(n, k, 42));
+        if (k >= 1000 && k < n) {
+            EXPECT_NE(s, index::SortedSample(n, k, 43));
+            // Each tenth of [0, n) holds about a tenth of the sample.
+            std::vector<int> bins(10, 0);
+            for (int64_t v : s) ++bins[size_t(v * 10 / n)];
+            for (int b : bins) EXPECT_NEAR(double(b) / double(s.size()), 0.1, 0.03);
+        }
+    }
+}
+
 TEST(IndexCpu, ChunkChecksumIsCrc32c) {
     // The standard check value of CRC-32C, and a long buffer through both paths' tail handling.
     EXPECT_EQ(index::Crc32("123456789", 9), 0xE3069283u);
