@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma_tile.cuh"
 #include "kernels/maxsim.h"
 
 namespace tms::kernels::code_impl {
@@ -79,18 +80,10 @@ struct CodeTraits {
 __host__ __device__ constexpr int table_slot(int r) { return (r & 7) * 4 + ((r >> 4) & 1) * 2 + ((r >> 3) & 1); }
 __host__ __device__ constexpr int table_row(int s) { return ((s >> 1) & 1) * 16 + (s & 1) * 8 + (s >> 2); }
 
-__device__ __forceinline__ uint4 lds128(const unsigned char* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ uint2 lds64(const unsigned char* p) { return *reinterpret_cast<const uint2*>(p); }
-__device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-__device__ __forceinline__ void mma16816_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using mma_tile::lds128;
+using mma_tile::lds32;
+using mma_tile::lds64;
+using mma_tile::mma16816;
 
 /// The 8 fp16 residual values (4 registers) of token row `crow`, dims d0..d0+7.
 template <int kSub>
@@ -167,39 +160,14 @@ __device__ __forceinline__ float warp_doc_code(const CodeArgs& a, int64_t tb, in
                 for (int n = 0; n < kN; ++n)
 #pragma unroll
                     for (int m = 0; m < kM; ++m) {
-                        mma16816_f16(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
-                        mma16816_f16(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
+                        mma16816<false>(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
+                        mma16816<false>(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
                     }
             }
         }
-        const bool full = s0 + T::kStepTokens <= n_tok;
-#pragma unroll
-        for (int n = 0; n < kN; ++n) {
-            const int col = s0 + n * 8 + 2 * t;
-            const bool ok0 = full || col < n_tok, ok1 = full || col + 1 < n_tok;
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                const float c0 = ok0 ? acc[m][n][0] : -INFINITY, c1 = ok1 ? acc[m][n][1] : -INFINITY;
-                const float c2 = ok0 ? acc[m][n][2] : -INFINITY, c3 = ok1 ? acc[m][n][3] : -INFINITY;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(c0, c1));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(c2, c3));
-            }
-        }
+        mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
     }
-    float sum = 0.f;
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float v = rmax[m][h];
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-            if (m * 16 + h * 8 + g < rows_valid) sum += v;
-        }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-    return sum;
+    return mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
 }
 
 /// Query rows [row0, row0 + 32) of query q as fp16 in shared memory (rows past ql are 0).

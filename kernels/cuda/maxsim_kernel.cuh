@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma_tile.cuh"
 #include "kernels/maxsim.h"
 
 namespace tms::kernels::cuda_impl {
@@ -106,25 +107,8 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     return r;
 }
 
-__device__ __forceinline__ uint4 lds128(const unsigned char* p) { return *reinterpret_cast<const uint4*>(p); }
-
-template <bool kBF16>
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    if constexpr (kBF16) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-}
+using mma_tile::lds128;
+using mma_tile::mma16816;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -310,34 +294,9 @@ __device__ __forceinline__ float warp_doc_maxsim(const typename T::Doc* __restri
                 }
             }
         }
-        const bool full = s0 + T::kStepTokens <= n_tok;
-#pragma unroll
-        for (int n = 0; n < kN; ++n) {
-            const int col = s0 + n * 8 + 2 * t;
-            const bool ok0 = full || col < n_tok, ok1 = full || col + 1 < n_tok;
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                const float c0 = ok0 ? acc[m][n][0] : -INFINITY, c1 = ok1 ? acc[m][n][1] : -INFINITY;
-                const float c2 = ok0 ? acc[m][n][2] : -INFINITY, c3 = ok1 ? acc[m][n][3] : -INFINITY;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(c0, c1));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(c2, c3));
-            }
-        }
+        mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
     }
-    float sum = 0.f;
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float v = rmax[m][h];
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-            if (m * 16 + h * 8 + g < rows_valid) sum += v;
-        }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-    return sum;
+    return mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
 }
 
 /// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms).

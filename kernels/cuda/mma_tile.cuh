@@ -1,0 +1,79 @@
+// Copyright TileMaxSim authors. What the exact and the compressed MaxSim kernels share (device
+// code): shared-memory vector loads, the m16n8k16 MMA, and the MaxSim epilogue of a warp's
+// accumulator tiles (running per-query-row maxima, then the sum over valid rows).
+//
+// Fragment layout (mma.m16n8k16, fp32 accumulators): lane g*4+t holds, of each n8 tile n and
+// m16 tile m, columns (document tokens) 2t and 2t+1 of rows g (acc[m][n][0..1]) and g+8
+// (acc[m][n][2..3]); rmax[m][0] / rmax[m][1] are the lane's maxima of rows m*16+g / m*16+8+g.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace tms::kernels::mma_tile {
+
+__device__ __forceinline__ uint4 lds128(const unsigned char* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint2 lds64(const unsigned char* p) { return *reinterpret_cast<const uint2*>(p); }
+__device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+/// d += A (16x16, row) * B (16x8, col), fp16 or bf16 inputs, fp32 accumulators.
+template <bool kBF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    if constexpr (kBF16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+/// Folds one step's accumulators (document tokens s0 .. s0 + 8*kN) into the running row maxima;
+/// columns at or past n_tok are ignored unless the step is `full`.
+template <int kM, int kN>
+__device__ __forceinline__ void fold_step_max(float (&rmax)[kM][2], const float (&acc)[kM][kN][4], int s0, int n_tok,
+                                              int t, bool full) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+        const int col = s0 + n * 8 + 2 * t;
+        const bool ok0 = full || col < n_tok, ok1 = full || col + 1 < n_tok;
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+            const float c0 = ok0 ? acc[m][n][0] : -INFINITY, c1 = ok1 ? acc[m][n][1] : -INFINITY;
+            const float c2 = ok0 ? acc[m][n][2] : -INFINITY, c3 = ok1 ? acc[m][n][3] : -INFINITY;
+            rmax[m][0] = fmaxf(rmax[m][0], fmaxf(c0, c1));
+            rmax[m][1] = fmaxf(rmax[m][1], fmaxf(c2, c3));
+        }
+    }
+}
+
+/// The document's score for this group of rows: each row's maximum over the lanes that share
+/// it, summed over the rows below rows_valid; every lane returns the sum.
+template <int kM>
+__device__ __forceinline__ float sum_row_maxima(const float (&rmax)[kM][2], int rows_valid, int g) {
+    float sum = 0.f;
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float v = rmax[m][h];
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+            if (m * 16 + h * 8 + g < rows_valid) sum += v;
+        }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+    return sum;
+}
+
+}  // namespace tms::kernels::mma_tile
