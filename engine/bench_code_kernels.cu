@@ -199,15 +199,9 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
 }  // namespace
 
 Status RunCodeKernelBench(const std::string& filter, std::string* json_rows) {
-    int n_dev = 0;
-    TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
-    if (n_dev == 0) return Status::NotSupported("bench kernels: no CUDA device");
-    int dev = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
     double ceiling = 0;
-    TMS_RETURN_IF_ERROR(bench::read_ceiling_gbps(prop, &ceiling));
+    TMS_RETURN_IF_ERROR(bench::device_and_ceiling(&prop, &ceiling));
     std::vector<std::string> rows{row("code_read_ceiling", "read-ceiling", 0, ceiling, ceiling)};
     for (const CodeBenchCase& bc : cases()) {
         if (!filter.empty() && bc.name.find(filter) == std::string::npos) continue;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/maxsim_cuda.h"
 #include "tilemaxsim/status.h"
 
 namespace tms::engine::bench {
@@ -112,6 +113,18 @@ inline Status read_ceiling_gbps(const cudaDeviceProp& prop, double* gbps) {
     *gbps = double(bytes) / sec * 1e-9;
     std::fprintf(stderr, "read ceiling: %.1f GB/s (%s)\n", *gbps, prop.name);
     return Status::OK();
+}
+
+/// The current device's properties and read ceiling (NotSupported without a device): what
+/// every kernel benchmark measures first.
+inline Status device_and_ceiling(cudaDeviceProp* prop, double* ceiling_gbps) {
+    int n_dev = 0;
+    TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
+    if (n_dev == 0) return Status::NotSupported("bench kernels: no CUDA device");
+    int dev = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(prop, dev));
+    return read_ceiling_gbps(*prop, ceiling_gbps);
 }
 
 inline std::string fmt(double x) {

@@ -209,17 +209,10 @@ Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cubla
 }  // namespace
 
 Status RunKernelBench(const std::string& cases_filter, std::string* json) {
-    int n_dev = 0;
-    TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
-    if (n_dev == 0) return Status::NotSupported("bench kernels: no CUDA device");
-    int dev = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
-    const size_t l2 = size_t(prop.l2CacheSize);
-
     double ceiling = 0;
-    TMS_RETURN_IF_ERROR(bench::read_ceiling_gbps(prop, &ceiling));
+    TMS_RETURN_IF_ERROR(bench::device_and_ceiling(&prop, &ceiling));
+    const size_t l2 = size_t(prop.l2CacheSize);
     cublasHandle_t blas = nullptr;
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
     std::vector<std::string> rows;

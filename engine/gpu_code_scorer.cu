@@ -115,33 +115,19 @@ struct GpuCodeScorer::Impl {
     float* d_book = nullptr;
     float* d_cent = nullptr;
     int64_t* d_offsets = nullptr;
-    void* d_arena = nullptr;
-    size_t arena_bytes = 0;
+    kernels::DeviceScratch arena;  // per-call inputs and workspaces (grows with headroom)
     int64_t* d_ivf_off = nullptr;  // SetIvf
     int32_t* d_ivf_docs = nullptr;
-    /// A device buffer that grows (never shrinks) for the candidate stage's second phase.
-    struct Grow {
-        void* p = nullptr;
-        size_t cap = 0;
-        Status need(size_t bytes, cudaStream_t st) {
-            if (bytes <= cap) return Status::OK();
-            TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
-            TMS_CUDA_RETURN_IF_ERROR(cudaFree(p));
-            p = nullptr;
-            cap = 0;
-            const size_t b = std::max<size_t>(bytes, 256);
-            TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, b));
-            cap = b;
-            return Status::OK();
-        }
-    } g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
+    // Candidates' second phase (sized once the candidate counts are known).
+    kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
 
     ~Impl() {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
         if (blas) cublasDestroy(blas);
-        cudaFree(d_arena);
-        for (Grow* g : {&g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads, &g_new_off}) cudaFree(g->p);
+        for (kernels::DeviceScratch* b : {&arena, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads,
+                                          &g_new_off})
+            b->Free();
         cudaFree(d_ivf_off);
         cudaFree(d_ivf_docs);
         cudaFree(d_offsets);
@@ -152,17 +138,7 @@ struct GpuCodeScorer::Impl {
         if (stream) cudaStreamDestroy(stream);
     }
 
-    Status Reserve(size_t bytes) {
-        if (bytes <= arena_bytes) return Status::OK();
-        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-        const size_t grown = std::max(bytes, arena_bytes + arena_bytes / 2);
-        TMS_CUDA_RETURN_IF_ERROR(cudaFree(d_arena));
-        d_arena = nullptr;
-        arena_bytes = 0;
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_arena, grown));
-        arena_bytes = grown;
-        return Status::OK();
-    }
+    Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
 };
 
 GpuCodeScorer::~GpuCodeScorer() = default;
@@ -218,7 +194,7 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     {
         const float one = 1.f, zero = 0.f;
         TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, 1, dim, &one, im.d_cent,
-                                               dim, im.d_cent, dim, &zero, static_cast<float*>(im.d_arena), n_centroids));
+                                               dim, im.d_cent, dim, &zero, static_cast<float*>(im.arena.p), n_centroids));
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     *out = std::move(s);
@@ -250,7 +226,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     const size_t total = align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(co_bytes) +
                          align256(cd_bytes) + align256(s_bytes) + align256(ws_bytes);
     TMS_RETURN_IF_ERROR(im.Reserve(std::max<size_t>(total, 256)));
-    char* cur = static_cast<char*>(im.d_arena);
+    char* cur = static_cast<char*>(im.arena.p);
     auto put = [&](const void* h, size_t bytes, void** d) -> Status {
         *d = bytes ? cur : nullptr;
         if (bytes && h) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, h, bytes, cudaMemcpyHostToDevice, im.stream));
@@ -314,7 +290,7 @@ Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride,
     const size_t s_bytes = size_t(block) * im.n_centroids * sizeof(float);
     const size_t p_bytes = size_t(rows) * nprobe * sizeof(int32_t);
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(s_bytes) + align256(p_bytes)));
-    char* base = static_cast<char*>(im.d_arena);
+    char* base = static_cast<char*>(im.arena.p);
     float* dq = reinterpret_cast<float*>(base);
     float* ds = reinterpret_cast<float*>(base + align256(q_bytes));
     int32_t* dp = reinterpret_cast<int32_t*>(base + align256(q_bytes) + align256(s_bytes));
@@ -407,7 +383,7 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t);
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(p_bytes) +
                                    align256(b_bytes) + align256(c_bytes) + align256(o_bytes)));
-    char* cur = static_cast<char*>(im.d_arena);
+    char* cur = static_cast<char*>(im.arena.p);
     auto take = [&](size_t bytes) {
         char* p = cur;
         cur += align256(bytes);
@@ -450,7 +426,7 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     }
     const int64_t total = off->back();
     if (total > INT32_MAX) return Status::ResourceExhausted("GpuCodeScorer::Candidates: more than 2^31 candidates in one batch");
-    TMS_RETURN_IF_ERROR(im.g_docs.need(size_t(total) * sizeof(int32_t), im.stream));
+    TMS_RETURN_IF_ERROR(im.g_docs.Reserve(size_t(total) * sizeof(int32_t), im.stream));
     int32_t* ddocs = static_cast<int32_t*>(im.g_docs.p);
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(doff, off->data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
     bit_emit<<<unsigned(n_queries), kScanThreads, 0, im.stream>>>(dbits, words, doff, ddocs);
@@ -473,29 +449,29 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
         p.n_docs = im.n_docs;
         p.cand_offsets = doff;
         p.cand_docs = ddocs;
-        TMS_RETURN_IF_ERROR(im.g_scores.need(size_t(total) * sizeof(float), im.stream));
+        TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));
         p.scores = static_cast<float*>(im.g_scores.p);
         const size_t tb = kernels::code_centroid_table_bytes(p);
-        TMS_RETURN_IF_ERROR(im.g_table.need(tb, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_table.Reserve(tb, im.stream));
         TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, im.g_table.p, im.stream));
         trace("table");
         TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
         trace("centroid-only scores");
-        TMS_RETURN_IF_ERROR(im.g_keys.need(size_t(total) * sizeof(float), im.stream));
-        TMS_RETURN_IF_ERROR(im.g_vals.need(size_t(total) * sizeof(int32_t), im.stream));
+        TMS_RETURN_IF_ERROR(im.g_keys.Reserve(size_t(total) * sizeof(float), im.stream));
+        TMS_RETURN_IF_ERROR(im.g_vals.Reserve(size_t(total) * sizeof(int32_t), im.stream));
         size_t temp_bytes = 0;
         TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::StableSortPairsDescending(
             nullptr, temp_bytes, p.scores, static_cast<float*>(im.g_keys.p), ddocs, static_cast<int32_t*>(im.g_vals.p),
             total, n_queries, doff, doff + 1, im.stream));
-        TMS_RETURN_IF_ERROR(im.g_temp.need(temp_bytes, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_temp.Reserve(temp_bytes, im.stream));
         TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::StableSortPairsDescending(
             im.g_temp.p, temp_bytes, p.scores, static_cast<float*>(im.g_keys.p), ddocs,
             static_cast<int32_t*>(im.g_vals.p), total, n_queries, doff, doff + 1, im.stream));
         trace("sort");
         noff.assign(size_t(n_queries) + 1, 0);
         for (int q = 0; q < n_queries; ++q) noff[q + 1] = noff[q] + std::min<int64_t>(counts[q], ncandidates);
-        TMS_RETURN_IF_ERROR(im.g_new_off.need(o_bytes, im.stream));
-        TMS_RETURN_IF_ERROR(im.g_heads.need(size_t(noff.back()) * sizeof(int32_t), im.stream));
+        TMS_RETURN_IF_ERROR(im.g_new_off.Reserve(o_bytes, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_heads.Reserve(size_t(noff.back()) * sizeof(int32_t), im.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.g_new_off.p, noff.data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
         gather_heads<<<unsigned(n_queries), 256, 0, im.stream>>>(static_cast<const int32_t*>(im.g_vals.p), doff,
                                                                  static_cast<const int64_t*>(im.g_new_off.p),

@@ -26,29 +26,18 @@ struct GpuExactScorer::Impl {
     cudaStream_t stream = nullptr;
     void* d_tokens = nullptr;
     int64_t* d_offsets = nullptr;
-    void* d_arena = nullptr;
-    size_t arena_bytes = 0;
+    kernels::DeviceScratch arena;  // per-call inputs and outputs (grows with headroom)
 
     ~Impl() {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
-        cudaFree(d_arena);
+        arena.Free();
         cudaFree(d_offsets);
         cudaFree(d_tokens);
         if (stream) cudaStreamDestroy(stream);
     }
 
-    Status Reserve(size_t bytes) {
-        if (bytes <= arena_bytes) return Status::OK();
-        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-        const size_t grown = std::max(bytes, arena_bytes + arena_bytes / 2);
-        TMS_CUDA_RETURN_IF_ERROR(cudaFree(d_arena));
-        d_arena = nullptr;
-        arena_bytes = 0;
-        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_arena, grown));
-        arena_bytes = grown;
-        return Status::OK();
-    }
+    Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
 
     /// Uploads the per-call inputs into the arena (plus `extra` bytes after them) and fills p.
     Status Upload(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
@@ -64,7 +53,7 @@ struct GpuExactScorer::Impl {
         const size_t total =
             align256(q_bytes) + align256(l_bytes) + align256(co_bytes) + align256(cd_bytes) + align256(extra_bytes);
         TMS_RETURN_IF_ERROR(Reserve(std::max<size_t>(total, 256)));
-        char* cur = static_cast<char*>(d_arena);
+        char* cur = static_cast<char*>(arena.p);
         auto put = [&](const void* h, size_t bytes, void** d) -> Status {
             *d = bytes ? cur : nullptr;
             if (bytes) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, h, bytes, cudaMemcpyHostToDevice, stream));

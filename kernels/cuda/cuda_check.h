@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -97,6 +98,36 @@ public:
 private:
     int prev_ = -1;
     bool ok_ = false;
+};
+
+/// Device memory for per-call scratch that grows and never shrinks (the GPU scorers' arenas).
+/// Growing waits for `stream` (the old block may still be in use), frees it and allocates
+/// max(bytes, 256), or with `headroom` at least 1.5x the old size (batches that vary in size
+/// then reallocate rarely). Free() under the owner's device; the destructor frees what is left.
+struct DeviceScratch {
+    void* p = nullptr;
+    size_t cap = 0;
+    DeviceScratch() = default;
+    DeviceScratch(const DeviceScratch&) = delete;
+    DeviceScratch& operator=(const DeviceScratch&) = delete;
+    ~DeviceScratch() { Free(); }
+    void Free() {
+        cudaFree(p);
+        p = nullptr;
+        cap = 0;
+    }
+    Status Reserve(size_t bytes, cudaStream_t stream, bool headroom = false) {
+        if (bytes <= cap) return Status::OK();
+        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        size_t grown = headroom ? std::max(bytes, cap + cap / 2) : bytes;
+        grown = std::max<size_t>(grown, 256);
+        TMS_CUDA_RETURN_IF_ERROR(cudaFree(p));
+        p = nullptr;
+        cap = 0;
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, grown));
+        cap = grown;
+        return Status::OK();
+    }
 };
 
 /// Bytes rounded up to 256 (the alignment of every workspace and arena slice).
