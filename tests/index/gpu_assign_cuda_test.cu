@@ -8,14 +8,13 @@
 #include "index/index_data.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/maxsim.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace tms {
 namespace {
 
 TEST(GpuAssignCuda, MatchesCpuArgmaxUpToTf32Ties) {
-    int n_dev = 0;
-    ASSERT_TRUE(kernels::cuda_device_count(&n_dev).ok());
-    if (n_dev == 0) GTEST_SKIP() << "no CUDA device";
+    SKIP_WITHOUT_GPU();
     for (const auto [K, dim, n] : {std::tuple{7, 32, 1000}, std::tuple{1024, 128, 70000}, std::tuple{4096, 96, 3000}}) {
         SCOPED_TRACE("K=" + std::to_string(K) + " dim=" + std::to_string(dim) + " n=" + std::to_string(n));
         std::mt19937 rng(K + dim);
@@ -57,9 +56,7 @@ TEST(GpuAssignCuda, MatchesCpuArgmaxUpToTf32Ties) {
 // TF32 near-ties; where they are equal, residual codes are identical and PQ codes equal up to
 // float near-ties of the code distances. Several batches (70K rows), every input dtype.
 TEST(GpuEncoderCuda, MatchesCpuEncoder) {
-    int n_dev = 0;
-    ASSERT_TRUE(kernels::cuda_device_count(&n_dev).ok());
-    if (n_dev == 0) GTEST_SKIP() << "no CUDA device";
+    SKIP_WITHOUT_GPU();
     struct Case {
         const char* codec;
         int dim, pq_m, nbits;

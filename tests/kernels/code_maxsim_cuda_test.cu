@@ -24,35 +24,13 @@
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/maxsim.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace tms {
 namespace {
 
+using test::DevBuf;
 using kernels::CodeMaxSimParams;
-
-#define SKIP_WITHOUT_GPU()                                    \
-    do {                                                      \
-        int n_dev = 0;                                        \
-        ASSERT_TRUE(kernels::cuda_device_count(&n_dev).ok()); \
-        if (n_dev == 0) GTEST_SKIP() << "no CUDA device";     \
-    } while (0)
-
-template <typename T>
-struct DevBuf {
-    T* d = nullptr;
-    size_t n = 0;
-    explicit DevBuf(const std::vector<T>& h) : n(h.size()) {
-        EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-        if (n) EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    explicit DevBuf(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
-    ~DevBuf() { cudaFree(d); }
-    std::vector<T> get() const {
-        std::vector<T> h(n);
-        if (n) EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-        return h;
-    }
-};
 
 struct CodeCase {
     std::string name;

@@ -13,43 +13,16 @@
 #include "engine/gpu_scorer.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/maxsim.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/maxsim_cases.h"
 
 namespace tms {
 namespace {
 
+using test::DevBuf;
 using kernels::MaxSimParams;
 using testing::MaxSimCase;
 using testing::MaxSimData;
-
-#define SKIP_WITHOUT_GPU()                                      \
-    do {                                                        \
-        int n_dev = 0;                                          \
-        ASSERT_TRUE(kernels::cuda_device_count(&n_dev).ok());   \
-        if (n_dev == 0) GTEST_SKIP() << "no CUDA device";       \
-    } while (0)
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-/// A device copy of a host vector (at least one element, so empty arrays are non-null).
-template <typename T>
-struct DevBuf {
-    T* d = nullptr;
-    size_t n = 0;
-    explicit DevBuf(const std::vector<T>& h) : n(h.size()) {
-        EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-        if (n) EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    explicit DevBuf(size_t count) : n(count) {
-        EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
-    }
-    ~DevBuf() { cudaFree(d); }
-    std::vector<T> get() const {
-        std::vector<T> h(n);
-        if (n) EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-        return h;
-    }
-};
 
 struct DeviceCase {
     DevBuf<uint8_t> q, docs;
