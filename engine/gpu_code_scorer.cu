@@ -139,6 +139,31 @@ struct GpuCodeScorer::Impl {
     }
 
     Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
+
+    /// out [rows, K] row-major = rows [rows, dim] . centroids^T (fp32 cuBLAS, on the stream):
+    /// column-major K x rows = C^T (K x dim) . Q (dim x rows).
+    Status CentroidScores(const float* d_rows, int64_t rows, float* out) {
+        const float one = 1.f, zero = 0.f;
+        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, int(rows), dim, &one, d_cent,
+                                               dim, d_rows, dim, &zero, out, n_centroids));
+        return Status::OK();
+    }
+
+    /// probe [rows, nprobe] = the nprobe best centroids of each score row (row_top_n, 8 rows
+    /// per CTA, on the stream).
+    Status TopCentroids(const float* scores, int64_t rows, int nprobe, int32_t* probe) {
+        row_top_n<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(scores, rows, n_centroids, nprobe, probe);
+        TMS_CUDA_CHECK_LAUNCH();
+        return Status::OK();
+    }
+
+    Status CheckNprobe(const char* who, int nprobe) const {
+        if (nprobe < 1 || nprobe > 64 || nprobe > n_centroids) {
+            return Status::InvalidArgument(std::string(who) + ": nprobe " + std::to_string(nprobe) +
+                                           " outside [1, min(64, n_centroids)]");
+        }
+        return Status::OK();
+    }
 };
 
 GpuCodeScorer::~GpuCodeScorer() = default;
@@ -191,11 +216,7 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     // cuBLAS loads its kernels on the first GEMM (130 ms measured on an H200): pay that here,
     // at open, rather than in the first search.
     TMS_RETURN_IF_ERROR(im.Reserve(align256(size_t(n_centroids) * sizeof(float))));
-    {
-        const float one = 1.f, zero = 0.f;
-        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, 1, dim, &one, im.d_cent,
-                                               dim, im.d_cent, dim, &zero, static_cast<float*>(im.arena.p), n_centroids));
-    }
+    TMS_RETURN_IF_ERROR(im.CentroidScores(im.d_cent, 1, static_cast<float*>(im.arena.p)));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     *out = std::move(s);
     return Status::OK();
@@ -242,12 +263,9 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     TMS_RETURN_IF_ERROR(put(nullptr, std::max<size_t>(s_bytes, 4), &ds));
     TMS_RETURN_IF_ERROR(put(nullptr, ws_bytes, &dws));
     if (h_centroid_scores == nullptr && cs_bytes > 0) {
-        // cs[(q * q_stride + i) * K + k] = <query row, centroid k>: column-major K x (nq * q_stride).
-        const float one = 1.f, zero = 0.f;
-        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.n_centroids,
-                                               n_queries * q_stride, im.dim, &one, im.d_cent, im.dim,
-                                               static_cast<const float*>(dq), im.dim, &zero,
-                                               static_cast<float*>(dcs), im.n_centroids));
+        // cs[(q * q_stride + i) * K + k] = <query row, centroid k>.
+        TMS_RETURN_IF_ERROR(im.CentroidScores(static_cast<const float*>(dq), int64_t(n_queries) * q_stride,
+                                              static_cast<float*>(dcs)));
     }
     p.queries = static_cast<const float*>(dq);
     p.query_lens = static_cast<const int32_t*>(dl);
@@ -275,10 +293,7 @@ Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride,
                             std::vector<int32_t>* probe) {
     Impl& im = *impl_;
     if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument("GpuCodeScorer::Probe: bad sizes");
-    if (nprobe < 1 || nprobe > 64 || nprobe > im.n_centroids) {
-        return Status::InvalidArgument("GpuCodeScorer::Probe: nprobe " + std::to_string(nprobe) +
-                                       " outside [1, min(64, n_centroids)]");
-    }
+    TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Probe", nprobe));
     const int64_t rows = int64_t(n_queries) * q_stride;
     probe->assign(size_t(rows) * nprobe, -1);
     if (rows == 0) return Status::OK();
@@ -297,14 +312,8 @@ Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride,
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dq, h_queries, q_bytes, cudaMemcpyHostToDevice, im.stream));
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         const int nr = static_cast<int>(std::min<int64_t>(block, rows - r0));
-        // s[r, k] row-major = column-major [K, nr] = C^T(K x d) . Q(d x nr)
-        const float one = 1.f, zero = 0.f;
-        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.n_centroids, nr, im.dim, &one,
-                                               im.d_cent, im.dim, dq + r0 * im.dim, im.dim, &zero, ds, im.n_centroids));
-        const int warps = 8;
-        row_top_n<<<static_cast<unsigned>((nr + warps - 1) / warps), warps * 32, 0, im.stream>>>(
-            ds, nr, im.n_centroids, nprobe, dp + r0 * nprobe);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(im.CentroidScores(dq + r0 * im.dim, nr, ds));
+        TMS_RETURN_IF_ERROR(im.TopCentroids(ds, nr, nprobe, dp + r0 * nprobe));
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(probe->data(), dp, p_bytes, cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
@@ -345,9 +354,7 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     Impl& im = *impl_;
     if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
     if (n_queries < 0 || q_stride <= 0 || ncandidates < 0) return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
-    if (nprobe < 1 || nprobe > 64 || nprobe > im.n_centroids) {
-        return Status::InvalidArgument("GpuCodeScorer::Candidates: nprobe outside [1, min(64, n_centroids)]");
-    }
+    TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Candidates", nprobe));
     off->assign(size_t(n_queries) + 1, 0);
     docs->clear();
     if (n_queries == 0) return Status::OK();
@@ -401,12 +408,9 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     if (dl) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dl, h_query_lens, l_bytes, cudaMemcpyHostToDevice, im.stream));
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
-    const float one = 1.f, zero = 0.f;
-    TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.n_centroids, int(rows), im.dim, &one,
-                                           im.d_cent, im.dim, dq, im.dim, &zero, dcs, im.n_centroids));
+    TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));
     trace("gemm");
-    row_top_n<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, im.stream>>>(dcs, rows, im.n_centroids, nprobe, dp);
-    TMS_CUDA_CHECK_LAUNCH();
+    TMS_RETURN_IF_ERROR(im.TopCentroids(dcs, rows, nprobe, dp));
     trace("probe");
     // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
     TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
