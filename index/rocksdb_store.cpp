@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstring>
+#include <string_view>
 #include <unordered_map>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -111,17 +112,29 @@ private:
     const char* end_;
 };
 
-// A sealed ids value (payload already checked) -> exactly `n` ids into out[0..n).
-Status decode_ids(const std::string& what, const rocksdb::Slice& v, size_t n, std::string* out) {
+// Calls emit(id) for each id of a sealed ids value (payload already checked), in order.
+template <typename Emit>
+Status for_each_id(const std::string& what, const rocksdb::Slice& v, Emit emit) {
     Reader r(what, v.data(), v.size() - 4);
-    for (size_t i = 0; i < n; ++i) {
+    while (!r.done()) {
         uint64_t len = 0;
         TMS_RETURN_IF_ERROR(r.varint(&len));
         const char* p = r.pos();
         TMS_RETURN_IF_ERROR(r.skip(len));
-        out[i].assign(p, len);
+        TMS_RETURN_IF_ERROR(emit(std::string_view(p, len)));
     }
-    if (!r.done()) return Status::Corruption(what + ": more ids than documents");
+    return Status::OK();
+}
+
+// A sealed ids value -> exactly `n` ids into out[0..n).
+Status decode_ids(const std::string& what, const rocksdb::Slice& v, size_t n, std::string* out) {
+    size_t i = 0;
+    TMS_RETURN_IF_ERROR(for_each_id(what, v, [&](std::string_view id) {
+        if (i == n) return Status::Corruption(what + ": more ids than documents");
+        out[i++].assign(id);
+        return Status::OK();
+    }));
+    if (i != n) return Status::Corruption(what + ": value truncated");
     return Status::OK();
 }
 
@@ -424,7 +437,6 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
         rocksdb::ReadOptions ro;
         ro.verify_checksums = false;  // sealed
         rocksdb::PinnableSlice v;
-        std::vector<std::string> chunk_ids;
         int64_t doc = 0;
         u->ids.reserve(size_t(u->info.n_docs));
         for (int64_t c = 0; c < u->info.n_chunks; ++c) {
@@ -433,22 +445,12 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
             TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Get(ro, u->db.cf[kIds], ids_key(c), &v), what));
             TMS_RETURN_IF_ERROR(check_seal(what, v));
             // Documents per chunk: chunk_docs, except for the last chunk of a build or an add.
-            size_t n = 0;
-            {
-                Reader r(what, v.data(), v.size() - 4);
-                uint64_t len = 0;
-                while (!r.done()) {
-                    TMS_RETURN_IF_ERROR(r.varint(&len));
-                    TMS_RETURN_IF_ERROR(r.skip(len));
-                    ++n;
-                }
-            }
-            if (doc + int64_t(n) > u->info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
-            chunk_ids.resize(n);
-            TMS_RETURN_IF_ERROR(decode_ids(what, v, n, chunk_ids.data()));
-            for (size_t i = 0; i < n; ++i, ++doc) {
-                if (!deleted[doc]) u->ids.emplace(std::move(chunk_ids[i]), doc);
-            }
+            TMS_RETURN_IF_ERROR(for_each_id(what, v, [&](std::string_view id) {
+                if (doc >= u->info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
+                if (!deleted[doc]) u->ids.emplace(std::string(id), doc);
+                ++doc;
+                return Status::OK();
+            }));
         }
         if (doc != u->info.n_docs) return Status::Corruption(path + ": document ids missing");
     }
