@@ -342,13 +342,7 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
     TMS_RETURN_IF_ERROR(GpuAssigner::Create(device, &im.asg));
     TMS_RETURN_IF_ERROR(im.asg->SetCentroids(m.centroids.data(), m.n_centroids, m.dim));
     if (im.pq) {
-        std::vector<float> norms(size_t(m.pq_m) * 256, 0.0f);  // the CPU encoder's sums, same order
-        for (int s = 0; s < m.pq_m; ++s)
-            for (int c = 0; c < 256; ++c)
-                for (int j = 0; j < im.dsub; ++j) {
-                    const float v = m.codebook[(size_t(s) * 256 + c) * im.dsub + j];
-                    norms[size_t(s) * 256 + c] += v * v;
-                }
+        const std::vector<float> norms = PqCodeNorms(m);  // the CPU encoder's values
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_book, m.codebook.size() * sizeof(float)));
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_norms, norms.size() * sizeof(float)));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(im.d_book, m.codebook.data(), m.codebook.size() * sizeof(float),

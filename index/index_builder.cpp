@@ -167,7 +167,6 @@ struct Inputs {
     std::vector<std::string> names;  // file names, for messages
     std::vector<int64_t> released;   // rows released so far in the current pass, per shard
     std::vector<std::vector<int64_t>> lens;
-    std::string what;  // for messages
 };
 
 Status add_npy_pair(const std::string& docs, const std::string& doclens, Inputs* in) {

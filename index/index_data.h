@@ -128,6 +128,10 @@ class GpuAssigner;
 /// A GPU assigner for `device` (kCpu: none; kAuto: one if a device is present; kGpu: required).
 Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out);
 
+/// Squared norms [pq_m, 256] of a PQ codebook's codes, summed in dimension order: the CPU and
+/// GPU encoders use the same values, so that they pick the same codes.
+std::vector<float> PqCodeNorms(const IndexModel& model);
+
 /// min(k, n) distinct values of [0, n), uniformly at random (seeded), ascending: the rows
 /// TrainModel samples.
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);

@@ -546,14 +546,11 @@ Status Encoder::Create(const IndexModel& model, Device device, std::unique_ptr<E
         }
         e->impl_->pq = true;
         e->impl_->book_t.resize(model.codebook.size());
-        e->impl_->norms.assign(size_t(M) * 256, 0.0f);
         for (int m = 0; m < M; ++m)
             for (int c = 0; c < 256; ++c)
-                for (int j = 0; j < dsub; ++j) {
-                    const float v = model.codebook[(size_t(m) * 256 + c) * dsub + j];
-                    e->impl_->book_t[(size_t(m) * dsub + j) * 256 + c] = v;
-                    e->impl_->norms[size_t(m) * 256 + c] += v * v;
-                }
+                for (int j = 0; j < dsub; ++j)
+                    e->impl_->book_t[(size_t(m) * dsub + j) * 256 + c] = model.codebook[(size_t(m) * 256 + c) * dsub + j];
+        e->impl_->norms = PqCodeNorms(model);
     } else if (model.codec != "residual") {
         return Status::Corruption("unknown codec '" + model.codec + "'");
     }
@@ -597,6 +594,18 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
         return Status::ResourceExhausted("out of host memory while encoding");
     }
     return Status::OK();
+}
+
+std::vector<float> PqCodeNorms(const IndexModel& m) {
+    const int M = m.pq_m, dsub = m.dim / std::max(1, M);
+    std::vector<float> norms(size_t(M) * 256, 0.0f);
+    for (int s = 0; s < M; ++s)
+        for (int c = 0; c < 256; ++c)
+            for (int j = 0; j < dsub; ++j) {
+                const float v = m.codebook[(size_t(s) * 256 + c) * dsub + j];
+                norms[size_t(s) * 256 + c] += v * v;
+            }
+    return norms;
 }
 
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed) {
