@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <omp.h>
 
 #include "engine/backend.h"
@@ -35,7 +33,6 @@ public:
     Device device_ = Device::kCpu;
     std::unique_ptr<engine::GpuExactScorer> gpu_;
     std::unique_ptr<engine::GpuCodeScorer> code_gpu_;  // compressed scoring on the GPU
-    bool ivf_on_gpu_ = false;                          // code_gpu_ holds the IVF lists (candidates on the GPU)
 
 private:
     // Union of the probed IVF lists of each query (rows past its length ignored), in id order.
@@ -286,11 +283,10 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         std::vector<int64_t> off;
         std::vector<int32_t> docs;
         bool pruned = false;
-        if (code_gpu_ && ivf_on_gpu_ && nprobe <= 64) {
+        if (code_gpu_ && nprobe <= 64) {
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
             TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf.data(), nq, qt, q.lengths, nprobe, opts.ncandidates, &off, &docs));
-            if (std::getenv("TMS_TRACE_SEARCH")) std::fprintf(stderr, "candidates total: %.3f ms\n", secs(t0, Clock::now()) * 1e3);
             pruned = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
@@ -387,10 +383,8 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
                                                   &s->code_gpu_);
         // Shapes the fused kernel does not cover (e.g. dim > 384) stay on the CPU path.
         if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
-        if (s->code_gpu_) {
-            TMS_RETURN_IF_ERROR(s->code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
-            s->ivf_on_gpu_ = true;
-        }
+        // The IVF lists go with the codes: candidates are generated on the GPU too.
+        if (s->code_gpu_) TMS_RETURN_IF_ERROR(s->code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
     }
     if (s->device_ == Device::kGpu && !s->data_.vectors.empty()) {
         TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(0, s->data_.vectors.data(), s->data_.info.n_tokens,
