@@ -967,14 +967,12 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
     } catch (const std::bad_alloc&) {
         return Status::ResourceExhausted(path + ": not enough host memory to load " + std::to_string(n_tokens) + " tokens");
     }
-    rocksdb::ReadOptions ro;
-    ro.verify_checksums = true;
-    ro.fill_cache = false;
     // Chunk values carry their own CRC-32C (hardware instruction); RocksDB's block checksum of
     // the same bytes is a portable table-driven CRC in Debian's build, 5x slower, so chunk reads
     // skip it and check ours.
-    rocksdb::ReadOptions ro_chunks = ro;
+    rocksdb::ReadOptions ro_chunks;
     ro_chunks.verify_checksums = false;
+    ro_chunks.fill_cache = false;
     Progress prog("loading", n_docs, progress, " doc");
     // A window of chunks at a time (bounded memory): fetched and checksummed in parallel, headers
     // parsed in order (document and token offsets), then payloads copied in parallel straight
