@@ -11,6 +11,7 @@
 
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
+#include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/row_select.cuh"
 #include "kernels/maxsim.h"
@@ -394,7 +395,7 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         TMS_RETURN_IF_ERROR(im.drain(s));  // its previous batch (two batches ago)
         const int64_t nb = std::min(im.batch, n - b);
         // Host staging of this batch overlaps the GPU work of the previous one.
-        ParallelCopy(s.in, static_cast<const char*>(tokens.data) + size_t(row0 + b) * row_bytes, size_t(nb) * row_bytes);
+        kernels::ParallelMemcpy(s.in, static_cast<const char*>(tokens.data) + size_t(row0 + b) * row_bytes, size_t(nb) * row_bytes);
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_raw, s.in, size_t(nb) * row_bytes, cudaMemcpyHostToDevice, a.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(im.d_bad, 0xff, sizeof(unsigned long long), a.stream));
         {

@@ -136,10 +136,6 @@ std::vector<float> PqCodeNorms(const IndexModel& model);
 /// TrainModel samples.
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);
 
-/// memcpy over a few short-lived threads (kernels::ParallelMemcpy): staging memory-mapped input
-/// into pinned buffers.
-void ParallelCopy(void* dst, const void* src, size_t bytes);
-
 /// Rows [row0, row0 + n) as fp16.
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
 

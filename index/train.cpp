@@ -22,7 +22,6 @@
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "index/progress.h"
-#include "kernels/cpu/parallel_copy.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 
@@ -612,8 +611,6 @@ std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed) {
     std::mt19937_64 rng(seed);
     return sorted_sample_impl(n, k, rng);
 }
-
-void ParallelCopy(void* dst, const void* src, size_t bytes) { kernels::ParallelMemcpy(dst, src, bytes); }
 
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out) {
     const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;
