@@ -192,6 +192,7 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     TMS_RETURN_IF_ERROR(kernels::validate_shard("GpuCodeScorer", h_doc_offsets, n_docs, n_tokens, device, n_dev));
     DeviceGuard g(device);
     if (!g.ok()) return Status::Internal("GpuCodeScorer: cannot select device " + std::to_string(device));
+    TMS_RETURN_IF_ERROR(kernels::code_maxsim_cuda_supported(dim, n_code_bytes));
     std::unique_ptr<GpuCodeScorer> s(new GpuCodeScorer());
     s->impl_ = std::make_unique<Impl>();
     Impl& im = *s->impl_;

@@ -381,7 +381,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
                                                   d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
                                                   d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs,
                                                   &s->code_gpu_);
-        // Shapes the fused kernel does not cover (e.g. dim > 384) stay on the CPU path.
+        // Shapes the fused kernel does not cover (code_maxsim_cuda_supported) stay on the CPU path.
         if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
         // The IVF lists go with the codes: candidates are generated on the GPU too.
         if (s->code_gpu_) TMS_RETURN_IF_ERROR(s->code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));

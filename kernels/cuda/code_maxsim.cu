@@ -30,9 +30,11 @@ int sub_class(const CodeMaxSimParams& p) {
     return -1;
 }
 
+/// Codebook and query rows (with codes), then two stages per warp.
 size_t smem_bytes(const CodeMaxSimParams& p, int sub) {
-    if (sub == 0) return 0;
-    return size_t(p.dim) * 512 + size_t(32) * q_row_bytes(p.dim);
+    const size_t stages = size_t(CodeTraits<0>::kWarps) * 2 * stage_bytes(p.n_code_bytes);
+    if (sub == 0) return stages;
+    return size_t(p.dim) * 512 + size_t(32) * q_row_bytes(p.dim) + stages;
 }
 
 Status validate_sizes(const CodeMaxSimParams& p) {
@@ -73,6 +75,21 @@ Status validate_sizes(const CodeMaxSimParams& p) {
     }
     if (p.cand_offsets != nullptr && p.n_queries > 0 && p.cand_docs == nullptr) {
         return Status::InvalidArgument("code_maxsim_cuda: cand_docs is null");
+    }
+    return Status::OK();
+}
+
+/// NotSupported when the shape's shared memory exceeds the current device's opt-in limit.
+Status check_smem(const CodeMaxSimParams& p) {
+    const size_t smem = smem_bytes(p, sub_class(p));
+    int dev = 0, smem_optin = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem > size_t(smem_optin)) {
+        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " with " +
+                                    std::to_string(p.n_code_bytes) + " code bytes needs " + std::to_string(smem) +
+                                    " bytes of shared memory (codebook, query rows, staging); the device has " +
+                                    std::to_string(smem_optin));
     }
     return Status::OK();
 }
@@ -151,15 +168,9 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     }
     if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
     if (d_table == nullptr && p.q_stride > 0) return Status::InvalidArgument("code_maxsim_cuda: table is null");
+    TMS_RETURN_IF_ERROR(code_impl::check_smem(p));
     const int sub = code_impl::sub_class(p);
     const size_t smem = code_impl::smem_bytes(p, sub);
-    int dev = 0, smem_optin = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (smem > size_t(smem_optin)) {
-        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " needs " +
-                                    std::to_string(smem) + " bytes of shared memory for the codebook");
-    }
     code_impl::CodeArgs a{};
     a.queries = p.queries;
     a.n_queries = p.n_queries;
@@ -182,6 +193,25 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     a.q_row_bytes = code_impl::q_row_bytes(p.dim);
     a.cb_smem_bytes = sub == 0 ? 0 : p.dim * 512;
     return code_impl::dispatch(sub, a, smem, p, static_cast<cudaStream_t>(stream));
+}
+
+Status code_maxsim_cuda_supported(int dim, int n_code_bytes) {
+    CodeMaxSimParams p{};
+    p.dim = dim;
+    p.n_code_bytes = n_code_bytes;
+    p.n_centroids = 1;
+    if (dim <= 0 || n_code_bytes < 0 || (n_code_bytes > 0 && dim % n_code_bytes != 0)) {
+        return Status::NotSupported("code_maxsim_cuda: n_code_bytes " + std::to_string(n_code_bytes) +
+                                    " must divide dim " + std::to_string(dim));
+    }
+    if (n_code_bytes > 0 && dim % 32 != 0) {
+        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(dim) + " (multiples of 32 with codes)");
+    }
+    if (code_impl::sub_class(p) < 0) {
+        return Status::NotSupported("code_maxsim_cuda: dsub " + std::to_string(dim / n_code_bytes) +
+                                    " (2, 4 or a multiple of 8)");
+    }
+    return code_impl::check_smem(p);
 }
 
 size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p) {

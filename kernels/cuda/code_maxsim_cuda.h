@@ -33,9 +33,14 @@ Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* 
 /// [n_code_bytes, 256, dsub] and is converted to fp16 in shared memory.
 /// Supports: n_code_bytes == 0 (centroid-only, any dim); otherwise dim a multiple of 32,
 /// dsub = dim / n_code_bytes in {2, 4} or a multiple of 8, and the fp16 codebook (dim * 512
-/// bytes) plus 32 query rows within the device's shared memory (dim <= 384 on an H200).
-/// Others: NotSupported.
+/// bytes), 32 query rows and each warp's two 32-token staging buffers within the device's
+/// shared memory (on an H200: every dsub up to dim 256, dsub >= 8 up to dim 352).
+/// Others: NotSupported (code_maxsim_cuda_supported says so up front).
 Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, void* stream);
+
+/// OK when code_maxsim_table_cuda supports this shape on the current device, else
+/// NotSupported naming the reason.
+Status code_maxsim_cuda_supported(int dim, int n_code_bytes);
 
 /// Workspace of code_maxsim_cuda: the table (code_centroid_table_bytes).
 size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p);

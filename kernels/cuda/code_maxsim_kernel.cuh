@@ -85,22 +85,22 @@ using mma_tile::lds32;
 using mma_tile::lds64;
 using mma_tile::mma16816;
 
-/// The 8 fp16 residual values (4 registers) of token row `crow`, dims d0..d0+7.
+/// The 8 fp16 residual values (4 registers) of token row `crow` (shared memory), dims d0..d0+7.
 template <int kSub>
-__device__ __forceinline__ uint4 decode8(const uint8_t* __restrict__ crow, int d0, int dsub, const unsigned char* cb) {
+__device__ __forceinline__ uint4 decode8(const unsigned char* crow, int d0, int dsub, const unsigned char* cb) {
     if constexpr (kSub == 8) {
         const int b = d0 / dsub, off = d0 - b * dsub;
-        const uint32_t code = __ldg(crow + b);
+        const uint32_t code = crow[b];
         return lds128(cb + ((size_t(b) * 256 + code) * dsub + off) * 2);
     } else if constexpr (kSub == 4) {
         const int b = d0 >> 2;
-        const uint32_t c2 = __ldg(reinterpret_cast<const uint16_t*>(crow + b));
+        const uint32_t c2 = *reinterpret_cast<const uint16_t*>(crow + b);
         const uint2 lo = lds64(cb + ((b * 256 + (c2 & 0xff)) * 4) * 2);
         const uint2 hi = lds64(cb + (((b + 1) * 256 + (c2 >> 8)) * 4) * 2);
         return make_uint4(lo.x, lo.y, hi.x, hi.y);
     } else {
         const int b = d0 >> 1;
-        const uint32_t c4 = __ldg(reinterpret_cast<const uint32_t*>(crow + b));
+        const uint32_t c4 = lds32(crow + b);
         uint4 r;
         r.x = lds32(cb + ((b * 256 + (c4 & 0xff)) * 2) * 2);
         r.y = lds32(cb + (((b + 1) * 256 + ((c4 >> 8) & 0xff)) * 2) * 2);
@@ -110,64 +110,163 @@ __device__ __forceinline__ uint4 decode8(const uint8_t* __restrict__ crow, int d
     }
 }
 
-/// sum over the group's valid rows of max over the document's tokens; n_tok > 0.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_prev() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+/// Bytes of one warp's stage: 32 centroid ids, then the code rows of 32 tokens from the
+/// 16-byte boundary at or below the first one (so the copies keep global alignment).
+__host__ __device__ constexpr int stage_bytes(int n_code_bytes) {
+    return 128 + (n_code_bytes == 0 ? 0 : (32 * n_code_bytes + 16 + 15) / 16 * 16);
+}
+
+/// Issues (no wait) the copies of tokens [tok0, tok0 + nv) of one step into stage `st`:
+/// centroid ids at st[0..4*nv), code rows at st + 128 + (first code byte's address & 15).
+/// Whole 16-byte pieces go by cp.async 16, whole aligned words by cp.async 4, the rest (only
+/// when n_code_bytes % 4 != 0) by plain loads and stores.
+__device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int nv, unsigned char* st, int lane) {
+    if (lane < nv) cp_async4(st + lane * 4, a.token_centroids + tok0 + lane);
+    if (a.n_code_bytes == 0) return;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes);
+    const uintptr_t hi = lo + uintptr_t(nv) * a.n_code_bytes;
+    const uintptr_t base = lo & ~uintptr_t(15);
+    const int n_pieces = int((hi + 15 - base) >> 4);
+    unsigned char* dst = st + 128;
+    for (int k = lane; k < n_pieces; k += 32) {
+        const uintptr_t p = base + uintptr_t(k) * 16;
+        if (p >= lo && p + 16 <= hi) {
+            cp_async16(dst + k * 16, reinterpret_cast<const void*>(p));
+            continue;
+        }
+        for (int w = 0; w < 16; w += 4) {
+            const uintptr_t pw = p + w;
+            if (pw >= lo && pw + 4 <= hi) {
+                cp_async4(dst + k * 16 + w, reinterpret_cast<const void*>(pw));
+            } else {
+                for (int j = 0; j < 4; ++j)
+                    if (pw + j >= lo && pw + j < hi) dst[k * 16 + w + j] = *reinterpret_cast<const uint8_t*>(pw + j);
+            }
+        }
+    }
+}
+
+/// One 32-token step of one document from stage `st` (tokens s0 .. s0 + 31 of n_tok; the
+/// stage holds tokens s0 .. min(s0 + 32, n_tok) - 1), folded into the running row maxima.
 template <class T>
-__device__ __forceinline__ float warp_doc_code(const CodeArgs& a, int64_t tb, int n_tok, const __half* table_g,
-                                               const unsigned char* cb, const unsigned char* q_s, int rows_valid,
-                                               int lane) {
+__device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned char* st, int code_off, int s0,
+                                               int n_tok, const __half* table_g, const unsigned char* cb,
+                                               const unsigned char* qrow, int lane,
+                                               float (&rmax)[T::kMTiles][2]) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles;
     const int g = lane >> 2, t = lane & 3;
-    float rmax[kM][2];
+    const int nv = n_tok - s0;  // tokens of this step in the stage (more than 32: all 32)
+    const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(st);
+    float acc[kM][kN][4];
 #pragma unroll
-    for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
-    const unsigned char* qrow = q_s + g * a.q_row_bytes + t * 16;
-    const uint32_t* cids = a.token_centroids + tb;
-
-    for (int s0 = 0; s0 < n_tok; s0 += T::kStepTokens) {
-        const uint32_t my_cid = s0 + lane < n_tok ? __ldg(cids + s0 + lane) : 0u;
-        float acc[kM][kN][4];
+    for (int n = 0; n < kN; ++n) {
+        const int j = n * 8 + 2 * t;
+        const uint2 cc = *reinterpret_cast<const uint2*>(cid_s + j);
+        const uint32_t c0 = j < nv ? cc.x : 0u, c1 = j + 1 < nv ? cc.y : 0u;
+        const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
+        const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
+        const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&v0.x));  // m0: rows g, g+8
+        const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&v0.y));  // m1
+        const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&v1.x));
+        const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v1.y));
+        acc[0][n][0] = a00.x; acc[0][n][1] = a10.x; acc[0][n][2] = a00.y; acc[0][n][3] = a10.y;
+        acc[1][n][0] = a01.x; acc[1][n][1] = a11.x; acc[1][n][2] = a01.y; acc[1][n][3] = a11.y;
+    }
+    if constexpr (T::kSub != 0) {
+        const unsigned char* crow[kN];
 #pragma unroll
-        for (int n = 0; n < kN; ++n) {
-            const uint32_t c0 = __shfl_sync(0xffffffffu, my_cid, n * 8 + 2 * t);
-            const uint32_t c1 = __shfl_sync(0xffffffffu, my_cid, n * 8 + 2 * t + 1);
-            const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
-            const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
-            const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&v0.x));  // m0: rows g, g+8
-            const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&v0.y));  // m1
-            const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&v1.x));
-            const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v1.y));
-            acc[0][n][0] = a00.x; acc[0][n][1] = a10.x; acc[0][n][2] = a00.y; acc[0][n][3] = a10.y;
-            acc[1][n][0] = a01.x; acc[1][n][1] = a11.x; acc[1][n][2] = a01.y; acc[1][n][3] = a11.y;
-        }
-        if constexpr (T::kSub != 0) {
-            const uint8_t* crow[kN];
+        for (int n = 0; n < kN; ++n) crow[n] = st + 128 + code_off + (n * 8 + g) * a.n_code_bytes;
+        for (int d = 0; d < a.dim; d += 32) {
+            uint4 qa[kM], qb[kM];
 #pragma unroll
-            for (int n = 0; n < kN; ++n) {
-                const int tok = s0 + n * 8 + g;
-                crow[n] = a.codes + (tb + (tok < n_tok ? tok : 0)) * a.n_code_bytes;
+            for (int m = 0; m < kM; ++m) {
+                qa[m] = lds128(qrow + (m * 16) * a.q_row_bytes + d * 2);
+                qb[m] = lds128(qrow + (m * 16 + 8) * a.q_row_bytes + d * 2);
             }
-            for (int d = 0; d < a.dim; d += 32) {
-                uint4 qa[kM], qb[kM];
+            uint4 bf[kN];
+#pragma unroll
+            for (int n = 0; n < kN; ++n) bf[n] = decode8<T::kSub>(crow[n], d + 8 * t, a.dsub, cb);
+#pragma unroll
+            for (int n = 0; n < kN; ++n)
 #pragma unroll
                 for (int m = 0; m < kM; ++m) {
-                    qa[m] = lds128(qrow + (m * 16) * a.q_row_bytes + d * 2);
-                    qb[m] = lds128(qrow + (m * 16 + 8) * a.q_row_bytes + d * 2);
+                    mma16816<false>(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
+                    mma16816<false>(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
                 }
-                uint4 bf[kN];
+        }
+    }
+    mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
+}
+
+/// Scores this warp's n_mine items (lane u holds item u's token range [tb, te)) against one
+/// query group, adding each item's group score to `part` in the lane that owns it. The warp
+/// walks the items' 32-token steps in order with two stages: the copy of the next step
+/// (possibly the next item's first) is in flight while the current one is scored.
+template <class T>
+__device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, int64_t te, int n_mine,
+                                                const __half* table_g, const unsigned char* cb,
+                                                const unsigned char* q_s, int rows_valid, unsigned char* stages,
+                                                int lane, float& part) {
+    const int g = lane >> 2, t = lane & 3;
+    const int sb = stage_bytes(a.n_code_bytes);
+    const unsigned char* qrow = q_s + g * a.q_row_bytes + t * 16;
+    const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
+    auto next_item = [&](int u) {  // first non-empty item after u, or 32
+        const unsigned rest = u >= 31 ? 0u : (nonempty & (0xffffffffu << (u + 1)));
+        return rest ? __ffs(rest) - 1 : 32;
+    };
+    auto code_off = [&](int64_t tok0) {
+        return int(reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes) & 15);
+    };
+    int u = nonempty ? __ffs(nonempty) - 1 : 32;
+    if (u == 32) return;
+    int64_t ub = __shfl_sync(0xffffffffu, tb, u);
+    int n_tok = int(__shfl_sync(0xffffffffu, te, u) - ub);
+    int s0 = 0, cur = 0;
+    stage_step(a, ub, min(n_tok, T::kStepTokens), stages, lane);
+    cp_async_commit();
+    float rmax[T::kMTiles][2];
 #pragma unroll
-                for (int n = 0; n < kN; ++n) bf[n] = decode8<T::kSub>(crow[n], d + 8 * t, a.dsub, cb);
-#pragma unroll
-                for (int n = 0; n < kN; ++n)
-#pragma unroll
-                    for (int m = 0; m < kM; ++m) {
-                        mma16816<false>(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
-                        mma16816<false>(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
-                    }
+    for (int m = 0; m < T::kMTiles; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+    while (u < 32) {
+        int nu = u, ns0 = s0 + T::kStepTokens, nn = n_tok;
+        int64_t nub = ub;
+        if (ns0 >= n_tok) {
+            nu = next_item(u);
+            ns0 = 0;
+            if (nu < 32) {
+                nub = __shfl_sync(0xffffffffu, tb, nu);
+                nn = int(__shfl_sync(0xffffffffu, te, nu) - nub);
             }
         }
-        mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
+        __syncwarp();  // every lane is done reading the stage the next copy overwrites
+        if (nu < 32) stage_step(a, nub + ns0, min(nn - ns0, T::kStepTokens), stages + (cur ^ 1) * sb, lane);
+        cp_async_commit();
+        cp_async_wait_prev();
+        __syncwarp();  // the current stage's copies, from every lane, are visible
+        warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, qrow, lane, rmax);
+        if (ns0 == 0) {  // the item's last step
+            const float sc = mma_tile::sum_row_maxima<T::kMTiles>(rmax, rows_valid, g);
+            if (lane == u) part += sc;
+#pragma unroll
+            for (int m = 0; m < T::kMTiles; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+        }
+        u = nu;
+        s0 = ns0;
+        ub = nub;
+        n_tok = nn;
+        cur ^= 1;
     }
-    return mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
 }
 
 /// Query rows [row0, row0 + 32) of query q as fp16 in shared memory (rows past ql are 0).
@@ -187,8 +286,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* cb = smem;
     unsigned char* q_s = smem + a.cb_smem_bytes;
-
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned char* stages = q_s + (T::kSub != 0 ? T::kRows * a.q_row_bytes : 0) + warp * 2 * stage_bytes(a.n_code_bytes);
+
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
 
@@ -241,13 +341,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
                 const __half* table_g = a.table + (int64_t(q) * a.n_groups + grp) * int64_t(a.n_centroids) * 32;
-                for (int u = 0; u < n_mine; ++u) {
-                    const int64_t ub = __shfl_sync(0xffffffffu, tb, u);
-                    const int64_t ue = __shfl_sync(0xffffffffu, te, u);
-                    float sc = 0.f;
-                    if (ue > ub) sc = warp_doc_code<T>(a, ub, int(ue - ub), table_g, cb, q_s, rows_valid, lane);
-                    if (lane == u) part += sc;
-                }
+                warp_items_code<T>(a, tb, te, n_mine, table_g, cb, q_s, rows_valid, stages, lane, part);
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if (valid) a.scores[dense ? int64_t(q) * a.n_docs + item : base + item] = part;
