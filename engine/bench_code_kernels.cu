@@ -154,6 +154,14 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
     if (nb) TMS_RETURN_IF_ERROR(fill_dev(codes.p, n_tok * nb * copies, 2, 0, 0, 13));
     TMS_RETURN_IF_ERROR(book.alloc(size_t(kDim) * 256));
     TMS_RETURN_IF_ERROR(fill_dev(book.p, int64_t(kDim) * 256, 0, 0.1f, 0, 15));
+    // Residual codecs: one block of bucket-weight combinations for every code byte, as the index writes them.
+    const bool shared = nb > 0 && bc.name.find("res") != std::string::npos;
+    if (shared) {
+        const size_t block = size_t(256) * (kDim / nb);
+        for (int b = 1; b < nb; ++b)
+            TMS_CUDA_RETURN_IF_ERROR(
+                cudaMemcpy(book.p + b * block, book.p, block * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
     TMS_RETURN_IF_ERROR(q.alloc(size_t(nq) * kQTokens * kDim));
     TMS_RETURN_IF_ERROR(fill_dev(q.p, int64_t(nq) * kQTokens * kDim, 0, 0.25f, 0, 17));
     TMS_RETURN_IF_ERROR(cs.alloc(size_t(nq) * kQTokens * kCentroids));
@@ -167,6 +175,7 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
     p.n_centroids = kCentroids;
     p.n_code_bytes = nb;
     p.codebook = nb ? book.p : nullptr;
+    p.codebook_shared = shared;
     p.doc_offsets = d_offs.p;
     p.n_docs = bc.n_docs;
     p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;

@@ -106,6 +106,7 @@ struct GpuCodeScorer::Impl {
     int device = 0;
     int dim = 0;
     int n_code_bytes = 0;
+    bool codebook_shared = false;  // every code byte's block is the same (residual codecs)
     int n_centroids = 0;
     int64_t n_docs = 0;
     cudaStream_t stream = nullptr;
@@ -199,6 +200,12 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     im.device = device;
     im.dim = dim;
     im.n_code_bytes = n_code_bytes;
+    if (n_code_bytes > 0) {
+        const size_t block = size_t(256) * (dim / n_code_bytes);
+        im.codebook_shared = true;
+        for (int b = 1; b < n_code_bytes && im.codebook_shared; ++b)
+            im.codebook_shared = std::equal(h_codebook, h_codebook + block, h_codebook + b * block);
+    }
     im.n_centroids = n_centroids;
     im.n_docs = n_docs;
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
@@ -274,6 +281,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     p.token_centroids = im.d_tc;
     p.codes = centroids_only ? nullptr : im.d_codes;
     p.codebook = centroids_only ? nullptr : im.d_book;
+    p.codebook_shared = !centroids_only && im.codebook_shared;
     p.doc_offsets = im.d_offsets;
     p.n_docs = im.n_docs;
     p.cand_offsets = static_cast<const int64_t*>(dco);

@@ -80,6 +80,10 @@ struct CodeMaxSimParams {
     int n_code_bytes = 0;
     /// [n_code_bytes, 256, dim / n_code_bytes] decoded residual blocks.
     const float* codebook = nullptr;
+    /// The caller promises that all n_code_bytes blocks of the codebook are equal (residual
+    /// codecs: one set of bucket weights for every dimension). A hint: the CUDA kernel then keeps
+    /// one block (replicated against bank conflicts) when dsub is 2, 4 or 8; results are the same.
+    bool codebook_shared = false;
 
     const int64_t* doc_offsets = nullptr;
     int64_t n_docs = 0;

@@ -30,11 +30,22 @@ int sub_class(const CodeMaxSimParams& p) {
     return -1;
 }
 
+/// Whether the kernel keeps one replicated codebook block (CodeTraits::kShared).
+bool use_shared_block(const CodeMaxSimParams& p, int sub) {
+    return p.codebook_shared && sub != 0 && p.dim / p.n_code_bytes == sub;
+}
+
+/// fp16 codebook bytes in shared memory: every block, or 256 entries x 128 bytes replicated.
+int codebook_smem_bytes(const CodeMaxSimParams& p, int sub) {
+    if (sub == 0) return 0;
+    return use_shared_block(p, sub) ? 256 * 128 : p.dim * 512;
+}
+
 /// Codebook and query rows (with codes), then two stages per warp.
 size_t smem_bytes(const CodeMaxSimParams& p, int sub) {
     const size_t stages = size_t(CodeTraits<0>::kWarps) * 2 * stage_bytes(p.n_code_bytes);
     if (sub == 0) return stages;
-    return size_t(p.dim) * 512 + size_t(32) * q_row_bytes(p.dim) + stages;
+    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * q_row_bytes(p.dim) + stages;
 }
 
 Status validate_sizes(const CodeMaxSimParams& p) {
@@ -94,10 +105,10 @@ Status check_smem(const CodeMaxSimParams& p) {
     return Status::OK();
 }
 
-template <int kSub>
+template <int kSub, bool kShared>
 Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
               cudaStream_t st) {
-    using T = CodeTraits<kSub>;
+    using T = CodeTraits<kSub, kShared>;
     TMS_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(code_maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int blocks = 0;
@@ -126,11 +137,15 @@ Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, in
 Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
     const bool ragged = p.cand_offsets != nullptr;
     const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
-    switch (sub) {
-        case 0: return launch<0>(a, smem, nd, ragged, p.n_queries, st);
-        case 2: return launch<2>(a, smem, nd, ragged, p.n_queries, st);
-        case 4: return launch<4>(a, smem, nd, ragged, p.n_queries, st);
-        case 8: return launch<8>(a, smem, nd, ragged, p.n_queries, st);
+    const bool shared = use_shared_block(p, sub);
+    switch (sub * 2 + (shared ? 1 : 0)) {
+        case 0: return launch<0, false>(a, smem, nd, ragged, p.n_queries, st);
+        case 4: return launch<2, false>(a, smem, nd, ragged, p.n_queries, st);
+        case 5: return launch<2, true>(a, smem, nd, ragged, p.n_queries, st);
+        case 8: return launch<4, false>(a, smem, nd, ragged, p.n_queries, st);
+        case 9: return launch<4, true>(a, smem, nd, ragged, p.n_queries, st);
+        case 16: return launch<8, false>(a, smem, nd, ragged, p.n_queries, st);
+        case 17: return launch<8, true>(a, smem, nd, ragged, p.n_queries, st);
         default: return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub));
     }
 }
@@ -184,6 +199,7 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     a.codes = p.codes;
     a.n_code_bytes = p.n_code_bytes;
     a.dsub = p.n_code_bytes ? p.dim / p.n_code_bytes : 0;
+    a.dsub_magic = a.dsub ? uint32_t(((uint64_t(1) << 32) + a.dsub - 1) / a.dsub) : 0;
     a.codebook = p.codebook;
     a.doc_offsets = p.doc_offsets;
     a.n_docs = p.n_docs;
@@ -191,7 +207,7 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     a.cand_docs = p.cand_docs;
     a.scores = p.scores;
     a.q_row_bytes = code_impl::q_row_bytes(p.dim);
-    a.cb_smem_bytes = sub == 0 ? 0 : p.dim * 512;
+    a.cb_smem_bytes = code_impl::codebook_smem_bytes(p, sub);
     return code_impl::dispatch(sub, a, smem, p, static_cast<cudaStream_t>(stream));
 }
 

@@ -49,6 +49,7 @@ struct CodeArgs {
     const uint8_t* codes;
     int n_code_bytes;
     int dsub;
+    uint32_t dsub_magic;  // ceil(2^32 / dsub)
     const float* codebook;
     const int64_t* doc_offsets;
     int64_t n_docs;
@@ -59,9 +60,14 @@ struct CodeArgs {
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
 };
 
-template <int kSub_>
+template <int kSub_, bool kShared_ = false>
 struct CodeTraits {
     static constexpr int kSub = kSub_;  // 0: centroid-only; 2, 4: dsub; 8: dsub a multiple of 8
+    /// Every code byte decodes through the same 256-entry block (residual codecs) and dsub is
+    /// exactly kSub: the block is kept replicated so that gathers are free of bank conflicts.
+    static constexpr bool kShared = kShared_;
+    static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
+    static constexpr int kReplicas = kSub == 0 ? 0 : 128 / kEntryBytes;  // lanes of one LDS phase
     static constexpr int kWarps = 8;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kMinBlocksPerSM = 2;
@@ -71,6 +77,7 @@ struct CodeTraits {
     static constexpr int kStepTokens = 8 * kNTiles;
     static constexpr int kBatch = 32;
     static_assert(kSub == 0 || kSub == 2 || kSub == 4 || kSub == 8, "dsub class");
+    static_assert(!kShared || kSub != 0, "a shared block needs codes");
     static_assert(kStepTokens == 32, "one centroid id per lane per step");
     static_assert(kRows == 32, "table groups are 32 rows");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
@@ -85,27 +92,44 @@ using mma_tile::lds32;
 using mma_tile::lds64;
 using mma_tile::mma16816;
 
-/// The 8 fp16 residual values (4 registers) of token row `crow` (shared memory), dims d0..d0+7.
-template <int kSub>
-__device__ __forceinline__ uint4 decode8(const unsigned char* crow, int d0, int dsub, const unsigned char* cb) {
-    if constexpr (kSub == 8) {
-        const int b = d0 / dsub, off = d0 - b * dsub;
+/// The 8 fp16 residual values (4 registers) of token row `crow` (shared memory), dims d0..d0+7,
+/// which lie in code byte b (at offset off of its block; kSub = 8) or bytes b.. (kSub = 4, 2).
+/// Per-codebook layout: [n_code_bytes][256][dsub] fp16. Shared layout (T::kShared): entry e of
+/// replica r at (e * kReplicas + r) * kEntryBytes, lane reads replica lane % kReplicas, so the
+/// lanes of one shared-memory phase always hit distinct banks.
+template <class T>
+__device__ __forceinline__ uint4 decode8(const unsigned char* crow, int b, int off, int dsub, const unsigned char* cb,
+                                         int rep_off) {
+    constexpr int R = T::kReplicas, E = T::kEntryBytes;
+    if constexpr (T::kSub == 8) {
         const uint32_t code = crow[b];
+        if constexpr (T::kShared) return lds128(cb + code * (R * E) + rep_off);
         return lds128(cb + ((size_t(b) * 256 + code) * dsub + off) * 2);
-    } else if constexpr (kSub == 4) {
-        const int b = d0 >> 2;
+    } else if constexpr (T::kSub == 4) {
         const uint32_t c2 = *reinterpret_cast<const uint16_t*>(crow + b);
-        const uint2 lo = lds64(cb + ((b * 256 + (c2 & 0xff)) * 4) * 2);
-        const uint2 hi = lds64(cb + (((b + 1) * 256 + (c2 >> 8)) * 4) * 2);
+        uint2 lo, hi;
+        if constexpr (T::kShared) {
+            lo = lds64(cb + (c2 & 0xff) * (R * E) + rep_off);
+            hi = lds64(cb + (c2 >> 8) * (R * E) + rep_off);
+        } else {
+            lo = lds64(cb + ((b * 256 + (c2 & 0xff)) * 4) * 2);
+            hi = lds64(cb + (((b + 1) * 256 + (c2 >> 8)) * 4) * 2);
+        }
         return make_uint4(lo.x, lo.y, hi.x, hi.y);
     } else {
-        const int b = d0 >> 1;
         const uint32_t c4 = lds32(crow + b);
         uint4 r;
-        r.x = lds32(cb + ((b * 256 + (c4 & 0xff)) * 2) * 2);
-        r.y = lds32(cb + (((b + 1) * 256 + ((c4 >> 8) & 0xff)) * 2) * 2);
-        r.z = lds32(cb + (((b + 2) * 256 + ((c4 >> 16) & 0xff)) * 2) * 2);
-        r.w = lds32(cb + (((b + 3) * 256 + (c4 >> 24)) * 2) * 2);
+        if constexpr (T::kShared) {
+            r.x = lds32(cb + (c4 & 0xff) * (R * E) + rep_off);
+            r.y = lds32(cb + ((c4 >> 8) & 0xff) * (R * E) + rep_off);
+            r.z = lds32(cb + ((c4 >> 16) & 0xff) * (R * E) + rep_off);
+            r.w = lds32(cb + (c4 >> 24) * (R * E) + rep_off);
+        } else {
+            r.x = lds32(cb + ((b * 256 + (c4 & 0xff)) * 2) * 2);
+            r.y = lds32(cb + (((b + 1) * 256 + ((c4 >> 8) & 0xff)) * 2) * 2);
+            r.z = lds32(cb + (((b + 2) * 256 + ((c4 >> 16) & 0xff)) * 2) * 2);
+            r.w = lds32(cb + (((b + 3) * 256 + (c4 >> 24)) * 2) * 2);
+        }
         return r;
     }
 }
@@ -186,7 +210,13 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
         const unsigned char* crow[kN];
 #pragma unroll
         for (int n = 0; n < kN; ++n) crow[n] = st + 128 + code_off + (n * 8 + g) * a.n_code_bytes;
+        const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
         for (int d = 0; d < a.dim; d += 32) {
+            // The code byte (kSub = 8: and offset in its block) holding dims d + 8t ...: d0 / dsub
+            // by a multiply-high with a.dsub_magic = ceil(2^32 / dsub), exact for d0 < 2^16.
+            const int d0 = d + 8 * t;
+            const int b = T::kSub == 8 ? int(__umulhi(uint32_t(d0), a.dsub_magic)) : d0 / T::kSub;
+            const int off = d0 - b * a.dsub;
             uint4 qa[kM], qb[kM];
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
@@ -195,7 +225,7 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
             }
             uint4 bf[kN];
 #pragma unroll
-            for (int n = 0; n < kN; ++n) bf[n] = decode8<T::kSub>(crow[n], d + 8 * t, a.dsub, cb);
+            for (int n = 0; n < kN; ++n) bf[n] = decode8<T>(crow[n], b, off, a.dsub, cb, rep_off);
 #pragma unroll
             for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -292,7 +322,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
 
-    if constexpr (T::kSub != 0) {
+    if constexpr (T::kShared) {
+        // Block 0 of the fp32 codebook -> kReplicas interleaved fp16 copies (32 KB), once per CTA.
+        constexpr int R = T::kReplicas;
+        for (int i = threadIdx.x; i < 256 * R * T::kSub; i += T::kThreads) {
+            const int j = i % T::kSub, r = (i / T::kSub) % R, e = i / (T::kSub * R);
+            *reinterpret_cast<__half*>(cb + (e * R + r) * T::kEntryBytes + j * 2) =
+                __float2half_rn(__ldg(a.codebook + e * T::kSub + j));
+        }
+    } else if constexpr (T::kSub != 0) {
         // fp32 codebook -> fp16 shared memory, once per CTA (n_code_bytes * 256 * dsub = dim * 256 values).
         const int n4 = a.dim * 64;
         const float4* src = reinterpret_cast<const float4*>(a.codebook);

@@ -239,22 +239,29 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         p.cand_offsets = c.ragged ? coffs.d : nullptr;
         p.cand_docs = c.ragged ? cdocs.d : nullptr;
         p.scores = scores.d;
-        // Poison the output: every score must be written.
-        ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
-        const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
-        DevBuf<unsigned char> ws(ws_bytes);
-        const Status st = kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::vector<float> got = scores.get();
-        int bad = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            const double tol = 2 * std::fabs(naive[i] - ref[i]) + 1e-3 * (1 + std::fabs(ref[i]));
-            if (!(std::fabs(got[i] - ref[i]) <= tol) && bad++ < 5) {
-                ADD_FAILURE() << "score " << i << ": gpu " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+        // Residual codebooks have one block for every code byte: score them through the general
+        // layout and through the replicated shared block.
+        for (const bool shared : {false, true}) {
+            if (shared && c.residual_nbits == 0) continue;
+            SCOPED_TRACE(shared ? "codebook_shared" : "per-byte codebook");
+            p.codebook_shared = shared;
+            // Poison the output: every score must be written.
+            ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
+            const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+            DevBuf<unsigned char> ws(ws_bytes);
+            const Status st = kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr);
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const std::vector<float> got = scores.get();
+            int bad = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const double tol = 2 * std::fabs(naive[i] - ref[i]) + 1e-3 * (1 + std::fabs(ref[i]));
+                if (!(std::fabs(got[i] - ref[i]) <= tol) && bad++ < 5) {
+                    ADD_FAILURE() << "score " << i << ": gpu " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+                }
             }
+            EXPECT_EQ(bad, 0);
         }
-        EXPECT_EQ(bad, 0);
     }
 }
 
@@ -318,6 +325,14 @@ TEST(CodeMaxSimCuda, RejectsUnsupportedShapes) {
     p.dim = 100;
     p.n_code_bytes = 50;  // dim not a multiple of 32
     EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+    // The up-front check agrees, and accepts every shape of the case table.
+    EXPECT_EQ(kernels::code_maxsim_cuda_supported(1024, 128).code(), Status::Code::kNotSupported);
+    EXPECT_EQ(kernels::code_maxsim_cuda_supported(96, 8).code(), Status::Code::kNotSupported);
+    EXPECT_EQ(kernels::code_maxsim_cuda_supported(100, 50).code(), Status::Code::kNotSupported);
+    EXPECT_EQ(kernels::code_maxsim_cuda_supported(128, 3).code(), Status::Code::kNotSupported);
+    for (const CodeCase& c : code_cases()) {
+        EXPECT_TRUE(kernels::code_maxsim_cuda_supported(c.dim, c.n_code_bytes).ok()) << describe(c);
+    }
 }
 
 TEST(GpuCodeScorerCuda, MatchesCpuPath) {
