@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/maxsim.h"
@@ -134,16 +135,6 @@ __device__ __forceinline__ uint4 decode8(const unsigned char* crow, int b, int o
     }
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_prev() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-
 /// Bytes of one warp's stage: 32 centroid ids, then the code rows of 32 tokens from the
 /// 16-byte boundary at or below the first one (so the copies keep global alignment).
 __host__ __device__ constexpr int stage_bytes(int n_code_bytes) {
@@ -155,7 +146,7 @@ __host__ __device__ constexpr int stage_bytes(int n_code_bytes) {
 /// Whole 16-byte pieces go by cp.async 16, whole aligned words by cp.async 4, the rest (only
 /// when n_code_bytes % 4 != 0) by plain loads and stores.
 __device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int nv, unsigned char* st, int lane) {
-    if (lane < nv) cp_async4(st + lane * 4, a.token_centroids + tok0 + lane);
+    if (lane < nv) async_copy::cp4(st + lane * 4, a.token_centroids + tok0 + lane);
     if (a.n_code_bytes == 0) return;
     const uintptr_t lo = reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes);
     const uintptr_t hi = lo + uintptr_t(nv) * a.n_code_bytes;
@@ -165,13 +156,13 @@ __device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int 
     for (int k = lane; k < n_pieces; k += 32) {
         const uintptr_t p = base + uintptr_t(k) * 16;
         if (p >= lo && p + 16 <= hi) {
-            cp_async16(dst + k * 16, reinterpret_cast<const void*>(p));
+            async_copy::cp16(dst + k * 16, reinterpret_cast<const void*>(p));
             continue;
         }
         for (int w = 0; w < 16; w += 4) {
             const uintptr_t pw = p + w;
             if (pw >= lo && pw + 4 <= hi) {
-                cp_async4(dst + k * 16 + w, reinterpret_cast<const void*>(pw));
+                async_copy::cp4(dst + k * 16 + w, reinterpret_cast<const void*>(pw));
             } else {
                 for (int j = 0; j < 4; ++j)
                     if (pw + j >= lo && pw + j < hi) dst[k * 16 + w + j] = *reinterpret_cast<const uint8_t*>(pw + j);
@@ -226,13 +217,17 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
             uint4 bf[kN];
 #pragma unroll
             for (int n = 0; n < kN; ++n) bf[n] = decode8<T>(crow[n], b, off, a.dsub, cb, rep_off);
+            // k 0..15 of every tile, then k 16..31: 8 MMAs between two into one accumulator.
 #pragma unroll
             for (int n = 0; n < kN; ++n)
 #pragma unroll
-                for (int m = 0; m < kM; ++m) {
+                for (int m = 0; m < kM; ++m)
                     mma16816<false>(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
+#pragma unroll
+            for (int n = 0; n < kN; ++n)
+#pragma unroll
+                for (int m = 0; m < kM; ++m)
                     mma16816<false>(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
-                }
         }
     }
     mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
@@ -264,7 +259,7 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     int n_tok = int(__shfl_sync(0xffffffffu, te, u) - ub);
     int s0 = 0, cur = 0;
     stage_step(a, ub, min(n_tok, T::kStepTokens), stages, lane);
-    cp_async_commit();
+    async_copy::commit();
     float rmax[T::kMTiles][2];
 #pragma unroll
     for (int m = 0; m < T::kMTiles; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
@@ -281,8 +276,8 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
         }
         __syncwarp();  // every lane is done reading the stage the next copy overwrites
         if (nu < 32) stage_step(a, nub + ns0, min(nn - ns0, T::kStepTokens), stages + (cur ^ 1) * sb, lane);
-        cp_async_commit();
-        cp_async_wait_prev();
+        async_copy::commit();
+        async_copy::wait_pending(1);
         __syncwarp();  // the current stage's copies, from every lane, are visible
         warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, qrow, lane, rmax);
         if (ns0 == 0) {  // the item's last step

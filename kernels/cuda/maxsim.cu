@@ -27,14 +27,18 @@ struct Plan {
     DType d_dtype = DType::kF16;
     bool split = false;
     int m_tiles = 2;
+    int n_stages = 2;  // per-warp copy ring
     size_t smem = 0;
     int slices = 1;  // grid.x
     int grid_y = 1;
 };
 
-size_t smem_bytes(int m_tiles, int terms, int dim, int k) {
+/// Query rows, top-k lists (k > 0) and counts, then n_stages copy stages per warp (the
+/// kernel's layout; kStageBytes = (64 / m_tiles) tokens x 128 bytes).
+size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages) {
     size_t b = size_t(16 * m_tiles) * q_row_bytes(dim) * terms;
-    if (k > 0) b += size_t(8) * k * sizeof(uint64_t) + 8 * sizeof(int);
+    b += size_t(8) * k * sizeof(uint64_t) + 32;
+    b += size_t(8) * n_stages * (64 / m_tiles) * 128;
     return b;
 }
 
@@ -111,13 +115,27 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     const int terms = plan->split ? 2 : 1;
     int dev = 0;
     TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    int sms = 0, smem_optin = 0;
+    int sms = 0, smem_optin = 0, smem_sm = 0, smem_reserved = 0;
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    const auto bytes = [&](int m_tiles, int stages) {
+        return smem_bytes(m_tiles, terms, p.dim, k, stages);
+    };
     plan->m_tiles = p.q_stride <= 32 ? 2 : 4;
-    if (plan->m_tiles == 4 && smem_bytes(4, terms, p.dim, k) > size_t(smem_optin)) plan->m_tiles = 2;
-    plan->smem = smem_bytes(plan->m_tiles, terms, p.dim, k);
-    if (plan->smem > size_t(smem_optin)) {
+    if (plan->m_tiles == 4 && bytes(4, 2) > size_t(smem_optin)) plan->m_tiles = 2;
+    // The deepest ring (up to 6 stages) that keeps two CTAs per SM; else the deepest that fits
+    // one (1: no copy ahead, for the largest dim x k x split shapes).
+    plan->n_stages = 0;
+    for (int st = 6; st >= 2 && plan->n_stages == 0; --st) {
+        if (2 * (bytes(plan->m_tiles, st) + smem_reserved) <= size_t(smem_sm)) plan->n_stages = st;
+    }
+    for (int st = 6; st >= 1 && plan->n_stages == 0; --st) {
+        if (bytes(plan->m_tiles, st) <= size_t(smem_optin)) plan->n_stages = st;
+    }
+    plan->smem = bytes(plan->m_tiles, std::max(1, plan->n_stages));
+    if (plan->n_stages == 0) {
         return Status::NotSupported("maxsim_cuda: needs " + std::to_string(plan->smem) +
                                     " bytes of shared memory (dim, k too large)");
     }
@@ -192,7 +210,8 @@ Status maxsim_cuda(const MaxSimParams& p, void* stream) {
     if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
     Plan plan;
     TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan));
-    const cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
+    cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
+    a.n_stages = plan.n_stages;
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
 }
 
@@ -233,6 +252,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
     a.scores = nullptr;
     a.topk_partial = buf[0];
     a.k = k;
+    a.n_stages = plan.n_stages;
     TMS_RETURN_IF_ERROR(cuda_impl::dispatch(plan, false, a, st, nullptr));
     int n = plan.slices, cur = 0;
     while (true) {

@@ -9,12 +9,15 @@
 //              [n*s/S, n*(s+1)/S).
 //   warp w  -> items b0 + w + 8*u of each batch of 256 items (u = 0..31); lane u holds the
 //              metadata (doc id, token range) of item u, loaded for all 32 items at once.
-//   warp step: 8*kNTiles document tokens x one 128-byte dimension tile (64 dims of fp16/bf16,
-//              32 of fp32). Each lane reads 16-byte vectors straight from HBM into the
-//              B-fragment registers of mma.m16n8k16 (lane g*4+t loads token g, dims 8t..8t+7
-//              of every 32-dim chunk; the k order inside a chunk is permuted identically on
-//              the query side, so no shared-memory staging of documents). Query rows come
-//              from shared memory (A fragments, ld.shared.v4, conflict-free row padding).
+//   warp unit: 8*kNTiles document tokens x one 128-byte dimension tile (64 dims of fp16/bf16,
+//              32 of fp32). Each warp walks the units of its items (documents, steps, tiles)
+//              in order through its own ring of n_stages shared-memory stages: cp.async copies
+//              the next n_stages - 1 units (coalesced 128-byte rows, no registers held) while
+//              the warp scores the current one, across document boundaries. Lane g*4+t reads
+//              token g, dims 8t..8t+7 of every 32-dim chunk from the stage (ld.shared.v4, rows
+//              swizzled so a phase is conflict-free) as the B fragment of mma.m16n8k16; the k
+//              order inside a chunk is permuted identically on the query side. Query rows come
+//              from shared memory (A fragments, conflict-free row padding).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers; the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -26,8 +29,10 @@
 //   (bf16 hi/lo, three MMAs: hi*hi + lo*hi + hi*lo), keeping results at fp32 accuracy.
 // Shared memory per CTA: kRows * row_stride * kQTerms query bytes, row_stride = dim*2 (+64
 //   when dim*2 % 128 == 0, so the two rows a quarter-warp reads fall in different banks),
-//   plus, in top-k mode, kWarps sorted lists of k 64-bit keys and their counts.
-//   dim=128, Nq<=32, fp16: 10 KB; dim=1024, split, top-k 1024: 199 KB (<= 227 KB opt-in).
+//   kWarps sorted lists of k 64-bit keys (top-k mode) and their counts, then kWarps rings of
+//   n_stages x kStepTokens x 128 bytes. The launcher takes the deepest ring (<= 6) that keeps
+//   two CTAs per SM, else the deepest that fits one (dim=128, Nq<=32, fp16: 10 KB + 3 x 32 KB;
+//   dim=1024, split, top-k 1000: 199 KB + 1 x 32 KB, no copy ahead).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +42,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/maxsim.h"
@@ -60,6 +66,7 @@ struct MaxSimArgs {
     uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys
     int k;
     int q_row_bytes;        // shared-memory stride of one query row
+    int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
 };
 
 template <typename TD, bool kSplitQ_, int kMTiles_>
@@ -83,6 +90,10 @@ struct MaxSimTraits {
     static constexpr int kQTerms = (kSplitQ_ || kDocF32) ? 2 : 1;
     static constexpr bool kSplitQ = kQTerms == 2;
     static constexpr int kBatch = 32;               // items per warp per batch (one per lane)
+    /// Unit of the per-warp copy ring: one dimension tile of kStepTokens tokens, one row each.
+    static constexpr int kRowBytes = kTileBytes;
+    static constexpr int kRowPieces = kRowBytes / 16;
+    static constexpr int kStageBytes = kStepTokens * kRowBytes;
 
     static_assert(std::is_same_v<TD, __half> || kDocBF16 || kDocF32, "doc type");
     static_assert(kMTiles == 2 || kMTiles == 4, "query groups of 32 or 64 rows");
@@ -98,14 +109,6 @@ inline int q_row_bytes(int dim) { return dim * 2 + ((dim * 2) % 128 == 0 ? 64 : 
 // ---------------------------------------------------------------------------------------
 // Small device helpers
 // ---------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
-}
 
 using mma_tile::lds128;
 using mma_tile::mma16816;
@@ -206,97 +209,207 @@ __device__ __forceinline__ void warp_insert(uint64_t* l, int& n, int k, uint64_t
 // One warp, one document, one query group
 // ---------------------------------------------------------------------------------------
 
-/// sum over the group's valid rows of max over the document's tokens; n_tok > 0.
+/// Position of a warp's walk over its items' units: item u (32: done), its tokens
+/// [ub, ub + n_tok), step s0, dimension tile c.
+struct Cursor {
+    int u;
+    int n_tok;
+    int s0;
+    int c;
+    int64_t ub;
+};
+
+/// The first non-empty item after u (lanes of `nonempty`), or 32.
+__device__ __forceinline__ int next_item(unsigned nonempty, int u) {
+    const unsigned rest = u >= 31 ? 0u : (nonempty & (0xffffffffu << (u + 1)));
+    return rest ? __ffs(rest) - 1 : 32;
+}
+
+/// Moves to the next unit: next tile, else next step, else the next non-empty item.
 template <class T>
-__device__ __forceinline__ float warp_doc_maxsim(const typename T::Doc* __restrict__ doc, int n_tok, int dim,
-                                                 const unsigned char* q_hi, const unsigned char* q_lo,
-                                                 int q_row_bytes, int rows_valid, int lane) {
-    using TD = typename T::Doc;
-    constexpr int kM = T::kMTiles, kN = T::kNTiles, kC = T::kChunks, kV = T::kVecs;
+__device__ __forceinline__ void advance(Cursor& k, int n_tiles, unsigned nonempty, int64_t tb, int64_t te) {
+    if (++k.c < n_tiles) return;
+    k.c = 0;
+    k.s0 += T::kStepTokens;
+    if (k.s0 < k.n_tok) return;
+    k.s0 = 0;
+    k.u = next_item(nonempty, k.u);
+    if (k.u < 32) {
+        k.ub = __shfl_sync(0xffffffffu, tb, k.u);
+        k.n_tok = int(__shfl_sync(0xffffffffu, te, k.u) - k.ub);
+    }
+}
+
+/// Piece (16 bytes) position inside a 128-byte stage row. One shared-memory phase of an LDS.128
+/// serves 8 lanes: rows 2j and 2j + 1, pieces 4c + t (16-bit) or 2t + v (fp32); odd rows flip
+/// piece bit 2 (16-bit) or bit 0 (fp32), so the two rows fall in different banks.
+template <class T>
+__device__ __forceinline__ int stage_offset(int row, int piece) {
+    return row * T::kRowBytes + ((piece ^ ((row & 1) * (T::kDocF32 ? 1 : 4))) << 4);
+}
+
+/// Issues (no wait) the copy of unit k: tile k.c of tokens k.s0 .. of item k.u into stage st.
+/// Lane copies piece lane % 8 of rows lane / 8 + 4i.
+template <class T>
+__device__ __forceinline__ void copy_unit(const Cursor& k, const unsigned char* docs, int dim, unsigned char* st,
+                                          int lane) {
+    static_assert(T::kRowPieces == 8, "128-byte rows");
+    const int nv = min(T::kStepTokens, k.n_tok - k.s0);
+    const int row_bytes = dim * int(sizeof(typename T::Doc));
+    const int p = lane & 7, r0 = lane >> 3;
+    const int tile_bytes = row_bytes - k.c * T::kRowBytes;  // bytes left in the row from this tile on
+    if (p * 16 >= tile_bytes) return;                       // a partial last tile (16-bit, 64 bytes)
+    const unsigned char* src = docs + ((k.ub + k.s0 + r0) * row_bytes + k.c * T::kRowBytes + p * 16);
+    unsigned char* dst = st + stage_offset<T>(r0, p);
+#pragma unroll
+    for (int i = 0; i < T::kStepTokens / 4; ++i) {
+        if (r0 + 4 * i < nv) async_copy::cp16_stream(dst + 4 * i * T::kRowBytes, src + 4 * i * row_bytes);
+    }
+}
+
+/// A warp's walk over the units (kStepTokens tokens x one dimension tile) of its items, through
+/// a ring of a.n_stages stages: `cur` is scored while the copies up to `ahead` are in flight.
+struct Ring {
+    Cursor cur, ahead;
+    unsigned nonempty;  // lanes whose item has tokens
+};
+
+/// Starts the walk over this warp's n_mine items (lane u holds item u's token range [tb, te)):
+/// issues the copies of the first a.n_stages - 1 units.
+template <class T>
+__device__ __forceinline__ void ring_start(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
+                                           unsigned char* stages, int lane, Ring& r) {
+    const int n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
+    r.nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
+    r.cur.u = r.nonempty ? __ffs(r.nonempty) - 1 : 32;
+    if (r.cur.u == 32) return;
+    r.cur.ub = __shfl_sync(0xffffffffu, tb, r.cur.u);
+    r.cur.n_tok = int(__shfl_sync(0xffffffffu, te, r.cur.u) - r.cur.ub);
+    r.cur.s0 = 0;
+    r.cur.c = 0;
+    r.ahead = r.cur;
+    for (int i = 0; i < a.n_stages - 1; ++i) {
+        if (r.ahead.u < 32) {
+            copy_unit<T>(r.ahead, static_cast<const unsigned char*>(a.doc_tokens), a.dim,
+                         stages + i * T::kStageBytes, lane);
+            advance<T>(r.ahead, n_tiles, r.nonempty, tb, te);
+        }
+        async_copy::commit();
+    }
+}
+
+/// Scores the walk started by ring_start against one query group, adding each item's group
+/// score to `part` in the lane that owns it. Tokens past a document's end are never copied;
+/// their columns are masked.
+template <class T>
+__device__ __forceinline__ void ring_score(const MaxSimArgs& a, int64_t tb, int64_t te, Ring& r,
+                                           const unsigned char* q_hi, const unsigned char* q_lo, int rows_valid,
+                                           unsigned char* stages, int lane, float& part) {
+    constexpr int kM = T::kMTiles, kN = T::kNTiles, kV = T::kVecs;
     const int g = lane >> 2, t = lane & 3;
+    const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
+    const unsigned char* docs = static_cast<const unsigned char*>(a.doc_tokens);
+    const unsigned nonempty = r.nonempty;
+    Cursor& cur = r.cur;
+    Cursor& ahead = r.ahead;
+    const unsigned char* qrow_hi = q_hi + g * a.q_row_bytes + t * 16;
+    const unsigned char* qrow_lo = q_lo + g * a.q_row_bytes + t * 16;
     float rmax[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+    float acc[kM][kN][4];
+    int slot = 0;
+    while (cur.u < 32) {
+        __syncwarp();  // every lane is done reading the stage the next copy overwrites
+        if (ahead.u < 32) {
+            const int fill = slot == 0 ? S - 1 : slot - 1;
+            copy_unit<T>(ahead, docs, a.dim, stages + fill * T::kStageBytes, lane);
+            advance<T>(ahead, n_tiles, nonempty, tb, te);
+        }
+        async_copy::commit();
+        async_copy::wait_pending(S - 1);
+        __syncwarp();  // the current unit's copies, from every lane, are visible
 
-    const unsigned char* qrow_hi = q_hi + g * q_row_bytes + t * 16;
-    const unsigned char* qrow_lo = q_lo + g * q_row_bytes + t * 16;
-
-    for (int s0 = 0; s0 < n_tok; s0 += T::kStepTokens) {
-        float acc[kM][kN][4];
+        if (cur.c == 0) {
 #pragma unroll
-        for (int m = 0; m < kM; ++m)
+            for (int m = 0; m < kM; ++m)
 #pragma unroll
-            for (int n = 0; n < kN; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
-
-        for (int d0 = 0; d0 < dim; d0 += T::kTileDims) {
-            const int nch = min(kC, (dim - d0) >> 5);
-            uint4 dr[kN][kC][kV];
+                for (int n = 0; n < kN; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
+        }
+        const unsigned char* st = stages + slot * T::kStageBytes;
+        const int nch = min(T::kChunks, (a.dim - cur.c * T::kTileDims) >> 5);
+#pragma unroll
+        for (int ch = 0; ch < T::kChunks; ++ch) {
+            if (ch >= nch) break;
+            const int qoff = (cur.c * T::kTileDims + ch * 32) * 2;
+            uint4 qa[kM][T::kQTerms], qb[kM][T::kQTerms];
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+                qa[m][0] = lds128(qrow_hi + (m * 16) * a.q_row_bytes + qoff);
+                qb[m][0] = lds128(qrow_hi + (m * 16 + 8) * a.q_row_bytes + qoff);
+                if constexpr (T::kQTerms == 2) {
+                    qa[m][1] = lds128(qrow_lo + (m * 16) * a.q_row_bytes + qoff);
+                    qb[m][1] = lds128(qrow_lo + (m * 16 + 8) * a.q_row_bytes + qoff);
+                }
+            }
+            // B fragments: lane g*4+t takes token n*8+g, dims 8t..8t+7 of the chunk.
+            uint32_t bh[kN][4], bl[kN][4];
 #pragma unroll
             for (int n = 0; n < kN; ++n) {
-                const int tok = s0 + n * 8 + g;
-                const bool ok = tok < n_tok;
-                const unsigned char* rp =
-                    reinterpret_cast<const unsigned char*>(doc + int64_t(ok ? tok : 0) * dim + d0) + t * 8 * sizeof(TD);
+                uint4 dr[kV];
 #pragma unroll
-                for (int c = 0; c < kC; ++c)
+                for (int v = 0; v < kV; ++v) dr[v] = lds128(st + stage_offset<T>(n * 8 + g, ch * 4 + t * kV + v));
+                if constexpr (T::kDocF32) {
+                    // 8 fp32 values (2 vectors) -> bf16 hi and lo pairs, same k order as fp16.
+                    const float xs[8] = {__uint_as_float(dr[0].x), __uint_as_float(dr[0].y),
+                                         __uint_as_float(dr[0].z), __uint_as_float(dr[0].w),
+                                         __uint_as_float(dr[kV - 1].x), __uint_as_float(dr[kV - 1].y),
+                                         __uint_as_float(dr[kV - 1].z), __uint_as_float(dr[kV - 1].w)};
 #pragma unroll
-                    for (int v = 0; v < kV; ++v)
-                        dr[n][c][v] = (ok && c < nch) ? ldg_stream(rp + c * 32 * sizeof(TD) + v * 16)
-                                                      : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int c = 0; c < kC; ++c) {
-                if (c >= nch) break;
-                const int qoff = (d0 + c * 32) * 2;
-                uint4 qa[kM][T::kQTerms], qb[kM][T::kQTerms];
-#pragma unroll
-                for (int m = 0; m < kM; ++m) {
-                    qa[m][0] = lds128(qrow_hi + (m * 16) * q_row_bytes + qoff);
-                    qb[m][0] = lds128(qrow_hi + (m * 16 + 8) * q_row_bytes + qoff);
-                    if constexpr (T::kQTerms == 2) {
-                        qa[m][1] = lds128(qrow_lo + (m * 16) * q_row_bytes + qoff);
-                        qb[m][1] = lds128(qrow_lo + (m * 16 + 8) * q_row_bytes + qoff);
+                    for (int j = 0; j < 4; ++j) {
+                        const float h0 = __bfloat162float(__float2bfloat16_rn(xs[2 * j]));
+                        const float h1 = __bfloat162float(__float2bfloat16_rn(xs[2 * j + 1]));
+                        bh[n][j] = pack_bf16(h0, h1);
+                        bl[n][j] = pack_bf16(xs[2 * j] - h0, xs[2 * j + 1] - h1);
                     }
+                } else {
+                    bh[n][0] = dr[0].x; bh[n][1] = dr[0].y; bh[n][2] = dr[0].z; bh[n][3] = dr[0].w;
                 }
+            }
+            // Each term (k half x precision part) over all kM x kN tiles before the next, so
+            // that two MMAs into one accumulator are kM * kN MMAs apart.
+            constexpr bool bf = T::kComputeBF16;
+            constexpr int kTerms = 2 * (1 + (T::kQTerms == 2 ? 1 : 0) + (T::kDocF32 ? 1 : 0));
 #pragma unroll
-                for (int n = 0; n < kN; ++n) {
-                    uint32_t bh[4], bl[4];
-                    if constexpr (T::kDocF32) {
-                        // 8 fp32 values (2 vectors) -> bf16 hi and lo pairs, same k order as fp16.
-                        const uint4 v0 = dr[n][c][0], v1 = dr[n][c][kV - 1];
-                        const float xs[8] = {__uint_as_float(v0.x), __uint_as_float(v0.y), __uint_as_float(v0.z),
-                                             __uint_as_float(v0.w), __uint_as_float(v1.x), __uint_as_float(v1.y),
-                                             __uint_as_float(v1.z), __uint_as_float(v1.w)};
+            for (int term = 0; term < kTerms; ++term) {
+                const int h = term & 1;        // k 0..15 or 16..31
+                const int part_i = term >> 1;  // 0: hi x hi; 1: q lo x hi (split); last: q hi x doc lo (fp32)
+                const bool doc_lo = T::kDocF32 && part_i == kTerms / 2 - 1;
+                const int qt = (part_i == 1 && T::kQTerms == 2 && !doc_lo) ? 1 : 0;
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            const float h0 = __bfloat162float(__float2bfloat16_rn(xs[2 * j]));
-                            const float h1 = __bfloat162float(__float2bfloat16_rn(xs[2 * j + 1]));
-                            bh[j] = pack_bf16(h0, h1);
-                            bl[j] = pack_bf16(xs[2 * j] - h0, xs[2 * j + 1] - h1);
-                        }
-                    } else {
-                        bh[0] = dr[n][c][0].x; bh[1] = dr[n][c][0].y; bh[2] = dr[n][c][0].z; bh[3] = dr[n][c][0].w;
-                    }
+                for (int n = 0; n < kN; ++n)
 #pragma unroll
                     for (int m = 0; m < kM; ++m) {
-                        constexpr bool bf = T::kComputeBF16;
-                        mma16816<bf>(acc[m][n], qa[m][0].x, qb[m][0].x, qa[m][0].y, qb[m][0].y, bh[0], bh[1]);
-                        mma16816<bf>(acc[m][n], qa[m][0].z, qb[m][0].z, qa[m][0].w, qb[m][0].w, bh[2], bh[3]);
-                        if constexpr (T::kQTerms == 2) {
-                            mma16816<bf>(acc[m][n], qa[m][1].x, qb[m][1].x, qa[m][1].y, qb[m][1].y, bh[0], bh[1]);
-                            mma16816<bf>(acc[m][n], qa[m][1].z, qb[m][1].z, qa[m][1].w, qb[m][1].w, bh[2], bh[3]);
-                        }
-                        if constexpr (T::kDocF32) {
-                            mma16816<bf>(acc[m][n], qa[m][0].x, qb[m][0].x, qa[m][0].y, qb[m][0].y, bl[0], bl[1]);
-                            mma16816<bf>(acc[m][n], qa[m][0].z, qb[m][0].z, qa[m][0].w, qb[m][0].w, bl[2], bl[3]);
-                        }
+                        const uint4& A = qa[m][qt];
+                        const uint4& B = qb[m][qt];
+                        const uint32_t* bb = doc_lo ? bl[n] : bh[n];
+                        if (h == 0) mma16816<bf>(acc[m][n], A.x, B.x, A.y, B.y, bb[0], bb[1]);
+                        else mma16816<bf>(acc[m][n], A.z, B.z, A.w, B.w, bb[2], bb[3]);
                     }
-                }
             }
         }
-        mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
+        if (cur.c == n_tiles - 1) {  // the step's last tile
+            mma_tile::fold_step_max<kM, kN>(rmax, acc, cur.s0, cur.n_tok, t, cur.s0 + T::kStepTokens <= cur.n_tok);
+            if (cur.s0 + T::kStepTokens >= cur.n_tok) {  // the item's last step
+                const float sc = mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
+                if (lane == cur.u) part += sc;
+#pragma unroll
+                for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+            }
+        }
+        advance<T>(cur, n_tiles, nonempty, tb, te);
+        slot = slot + 1 == S ? 0 : slot + 1;
     }
-    return mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
 }
 
 /// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms).
@@ -330,13 +443,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     unsigned char* q_lo = smem + T::kRows * a.q_row_bytes;
     uint64_t* lists = reinterpret_cast<uint64_t*>(smem + T::kRows * a.q_row_bytes * T::kQTerms);
     int* counts = reinterpret_cast<int*>(lists + T::kWarps * a.k);
+    unsigned char* stages = reinterpret_cast<unsigned char*>(counts) + 16 * ((T::kWarps * sizeof(int) + 15) / 16) +
+                            (threadIdx.x >> 5) * a.n_stages * T::kStageBytes;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
     const bool topk = a.topk_partial != nullptr;
     uint64_t* my_list = lists + warp * a.k;
-    const TD* docs = static_cast<const TD*>(a.doc_tokens);
 
     for (int q = blockIdx.y; q < a.n_queries; q += gridDim.y) {
         int ql = a.query_lens ? a.query_lens[q] : a.q_stride;
@@ -373,16 +487,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
-                for (int u = 0; u < n_mine; ++u) {
-                    const int64_t ub = __shfl_sync(0xffffffffu, tb, u);
-                    const int64_t ue = __shfl_sync(0xffffffffu, te, u);
-                    float sc = 0.f;
-                    if (ue > ub) {
-                        sc = warp_doc_maxsim<T>(docs + ub * a.dim, int(ue - ub), a.dim, q_hi, q_lo, a.q_row_bytes,
-                                                rows_valid, lane);
-                    }
-                    if (lane == u) part += sc;
-                }
+                Ring ring;
+                ring_start<T>(a, tb, te, n_mine, stages, lane, ring);
+                ring_score<T>(a, tb, te, ring, q_hi, q_lo, rows_valid, stages, lane, part);
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if (!topk) {
