@@ -18,7 +18,6 @@ namespace {
 
 constexpr int kMaxGridY = 65535;
 
-int q_row_bytes(int dim) { return dim * 2 + ((dim * 2) % 128 == 0 ? 64 : 0); }
 int n_groups(const CodeMaxSimParams& p) { return (p.q_stride + 31) / 32; }
 
 /// Decode class of a codec shape; -1 when unsupported.
@@ -45,7 +44,7 @@ int codebook_smem_bytes(const CodeMaxSimParams& p, int sub) {
 size_t smem_bytes(const CodeMaxSimParams& p, int sub) {
     const size_t stages = size_t(CodeTraits<0>::kWarps) * 2 * stage_bytes(p.n_code_bytes);
     if (sub == 0) return stages;
-    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * q_row_bytes(p.dim) + stages;
+    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages;
 }
 
 Status validate_sizes(const CodeMaxSimParams& p) {
@@ -206,7 +205,6 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     a.cand_offsets = p.cand_offsets;
     a.cand_docs = p.cand_docs;
     a.scores = p.scores;
-    a.q_row_bytes = code_impl::q_row_bytes(p.dim);
     a.cb_smem_bytes = code_impl::codebook_smem_bytes(p, sub);
     return code_impl::dispatch(sub, a, smem, p, static_cast<cudaStream_t>(stream));
 }

@@ -21,7 +21,8 @@
 //     kSub = 0 (centroid-only) skips the residual: no MMAs, no query rows in shared memory.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
 // Shared memory per CTA: fp16 codebook n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
-//   then 32 query rows of q_row_bytes(dim). dim = 128: 64 KB + 10 KB; dim = 256: 146 KB.
+//   then 32 query rows in A-fragment order (dim * 64 bytes), then each warp's two staging
+//   buffers. dim = 128, PQ-16: 64 KB + 8 KB + 10 KB.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -57,7 +58,6 @@ struct CodeArgs {
     const int64_t* cand_offsets;
     const int32_t* cand_docs;
     float* scores;
-    int q_row_bytes;    // shared-memory stride of one query row
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
 };
 
@@ -176,7 +176,7 @@ __device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int 
 template <class T>
 __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned char* st, int code_off, int s0,
                                                int n_tok, const __half* table_g, const unsigned char* cb,
-                                               const unsigned char* qrow, int lane,
+                                               const unsigned char* q_s, int lane,
                                                float (&rmax)[T::kMTiles][2]) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles;
     const int g = lane >> 2, t = lane & 3;
@@ -208,12 +208,12 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
             const int d0 = d + 8 * t;
             const int b = T::kSub == 8 ? int(__umulhi(uint32_t(d0), a.dsub_magic)) : d0 / T::kSub;
             const int off = d0 - b * a.dsub;
-            uint4 qa[kM], qb[kM];
+            const int c = d >> 5, n_chunks = a.dim >> 5;
+            uint4 qf[kM][2];
 #pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                qa[m] = lds128(qrow + (m * 16) * a.q_row_bytes + d * 2);
-                qb[m] = lds128(qrow + (m * 16 + 8) * a.q_row_bytes + d * 2);
-            }
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) qf[m][h] = lds128(q_s + mma_tile::a_frag_offset(m, c, h, lane, n_chunks));
             uint4 bf[kN];
 #pragma unroll
             for (int n = 0; n < kN; ++n) bf[n] = decode8<T>(crow[n], b, off, a.dsub, cb, rep_off);
@@ -222,12 +222,12 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
             for (int n = 0; n < kN; ++n)
 #pragma unroll
                 for (int m = 0; m < kM; ++m)
-                    mma16816<false>(acc[m][n], qa[m].x, qb[m].x, qa[m].y, qb[m].y, bf[n].x, bf[n].y);
+                    mma16816<false>(acc[m][n], qf[m][0].x, qf[m][0].y, qf[m][0].z, qf[m][0].w, bf[n].x, bf[n].y);
 #pragma unroll
             for (int n = 0; n < kN; ++n)
 #pragma unroll
                 for (int m = 0; m < kM; ++m)
-                    mma16816<false>(acc[m][n], qa[m].z, qb[m].z, qa[m].w, qb[m].w, bf[n].z, bf[n].w);
+                    mma16816<false>(acc[m][n], qf[m][1].x, qf[m][1].y, qf[m][1].z, qf[m][1].w, bf[n].z, bf[n].w);
         }
     }
     mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
@@ -242,9 +242,8 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
                                                 const __half* table_g, const unsigned char* cb,
                                                 const unsigned char* q_s, int rows_valid, unsigned char* stages,
                                                 int lane, float& part) {
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2;
     const int sb = stage_bytes(a.n_code_bytes);
-    const unsigned char* qrow = q_s + g * a.q_row_bytes + t * 16;
     const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
     auto next_item = [&](int u) {  // first non-empty item after u, or 32
         const unsigned rest = u >= 31 ? 0u : (nonempty & (0xffffffffu << (u + 1)));
@@ -279,7 +278,7 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
         async_copy::commit();
         async_copy::wait_pending(1);
         __syncwarp();  // the current stage's copies, from every lane, are visible
-        warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, qrow, lane, rmax);
+        warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, q_s, lane, rmax);
         if (ns0 == 0) {  // the item's last step
             const float sc = mma_tile::sum_row_maxima<T::kMTiles>(rmax, rows_valid, g);
             if (lane == u) part += sc;
@@ -294,15 +293,22 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     }
 }
 
-/// Query rows [row0, row0 + 32) of query q as fp16 in shared memory (rows past ql are 0).
+/// Query rows [row0, row0 + 32) of query q as fp16 in shared memory, in A-fragment order
+/// (mma_tile::a_frag_offset; rows past ql are 0).
 template <class T>
 __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int ql, int row0, unsigned char* q_s) {
-    const int n = T::kRows * a.dim;
-    for (int idx = threadIdx.x; idx < n; idx += T::kThreads) {
-        const int r = idx / a.dim, c = idx - r * a.dim;
+    const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
+    for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
+        int r, c;
+        mma_tile::a_frag_word(w, n_chunks, r, c);
         const int row = row0 + r;
-        const float v = row < ql ? a.queries[(int64_t(q) * a.q_stride + row) * a.dim + c] : 0.f;
-        *reinterpret_cast<__half*>(q_s + r * a.q_row_bytes + c * 2) = __float2half_rn(v);
+        float v0 = 0.f, v1 = 0.f;
+        if (row < ql) {
+            const float* src = a.queries + (int64_t(q) * a.q_stride + row) * a.dim + c;
+            v0 = src[0];
+            v1 = src[1];
+        }
+        *reinterpret_cast<__half2*>(q_s + 4 * w) = __floats2half2_rn(v0, v1);
     }
 }
 
@@ -312,7 +318,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     unsigned char* cb = smem;
     unsigned char* q_s = smem + a.cb_smem_bytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    unsigned char* stages = q_s + (T::kSub != 0 ? T::kRows * a.q_row_bytes : 0) + warp * 2 * stage_bytes(a.n_code_bytes);
+    unsigned char* stages = q_s + (T::kSub != 0 ? T::kRows * a.dim * 2 : 0) + warp * 2 * stage_bytes(a.n_code_bytes);
 
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;

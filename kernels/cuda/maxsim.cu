@@ -36,7 +36,7 @@ struct Plan {
 /// Query rows, top-k lists (k > 0) and counts, then n_stages copy stages per warp (the
 /// kernel's layout; kStageBytes = (64 / m_tiles) tokens x 128 bytes).
 size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages) {
-    size_t b = size_t(16 * m_tiles) * q_row_bytes(dim) * terms;
+    size_t b = size_t(16 * m_tiles) * dim * 2 * terms;
     b += size_t(8) * k * sizeof(uint64_t) + 32;
     b += size_t(8) * n_stages * (64 / m_tiles) * 128;
     return b;
@@ -173,7 +173,6 @@ MaxSimArgs make_args(const MaxSimParams& p) {
     a.scores = p.scores;
     a.topk_partial = nullptr;
     a.k = 0;
-    a.q_row_bytes = q_row_bytes(p.dim);
     return a;
 }
 

@@ -17,7 +17,8 @@
 //              token g, dims 8t..8t+7 of every 32-dim chunk from the stage (ld.shared.v4, rows
 //              swizzled so a phase is conflict-free) as the B fragment of mma.m16n8k16; the k
 //              order inside a chunk is permuted identically on the query side. Query rows come
-//              from shared memory (A fragments, conflict-free row padding).
+//              from shared memory in A-fragment order (mma_tile::a_frag_offset: one
+//              conflict-free ld.shared.v4 per fragment, registers in operand order).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers; the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -27,12 +28,11 @@
 //   Precision: fp16/bf16 docs with the same query dtype use one MMA per tile; any query that
 //   the doc type cannot hold exactly is split q = hi + lo (two MMAs), fp32 docs are split too
 //   (bf16 hi/lo, three MMAs: hi*hi + lo*hi + hi*lo), keeping results at fp32 accuracy.
-// Shared memory per CTA: kRows * row_stride * kQTerms query bytes, row_stride = dim*2 (+64
-//   when dim*2 % 128 == 0, so the two rows a quarter-warp reads fall in different banks),
-//   kWarps sorted lists of k 64-bit keys (top-k mode) and their counts, then kWarps rings of
-//   n_stages x kStepTokens x 128 bytes. The launcher takes the deepest ring (<= 6) that keeps
-//   two CTAs per SM, else the deepest that fits one (dim=128, Nq<=32, fp16: 10 KB + 3 x 32 KB;
-//   dim=1024, split, top-k 1000: 199 KB + 1 x 32 KB, no copy ahead).
+// Shared memory per CTA: kRows * dim * 2 * kQTerms query bytes, kWarps sorted lists of k
+//   64-bit keys (top-k mode) and their counts, then kWarps rings of n_stages x kStepTokens x
+//   128 bytes. The launcher takes the deepest ring (<= 6) that keeps
+//   two CTAs per SM, else the deepest that fits one (dim=128, Nq<=32, fp16: 8 KB + 3 x 32 KB;
+//   dim=1024, split, top-k 1000: 191 KB + 1 x 32 KB, no copy ahead).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,7 +65,6 @@ struct MaxSimArgs {
     float* scores;          // scores mode (topk_partial == nullptr)
     uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys
     int k;
-    int q_row_bytes;        // shared-memory stride of one query row
     int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
 };
 
@@ -103,8 +102,6 @@ struct MaxSimTraits {
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
 };
 
-/// Bytes of shared memory one query row takes (conflict-free padding).
-inline int q_row_bytes(int dim) { return dim * 2 + ((dim * 2) % 128 == 0 ? 64 : 0); }
 
 // ---------------------------------------------------------------------------------------
 // Small device helpers
@@ -312,8 +309,6 @@ __device__ __forceinline__ void ring_score(const MaxSimArgs& a, int64_t tb, int6
     const unsigned nonempty = r.nonempty;
     Cursor& cur = r.cur;
     Cursor& ahead = r.ahead;
-    const unsigned char* qrow_hi = q_hi + g * a.q_row_bytes + t * 16;
-    const unsigned char* qrow_lo = q_lo + g * a.q_row_bytes + t * 16;
     float rmax[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
@@ -341,17 +336,16 @@ __device__ __forceinline__ void ring_score(const MaxSimArgs& a, int64_t tb, int6
 #pragma unroll
         for (int ch = 0; ch < T::kChunks; ++ch) {
             if (ch >= nch) break;
-            const int qoff = (cur.c * T::kTileDims + ch * 32) * 2;
-            uint4 qa[kM][T::kQTerms], qb[kM][T::kQTerms];
+            const int qc = cur.c * T::kChunks + ch, n_chunks = a.dim >> 5;
+            uint4 qf[kM][T::kQTerms][2];  // [m][hi / lo term][k half]
 #pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                qa[m][0] = lds128(qrow_hi + (m * 16) * a.q_row_bytes + qoff);
-                qb[m][0] = lds128(qrow_hi + (m * 16 + 8) * a.q_row_bytes + qoff);
-                if constexpr (T::kQTerms == 2) {
-                    qa[m][1] = lds128(qrow_lo + (m * 16) * a.q_row_bytes + qoff);
-                    qb[m][1] = lds128(qrow_lo + (m * 16 + 8) * a.q_row_bytes + qoff);
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int off = mma_tile::a_frag_offset(m, qc, h, lane, n_chunks);
+                    qf[m][0][h] = lds128(q_hi + off);
+                    if constexpr (T::kQTerms == 2) qf[m][1][h] = lds128(q_lo + off);
                 }
-            }
             // B fragments: lane g*4+t takes token n*8+g, dims 8t..8t+7 of the chunk.
             uint32_t bh[kN][4], bl[kN][4];
 #pragma unroll
@@ -390,11 +384,9 @@ __device__ __forceinline__ void ring_score(const MaxSimArgs& a, int64_t tb, int6
                 for (int n = 0; n < kN; ++n)
 #pragma unroll
                     for (int m = 0; m < kM; ++m) {
-                        const uint4& A = qa[m][qt];
-                        const uint4& B = qb[m][qt];
+                        const uint4& A = qf[m][qt][h];
                         const uint32_t* bb = doc_lo ? bl[n] : bh[n];
-                        if (h == 0) mma16816<bf>(acc[m][n], A.x, B.x, A.y, B.y, bb[0], bb[1]);
-                        else mma16816<bf>(acc[m][n], A.z, B.z, A.w, B.w, bb[2], bb[3]);
+                        mma16816<bf>(acc[m][n], A.x, A.y, A.z, A.w, bb[2 * h], bb[2 * h + 1]);
                     }
             }
         }
@@ -412,26 +404,36 @@ __device__ __forceinline__ void ring_score(const MaxSimArgs& a, int64_t tb, int6
     }
 }
 
-/// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms).
+/// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms),
+/// in A-fragment order (mma_tile::a_frag_offset; rows past ql are 0).
 template <class T>
 __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0,
                                                  unsigned char* q_hi, unsigned char* q_lo) {
     using C = std::conditional_t<T::kComputeBF16, __nv_bfloat16, __half>;
-    const int n = T::kRows * a.dim;
-    for (int idx = threadIdx.x; idx < n; idx += T::kThreads) {
-        const int r = idx / a.dim, c = idx - r * a.dim;
+    const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
+    for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
+        int r, c;
+        mma_tile::a_frag_word(w, n_chunks, r, c);
         const int row = row0 + r;
-        const float v = row < ql ? load_q(a.queries, a.q_dtype, (int64_t(q) * a.q_stride + row) * a.dim + c) : 0.f;
-        C h, l;
-        if constexpr (T::kComputeBF16) {
-            h = __float2bfloat16_rn(v);
-            l = __float2bfloat16_rn(v - __bfloat162float(h));
-        } else {
-            h = __float2half_rn(v);
-            l = __float2half_rn(v - __half2float(h));
+        C h[2], l[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float v =
+                row < ql ? load_q(a.queries, a.q_dtype, (int64_t(q) * a.q_stride + row) * a.dim + c + e) : 0.f;
+            if constexpr (T::kComputeBF16) {
+                h[e] = __float2bfloat16_rn(v);
+                l[e] = __float2bfloat16_rn(v - __bfloat162float(h[e]));
+            } else {
+                h[e] = __float2half_rn(v);
+                l[e] = __float2half_rn(v - __half2float(h[e]));
+            }
         }
-        *reinterpret_cast<C*>(q_hi + r * a.q_row_bytes + c * 2) = h;
-        if constexpr (T::kQTerms == 2) *reinterpret_cast<C*>(q_lo + r * a.q_row_bytes + c * 2) = l;
+        reinterpret_cast<C*>(q_hi + 4 * w)[0] = h[0];
+        reinterpret_cast<C*>(q_hi + 4 * w)[1] = h[1];
+        if constexpr (T::kQTerms == 2) {
+            reinterpret_cast<C*>(q_lo + 4 * w)[0] = l[0];
+            reinterpret_cast<C*>(q_lo + 4 * w)[1] = l[1];
+        }
     }
 }
 
@@ -440,8 +442,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     using TD = typename T::Doc;
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* q_hi = smem;
-    unsigned char* q_lo = smem + T::kRows * a.q_row_bytes;
-    uint64_t* lists = reinterpret_cast<uint64_t*>(smem + T::kRows * a.q_row_bytes * T::kQTerms);
+    unsigned char* q_lo = smem + T::kRows * a.dim * 2;
+    uint64_t* lists = reinterpret_cast<uint64_t*>(smem + T::kRows * a.dim * 2 * T::kQTerms);
     int* counts = reinterpret_cast<int*>(lists + T::kWarps * a.k);
     unsigned char* stages = reinterpret_cast<unsigned char*>(counts) + 16 * ((T::kWarps * sizeof(int) + 15) / 16) +
                             (threadIdx.x >> 5) * a.n_stages * T::kStageBytes;

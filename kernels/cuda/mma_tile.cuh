@@ -18,6 +18,27 @@ __device__ __forceinline__ uint4 lds128(const unsigned char* p) { return *reinte
 __device__ __forceinline__ uint2 lds64(const unsigned char* p) { return *reinterpret_cast<const uint2*>(p); }
 __device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+/// Query rows in A-fragment order. The 16 bytes lane L passes to mma.m16n8k16 as a0..a3 for
+/// m16 tile m, 32-dim chunk c and k half h lie at a_frag_offset(m, c, h, L): a0 / a2 hold
+/// row m*16 + g, dims c*32 + 8t + 4h + {0,1} / {2,3}, a1 / a3 the same dims of row m*16 + g + 8
+/// (g = L / 4, t = L % 4; the k order inside a chunk is permuted the same way on the B side,
+/// where lane L holds token g, dims 8t..8t+7). One ld.shared.v4 per fragment, 32 lanes reading
+/// 512 consecutive bytes: no bank conflicts, and the registers arrive in operand order.
+/// A group of 16*kM rows x dim takes kM * dim * 32 bytes (dim / 32 chunks of 1 KB per tile).
+__device__ __forceinline__ int a_frag_offset(int m, int c, int h, int lane, int n_chunks) {
+    return ((m * n_chunks + c) * 2 + h) * 512 + lane * 16;
+}
+
+/// Inverse of a_frag_offset for filling: 4-byte word w of the layout holds the two values of
+/// `row` (within the group) at dims `dim`, `dim` + 1.
+__device__ __forceinline__ void a_frag_word(int w, int n_chunks, int& row, int& dim) {
+    const int j = w & 3, lane = (w >> 2) & 31, block = w >> 7;
+    const int h = block & 1, mc = block >> 1;
+    const int c = mc % n_chunks, m = mc / n_chunks;
+    row = m * 16 + (lane >> 2) + (j & 1) * 8;
+    dim = c * 32 + 8 * (lane & 3) + 4 * h + (j >> 1) * 2;
+}
+
 /// d += A (16x16, row) * B (16x8, col), fp16 or bf16 inputs, fp32 accumulators.
 template <bool kBF16>
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
