@@ -197,6 +197,7 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     a.token_centroids = p.token_centroids;
     a.codes = p.codes;
     a.n_code_bytes = p.n_code_bytes;
+    a.codes_aligned16 = p.n_code_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.codes) % 16 == 0;
     a.dsub = p.n_code_bytes ? p.dim / p.n_code_bytes : 0;
     a.dsub_magic = a.dsub ? uint32_t(((uint64_t(1) << 32) + a.dsub - 1) / a.dsub) : 0;
     a.codebook = p.codebook;

@@ -50,6 +50,7 @@ struct CodeArgs {
     const uint32_t* token_centroids;
     const uint8_t* codes;
     int n_code_bytes;
+    int codes_aligned16;  // codes 16-byte aligned and n_code_bytes % 16 == 0
     int dsub;
     uint32_t dsub_magic;  // ceil(2^32 / dsub)
     const float* codebook;
@@ -148,6 +149,12 @@ __host__ __device__ constexpr int stage_bytes(int n_code_bytes) {
 __device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int nv, unsigned char* st, int lane) {
     if (lane < nv) async_copy::cp4(st + lane * 4, a.token_centroids + tok0 + lane);
     if (a.n_code_bytes == 0) return;
+    if (a.codes_aligned16) {  // every row starts on a 16-byte boundary: whole pieces only
+        const int n_pieces = nv * a.n_code_bytes / 16;
+        const unsigned char* src = a.codes + tok0 * a.n_code_bytes;
+        for (int k = lane; k < n_pieces; k += 32) async_copy::cp16(st + 128 + k * 16, src + k * 16);
+        return;
+    }
     const uintptr_t lo = reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes);
     const uintptr_t hi = lo + uintptr_t(nv) * a.n_code_bytes;
     const uintptr_t base = lo & ~uintptr_t(15);

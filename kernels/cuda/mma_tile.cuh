@@ -63,6 +63,16 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 template <int kM, int kN>
 __device__ __forceinline__ void fold_step_max(float (&rmax)[kM][2], const float (&acc)[kM][kN][4], int s0, int n_tok,
                                               int t, bool full) {
+    if (full) {  // warp-uniform: no masks on a step of whole tiles
+#pragma unroll
+        for (int n = 0; n < kN; ++n)
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(acc[m][n][0], acc[m][n][1]));
+                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(acc[m][n][2], acc[m][n][3]));
+            }
+        return;
+    }
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
         const int col = s0 + n * 8 + 2 * t;
