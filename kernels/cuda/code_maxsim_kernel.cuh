@@ -3,26 +3,30 @@
 // code_maxsim.cu). score(q, d) = sum_i max_t (cs[q, i, cid_t] + <q_i, r_t>), where the
 // residual r_t is decoded from the codebook in shared memory.
 //
-// Mapping (CodeTraits<kSub>, kWarps = 8 warps, 256 threads per CTA), as the exact kernel:
+// Mapping (CodeTraits<kSub, kShared>, kWarps = 8 warps, 256 threads per CTA), as the exact kernel:
 //   grid.y  -> query q (grid-stride when n_queries > 65535)
 //   grid.x  -> slice s of query q's item list (dense: documents; ragged: candidates).
 //   warp w  -> items b0 + w + 8*u of each batch of 256 items; lane u holds item u's metadata.
 //   warp step: 32 document tokens (4 n8 tiles) x all dims, 32 query rows (2 m16 tiles).
+//     Each warp walks the steps of its items in order through two shared-memory stages:
+//     cp.async copies the next step's 32 centroid ids and code rows (across document
+//     boundaries) while the current step is scored.
 //     Accumulators start at the centroid scores: lane g*4+t owns accumulator columns
 //     (tokens) 2t, 2t+1 of each n8 tile and rows g, g+8, g+16, g+24; the table stores a
 //     token's 32 rows permuted so those four are one 8-byte load (slot g*4 + m*2 + h holds
-//     row m*16 + h*8 + g). The centroid ids of the step's 32 tokens are one coalesced load
-//     (one per lane) and shuffled.
+//     row m*16 + h*8 + g), gathered from L2 by the staged centroid ids.
 //     Residual: lane g*4+t holds, as the B fragment of mma.m16n8k16, token g's dims
-//     8t..8t+7 of each 32-dim chunk (k order permuted identically on the query side). Those
-//     8 dims are decoded from the code bytes that cover them (1 byte when dsub >= 8, 2 when
-//     dsub = 4, 4 when dsub = 2; read from global memory, L1-cached) by 16/8/4-byte reads of
-//     the fp16 codebook in shared memory, straight into registers.
+//     8t..8t+7 of each 32-dim chunk (k order permuted identically on the query side, whose
+//     rows sit in A-fragment order: mma_tile::a_frag_offset). Those 8 dims are decoded from
+//     the staged code bytes that cover them (1 byte when dsub >= 8, 2 when dsub = 4, 4 when
+//     dsub = 2) by 16/8/4-byte reads of the fp16 codebook in shared memory, straight into
+//     registers. kShared (residual codecs: every code byte uses the same block, dsub = kSub):
+//     one block, replicated so that the lanes of a shared-memory phase never share a bank.
 //     kSub = 0 (centroid-only) skips the residual: no MMAs, no query rows in shared memory.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
-// Shared memory per CTA: fp16 codebook n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
-//   then 32 query rows in A-fragment order (dim * 64 bytes), then each warp's two staging
-//   buffers. dim = 128, PQ-16: 64 KB + 8 KB + 10 KB.
+// Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes;
+//   kShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes), then each warp's two
+//   stages (stage_bytes). dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -252,10 +256,6 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     const int g = lane >> 2;
     const int sb = stage_bytes(a.n_code_bytes);
     const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
-    auto next_item = [&](int u) {  // first non-empty item after u, or 32
-        const unsigned rest = u >= 31 ? 0u : (nonempty & (0xffffffffu << (u + 1)));
-        return rest ? __ffs(rest) - 1 : 32;
-    };
     auto code_off = [&](int64_t tok0) {
         return int(reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes) & 15);
     };
@@ -273,7 +273,7 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
         int nu = u, ns0 = s0 + T::kStepTokens, nn = n_tok;
         int64_t nub = ub;
         if (ns0 >= n_tok) {
-            nu = next_item(u);
+            nu = mma_tile::next_lane(nonempty, u);
             ns0 = 0;
             if (nu < 32) {
                 nub = __shfl_sync(0xffffffffu, tb, nu);

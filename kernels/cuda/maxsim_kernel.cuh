@@ -216,12 +216,6 @@ struct Cursor {
     int64_t ub;
 };
 
-/// The first non-empty item after u (lanes of `nonempty`), or 32.
-__device__ __forceinline__ int next_item(unsigned nonempty, int u) {
-    const unsigned rest = u >= 31 ? 0u : (nonempty & (0xffffffffu << (u + 1)));
-    return rest ? __ffs(rest) - 1 : 32;
-}
-
 /// Moves to the next unit: next tile, else next step, else the next non-empty item.
 template <class T>
 __device__ __forceinline__ void advance(Cursor& k, int n_tiles, unsigned nonempty, int64_t tb, int64_t te) {
@@ -230,7 +224,7 @@ __device__ __forceinline__ void advance(Cursor& k, int n_tiles, unsigned nonempt
     k.s0 += T::kStepTokens;
     if (k.s0 < k.n_tok) return;
     k.s0 = 0;
-    k.u = next_item(nonempty, k.u);
+    k.u = mma_tile::next_lane(nonempty, k.u);
     if (k.u < 32) {
         k.ub = __shfl_sync(0xffffffffu, tb, k.u);
         k.n_tok = int(__shfl_sync(0xffffffffu, te, k.u) - k.ub);

@@ -39,6 +39,13 @@ __device__ __forceinline__ void a_frag_word(int w, int n_chunks, int& row, int& 
     dim = c * 32 + 8 * (lane & 3) + 4 * h + (j >> 1) * 2;
 }
 
+/// The first lane of `mask` after lane u, or 32: the next non-empty item of a warp's walk
+/// over the 32 items whose metadata its lanes hold.
+__device__ __forceinline__ int next_lane(unsigned mask, int u) {
+    const unsigned rest = u >= 31 ? 0u : (mask & (0xffffffffu << (u + 1)));
+    return rest ? __ffs(rest) - 1 : 32;
+}
+
 /// d += A (16x16, row) * B (16x8, col), fp16 or bf16 inputs, fp32 accumulators.
 template <bool kBF16>
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
