@@ -51,6 +51,10 @@ inline std::vector<MaxSimCase> maxsim_cases() {
     c.push_back({"query_lens_mixed", 4, 40, 128, ragged_lens(25, 1, 90, 9), {40, 1, 0, 17}, true,
                  DType::kF32, DType::kF16, false, 9});
     c.push_back({"nq256", 1, 256, 64, ragged_lens(6, 1, 50, 10), {}, false, DType::kF32, DType::kF16, false, 10});
+    // Dense, many documents per GPU slice (hundreds per CTA, so every warp walks several
+    // batches), lengths 0..12 including empty documents.
+    c.push_back({"many_docs_dense", 2, 32, 32, ragged_lens(70000, 0, 12, 15), {}, false, DType::kF32,
+                 DType::kF16, false, 15});
     for (int dim : {32, 64, 96, 128, 160, 256, 384, 512, 768, 1024}) {
         c.push_back({"dim" + std::to_string(dim), 2, 32, dim, ragged_lens(8, 1, 70, 11 + dim), {}, true,
                      DType::kF32, DType::kF16, false, uint32_t(11 + dim)});
