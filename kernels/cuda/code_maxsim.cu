@@ -47,24 +47,30 @@ size_t smem_bytes(const CodeMaxSimParams& p, int sub) {
     return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages;
 }
 
+/// NotSupported for a codec shape (dim, n_code_bytes) the kernel has no decode for.
+Status check_shape(const CodeMaxSimParams& p) {
+    if (p.dim <= 0 || p.n_code_bytes < 0 || (p.n_code_bytes > 0 && p.dim % p.n_code_bytes != 0)) {
+        return Status::NotSupported("code_maxsim_cuda: n_code_bytes " + std::to_string(p.n_code_bytes) +
+                                    " must divide dim " + std::to_string(p.dim));
+    }
+    if (p.n_code_bytes > 0 && p.dim % 32 != 0) {
+        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) +
+                                    " (multiples of 32 with codes)");
+    }
+    if (sub_class(p) < 0) {
+        return Status::NotSupported("code_maxsim_cuda: dsub " + std::to_string(p.dim / p.n_code_bytes) +
+                                    " (2, 4 or a multiple of 8)");
+    }
+    return Status::OK();
+}
+
 Status validate_sizes(const CodeMaxSimParams& p) {
     if (p.n_queries < 0 || p.q_stride < 0 || p.n_docs < 0 || p.dim <= 0) {
         return Status::InvalidArgument("code_maxsim_cuda: bad size");
     }
     if (p.n_centroids <= 0) return Status::InvalidArgument("code_maxsim_cuda: n_centroids must be positive");
-    if (p.n_code_bytes < 0 || (p.n_code_bytes > 0 && p.dim % p.n_code_bytes != 0)) {
-        return Status::NotSupported("code_maxsim_cuda: n_code_bytes " + std::to_string(p.n_code_bytes) +
-                                    " must divide dim " + std::to_string(p.dim));
-    }
+    TMS_RETURN_IF_ERROR(check_shape(p));
     if (p.n_code_bytes > 0) {
-        if (p.dim % 32 != 0) {
-            return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) +
-                                        " (multiples of 32 with codes)");
-        }
-        if (sub_class(p) < 0) {
-            return Status::NotSupported("code_maxsim_cuda: dsub " + std::to_string(p.dim / p.n_code_bytes) +
-                                        " (2, 4 or a multiple of 8)");
-        }
         if (p.codebook == nullptr) return Status::InvalidArgument("code_maxsim_cuda: codebook is null");
         if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0) {
             return Status::InvalidArgument("code_maxsim_cuda: codebook must be 16-byte aligned");
@@ -214,18 +220,7 @@ Status code_maxsim_cuda_supported(int dim, int n_code_bytes) {
     CodeMaxSimParams p{};
     p.dim = dim;
     p.n_code_bytes = n_code_bytes;
-    p.n_centroids = 1;
-    if (dim <= 0 || n_code_bytes < 0 || (n_code_bytes > 0 && dim % n_code_bytes != 0)) {
-        return Status::NotSupported("code_maxsim_cuda: n_code_bytes " + std::to_string(n_code_bytes) +
-                                    " must divide dim " + std::to_string(dim));
-    }
-    if (n_code_bytes > 0 && dim % 32 != 0) {
-        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(dim) + " (multiples of 32 with codes)");
-    }
-    if (code_impl::sub_class(p) < 0) {
-        return Status::NotSupported("code_maxsim_cuda: dsub " + std::to_string(dim / n_code_bytes) +
-                                    " (2, 4 or a multiple of 8)");
-    }
+    TMS_RETURN_IF_ERROR(code_impl::check_shape(p));
     return code_impl::check_smem(p);
 }
 
