@@ -153,14 +153,20 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
     TMS_RETURN_IF_ERROR(codes.alloc(size_t(n_tok) * nb * copies));
     if (nb) TMS_RETURN_IF_ERROR(fill_dev(codes.p, n_tok * nb * copies, 2, 0, 0, 13));
     TMS_RETURN_IF_ERROR(book.alloc(size_t(kDim) * 256));
-    TMS_RETURN_IF_ERROR(fill_dev(book.p, int64_t(kDim) * 256, 0, 0.1f, 0, 15));
-    // Residual codecs: one block of bucket-weight combinations for every code byte, as the index writes them.
-    const bool shared = nb > 0 && bc.name.find("res") != std::string::npos;
-    if (shared) {
-        const size_t block = size_t(256) * (kDim / nb);
-        for (int b = 1; b < nb; ++b)
-            TMS_CUDA_RETURN_IF_ERROR(
-                cudaMemcpy(book.p + b * block, book.p, block * sizeof(float), cudaMemcpyDeviceToDevice));
+    bool shared = false;
+    if (nb > 0 && bc.name.find("res") != std::string::npos) {
+        // Residual codecs: one block of bucket-weight combinations for every code byte, as the
+        // index writes them (dim j of a code byte at bits nbits * j).
+        const int dsub = kDim / nb, nbits = 8 / dsub, levels = 1 << nbits;
+        std::vector<float> w(levels), h(size_t(kDim) * 256);
+        for (int i = 0; i < levels; ++i) w[i] = 0.02f * (float(i) + 0.5f - levels / 2.0f);
+        for (int b = 0; b < nb; ++b)
+            for (int e = 0; e < 256; ++e)
+                for (int j = 0; j < dsub; ++j) h[(size_t(b) * 256 + e) * dsub + j] = w[(e >> (nbits * j)) & (levels - 1)];
+        shared = kernels::codebook_blocks_equal(h.data(), kDim, nb);
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(book.p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+        TMS_RETURN_IF_ERROR(fill_dev(book.p, int64_t(kDim) * 256, 0, 0.1f, 0, 15));
     }
     TMS_RETURN_IF_ERROR(q.alloc(size_t(nq) * kQTokens * kDim));
     TMS_RETURN_IF_ERROR(fill_dev(q.p, int64_t(nq) * kQTokens * kDim, 0, 0.25f, 0, 17));

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -18,6 +19,7 @@
 namespace tms::engine::bench {
 
 constexpr int kSamples = 15;  // timing samples; the median is reported
+constexpr double kWarmupSeconds = 0.25;  // minimum warm-up before the samples of one timing
 
 /// A 32-bit hash of element i (murmur-like finalizer): deterministic random data.
 __device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
@@ -73,10 +75,17 @@ struct Timer {
         cudaEventDestroy(a);
         cudaEventDestroy(b);
     }
-    /// Median seconds per call of fn(i) over kSamples samples of `per_sample` calls, after two
-    /// warm-up calls.
+    /// Median seconds per call of fn(i) over kSamples samples of `per_sample` calls, after a
+    /// warm-up of at least two calls and kWarmupSeconds: an idle GPU runs at low clocks and
+    /// takes a while to reach its working clocks, so a short warm-up times the ramp.
     Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
-        for (int w = 0; w < 2; ++w) TMS_RETURN_IF_ERROR(fn(w));
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int w = 0;; ++w) {
+            TMS_RETURN_IF_ERROR(fn(w));
+            if (w < 1) continue;
+            TMS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+            if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= kWarmupSeconds) break;
+        }
         std::vector<double> t;
         int call = 0;
         for (int s = 0; s < kSamples; ++s) {

@@ -200,12 +200,7 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     im.device = device;
     im.dim = dim;
     im.n_code_bytes = n_code_bytes;
-    if (n_code_bytes > 0) {
-        const size_t block = size_t(256) * (dim / n_code_bytes);
-        im.codebook_shared = true;
-        for (int b = 1; b < n_code_bytes && im.codebook_shared; ++b)
-            im.codebook_shared = std::equal(h_codebook, h_codebook + block, h_codebook + b * block);
-    }
+    im.codebook_shared = kernels::codebook_blocks_equal(h_codebook, dim, n_code_bytes);
     im.n_centroids = n_centroids;
     im.n_docs = n_docs;
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));

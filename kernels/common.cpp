@@ -1,4 +1,5 @@
 // Copyright TileMaxSim authors. Shared helpers of the kernel module: validation, number formats.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -113,6 +114,14 @@ Status validate_common(int n_queries, int q_stride, int dim, const int32_t* quer
 }
 
 }  // namespace
+
+bool codebook_blocks_equal(const float* codebook, int dim, int n_code_bytes) {
+    if (codebook == nullptr || n_code_bytes <= 0 || dim <= 0 || dim % n_code_bytes != 0) return false;
+    const size_t block = size_t(256) * (dim / n_code_bytes);
+    for (int b = 1; b < n_code_bytes; ++b)
+        if (!std::equal(codebook, codebook + block, codebook + b * block)) return false;
+    return true;
+}
 
 Status validate_shard(const char* who, const int64_t* doc_offsets, int64_t n_docs, int64_t n_tokens, int device,
                       int n_devices) {

@@ -114,6 +114,11 @@ Status validate_host_batch(const char* who, int n_queries, int q_stride, const v
 Status validate_shard(const char* who, const int64_t* doc_offsets, int64_t n_docs, int64_t n_tokens, int device,
                       int n_devices);
 
+/// Whether all n_code_bytes blocks of a host codebook [n_code_bytes, 256, dim / n_code_bytes]
+/// are equal (exact comparison), as CodeMaxSimParams::codebook_shared promises; false for an
+/// empty codebook.
+bool codebook_blocks_equal(const float* codebook, int dim, int n_code_bytes);
+
 /// Per-segment top-k. Segment s is scores[offsets[s] .. offsets[s+1]) (or, with offsets ==
 /// nullptr, the rows of a dense [n_segments, row_len] matrix). Output [n_segments, k]:
 /// best first; ties broken by the lower id; ids are ids[pos] (or the position within the

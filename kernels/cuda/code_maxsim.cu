@@ -29,15 +29,21 @@ int sub_class(const CodeMaxSimParams& p) {
     return -1;
 }
 
-/// Whether the kernel keeps one replicated codebook block (CodeTraits::kShared).
-bool use_shared_block(const CodeMaxSimParams& p, int sub) {
-    return p.codebook_shared && sub != 0 && p.dim / p.n_code_bytes == sub;
+/// How the kernel holds the codebook (CodeTraits::kBook) for this shape and the caller's hints.
+int book_mode(const CodeMaxSimParams& p, int sub) {
+    if (sub == 0) return kBookPerByte;
+    const int dsub = p.dim / p.n_code_bytes;
+    if (dsub != sub) return kBookPerByte;  // kSub 8 with dsub 16, 24, ...
+    if (p.codebook_shared) return kBookShared;
+    if (sub >= 4 && p.dim % 64 == 0) return kBookPaired;  // dsub 2: measured no faster (BENCHMARKS.md)
+    return kBookPerByte;
 }
 
-/// fp16 codebook bytes in shared memory: every block, or 256 entries x 128 bytes replicated.
+/// fp16 codebook bytes in shared memory: every block (also paired), or 256 entries x 128 bytes
+/// replicated.
 int codebook_smem_bytes(const CodeMaxSimParams& p, int sub) {
     if (sub == 0) return 0;
-    return use_shared_block(p, sub) ? 256 * 128 : p.dim * 512;
+    return book_mode(p, sub) == kBookShared ? 256 * 128 : p.dim * 512;
 }
 
 /// Codebook and query rows (with codes), then two stages per warp.
@@ -110,10 +116,10 @@ Status check_smem(const CodeMaxSimParams& p) {
     return Status::OK();
 }
 
-template <int kSub, bool kShared>
+template <int kSub, int kBook>
 Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
               cudaStream_t st) {
-    using T = CodeTraits<kSub, kShared>;
+    using T = CodeTraits<kSub, kBook>;
     TMS_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(code_maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int blocks = 0;
@@ -138,20 +144,24 @@ Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, in
     return Status::OK();
 }
 
-/// One switch on the decode class; default NotSupported.
+/// One switch on (decode class, codebook mode); default NotSupported.
 Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
     const bool ragged = p.cand_offsets != nullptr;
     const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
-    const bool shared = use_shared_block(p, sub);
-    switch (sub * 2 + (shared ? 1 : 0)) {
-        case 0: return launch<0, false>(a, smem, nd, ragged, p.n_queries, st);
-        case 4: return launch<2, false>(a, smem, nd, ragged, p.n_queries, st);
-        case 5: return launch<2, true>(a, smem, nd, ragged, p.n_queries, st);
-        case 8: return launch<4, false>(a, smem, nd, ragged, p.n_queries, st);
-        case 9: return launch<4, true>(a, smem, nd, ragged, p.n_queries, st);
-        case 16: return launch<8, false>(a, smem, nd, ragged, p.n_queries, st);
-        case 17: return launch<8, true>(a, smem, nd, ragged, p.n_queries, st);
-        default: return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub));
+    const int book = book_mode(p, sub);
+    switch (sub * 4 + book) {
+        case 0: return launch<0, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
+        case 2 * 4 + kBookPerByte: return launch<2, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
+        case 2 * 4 + kBookShared: return launch<2, kBookShared>(a, smem, nd, ragged, p.n_queries, st);
+        case 4 * 4 + kBookPerByte: return launch<4, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
+        case 4 * 4 + kBookShared: return launch<4, kBookShared>(a, smem, nd, ragged, p.n_queries, st);
+        case 4 * 4 + kBookPaired: return launch<4, kBookPaired>(a, smem, nd, ragged, p.n_queries, st);
+        case 8 * 4 + kBookPerByte: return launch<8, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
+        case 8 * 4 + kBookShared: return launch<8, kBookShared>(a, smem, nd, ragged, p.n_queries, st);
+        case 8 * 4 + kBookPaired: return launch<8, kBookPaired>(a, smem, nd, ragged, p.n_queries, st);
+        default:
+            return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub) + ", codebook mode " +
+                                        std::to_string(book));
     }
 }
 

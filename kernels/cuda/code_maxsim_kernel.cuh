@@ -3,7 +3,7 @@
 // code_maxsim.cu). score(q, d) = sum_i max_t (cs[q, i, cid_t] + <q_i, r_t>), where the
 // residual r_t is decoded from the codebook in shared memory.
 //
-// Mapping (CodeTraits<kSub, kShared>, kWarps = 8 warps, 256 threads per CTA), as the exact kernel:
+// Mapping (CodeTraits<kSub, kBook>, kWarps = 8 warps, 256 threads per CTA), as the exact kernel:
 //   grid.y  -> query q (grid-stride when n_queries > 65535)
 //   grid.x  -> slice s of query q's item list (dense: documents; ragged: candidates).
 //   warp w  -> items b0 + w + 8*u of each batch of 256 items; lane u holds item u's metadata.
@@ -20,12 +20,16 @@
 //     rows sit in A-fragment order: mma_tile::a_frag_offset). Those 8 dims are decoded from
 //     the staged code bytes that cover them (1 byte when dsub >= 8, 2 when dsub = 4, 4 when
 //     dsub = 2) by 16/8/4-byte reads of the fp16 codebook in shared memory, straight into
-//     registers. kShared (residual codecs: every code byte uses the same block, dsub = kSub):
-//     one block, replicated so that the lanes of a shared-memory phase never share a bank.
+//     registers. The codebook's layout (kBook) keeps those reads free of bank conflicts where
+//     it can: kBookShared (residual codecs: every code byte uses the same block, dsub = kSub)
+//     keeps one block, replicated so that the lanes of a shared-memory phase never share a
+//     bank; kBookPaired (dsub 4 or 8, dim % 64 == 0: PQ) interleaves the blocks so that the
+//     lanes of a phase, reading chunks and blocks in lane-dependent orders, hit distinct
+//     slots; kBookPerByte (other shapes) keeps [n_code_bytes][256][dsub] as given.
 //     kSub = 0 (centroid-only) skips the residual: no MMAs, no query rows in shared memory.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
-// Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes;
-//   kShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes), then each warp's two
+// Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
+//   per-byte or paired; kBookShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes), then each warp's two
 //   stages (stage_bytes). dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB.
 #pragma once
 
@@ -66,12 +70,29 @@ struct CodeArgs {
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
 };
 
-template <int kSub_, bool kShared_ = false>
+/// How the kernel holds the residual codebook (CodeTraits::kBook).
+enum : int {
+    /// [n_code_bytes][256][dsub] fp16, as given.
+    kBookPerByte = 0,
+    /// One block for every code byte (residual codecs), dsub == kSub: kept replicated so that
+    /// the gathers are free of bank conflicts.
+    kBookShared = 1,
+    /// dsub == kSub (4 or 8: PQ with 4- or 8-dim sub-vectors), dim % 64 == 0: the
+    /// fp16 entries (2 * dsub bytes) of P = 64 / dsub consecutive blocks share each 128-byte row
+    /// (block b in slot b % P), and the lanes of one shared-memory phase (P of them) read P
+    /// different blocks: lanes of odd token rows take the chunks of a pair in the other order,
+    /// and (dsub < 8) the lane's 8 / dsub blocks of a chunk are read in an order rotated by
+    /// (row / 2) % (8 / dsub). No bank conflicts for any codes; select instructions put the
+    /// registers back in order.
+    kBookPaired = 2,
+};
+
+template <int kSub_, int kBook_ = kBookPerByte>
 struct CodeTraits {
     static constexpr int kSub = kSub_;  // 0: centroid-only; 2, 4: dsub; 8: dsub a multiple of 8
-    /// Every code byte decodes through the same 256-entry block (residual codecs) and dsub is
-    /// exactly kSub: the block is kept replicated so that gathers are free of bank conflicts.
-    static constexpr bool kShared = kShared_;
+    static constexpr int kBook = kBook_;
+    static constexpr bool kShared = kBook == kBookShared;
+    static constexpr bool kPaired = kBook == kBookPaired;
     static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
     static constexpr int kReplicas = kSub == 0 ? 0 : 128 / kEntryBytes;  // lanes of one LDS phase
     static constexpr int kWarps = 8;
@@ -84,6 +105,7 @@ struct CodeTraits {
     static constexpr int kBatch = 32;
     static_assert(kSub == 0 || kSub == 2 || kSub == 4 || kSub == 8, "dsub class");
     static_assert(!kShared || kSub != 0, "a shared block needs codes");
+    static_assert(!kPaired || kSub >= 4, "paired blocks of 4 or 8 dims");
     static_assert(kStepTokens == 32, "one centroid id per lane per step");
     static_assert(kRows == 32, "table groups are 32 rows");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
@@ -137,6 +159,30 @@ __device__ __forceinline__ uint4 decode8(const unsigned char* crow, int b, int o
             r.w = lds32(cb + (((b + 3) * 256 + (c4 >> 24)) * 2) * 2);
         }
         return r;
+    }
+}
+
+/// Byte offset in shared memory of entry `code` of block b (kBookPaired, dsub = D): slot b % P
+/// of row (b / P) * 256 + code, P = 64 / D blocks a row.
+template <int D>
+__device__ __forceinline__ int paired_offset(int b, uint32_t code) {
+    constexpr int P = 64 / D, E = 2 * D;
+    return (((b / P) * 256 + int(code)) << 7) + (b % P) * E;
+}
+
+/// kBookPaired: the lane's 8 fp16 dims of one chunk for the token whose code row is crow: the
+/// 8 / D entries of blocks b0 .. b0 + 8/D - 1, read in an order rotated by r.
+template <int D>
+__device__ __forceinline__ uint4 paired_decode8(const unsigned char* cb, const unsigned char* crow, int b0, int r) {
+    if constexpr (D == 8) {
+        return lds128(cb + paired_offset<8>(b0, crow[b0]));
+    } else {
+        static_assert(D == 4, "dsub 4 or 8");
+        const uint32_t c2 = *reinterpret_cast<const uint16_t*>(crow + b0);
+        const int j0 = r, j1 = r ^ 1;
+        const uint2 t0 = lds64(cb + paired_offset<4>(b0 + j0, (c2 >> (8 * j0)) & 0xff));
+        const uint2 t1 = lds64(cb + paired_offset<4>(b0 + j1, (c2 >> (8 * j1)) & 0xff));
+        return r ? make_uint4(t1.x, t1.y, t0.x, t0.y) : make_uint4(t0.x, t0.y, t1.x, t1.y);
     }
 }
 
@@ -212,23 +258,15 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
         const unsigned char* crow[kN];
 #pragma unroll
         for (int n = 0; n < kN; ++n) crow[n] = st + 128 + code_off + (n * 8 + g) * a.n_code_bytes;
-        const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
-        for (int d = 0; d < a.dim; d += 32) {
-            // The code byte (kSub = 8: and offset in its block) holding dims d + 8t ...: d0 / dsub
-            // by a multiply-high with a.dsub_magic = ceil(2^32 / dsub), exact for d0 < 2^16.
-            const int d0 = d + 8 * t;
-            const int b = T::kSub == 8 ? int(__umulhi(uint32_t(d0), a.dsub_magic)) : d0 / T::kSub;
-            const int off = d0 - b * a.dsub;
-            const int c = d >> 5, n_chunks = a.dim >> 5;
+        const int n_chunks = a.dim >> 5;
+        // acc += Q(chunk c) x B: k 0..15 of every tile, then k 16..31 (8 MMAs between two into
+        // one accumulator).
+        auto mma_chunk = [&](int c, const uint4 (&bf)[kN]) {
             uint4 qf[kM][2];
 #pragma unroll
             for (int m = 0; m < kM; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) qf[m][h] = lds128(q_s + mma_tile::a_frag_offset(m, c, h, lane, n_chunks));
-            uint4 bf[kN];
-#pragma unroll
-            for (int n = 0; n < kN; ++n) bf[n] = decode8<T>(crow[n], b, off, a.dsub, cb, rep_off);
-            // k 0..15 of every tile, then k 16..31: 8 MMAs between two into one accumulator.
 #pragma unroll
             for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -239,6 +277,40 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
 #pragma unroll
                 for (int m = 0; m < kM; ++m)
                     mma16816<false>(acc[m][n], qf[m][1].x, qf[m][1].y, qf[m][1].z, qf[m][1].w, bf[n].z, bf[n].w);
+        };
+        if constexpr (T::kPaired) {
+            // Chunks c, c+1 (n_chunks is even): lanes of even token rows read chunk c first, odd
+            // rows chunk c+1 first; with the rotation r, one phase's lanes read distinct slots.
+            constexpr int D = T::kSub;
+            const int odd = g & 1, r = (g >> 1) & (8 / D - 1);
+            for (int c = 0; c < n_chunks; c += 2) {
+                const int b0 = (32 * (c + odd) + 8 * t) / D, b1 = (32 * (c + 1 - odd) + 8 * t) / D;
+                uint4 r0[kN], r1[kN];
+#pragma unroll
+                for (int n = 0; n < kN; ++n) r0[n] = paired_decode8<D>(cb, crow[n], b0, r);
+#pragma unroll
+                for (int n = 0; n < kN; ++n) r1[n] = paired_decode8<D>(cb, crow[n], b1, r);
+                uint4 bf[kN];
+#pragma unroll
+                for (int n = 0; n < kN; ++n) bf[n] = odd ? r1[n] : r0[n];
+                mma_chunk(c, bf);
+#pragma unroll
+                for (int n = 0; n < kN; ++n) bf[n] = odd ? r0[n] : r1[n];
+                mma_chunk(c + 1, bf);
+            }
+        } else {
+            const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
+            for (int c = 0; c < n_chunks; ++c) {
+                // The code byte (kSub = 8: and offset in its block) holding dims 32c + 8t ...: d0 / dsub
+                // by a multiply-high with a.dsub_magic = ceil(2^32 / dsub), exact for d0 < 2^16.
+                const int d0 = c * 32 + 8 * t;
+                const int b = T::kSub == 8 ? int(__umulhi(uint32_t(d0), a.dsub_magic)) : d0 / T::kSub;
+                const int off = d0 - b * a.dsub;
+                uint4 bf[kN];
+#pragma unroll
+                for (int n = 0; n < kN; ++n) bf[n] = decode8<T>(crow[n], b, off, a.dsub, cb, rep_off);
+                mma_chunk(c, bf);
+            }
         }
     }
     mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
@@ -264,6 +336,7 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     int64_t ub = __shfl_sync(0xffffffffu, tb, u);
     int n_tok = int(__shfl_sync(0xffffffffu, te, u) - ub);
     int s0 = 0, cur = 0;
+    __syncwarp();  // every lane is done reading the stage (previous batch or group) the first copy overwrites
     stage_step(a, ub, min(n_tok, T::kStepTokens), stages, lane);
     async_copy::commit();
     float rmax[T::kMTiles][2];
@@ -330,7 +403,23 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
 
-    if constexpr (T::kShared) {
+    if constexpr (T::kPaired) {
+        // fp32 [n_code_bytes][256][dsub] -> fp16 entries at paired_offset, 4 values (one or half
+        // an entry) a thread a step.
+        constexpr int D = T::kSub;
+        const int n4 = a.dim * 64;  // n_code_bytes * 256 * dsub / 4
+        const float4* src = reinterpret_cast<const float4*>(a.codebook);
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n4; i += T::kThreads) {
+            const float4 v = __ldg(src + i);
+            const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+            const int e = (4 * i) / D;  // entry (block * 256 + code) of v.x
+            uint2 w;
+            w.x = *reinterpret_cast<const uint32_t*>(&lo);
+            w.y = *reinterpret_cast<const uint32_t*>(&hi);
+            *reinterpret_cast<uint2*>(cb + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
+        }
+    } else if constexpr (T::kShared) {
         // Block 0 of the fp32 codebook -> kReplicas interleaved fp16 copies (32 KB), once per CTA.
         constexpr int R = T::kReplicas;
         for (int i = threadIdx.x; i < 256 * R * T::kSub; i += T::kThreads) {
@@ -342,6 +431,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
         // fp32 codebook -> fp16 shared memory, once per CTA (n_code_bytes * 256 * dsub = dim * 256 values).
         const int n4 = a.dim * 64;
         const float4* src = reinterpret_cast<const float4*>(a.codebook);
+#pragma unroll 4
         for (int i = threadIdx.x; i < n4; i += T::kThreads) {
             const float4 v = __ldg(src + i);
             const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);

@@ -31,6 +31,7 @@ struct Plan {
     size_t smem = 0;
     int slices = 1;  // grid.x
     int grid_y = 1;
+    bool balance = false;  // MaxSimArgs::balance
 };
 
 /// Query rows, top-k lists (k > 0) and counts, then n_stages copy stages per warp (the
@@ -154,6 +155,10 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     }
     plan->slices = int(std::clamp<int64_t>(slices, 1, 1 << 20));
     plan->grid_y = std::min(nq, kMaxGridY);
+    // Dense lists long enough that a search of the offsets at the start pays for itself, and
+    // one query group (no block-wide barrier inside the batch loop): balance warps by tokens.
+    plan->balance = p.cand_offsets == nullptr && p.q_stride <= 16 * plan->m_tiles &&
+                    p.n_docs >= int64_t(16) * 8 * plan->slices;
     return Status::OK();
 }
 
@@ -211,6 +216,7 @@ Status maxsim_cuda(const MaxSimParams& p, void* stream) {
     TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan));
     cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
     a.n_stages = plan.n_stages;
+    a.balance = plan.balance;
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
 }
 
@@ -252,6 +258,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
     a.topk_partial = buf[0];
     a.k = k;
     a.n_stages = plan.n_stages;
+    a.balance = plan.balance;
     TMS_RETURN_IF_ERROR(cuda_impl::dispatch(plan, false, a, st, nullptr));
     int n = plan.slices, cur = 0;
     while (true) {

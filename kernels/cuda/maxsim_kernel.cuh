@@ -9,6 +9,12 @@
 //              [n*s/S, n*(s+1)/S).
 //   warp w  -> items b0 + w + 8*u of each batch of 256 items (u = 0..31); lane u holds the
 //              metadata (doc id, token range) of item u, loaded for all 32 items at once.
+//              Balanced mode (MaxSimArgs::balance: dense lists of many documents, one query
+//              group): warp W of the grid instead takes the documents that start in its
+//              share [T*W/NW, T*(W+1)/NW) of all T tokens (two 32-ary searches of the offsets),
+//              32 consecutive ones a batch, so that variable lengths do not leave one warp
+//              with more tokens than the rest; when 32 probes of the offsets show equal
+//              lengths the count split is kept (it is the same split, without the search).
 //   warp unit: 8*kNTiles document tokens x one 128-byte dimension tile (64 dims of fp16/bf16,
 //              32 of fp32). Each warp walks the units of its items (documents, steps, tiles)
 //              in order through its own ring of n_stages shared-memory stages: cp.async copies
@@ -66,6 +72,7 @@ struct MaxSimArgs {
     uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys
     int k;
     int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
+    int balance;            // dense, one query group: warps take documents by token share
 };
 
 template <typename TD, bool kSplitQ_, int kMTiles_>
@@ -197,9 +204,43 @@ __device__ __forceinline__ void warp_insert(uint64_t* l, int& n, int k, uint64_t
         if (i >= p) l[i + 1] = v;
         __syncwarp();
     }
+    __syncwarp();  // when nothing moved, the reads of l[p] above come before this write
     if (lane == 0) l[p] = key;
     __syncwarp();
     n = min(n + 1, k);
+}
+
+/// One round of a warp-wide 32-ary search for the first d in [lo, hi] with off[d] >= x, off
+/// non-decreasing over [0, hi): narrows [lo, hi] to at most (hi - lo + 31) / 32 entries.
+__device__ __forceinline__ void lower_bound_round(int64_t& lo, int64_t& hi, bool ge_at_probe, int64_t step) {
+    const unsigned m = __ballot_sync(0xffffffffu, ge_at_probe);
+    if (m & 1u) {
+        hi = lo;
+    } else if (m == 0) {
+        lo += 31 * step + 1;
+    } else {
+        const int f = __ffs(m) - 1;  // probe f is the first at or past x: the answer is in (p_{f-1}, p_f]
+        hi = min(hi, lo + f * step);
+        lo += (f - 1) * step + 1;
+    }
+}
+
+/// The first documents d0, d1 in [0, n_docs) with off[d] >= x0, x1 (n_docs when none): two
+/// interleaved warp-wide 32-ary searches, one load each per lane per round (4 rounds for 100K
+/// documents).
+__device__ inline void doc_lower_bounds(const int64_t* off, int64_t n_docs, int64_t x0, int64_t x1, int lane,
+                                        int64_t& d0, int64_t& d1) {
+    int64_t lo0 = 0, hi0 = n_docs, lo1 = 0, hi1 = n_docs;
+    while (lo0 < hi0 || lo1 < hi1) {
+        const int64_t st0 = (hi0 - lo0 + 31) / 32, st1 = (hi1 - lo1 + 31) / 32;
+        const int64_t p0 = lo0 + lane * st0, p1 = lo1 + lane * st1;
+        const bool g0 = p0 >= hi0 || off[p0] >= x0;
+        const bool g1 = p1 >= hi1 || off[p1] >= x1;
+        if (lo0 < hi0) lower_bound_round(lo0, hi0, g0, st0);
+        if (lo1 < hi1) lower_bound_round(lo1, hi1, g1, st1);
+    }
+    d0 = lo0;
+    d1 = lo1;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -258,51 +299,36 @@ __device__ __forceinline__ void copy_unit(const Cursor& k, const unsigned char* 
     }
 }
 
-/// A warp's walk over the units (kStepTokens tokens x one dimension tile) of its items, through
-/// a ring of a.n_stages stages: `cur` is scored while the copies up to `ahead` are in flight.
-struct Ring {
-    Cursor cur, ahead;
-    unsigned nonempty;  // lanes whose item has tokens
-};
-
-/// Starts the walk over this warp's n_mine items (lane u holds item u's token range [tb, te)):
-/// issues the copies of the first a.n_stages - 1 units.
+/// Scores this warp's n_mine items (lane u holds item u's token range [tb, te)) against one
+/// query group, adding each item's group score to `part` in the lane that owns it. The warp
+/// walks its items' units (kStepTokens tokens x one dimension tile) through a ring of
+/// a.n_stages stages: `cur` is scored while the copies of the units up to `ahead` are in
+/// flight. Tokens past a document's end are never copied; their columns are masked.
 template <class T>
-__device__ __forceinline__ void ring_start(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
-                                           unsigned char* stages, int lane, Ring& r) {
-    const int n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
-    r.nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
-    r.cur.u = r.nonempty ? __ffs(r.nonempty) - 1 : 32;
-    if (r.cur.u == 32) return;
-    r.cur.ub = __shfl_sync(0xffffffffu, tb, r.cur.u);
-    r.cur.n_tok = int(__shfl_sync(0xffffffffu, te, r.cur.u) - r.cur.ub);
-    r.cur.s0 = 0;
-    r.cur.c = 0;
-    r.ahead = r.cur;
-    for (int i = 0; i < a.n_stages - 1; ++i) {
-        if (r.ahead.u < 32) {
-            copy_unit<T>(r.ahead, static_cast<const unsigned char*>(a.doc_tokens), a.dim,
-                         stages + i * T::kStageBytes, lane);
-            advance<T>(r.ahead, n_tiles, r.nonempty, tb, te);
-        }
-        async_copy::commit();
-    }
-}
-
-/// Scores the walk started by ring_start against one query group, adding each item's group
-/// score to `part` in the lane that owns it. Tokens past a document's end are never copied;
-/// their columns are masked.
-template <class T>
-__device__ __forceinline__ void ring_score(const MaxSimArgs& a, int64_t tb, int64_t te, Ring& r,
+__device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
                                            const unsigned char* q_hi, const unsigned char* q_lo, int rows_valid,
                                            unsigned char* stages, int lane, float& part) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles, kV = T::kVecs;
     const int g = lane >> 2, t = lane & 3;
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     const unsigned char* docs = static_cast<const unsigned char*>(a.doc_tokens);
-    const unsigned nonempty = r.nonempty;
-    Cursor& cur = r.cur;
-    Cursor& ahead = r.ahead;
+    const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
+    Cursor cur;
+    cur.u = nonempty ? __ffs(nonempty) - 1 : 32;
+    if (cur.u == 32) return;
+    cur.ub = __shfl_sync(0xffffffffu, tb, cur.u);
+    cur.n_tok = int(__shfl_sync(0xffffffffu, te, cur.u) - cur.ub);
+    cur.s0 = 0;
+    cur.c = 0;
+    Cursor ahead = cur;
+    __syncwarp();  // every lane is done reading the stages (previous batch) the first copies overwrite
+    for (int i = 0; i < S - 1; ++i) {  // the first S - 1 units
+        if (ahead.u < 32) {
+            copy_unit<T>(ahead, docs, a.dim, stages + i * T::kStageBytes, lane);
+            advance<T>(ahead, n_tiles, nonempty, tb, te);
+        }
+        async_copy::commit();
+    }
     float rmax[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
@@ -461,9 +487,31 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
             fill_query_group<T>(a, q, ql, 0, q_hi, q_lo);
             __syncthreads();
         }
-        for (int64_t b0 = lo; b0 < hi; b0 += T::kWarps * T::kBatch) {
-            const int64_t item = b0 + warp + T::kWarps * lane;
-            const bool valid = item < hi;
+
+        // This warp's items: items b0 + warp + 8u of each batch of 256 of the slice [lo, hi);
+        // balanced (dense, one group): the documents that start in its share of all tokens,
+        // 32 consecutive ones a batch.
+        // Documents of equal lengths (as 32 probes of the offsets see them) keep the count split:
+        // the search would only cost its rounds.
+        int64_t it0 = lo, it_end = hi;
+        int lstride = T::kWarps;  // balanced: 1 (then the warp offset is 0 and a batch is 32 items)
+        const int64_t t_first = a.balance ? a.doc_offsets[0] : 0;
+        const int64_t t_total = a.balance ? a.doc_offsets[a.n_docs] - t_first : 0;
+        const int64_t probe_at = a.n_docs * (lane + 1) / 32;
+        // fp32 documents keep the count split: the balanced walk's registers make the fp32
+        // instantiation spill (80 -> 124 bytes of spill stores).
+        if (!T::kDocF32 && a.balance && !__all_sync(0xffffffffu, t_total % a.n_docs == 0 &&
+                                                    a.doc_offsets[probe_at] - t_first == t_total / a.n_docs * probe_at)) {
+            const int64_t n_warps = n_slices * T::kWarps, gw = s * T::kWarps + warp;
+            doc_lower_bounds(a.doc_offsets, a.n_docs, t_first + t_total * gw / n_warps,
+                             t_first + t_total * (gw + 1) / n_warps, lane, it0, it_end);
+            if (gw + 1 == n_warps) it_end = a.n_docs;  // trailing empty documents
+            lstride = 1;
+        }
+        const int woff = lstride == 1 ? 0 : warp;
+        for (int64_t b0 = it0; b0 < it_end; b0 += T::kBatch * lstride) {
+            const int64_t item = b0 + woff + lstride * lane;
+            const bool valid = item < it_end;
             int64_t doc = -1, tb = 0, te = 0;
             if (valid) {
                 doc = dense ? item : int64_t(a.cand_docs[base + item]);
@@ -473,7 +521,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                 }
             }
             const bool bad = valid && !(doc >= 0 && doc < a.n_docs);
-            const int64_t left = (hi - b0 - warp + T::kWarps - 1) / T::kWarps;
+            const int64_t left = (it_end - b0 - woff + lstride - 1) / lstride;  // items of this warp from b0 on
             const int n_mine = left <= 0 ? 0 : (left >= T::kBatch ? T::kBatch : int(left));
             float part = 0.f;
             for (int grp = 0; grp < n_groups; ++grp) {
@@ -483,9 +531,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
-                Ring ring;
-                ring_start<T>(a, tb, te, n_mine, stages, lane, ring);
-                ring_score<T>(a, tb, te, ring, q_hi, q_lo, rows_valid, stages, lane, part);
+                warp_items<T>(a, tb, te, n_mine, q_hi, q_lo, rows_valid, stages, lane, part);
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if (!topk) {

@@ -240,7 +240,10 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         p.cand_docs = c.ragged ? cdocs.d : nullptr;
         p.scores = scores.d;
         // Residual codebooks have one block for every code byte: score them through the general
-        // layout and through the replicated shared block.
+        // layout (paired for dsub 8 with a multiple of 8 blocks) and through the replicated
+        // shared block.
+        ASSERT_EQ(kernels::codebook_blocks_equal(d.book.data(), c.dim, c.n_code_bytes),
+                  c.n_code_bytes > 0 && c.residual_nbits > 0);
         for (const bool shared : {false, true}) {
             if (shared && c.residual_nbits == 0) continue;
             SCOPED_TRACE(shared ? "codebook_shared" : "per-byte codebook");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "kernels/maxsim.h"
 #include "tests/kernels/maxsim_cases.h"
@@ -236,6 +237,24 @@ TEST(CodeMaxSimCpu, MatchesRefOnDecodedVectors) {
         ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());
         for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
     }
+}
+
+// Residual codebooks (one block of bucket-weight combinations for every code byte) have equal
+// blocks; one changed value, a PQ-style codebook or an empty one do not.
+TEST(CodebookBlocksEqual, ResidualYesPqNo) {
+    const int dim = 64, nb = 16, dsub = dim / nb;
+    std::vector<float> book(size_t(nb) * 256 * dsub);
+    for (int b = 0; b < nb; ++b)
+        for (int e = 0; e < 256; ++e)
+            for (int j = 0; j < dsub; ++j) book[(size_t(b) * 256 + e) * dsub + j] = 0.01f * float((e >> (2 * j)) & 3);
+    EXPECT_TRUE(kernels::codebook_blocks_equal(book.data(), dim, nb));
+    book[(size_t(nb - 1) * 256 + 200) * dsub + 1] += 0.5f;
+    EXPECT_FALSE(kernels::codebook_blocks_equal(book.data(), dim, nb));
+    for (size_t i = 0; i < book.size(); ++i) book[i] = float(i % 97) * 0.001f;
+    EXPECT_FALSE(kernels::codebook_blocks_equal(book.data(), dim, nb));
+    EXPECT_TRUE(kernels::codebook_blocks_equal(book.data(), dim, 1));  // one block
+    EXPECT_FALSE(kernels::codebook_blocks_equal(nullptr, dim, 0));
+    EXPECT_FALSE(kernels::codebook_blocks_equal(book.data(), dim, 3));  // 3 does not divide 64
 }
 
 TEST(HalfCpu, RoundTripsAndRounds) {

@@ -10,6 +10,7 @@ package has no per-query candidate lists), over the gathered candidates of that 
 import argparse
 import json
 import math
+import time
 
 import torch
 import flash_maxsim
@@ -34,10 +35,18 @@ def cases():
     return out
 
 
-def median_time(fn, per_sample, samples=15):
-    for i in range(2):
+def median_time(fn, per_sample, samples=15, warmup_s=0.25):
+    # Warm-up: at least two calls and warmup_s seconds (an idle GPU ramps its clocks up),
+    # the same as `tms bench kernels`.
+    t0, i = time.perf_counter(), 0
+    while True:
         fn(i)
-    torch.cuda.synchronize()
+        i += 1
+        if i < 2:
+            continue
+        torch.cuda.synchronize()
+        if time.perf_counter() - t0 >= warmup_s:
+            break
     ts, call = [], 0
     for _ in range(samples):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
