@@ -29,8 +29,8 @@
 //     kSub = 0 (centroid-only) skips the residual: no MMAs, no query rows in shared memory.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
 // Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
-//   per-byte or paired; kBookShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes), then each warp's two
-//   stages (stage_bytes). dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB.
+//   per-byte or paired; kBookShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes),
+//   then each warp's two stages (stage_bytes). dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -70,7 +70,7 @@ struct CodeArgs {
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
 };
 
-/// How the kernel holds the residual codebook (CodeTraits::kBook).
+/// How the kernel holds the codebook in shared memory (CodeTraits::kBook).
 enum : int {
     /// [n_code_bytes][256][dsub] fp16, as given.
     kBookPerByte = 0,

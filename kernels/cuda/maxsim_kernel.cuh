@@ -490,23 +490,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
 
         // This warp's items: items b0 + warp + 8u of each batch of 256 of the slice [lo, hi);
         // balanced (dense, one group): the documents that start in its share of all tokens,
-        // 32 consecutive ones a batch.
-        // Documents of equal lengths (as 32 probes of the offsets see them) keep the count split:
-        // the search would only cost its rounds.
+        // 32 consecutive ones a batch. Documents of equal lengths (as 32 probes of the offsets
+        // see them) keep the count split, which is then the same split without the search's
+        // rounds. fp32 documents keep it too: the balanced walk's registers make the fp32
+        // instantiation spill (80 -> 124 bytes of spill stores).
         int64_t it0 = lo, it_end = hi;
         int lstride = T::kWarps;  // balanced: 1 (then the warp offset is 0 and a batch is 32 items)
-        const int64_t t_first = a.balance ? a.doc_offsets[0] : 0;
-        const int64_t t_total = a.balance ? a.doc_offsets[a.n_docs] - t_first : 0;
-        const int64_t probe_at = a.n_docs * (lane + 1) / 32;
-        // fp32 documents keep the count split: the balanced walk's registers make the fp32
-        // instantiation spill (80 -> 124 bytes of spill stores).
-        if (!T::kDocF32 && a.balance && !__all_sync(0xffffffffu, t_total % a.n_docs == 0 &&
-                                                    a.doc_offsets[probe_at] - t_first == t_total / a.n_docs * probe_at)) {
-            const int64_t n_warps = n_slices * T::kWarps, gw = s * T::kWarps + warp;
-            doc_lower_bounds(a.doc_offsets, a.n_docs, t_first + t_total * gw / n_warps,
-                             t_first + t_total * (gw + 1) / n_warps, lane, it0, it_end);
-            if (gw + 1 == n_warps) it_end = a.n_docs;  // trailing empty documents
-            lstride = 1;
+        if (!T::kDocF32 && a.balance) {
+            const int64_t t_first = a.doc_offsets[0], t_total = a.doc_offsets[a.n_docs] - t_first;
+            const int64_t probe_at = a.n_docs * (lane + 1) / 32;
+            const bool equal = t_total % a.n_docs == 0 &&
+                               a.doc_offsets[probe_at] - t_first == t_total / a.n_docs * probe_at;
+            if (!__all_sync(0xffffffffu, equal)) {
+                const int64_t n_warps = n_slices * T::kWarps, gw = s * T::kWarps + warp;
+                doc_lower_bounds(a.doc_offsets, a.n_docs, t_first + t_total * gw / n_warps,
+                                 t_first + t_total * (gw + 1) / n_warps, lane, it0, it_end);
+                if (gw + 1 == n_warps) it_end = a.n_docs;  // trailing empty documents
+                lstride = 1;
+            }
         }
         const int woff = lstride == 1 ? 0 : warp;
         for (int64_t b0 = it0; b0 < it_end; b0 += T::kBatch * lstride) {
