@@ -398,7 +398,11 @@ struct IndexUpdaterImpl {
     IndexModel model;
     int chunk_docs = 2048;
     std::unordered_map<std::string, int64_t> ids;  // live external id -> internal id
+    // IVF lists are read when an added token first touches them (ivf_loaded), not at open:
+    // adding a few documents to a large index reads a few lists, not every posting.
     std::vector<std::vector<int32_t>> ivf;
+    std::vector<char> ivf_loaded;
+    int64_t committed_docs = 0;  // documents the stored lists may name
     std::vector<char> ivf_dirty;
     std::vector<int64_t> tombstones;
 };
@@ -455,10 +459,9 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
         if (doc != u->info.n_docs) return Status::Corruption(path + ": document ids missing");
     }
     u->ivf.resize(m.n_centroids);
+    u->ivf_loaded.assign(m.n_centroids, 0);
     u->ivf_dirty.assign(m.n_centroids, 0);
-    for (int k = 0; k < m.n_centroids; ++k) {
-        TMS_RETURN_IF_ERROR(read_ivf_list(u->db, path, k, u->info.n_docs, &u->ivf[k]));
-    }
+    u->committed_docs = u->info.n_docs;
     *out = std::move(u);
     return Status::OK();
 }
@@ -520,10 +523,15 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             const int64_t doc = first + int64_t(d - d0);
             u->ids[doc_ids[d]] = doc;
             for (int64_t j = t; j < t + doclens[d]; ++j) {
-                auto& l = u->ivf[cids[j]];
+                const uint32_t k = cids[j];
+                if (!u->ivf_loaded[k]) {  // the committed list (ids below the committed n_docs)
+                    TMS_RETURN_IF_ERROR(read_ivf_list(u->db, u->path, int(k), u->committed_docs, &u->ivf[k]));
+                    u->ivf_loaded[k] = 1;
+                }
+                auto& l = u->ivf[k];
                 if (l.empty() || l.back() != doc) {
                     l.push_back(static_cast<int32_t>(doc));
-                    u->ivf_dirty[cids[j]] = 1;
+                    u->ivf_dirty[k] = 1;
                 }
             }
             t += doclens[d];
@@ -571,6 +579,7 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
     u->tombstones.clear();
     std::fill(u->ivf_dirty.begin(), u->ivf_dirty.end(), 0);
+    u->committed_docs = u->info.n_docs;
     return Status::OK();
 }
 
