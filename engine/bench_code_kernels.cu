@@ -18,6 +18,7 @@
 
 #include "engine/bench_code_kernels.h"
 #include "engine/bench_common.cuh"
+#include "index/index_data.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
@@ -155,14 +156,11 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
     TMS_RETURN_IF_ERROR(book.alloc(size_t(kDim) * 256));
     bool shared = false;
     if (nb > 0 && bc.name.find("res") != std::string::npos) {
-        // Residual codecs: one block of bucket-weight combinations for every code byte, as the
-        // index writes them (dim j of a code byte at bits nbits * j).
-        const int dsub = kDim / nb, nbits = 8 / dsub, levels = 1 << nbits;
-        std::vector<float> w(levels), h(size_t(kDim) * 256);
+        // Residual codecs: the bucket codebook the index writes (one block for every code byte).
+        const int nbits = 8 / (kDim / nb), levels = 1 << nbits;
+        std::vector<float> w(levels);
         for (int i = 0; i < levels; ++i) w[i] = 0.02f * (float(i) + 0.5f - levels / 2.0f);
-        for (int b = 0; b < nb; ++b)
-            for (int e = 0; e < 256; ++e)
-                for (int j = 0; j < dsub; ++j) h[(size_t(b) * 256 + e) * dsub + j] = w[(e >> (nbits * j)) & (levels - 1)];
+        const std::vector<float> h = index::ResidualCodebook(w, nbits, nb);
         shared = kernels::codebook_blocks_equal(h.data(), kDim, nb);
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(book.p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
     } else {

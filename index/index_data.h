@@ -132,6 +132,11 @@ Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out);
 /// GPU encoders use the same values, so that they pick the same codes.
 std::vector<float> PqCodeNorms(const IndexModel& model);
 
+/// The codebook of PLAID residual codes [n_code_bytes, 256, 8 / nbits]: every block equal,
+/// entry v holding at position j the bucket weight (v >> (nbits * j)) & (2^nbits - 1) (a code
+/// byte packs 8 / nbits dimensions, dimension j at bits nbits * j, as residual_encode writes).
+std::vector<float> ResidualCodebook(const std::vector<float>& weights, int nbits, int n_code_bytes);
+
 /// min(k, n) distinct values of [0, n), uniformly at random (seeded), ascending: the rows
 /// TrainModel samples.
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);

@@ -41,6 +41,21 @@ constexpr int64_t kBatch = 16384;  // tokens per assignment / encoding batch
 // Rows per CPU assignment batch: its score tile [rows, K] stays under 256 MB.
 int64_t cpu_batch(int n_centroids) { return std::clamp<int64_t>((int64_t(1) << 26) / n_centroids, 256, kBatch); }
 
+// fn() as a Status, with the exceptions FAISS and the allocator throw turned into one:
+// FAISS errors and other std::exceptions Internal, exhausted memory "out of host memory while <doing>".
+template <class Fn>
+Status status_of(const char* doing, Fn&& fn) {
+    try {
+        return fn();
+    } catch (const faiss::FaissException& e) {
+        return Status::Internal(std::string("FAISS: ") + e.what());
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted(std::string("out of host memory while ") + doing);
+    } catch (const std::exception& e) {
+        return Status::Internal(e.what());
+    }
+}
+
 void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) {
     const int64_t base = row0 * v.dim, cnt = n * v.dim;
     if (v.dtype == DType::kF32) {
@@ -351,16 +366,8 @@ Status train_codec(const std::vector<float>& residuals, int64_t n, const IndexBu
         m->residual_weights.clear();
         for (int i = 1; i < nb; ++i) m->residual_cutoffs.push_back(q(double(i) / nb));
         for (int i = 0; i < nb; ++i) m->residual_weights.push_back(q((i + 0.5) / nb));
-        const int per_byte = 8 / nbits;
         m->n_code_bytes = dim * nbits / 8;
-        m->codebook.assign(size_t(m->n_code_bytes) * 256 * per_byte, 0.0f);
-        for (int b = 0; b < m->n_code_bytes; ++b) {
-            for (int v = 0; v < 256; ++v) {
-                for (int j = 0; j < per_byte; ++j) {
-                    m->codebook[(size_t(b) * 256 + v) * per_byte + j] = m->residual_weights[(v >> (nbits * j)) & (nb - 1)];
-                }
-            }
-        }
+        m->codebook = ResidualCodebook(m->residual_weights, nbits, m->n_code_bytes);
         return Status::OK();
     }
     return Status::InvalidArgument("unknown codec '" + m->codec + "' (expected pq or residual)");
@@ -381,15 +388,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
 Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
                   std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
                   const ReleaseFn& release) {
-    try {
-        return train_model(shards, opts, out, phases, names, release);
-    } catch (const faiss::FaissException& e) {
-        return Status::Internal(std::string("FAISS: ") + e.what());
-    } catch (const std::bad_alloc&) {
-        return Status::ResourceExhausted("out of host memory while training the index model");
-    } catch (const std::exception& e) {
-        return Status::Internal(e.what());
-    }
+    return status_of("training the index model", [&] { return train_model(shards, opts, out, phases, names, release); });
 }
 
 namespace {
@@ -595,6 +594,15 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
     return Status::OK();
 }
 
+std::vector<float> ResidualCodebook(const std::vector<float>& weights, int nbits, int n_code_bytes) {
+    const int per_byte = 8 / nbits, mask = (1 << nbits) - 1;
+    std::vector<float> book(size_t(n_code_bytes) * 256 * per_byte);
+    for (int b = 0; b < n_code_bytes; ++b)
+        for (int v = 0; v < 256; ++v)
+            for (int j = 0; j < per_byte; ++j) book[(size_t(b) * 256 + v) * per_byte + j] = weights[(v >> (nbits * j)) & mask];
+    return book;
+}
+
 std::vector<float> PqCodeNorms(const IndexModel& m) {
     const int M = m.pq_m, dsub = m.dim / std::max(1, M);
     std::vector<float> norms(size_t(M) * 256, 0.0f);
@@ -711,15 +719,8 @@ void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* o
 Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
                       const IndexBuildOptions& opts, IndexData* out,
                       std::vector<std::pair<std::string, double>>* phase_seconds) {
-    try {
-        return build_impl(tokens, doclens, std::move(doc_ids), opts, out, phase_seconds);
-    } catch (const faiss::FaissException& e) {
-        return Status::Internal(std::string("FAISS: ") + e.what());
-    } catch (const std::bad_alloc&) {
-        return Status::ResourceExhausted("out of host memory while building the index");
-    } catch (const std::exception& e) {
-        return Status::Internal(e.what());
-    }
+    return status_of("building the index",
+                     [&] { return build_impl(tokens, doclens, std::move(doc_ids), opts, out, phase_seconds); });
 }
 
 }  // namespace tms::index

@@ -157,8 +157,9 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     plan->grid_y = std::min(nq, kMaxGridY);
     // Dense lists long enough that a search of the offsets at the start pays for itself, and
     // one query group (no block-wide barrier inside the batch loop): balance warps by tokens.
+    // Not for fp32 documents, whose instantiation compiles the balanced walk out (spills).
     plan->balance = p.cand_offsets == nullptr && p.q_stride <= 16 * plan->m_tiles &&
-                    p.n_docs >= int64_t(16) * 8 * plan->slices;
+                    p.n_docs >= int64_t(16) * 8 * plan->slices && p.d_dtype != DType::kF32;
     return Status::OK();
 }
 
