@@ -122,6 +122,24 @@ struct GpuCodeScorer::Impl {
     // Candidates' second phase (sized once the candidate counts are known).
     kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
 
+    /// The shard half of the kernel parameters (and the batch shape); the caller sets the
+    /// query, candidate and output pointers.
+    kernels::CodeMaxSimParams ShardParams(int n_queries, int q_stride, bool centroids_only) const {
+        kernels::CodeMaxSimParams p;
+        p.n_queries = n_queries;
+        p.q_stride = q_stride;
+        p.dim = dim;
+        p.n_centroids = n_centroids;
+        p.token_centroids = d_tc;
+        p.n_code_bytes = centroids_only ? 0 : n_code_bytes;
+        p.codes = centroids_only ? nullptr : d_codes;
+        p.codebook = centroids_only ? nullptr : d_book;
+        p.codebook_shared = !centroids_only && codebook_shared;
+        p.doc_offsets = d_offsets;
+        p.n_docs = n_docs;
+        return p;
+    }
+
     ~Impl() {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
@@ -234,12 +252,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer", n_queries, q_stride, h_queries, h_query_lens,
                                                         h_cand_offsets, h_cand_docs, im.n_docs, &n_cand));
     const int64_t n_out = h_cand_offsets ? n_cand : int64_t(n_queries) * im.n_docs;
-    kernels::CodeMaxSimParams p;
-    p.n_queries = n_queries;
-    p.q_stride = q_stride;
-    p.dim = im.dim;
-    p.n_centroids = im.n_centroids;
-    p.n_code_bytes = centroids_only ? 0 : im.n_code_bytes;
+    kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, centroids_only);
     const size_t q_bytes = size_t(n_queries) * q_stride * im.dim * sizeof(float);
     const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
     const size_t cs_bytes = size_t(n_queries) * q_stride * im.n_centroids * sizeof(float);
@@ -273,12 +286,6 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     p.queries = static_cast<const float*>(dq);
     p.query_lens = static_cast<const int32_t*>(dl);
     p.centroid_scores = static_cast<const float*>(dcs);
-    p.token_centroids = im.d_tc;
-    p.codes = centroids_only ? nullptr : im.d_codes;
-    p.codebook = centroids_only ? nullptr : im.d_book;
-    p.codebook_shared = !centroids_only && im.codebook_shared;
-    p.doc_offsets = im.d_offsets;
-    p.n_docs = im.n_docs;
     p.cand_offsets = static_cast<const int64_t*>(dco);
     p.cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
                                  : nullptr;
@@ -362,14 +369,9 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     off->assign(size_t(n_queries) + 1, 0);
     docs->clear();
     if (n_queries == 0) return Status::OK();
-    if (h_queries == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: null queries");
-    if (h_query_lens) {
-        for (int q = 0; q < n_queries; ++q) {
-            if (h_query_lens[q] < 0 || h_query_lens[q] > q_stride) {
-                return Status::InvalidArgument("GpuCodeScorer::Candidates: query length outside [0, q_stride]");
-            }
-        }
-    }
+    int64_t no_cand = 0;
+    TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::Candidates", n_queries, q_stride, h_queries,
+                                                        h_query_lens, nullptr, nullptr, im.n_docs, &no_cand));
     if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::Candidates: more than 65535 queries in one call");
     DeviceGuard g(im.device);
     const int64_t rows = int64_t(n_queries) * q_stride;
@@ -443,18 +445,10 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     const int32_t* result = ddocs;
     if (ncandidates > 0 && max_count > ncandidates) {
         // 3. Centroid-only scores of every candidate, then the ncandidates best of each query.
-        kernels::CodeMaxSimParams p;
+        kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, /*centroids_only=*/true);
         p.queries = dq;
-        p.n_queries = n_queries;
-        p.q_stride = q_stride;
-        p.dim = im.dim;
         p.query_lens = dl;
         p.centroid_scores = dcs;
-        p.n_centroids = im.n_centroids;
-        p.token_centroids = im.d_tc;
-        p.n_code_bytes = 0;
-        p.doc_offsets = im.d_offsets;
-        p.n_docs = im.n_docs;
         p.cand_offsets = doff;
         p.cand_docs = ddocs;
         TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));

@@ -181,9 +181,13 @@ Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* 
     if (p.centroid_scores == nullptr || d_table == nullptr) {
         return Status::InvalidArgument("code_centroid_table_cuda: null centroid_scores or table");
     }
-    const int64_t tiles = int64_t(p.n_queries) * code_impl::n_groups(p) * ((p.n_centroids + 31) / 32);
+    if (reinterpret_cast<uintptr_t>(d_table) % 16 != 0) {
+        return Status::InvalidArgument("code_centroid_table_cuda: table must be 16-byte aligned");
+    }
+    const int64_t tiles = int64_t(p.n_queries) * code_impl::n_groups(p) *
+                          ((p.n_centroids + code_impl::kTableTileK - 1) / code_impl::kTableTileK);
     const unsigned grid = unsigned(std::min<int64_t>(tiles, 1 << 16));
-    code_impl::centroid_table_kernel<<<grid, dim3(32, 8), 0, static_cast<cudaStream_t>(stream)>>>(
+    code_impl::centroid_table_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
         p.centroid_scores, p.query_lens, p.n_queries, p.q_stride, p.n_centroids, code_impl::n_groups(p),
         static_cast<__half*>(d_table));
     TMS_CUDA_CHECK_LAUNCH();

@@ -485,34 +485,59 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     }
 }
 
-/// Table writer: one CTA of 32 x 8 threads transposes 32 centroids x 32 rows of one
-/// (query, group) through shared memory: reads along centroids, writes along slots.
+/// Centroids per tile of the table writer.
+constexpr int kTableTileK = 64;
+
+/// Table writer: one CTA of 256 threads transposes 32 rows x 64 centroids of one (query, group)
+/// through shared memory: reads along centroids (16-byte loads when every row is 16-byte
+/// aligned), writes each centroid's 32 slots as four 16-byte stores (table 16-byte aligned).
 __global__ void __launch_bounds__(256) centroid_table_kernel(const float* cs, const int32_t* query_lens,
                                                              int n_queries, int q_stride, int n_centroids,
                                                              int n_groups, __half* table) {
-    __shared__ float tile[32][33];
-    const int64_t n_ktiles = (n_centroids + 31) / 32;
+    // Rows padded by 4 floats: the 16-byte stores of one phase fill one 128-byte span, and the
+    // reads below (4 rows two apart x 8 centroids a warp) hit 32 distinct banks.
+    __shared__ __align__(16) float tile[32][kTableTileK + 4];
+    const int64_t n_ktiles = (n_centroids + kTableTileK - 1) / kTableTileK;
     const int64_t n_tiles = int64_t(n_queries) * n_groups * n_ktiles;
+    const bool vec = n_centroids % 4 == 0 && reinterpret_cast<uintptr_t>(cs) % 16 == 0;
     for (int64_t tile_id = blockIdx.x; tile_id < n_tiles; tile_id += gridDim.x) {
         const int64_t kt = tile_id % n_ktiles;
         const int64_t qg = tile_id / n_ktiles;
         const int grp = int(qg % n_groups), q = int(qg / n_groups);
         int ql = query_lens ? query_lens[q] : q_stride;
         ql = max(0, min(ql, q_stride));
-        const int k0 = int(kt * 32);
+        const int k0 = int(kt * kTableTileK);
         __syncthreads();
-        for (int r = threadIdx.y; r < 32; r += 8) {
-            const int row = grp * 32 + r, k = k0 + threadIdx.x;
-            tile[r][threadIdx.x] =
-                (row < ql && k < n_centroids) ? cs[(int64_t(q) * q_stride + row) * n_centroids + k] : 0.f;
+        // 32 rows x 16 pieces of 4 centroids, two a thread.
+        for (int j = threadIdx.x; j < 32 * (kTableTileK / 4); j += blockDim.x) {
+            const int r = j / (kTableTileK / 4), kk = (j % (kTableTileK / 4)) * 4;
+            const int row = grp * 32 + r, k = k0 + kk;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row < ql && k < n_centroids) {
+                const float* src = cs + (int64_t(q) * q_stride + row) * n_centroids + k;
+                if (vec) {
+                    v = __ldg(reinterpret_cast<const float4*>(src));
+                } else {
+                    v.x = src[0];
+                    v.y = k + 1 < n_centroids ? src[1] : 0.f;
+                    v.z = k + 2 < n_centroids ? src[2] : 0.f;
+                    v.w = k + 3 < n_centroids ? src[3] : 0.f;
+                }
+            }
+            *reinterpret_cast<float4*>(&tile[r][kk]) = v;
         }
         __syncthreads();
-        for (int kk = threadIdx.y; kk < 32; kk += 8) {
-            const int k = k0 + kk;
-            if (k < n_centroids) {
-                const int slot = threadIdx.x;
-                table[(qg * n_centroids + k) * 32 + slot] = __float2half_rn(tile[table_row(slot)][kk]);
+        // 64 centroids x 4 pieces of 8 slots, one a thread.
+        for (int j = threadIdx.x; j < kTableTileK * 4; j += blockDim.x) {
+            const int kk = j >> 2, s8 = (j & 3) * 8, k = k0 + kk;
+            if (k >= n_centroids) continue;
+            uint32_t w[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const __half2 h = __floats2half2_rn(tile[table_row(s8 + 2 * i)][kk], tile[table_row(s8 + 2 * i + 1)][kk]);
+                w[i] = *reinterpret_cast<const uint32_t*>(&h);
             }
+            *reinterpret_cast<uint4*>(table + (qg * n_centroids + k) * 32 + s8) = make_uint4(w[0], w[1], w[2], w[3]);
         }
     }
 }

@@ -6,6 +6,7 @@
 // Tolerance: |GPU - ref| <= 2 |naive - ref| + 1e-3 (1 + |ref|), where "naive" is the same
 // computation on the CPU with the GPU's input roundings (fp16 queries, codebook, centroid
 // scores; fp32 sums).
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -299,6 +300,51 @@ TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
     ASSERT_TRUE(kernels::code_maxsim_table_cuda(p, table.d, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(s1.get(), s2.get());
+}
+
+/// The table against its layout, written out here: slot g*4 + m*2 + h of a group holds row
+/// m*16 + h*8 + g (fp16), rows at or past query_lens[q] are 0. K = 130 and 64 take the 16-byte
+/// loads (partial and whole tiles), K = 131 the scalar ones; q_stride 40 gives two groups.
+TEST(CodeMaxSimCuda, CentroidTableLayout) {
+    SKIP_WITHOUT_GPU();
+    for (const int K : {130, 131, 64}) {
+        SCOPED_TRACE("K " + std::to_string(K));
+        const int nq = 3, q_stride = 40, n_groups = 2;
+        const std::vector<int32_t> qlens = {40, 5, 0};
+        std::mt19937 rng{uint32_t(K)};
+        std::uniform_real_distribution<float> u(-2.f, 2.f);
+        std::vector<float> cs(size_t(nq) * q_stride * K);
+        for (float& x : cs) x = u(rng);
+        DevBuf<float> d_cs(cs);
+        DevBuf<int32_t> d_lens(qlens);
+        CodeMaxSimParams p;
+        p.n_queries = nq;
+        p.q_stride = q_stride;
+        p.n_centroids = K;
+        p.query_lens = d_lens.d;
+        p.centroid_scores = d_cs.d;
+        const size_t bytes = kernels::code_centroid_table_bytes(p);
+        ASSERT_EQ(bytes, size_t(nq) * n_groups * K * 32 * 2);
+        DevBuf<uint16_t> table(bytes / 2 + 8);
+        ASSERT_TRUE(kernels::code_centroid_table_cuda(p, table.d, nullptr).ok());
+        EXPECT_EQ(kernels::code_centroid_table_cuda(p, table.d + 1, nullptr).code(), Status::Code::kInvalidArgument);
+        std::vector<uint16_t> got = table.get();
+        int bad = 0;
+        for (int q = 0; q < nq; ++q)
+            for (int grp = 0; grp < n_groups; ++grp)
+                for (int k = 0; k < K; ++k)
+                    for (int slot = 0; slot < 32; ++slot) {
+                        const int g = slot / 4, m = (slot / 2) % 2, h = slot % 2;
+                        const int row = grp * 32 + m * 16 + h * 8 + g;
+                        const float want = row < qlens[q] ? cs[(size_t(q) * q_stride + row) * K + k] : 0.f;
+                        const uint16_t bits = __half_as_ushort(__float2half_rn(want));
+                        const size_t at = ((size_t(q) * n_groups + grp) * K + k) * 32 + slot;
+                        if (got[at] != bits && ++bad <= 5) {
+                            ADD_FAILURE() << "q " << q << " group " << grp << " k " << k << " slot " << slot;
+                        }
+                    }
+        EXPECT_EQ(bad, 0);
+    }
 }
 
 TEST(CodeMaxSimCuda, RejectsUnsupportedShapes) {
