@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <omp.h>
 
 #include "engine/backend.h"
@@ -28,6 +30,24 @@ public:
     Device device() const override { return device_; }
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override;
+
+    /// One search of 256 synthetic queries of 32 tokens (centroids as tokens), results dropped:
+    /// loads the kernels and sizes the scratch buffers of the default batch shape.
+    Status WarmUp() const {
+        const int nq = 256, qt = 32, dim = data_.info.dim, K = data_.model.n_centroids;
+        std::vector<float> q(size_t(nq) * qt * dim);
+        for (int64_t r = 0; r < int64_t(nq) * qt; ++r) {
+            const float* c = data_.model.centroids.data() + size_t(r * 7919 % K) * dim;
+            std::copy(c, c + dim, q.begin() + r * dim);
+        }
+        QueryBatch b;
+        b.data = q.data();
+        b.n_queries = nq;
+        b.q_tokens = qt;
+        b.dim = dim;
+        std::vector<std::vector<SearchHit>> res;
+        return Search(b, SearchOptions{}, &res, nullptr);
+    }
 
     index::IndexData data_;
     Device device_ = Device::kCpu;
@@ -264,8 +284,24 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
                                         : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
     const int nq = q.n_queries, qt = q.q_tokens, dim = q.dim, k = opts.k;
+    // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
+    static const bool tracing = std::getenv("TMS_TRACE_SEARCH") != nullptr;
+    auto tlast = t_start;
+    auto trace = [&](const char* what) {
+        if (!tracing) return;
+        const auto now = Clock::now();
+        std::fprintf(stderr, "search %s: %.3f ms\n", what, secs(tlast, now) * 1e3);
+        tlast = now;
+    };
     std::vector<float> qf(size_t(nq) * qt * dim);
-    for (size_t i = 0; i < qf.size(); ++i) qf[i] = kernels::load_as_float(q.data, q.dtype, static_cast<int64_t>(i));
+    if (q.dtype == DType::kF32) {
+        std::copy_n(static_cast<const float*>(q.data), qf.size(), qf.data());
+    } else {
+        const int64_t n = int64_t(qf.size());
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) qf[size_t(i)] = kernels::load_as_float(q.data, q.dtype, i);
+    }
+    trace("checks + queries to fp32");
 
     std::vector<int32_t> top_ids;
     std::vector<float> top_scores;
@@ -326,6 +362,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
             TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
         }
         t.candidates = secs(t0, Clock::now());
+        trace("candidates");
         // 4. Compressed scoring.
         t0 = Clock::now();
         scores.resize(docs.size());
@@ -337,16 +374,20 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         cp.scores = scores.data();
         TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/false));
         t.scoring = secs(t0, Clock::now());
+        trace("compressed scoring");
         // 5. Exact rerank of the best compressed candidates.
         if (have_vectors && opts.rerank > 0) {
             t0 = Clock::now();
             TMS_RETURN_IF_ERROR(select_top(nq, std::max(opts.rerank, k), &off, &docs, &scores));
+            trace("rerank selection");
             TMS_RETURN_IF_ERROR(exact_candidates(qf, q, off, docs, &scores));
             t.rerank = secs(t0, Clock::now());
+            trace("exact rerank");
         }
         top_ids.resize(size_t(nq) * k);
         top_scores.resize(size_t(nq) * k);
         TMS_RETURN_IF_ERROR(select_topk(scores.data(), off.data(), 0, nq, docs.data(), k, top_ids.data(), top_scores.data()));
+        trace("top-k");
     }
     results->assign(nq, {});
     for (int qi = 0; qi < nq; ++qi) {
@@ -357,6 +398,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
             r.push_back({data_.doc_ids[id], id, top_scores[size_t(qi) * k + j]});
         }
     }
+    trace("results");
     t.total = secs(t_start, Clock::now());
     if (timings) *timings = t;
     return Status::OK();
@@ -393,6 +435,10 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         index::PodVector<uint16_t>().swap(s->data_.vectors);  // the device copy is the one used
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload");
+    if (s->device_ == Device::kGpu && opts.warm_up && s->data_.info.n_docs > 0) {
+        TMS_RETURN_IF_ERROR(s->WarmUp());
+        trace.Mark("gpu warm-up");
+    }
     *out = std::move(s);
     return Status::OK();
 }

@@ -1,28 +1,32 @@
-// Copyright TileMaxSim authors. Best elements of a row of scores, one warp per row (device
-// code): the k-means / encoding assignment (n = 1) and query-token probing (n = nprobe).
+// Copyright TileMaxSim authors. Per-row selection of the n best entries by one warp (device code),
+// shared by GPU probing (engine/gpu_code_scorer.cu) and GPU k-means assignment (index/gpu_assign.cu).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
 
 namespace tms::kernels {
 
-/// The warp's lanes scan r[0, K) (coalesced) n times; pass p finds the best element after the
-/// previous pick in the order (score descending, index ascending), so ties go to the lower index
-/// and no element is picked twice. emit(p, index, score) runs on every lane after each pass;
-/// index is K or more when the row has no element left (e.g. every score NaN).
+namespace row_select_detail {
+
+/// The selection order: score descending, then index ascending. NaN is never better than
+/// anything, so it is never picked.
+__device__ __forceinline__ bool better(float v, int k, float bv, int bk) { return v > bv || (v == bv && k < bk); }
+
+/// n passes over the row (any n): pass p finds the best element after the previous pick.
 template <class Emit>
-__device__ __forceinline__ void warp_row_top_n(const float* __restrict__ r, int K, int n, int lane, Emit emit) {
+__device__ __forceinline__ void top_n_passes(const float* __restrict__ r, int K, int n, int lane, Emit emit) {
     float ps = INFINITY;
     int pi = -1;
     for (int p = 0; p < n; ++p) {
         float bv = -INFINITY;
-        int bi = 0x7fffffff;
+        int bi = INT_MAX;
         for (int k = lane; k < K; k += 32) {
             const float v = r[k];
             const bool after = v < ps || (v == ps && k > pi);
-            if (after && (v > bv || (v == bv && k < bi))) {
+            if (after && better(v, k, bv, bi)) {
                 bv = v;
                 bi = k;
             }
@@ -30,7 +34,7 @@ __device__ __forceinline__ void warp_row_top_n(const float* __restrict__ r, int 
         for (int off = 16; off > 0; off >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
             const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (ov > bv || (ov == bv && oi < bi)) {
+            if (better(ov, oi, bv, bi)) {
                 bv = ov;
                 bi = oi;
             }
@@ -38,6 +42,77 @@ __device__ __forceinline__ void warp_row_top_n(const float* __restrict__ r, int 
         emit(p, bi, bv);
         ps = bv;
         pi = bi;
+    }
+}
+
+/// One pass (n <= N): each lane keeps its N best in registers (sorted, inserted only when
+/// better than its N-th), then n rounds of a warp-wide best-of-heads; the winning lane pops.
+template <int N, class Emit>
+__device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, int n, int lane, Emit emit) {
+    float lv[N];
+    int li[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        lv[j] = -INFINITY;
+        li[j] = INT_MAX;
+    }
+    for (int k = lane; k < K; k += 32) {
+        const float v = r[k];
+        if (!better(v, k, lv[N - 1], li[N - 1])) continue;
+#pragma unroll
+        for (int j = N - 1; j >= 0; --j) {
+            if (better(v, k, lv[j], li[j])) {
+                if (j > 0 && better(v, k, lv[j - 1], li[j - 1])) {
+                    lv[j] = lv[j - 1];
+                    li[j] = li[j - 1];
+                } else {
+                    lv[j] = v;
+                    li[j] = k;
+                }
+            }
+        }
+    }
+    for (int p = 0; p < n; ++p) {
+        float bv = lv[0];
+        int bi = li[0];
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (better(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        emit(p, bi, bv);
+        if (li[0] == bi) {  // indices are distinct across lanes (k % 32 == lane); the sentinel pops harmlessly
+#pragma unroll
+            for (int j = 0; j + 1 < N; ++j) {
+                lv[j] = lv[j + 1];
+                li[j] = li[j + 1];
+            }
+            lv[N - 1] = -INFINITY;
+            li[N - 1] = INT_MAX;
+        }
+    }
+}
+
+}  // namespace row_select_detail
+
+/// The warp's n best elements of r[0, K), in the order (score descending, index ascending):
+/// ties go to the lower index, no element is picked twice, NaN is never picked. emit(p, index,
+/// score) runs on every lane for p = 0 .. n-1; index is K or more (score -inf) when the row has
+/// no element left. n <= 16 reads the row once (per-lane lists in registers); larger n makes
+/// n passes. Call with all 32 lanes of the warp.
+template <class Emit>
+__device__ __forceinline__ void warp_row_top_n(const float* __restrict__ r, int K, int n, int lane, Emit emit) {
+    if (n <= 1) {
+        row_select_detail::top_n_lists<1>(r, K, n, lane, emit);
+    } else if (n <= 8) {
+        row_select_detail::top_n_lists<8>(r, K, n, lane, emit);
+    } else if (n <= 16) {
+        row_select_detail::top_n_lists<16>(r, K, n, lane, emit);
+    } else {
+        row_select_detail::top_n_passes(r, K, n, lane, emit);
     }
 }
 
