@@ -121,6 +121,19 @@ struct GpuCodeScorer::Impl {
     int32_t* d_ivf_docs = nullptr;
     // Candidates' second phase (sized once the candidate counts are known).
     kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
+    /// What the last Candidates call left on the device for ScoreCandidates (pointers into
+    /// arena, g_docs / g_heads, g_new_off, g_table); Score and Probe invalidate it.
+    struct LastCandidates {
+        bool valid = false;
+        int n_queries = 0, q_stride = 0;
+        const float* dq = nullptr;
+        const int32_t* dl = nullptr;
+        const float* dcs = nullptr;
+        const int64_t* d_off = nullptr;
+        const int32_t* d_docs = nullptr;
+        int64_t total = 0;
+        bool table_built = false;  // g_table holds these queries' centroid-score table
+    } last;
 
     /// The shard half of the kernel parameters (and the batch shape); the caller sets the
     /// query, candidate and output pointers.
@@ -247,6 +260,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
                             const float* h_centroid_scores, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
                             bool centroids_only, std::vector<float>* scores) {
     Impl& im = *impl_;
+    im.last.valid = false;  // the arena is reused below
     DeviceGuard g(im.device);
     int64_t n_cand = 0;
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer", n_queries, q_stride, h_queries, h_query_lens,
@@ -303,6 +317,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
 Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride, int nprobe,
                             std::vector<int32_t>* probe) {
     Impl& im = *impl_;
+    im.last.valid = false;  // the arena is reused below
     if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument("GpuCodeScorer::Probe: bad sizes");
     TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Probe", nprobe));
     const int64_t rows = int64_t(n_queries) * q_stride;
@@ -363,12 +378,17 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
 Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
                                  int nprobe, int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
     Impl& im = *impl_;
+    im.last.valid = false;
     if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
     if (n_queries < 0 || q_stride <= 0 || ncandidates < 0) return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
     TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Candidates", nprobe));
     off->assign(size_t(n_queries) + 1, 0);
     docs->clear();
-    if (n_queries == 0) return Status::OK();
+    if (n_queries == 0) {
+        im.last = Impl::LastCandidates{};
+        im.last.valid = true;  // nothing to score
+        return Status::OK();
+    }
     int64_t no_cand = 0;
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::Candidates", n_queries, q_stride, h_queries,
                                                         h_query_lens, nullptr, nullptr, im.n_docs, &no_cand));
@@ -443,6 +463,8 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     TMS_CUDA_CHECK_LAUNCH();
     trace("emit");
     const int32_t* result = ddocs;
+    const int64_t* result_off = doff;
+    bool table_built = false;
     if (ncandidates > 0 && max_count > ncandidates) {
         // 3. Centroid-only scores of every candidate, then the ncandidates best of each query.
         kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, /*centroids_only=*/true);
@@ -481,6 +503,8 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
         TMS_CUDA_CHECK_LAUNCH();
         *off = noff;
         result = static_cast<const int32_t*>(im.g_heads.p);
+        result_off = static_cast<const int64_t*>(im.g_new_off.p);
+        table_built = true;
     }
     docs->resize(size_t(off->back()));
     if (!docs->empty()) {
@@ -489,6 +513,47 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
+    im.last.valid = true;
+    im.last.n_queries = n_queries;
+    im.last.q_stride = q_stride;
+    im.last.dq = dq;
+    im.last.dl = dl;
+    im.last.dcs = dcs;
+    im.last.d_off = result_off;
+    im.last.d_docs = result;
+    im.last.total = off->back();
+    im.last.table_built = table_built;
+    return Status::OK();
+}
+
+Status GpuCodeScorer::ScoreCandidates(std::vector<float>* scores) {
+    Impl& im = *impl_;
+    if (!im.last.valid) {
+        return Status::InvalidArgument(
+            "GpuCodeScorer::ScoreCandidates: no candidate lists on the device (call Candidates first; Score and "
+            "Probe discard them)");
+    }
+    const Impl::LastCandidates& c = im.last;
+    scores->assign(size_t(c.total), 0.f);
+    if (c.total == 0) return Status::OK();
+    DeviceGuard g(im.device);
+    kernels::CodeMaxSimParams p = im.ShardParams(c.n_queries, c.q_stride, /*centroids_only=*/false);
+    p.queries = c.dq;
+    p.query_lens = c.dl;
+    p.centroid_scores = c.dcs;
+    p.cand_offsets = c.d_off;
+    p.cand_docs = c.d_docs;
+    TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(c.total) * sizeof(float), im.stream));
+    p.scores = static_cast<float*>(im.g_scores.p);
+    if (!c.table_built) {
+        TMS_RETURN_IF_ERROR(im.g_table.Reserve(kernels::code_centroid_table_bytes(p), im.stream));
+        TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, im.g_table.p, im.stream));
+        im.last.table_built = true;
+    }
+    TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(scores->data(), p.scores, size_t(c.total) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }
 

@@ -51,6 +51,13 @@ public:
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs);
 
+    /// Compressed scores of the candidate lists the last Candidates call returned (scores[i]
+    /// for its docs[i]), from that call's device state: its query rows, centroid scores and
+    /// candidate lists (and its centroid-score table when it pruned) are reused, not uploaded
+    /// or computed again. InvalidArgument when no Candidates call precedes it, or when Score or
+    /// Probe ran in between (they reuse the device buffers).
+    Status ScoreCandidates(std::vector<float>* scores);
+
 private:
     GpuCodeScorer() = default;
     struct Impl;

@@ -318,12 +318,12 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         std::vector<float> cs;
         std::vector<int64_t> off;
         std::vector<int32_t> docs;
-        bool pruned = false;
+        bool gpu_candidates = false;  // generated (and pruned) by code_gpu_, still on the device
         if (code_gpu_ && nprobe <= 64) {
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
             TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf.data(), nq, qt, q.lengths, nprobe, opts.ncandidates, &off, &docs));
-            pruned = true;
+            gpu_candidates = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
             index::CentroidScores(qf.data(), int64_t(nq) * qt, data_.model, cs.data());
@@ -350,7 +350,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         std::vector<float> scores;
         int64_t max_cands = 0;
         for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
-        if (!pruned && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
+        if (!gpu_candidates && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
             scores.resize(docs.size());
             cp.codes = data_.codes.data();
             cp.n_code_bytes = data_.model.n_code_bytes;
@@ -365,14 +365,19 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         trace("candidates");
         // 4. Compressed scoring.
         t0 = Clock::now();
-        scores.resize(docs.size());
-        cp.codes = data_.codes.data();
-        cp.n_code_bytes = data_.model.n_code_bytes;
-        cp.codebook = data_.model.codebook.data();
-        cp.cand_offsets = off.data();
-        cp.cand_docs = docs.data();
-        cp.scores = scores.data();
-        TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/false));
+        if (gpu_candidates) {
+            // The lists Candidates left on the device, with its query rows and centroid scores.
+            TMS_RETURN_IF_ERROR(code_gpu_->ScoreCandidates(&scores));
+        } else {
+            scores.resize(docs.size());
+            cp.codes = data_.codes.data();
+            cp.n_code_bytes = data_.model.n_code_bytes;
+            cp.codebook = data_.model.codebook.data();
+            cp.cand_offsets = off.data();
+            cp.cand_docs = docs.data();
+            cp.scores = scores.data();
+            TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/false));
+        }
         t.scoring = secs(t0, Clock::now());
         trace("compressed scoring");
         // 5. Exact rerank of the best compressed candidates.

@@ -567,6 +567,72 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
     }
 }
 
+// ScoreCandidates (the device state of the last Candidates call) against Score with the same
+// queries and the candidate lists on the host: bit-identical, pruned or not; refused with no
+// Candidates call before it, or after a Score or Probe call.
+TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
+    SKIP_WITHOUT_GPU();
+    const int dim = 64, nb = 16, K = 80, n_docs = 2000, nq = 5, qt = 11, nprobe = 4;
+    std::mt19937 rng(23);
+    std::normal_distribution<float> n01;
+    std::uniform_int_distribution<int> len(1, 40), cid(0, K - 1), byte(0, 255);
+    std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim), book(size_t(nb) * 256 * (dim / nb));
+    for (auto& v : cent) v = n01(rng);
+    for (auto& v : q) v = n01(rng);
+    for (auto& v : book) v = 0.1f * n01(rng);
+    std::vector<int64_t> doc_off(1, 0);
+    std::vector<uint32_t> tc;
+    for (int d = 0; d < n_docs; ++d) {
+        const int l = len(rng);
+        for (int t = 0; t < l; ++t) tc.push_back(uint32_t(cid(rng)));
+        doc_off.push_back(int64_t(tc.size()));
+    }
+    std::vector<uint8_t> codes(tc.size() * nb);
+    for (auto& c : codes) c = uint8_t(byte(rng));
+    std::vector<std::vector<int32_t>> lists(K);
+    for (int d = 0; d < n_docs; ++d)
+        for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t)
+            if (lists[tc[t]].empty() || lists[tc[t]].back() != d) lists[tc[t]].push_back(d);
+    std::vector<int64_t> ivf_off(1, 0);
+    std::vector<int32_t> ivf_docs;
+    for (const auto& l : lists) {
+        ivf_docs.insert(ivf_docs.end(), l.begin(), l.end());
+        ivf_off.push_back(int64_t(ivf_docs.size()));
+    }
+    const std::vector<int32_t> qlens = {11, 3, 0, 7, 11};
+    std::unique_ptr<engine::GpuCodeScorer> scorer;
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), codes.data(), int64_t(tc.size()), nb, book.data(),
+                                              cent.data(), K, dim, doc_off.data(), n_docs, &scorer)
+                    .ok());
+    ASSERT_TRUE(scorer->SetIvf(ivf_off.data(), ivf_docs.data()).ok());
+    std::vector<float> got, want;
+    EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "no Candidates call yet";
+    for (const int keep : {0, 50}) {
+        SCOPED_TRACE("ncandidates " + std::to_string(keep));
+        std::vector<int64_t> off;
+        std::vector<int32_t> docs;
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+        ASSERT_GT(docs.size(), 0u);
+        if (keep) EXPECT_LE(off[1] - off[0], keep);
+        ASSERT_TRUE(scorer->ScoreCandidates(&got).ok());
+        ASSERT_TRUE(scorer->ScoreCandidates(&got).ok()) << "a second call scores the same lists";
+        ASSERT_TRUE(scorer->Score(q.data(), nq, qt, qlens.data(), nullptr, off.data(), docs.data(), false, &want).ok());
+        ASSERT_EQ(got.size(), docs.size());
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "Score ran in between";
+        std::vector<int32_t> probe;
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+        ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());
+        EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "Probe ran in between";
+    }
+    // No queries: nothing to score.
+    std::vector<int64_t> off;
+    std::vector<int32_t> docs;
+    ASSERT_TRUE(scorer->Candidates(q.data(), 0, qt, nullptr, nprobe, 0, &off, &docs).ok());
+    ASSERT_TRUE(scorer->ScoreCandidates(&got).ok());
+    EXPECT_TRUE(got.empty());
+}
+
 /// Benchmark driver (not a test): --gtest_also_run_disabled_tests --gtest_filter='*Bench*';
 /// TMS_CODE_BENCH_FILTER selects cases, TMS_CODE_BENCH_JSON names the output file.
 TEST(CodeMaxSimCudaBench, DISABLED_Run) {
