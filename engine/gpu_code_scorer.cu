@@ -100,6 +100,32 @@ __global__ void gather_heads(const int32_t* __restrict__ sorted, const int64_t* 
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[new_off[q] + i] = sorted[off[q] + i];
 }
 
+// Sort keys of (score, document): descending key order is score descending, then document
+// ascending (the float's bits made order-preserving as unsigned, then the complemented id).
+__global__ void score_doc_keys(const float* __restrict__ scores, const int32_t* __restrict__ docs, int64_t n,
+                               uint64_t* __restrict__ keys) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        uint32_t u = __float_as_uint(scores[i]);
+        u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+        keys[i] = (uint64_t(u) << 32) | uint64_t(0xffffffffu - uint32_t(docs[i]));
+    }
+}
+
+// The first new_off[q+1] - new_off[q] keys of each sorted segment, back to (document, score).
+__global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64_t* __restrict__ off,
+                                const int64_t* __restrict__ new_off, int32_t* __restrict__ docs,
+                                float* __restrict__ scores) {
+    const int q = blockIdx.x;
+    const int64_t n = new_off[q + 1] - new_off[q];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint64_t key = sorted[off[q] + i];
+        uint32_t u = uint32_t(key >> 32);
+        u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+        docs[new_off[q] + i] = int32_t(0xffffffffu - uint32_t(key));
+        scores[new_off[q] + i] = __uint_as_float(u);
+    }
+}
+
 }  // namespace
 
 struct GpuCodeScorer::Impl {
@@ -121,6 +147,8 @@ struct GpuCodeScorer::Impl {
     int32_t* d_ivf_docs = nullptr;
     // Candidates' second phase (sized once the candidate counts are known).
     kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
+    // ScoreCandidatesTop's output (the kept documents, their scores, offsets).
+    kernels::DeviceScratch t_docs, t_scores, t_off;
     /// What the last Candidates call left on the device for ScoreCandidates (pointers into
     /// arena, g_docs / g_heads, g_new_off, g_table); Score and Probe invalidate it.
     struct LastCandidates {
@@ -131,6 +159,7 @@ struct GpuCodeScorer::Impl {
         const float* dcs = nullptr;
         const int64_t* d_off = nullptr;
         const int32_t* d_docs = nullptr;
+        std::vector<int64_t> h_off;  // the offsets Candidates returned
         int64_t total = 0;
         bool table_built = false;  // g_table holds these queries' centroid-score table
     } last;
@@ -158,7 +187,7 @@ struct GpuCodeScorer::Impl {
         if (stream) cudaStreamSynchronize(stream);
         if (blas) cublasDestroy(blas);
         for (kernels::DeviceScratch* b : {&arena, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads,
-                                          &g_new_off})
+                                          &g_new_off, &t_docs, &t_scores, &t_off})
             b->Free();
         cudaFree(d_ivf_off);
         cudaFree(d_ivf_docs);
@@ -386,6 +415,7 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     docs->clear();
     if (n_queries == 0) {
         im.last = Impl::LastCandidates{};
+        im.last.h_off.assign(1, 0);
         im.last.valid = true;  // nothing to score
         return Status::OK();
     }
@@ -521,22 +551,21 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     im.last.dcs = dcs;
     im.last.d_off = result_off;
     im.last.d_docs = result;
+    im.last.h_off = *off;
     im.last.total = off->back();
     im.last.table_built = table_built;
     return Status::OK();
 }
 
-Status GpuCodeScorer::ScoreCandidates(std::vector<float>* scores) {
+Status GpuCodeScorer::ScoreLast(const char* who) {
     Impl& im = *impl_;
     if (!im.last.valid) {
-        return Status::InvalidArgument(
-            "GpuCodeScorer::ScoreCandidates: no candidate lists on the device (call Candidates first; Score and "
-            "Probe discard them)");
+        return Status::InvalidArgument(std::string(who) +
+                                       ": no candidate lists on the device (call Candidates first; Score and Probe "
+                                       "discard them)");
     }
     const Impl::LastCandidates& c = im.last;
-    scores->assign(size_t(c.total), 0.f);
     if (c.total == 0) return Status::OK();
-    DeviceGuard g(im.device);
     kernels::CodeMaxSimParams p = im.ShardParams(c.n_queries, c.q_stride, /*centroids_only=*/false);
     p.queries = c.dq;
     p.query_lens = c.dl;
@@ -550,9 +579,64 @@ Status GpuCodeScorer::ScoreCandidates(std::vector<float>* scores) {
         TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, im.g_table.p, im.stream));
         im.last.table_built = true;
     }
-    TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
+    return kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream);
+}
+
+Status GpuCodeScorer::ScoreCandidates(std::vector<float>* scores) {
+    Impl& im = *impl_;
+    DeviceGuard g(im.device);
+    TMS_RETURN_IF_ERROR(ScoreLast("GpuCodeScorer::ScoreCandidates"));
+    const int64_t total = im.last.total;
+    scores->assign(size_t(total), 0.f);
+    if (total == 0) return Status::OK();
     TMS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(scores->data(), p.scores, size_t(c.total) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+        cudaMemcpyAsync(scores->data(), im.g_scores.p, size_t(total) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+    return Status::OK();
+}
+
+Status GpuCodeScorer::ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                                         std::vector<float>* scores) {
+    Impl& im = *impl_;
+    if (keep <= 0) return Status::InvalidArgument("GpuCodeScorer::ScoreCandidatesTop: keep must be > 0");
+    DeviceGuard g(im.device);
+    TMS_RETURN_IF_ERROR(ScoreLast("GpuCodeScorer::ScoreCandidatesTop"));
+    const Impl::LastCandidates& c = im.last;
+    const int nq = c.n_queries;
+    off->assign(size_t(nq) + 1, 0);
+    for (int q = 0; q < nq; ++q) off->at(q + 1) = (*off)[q] + std::min<int64_t>(c.h_off[q + 1] - c.h_off[q], keep);
+    const int64_t kept = off->back();
+    docs->resize(size_t(kept));
+    scores->resize(size_t(kept));
+    if (kept == 0) return Status::OK();
+    // (score, document) keys, sorted descending within each query's list, then the heads.
+    const size_t key_bytes = size_t(c.total) * sizeof(uint64_t);
+    TMS_RETURN_IF_ERROR(im.g_keys.Reserve(key_bytes, im.stream));
+    TMS_RETURN_IF_ERROR(im.g_vals.Reserve(key_bytes, im.stream));
+    auto* keys = static_cast<uint64_t*>(im.g_keys.p);
+    auto* sorted = static_cast<uint64_t*>(im.g_vals.p);
+    score_doc_keys<<<unsigned(std::min<int64_t>((c.total + 255) / 256, 4096)), 256, 0, im.stream>>>(
+        static_cast<const float*>(im.g_scores.p), c.d_docs, c.total, keys);
+    TMS_CUDA_CHECK_LAUNCH();
+    size_t temp_bytes = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(nullptr, temp_bytes, keys, sorted, c.total,
+                                                                          nq, c.d_off, c.d_off + 1, im.stream));
+    TMS_RETURN_IF_ERROR(im.g_temp.Reserve(temp_bytes, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(im.g_temp.p, temp_bytes, keys, sorted, c.total,
+                                                                          nq, c.d_off, c.d_off + 1, im.stream));
+    const size_t o_bytes = size_t(nq + 1) * sizeof(int64_t);
+    TMS_RETURN_IF_ERROR(im.t_off.Reserve(o_bytes, im.stream));
+    TMS_RETURN_IF_ERROR(im.t_docs.Reserve(size_t(kept) * sizeof(int32_t), im.stream));
+    TMS_RETURN_IF_ERROR(im.t_scores.Reserve(size_t(kept) * sizeof(float), im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.t_off.p, off->data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
+    gather_top_keys<<<unsigned(nq), 256, 0, im.stream>>>(sorted, c.d_off, static_cast<const int64_t*>(im.t_off.p),
+                                                         static_cast<int32_t*>(im.t_docs.p),
+                                                         static_cast<float*>(im.t_scores.p));
+    TMS_CUDA_CHECK_LAUNCH();
+    TMS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(docs->data(), im.t_docs.p, size_t(kept) * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(scores->data(), im.t_scores.p, size_t(kept) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }

@@ -58,8 +58,16 @@ public:
     /// Probe ran in between (they reuse the device buffers).
     Status ScoreCandidates(std::vector<float>* scores);
 
+    /// As ScoreCandidates, but only the `keep` best of each query's list come back, selected on
+    /// the device: off [n_queries + 1], docs and scores in the order score descending, lower
+    /// document id first on ties (kernels::topk_cpu's order). keep > 0.
+    Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                              std::vector<float>* scores);
+
 private:
     GpuCodeScorer() = default;
+    /// Compressed scores of the last Candidates call's lists into the device buffer g_scores.
+    Status ScoreLast(const char* who);
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

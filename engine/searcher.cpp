@@ -365,9 +365,12 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         trace("candidates");
         // 4. Compressed scoring.
         t0 = Clock::now();
+        const bool rerank = have_vectors && opts.rerank > 0;
+        const int keep = rerank ? std::max(opts.rerank, k) : k;
         if (gpu_candidates) {
-            // The lists Candidates left on the device, with its query rows and centroid scores.
-            TMS_RETURN_IF_ERROR(code_gpu_->ScoreCandidates(&scores));
+            // The lists Candidates left on the device (with its query rows and centroid
+            // scores), and only their `keep` best come back (the selection below, done there).
+            TMS_RETURN_IF_ERROR(code_gpu_->ScoreCandidatesTop(keep, &off, &docs, &scores));
         } else {
             scores.resize(docs.size());
             cp.codes = data_.codes.data();
@@ -381,9 +384,9 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         t.scoring = secs(t0, Clock::now());
         trace("compressed scoring");
         // 5. Exact rerank of the best compressed candidates.
-        if (have_vectors && opts.rerank > 0) {
+        if (rerank) {
             t0 = Clock::now();
-            TMS_RETURN_IF_ERROR(select_top(nq, std::max(opts.rerank, k), &off, &docs, &scores));
+            if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &off, &docs, &scores));
             trace("rerank selection");
             TMS_RETURN_IF_ERROR(exact_candidates(qf, q, off, docs, &scores));
             t.rerank = secs(t0, Clock::now());
@@ -395,8 +398,10 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
         trace("top-k");
     }
     results->assign(nq, {});
+#pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
     for (int qi = 0; qi < nq; ++qi) {
         auto& r = (*results)[qi];
+        r.reserve(size_t(std::min<int64_t>(k, info.n_docs)));
         for (int j = 0; j < k; ++j) {
             const int32_t id = top_ids[size_t(qi) * k + j];
             if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)

@@ -89,7 +89,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         phase.scoring += t.scoring;
         phase.rerank += t.rerank;
         for (int i = 0; i < b.n_queries; ++i) {
-            for (const auto& h : res[i]) all[q0 + i].emplace_back(h.doc_id, h.score);
+            for (auto& h : res[i]) all[q0 + i].emplace_back(std::move(h.doc_id), h.score);
         }
         prog.Add(b.n_queries);
     }

@@ -568,8 +568,9 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
 }
 
 // ScoreCandidates (the device state of the last Candidates call) against Score with the same
-// queries and the candidate lists on the host: bit-identical, pruned or not; refused with no
-// Candidates call before it, or after a Score or Probe call.
+// queries and the candidate lists on the host: bit-identical, pruned or not; ScoreCandidatesTop
+// against the host's top-k order over those scores; both refused with no Candidates call
+// before them, or after a Score or Probe call.
 TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
     SKIP_WITHOUT_GPU();
     const int dim = 64, nb = 16, K = 80, n_docs = 2000, nq = 5, qt = 11, nprobe = 4;
@@ -616,6 +617,30 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
         if (keep) EXPECT_LE(off[1] - off[0], keep);
         ASSERT_TRUE(scorer->ScoreCandidates(&got).ok());
         ASSERT_TRUE(scorer->ScoreCandidates(&got).ok()) << "a second call scores the same lists";
+        // The best `top` of each list on the device against the host's order (score descending,
+        // lower id first) over the same scores.
+        for (const int top : {1, 7, 100000}) {
+            std::vector<int64_t> toff;
+            std::vector<int32_t> tdocs;
+            std::vector<float> tscores;
+            ASSERT_TRUE(scorer->ScoreCandidatesTop(top, &toff, &tdocs, &tscores).ok());
+            ASSERT_EQ(toff.size(), off.size());
+            for (int qi = 0; qi < nq; ++qi) {
+                std::vector<std::pair<float, int32_t>> ref;
+                for (int64_t i = off[qi]; i < off[qi + 1]; ++i) ref.push_back({got[size_t(i)], docs[size_t(i)]});
+                std::sort(ref.begin(), ref.end(), [](const auto& a, const auto& b) {
+                    return a.first != b.first ? a.first > b.first : a.second < b.second;
+                });
+                ref.resize(std::min<size_t>(ref.size(), size_t(top)));
+                ASSERT_EQ(size_t(toff[qi + 1] - toff[qi]), ref.size()) << "top " << top << " query " << qi;
+                for (size_t j = 0; j < ref.size(); ++j) {
+                    EXPECT_EQ(tdocs[size_t(toff[qi]) + j], ref[j].second) << "top " << top << " query " << qi << " rank " << j;
+                    EXPECT_EQ(tscores[size_t(toff[qi]) + j], ref[j].first) << "top " << top << " query " << qi << " rank " << j;
+                }
+            }
+        }
+        EXPECT_EQ(scorer->ScoreCandidatesTop(0, &off, &docs, &got).code(), Status::Code::kInvalidArgument);
+        ASSERT_TRUE(scorer->ScoreCandidates(&got).ok());
         ASSERT_TRUE(scorer->Score(q.data(), nq, qt, qlens.data(), nullptr, off.data(), docs.data(), false, &want).ok());
         ASSERT_EQ(got.size(), docs.size());
         EXPECT_EQ(got, want);
