@@ -28,4 +28,12 @@ Status GpuCodeScorer::Candidates(const float*, int, int, const int32_t*, int, in
     return Status::NotSupported("this build has no CUDA");
 }
 
+Status GpuCodeScorer::ScoreCandidates(std::vector<float>*) { return Status::NotSupported("this build has no CUDA"); }
+
+Status GpuCodeScorer::ScoreCandidatesTop(int, std::vector<int64_t>*, std::vector<int32_t>*, std::vector<float>*) {
+    return Status::NotSupported("this build has no CUDA");
+}
+
+Status GpuCodeScorer::ScoreLast(const char*) { return Status::NotSupported("this build has no CUDA"); }
+
 }  // namespace tms::engine
