@@ -30,6 +30,9 @@ public:
     Device device() const override { return device_; }
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override;
+    /// Search of one chunk of a validated batch (Search splits batches by max_batch_queries).
+    Status SearchChunk(const QueryBatch& queries, const SearchOptions& opts,
+                       std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
 
     /// One search of 256 synthetic queries of 32 tokens (centroids as tokens), results dropped:
     /// loads the kernels and sizes the scratch buffers of the default batch shape.
@@ -258,7 +261,6 @@ void SearcherImpl::union_ivf(const std::vector<int32_t>& probe, int nq, int qt, 
 
 Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                             SearchTimings* timings) const {
-    const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
     if (opts.k <= 0) return Status::InvalidArgument("k must be > 0, got " + std::to_string(opts.k));
     if (q.dim != info.dim) {
@@ -277,6 +279,40 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
     }
     if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
     if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
+    if (opts.max_batch_queries < 0) return Status::InvalidArgument("max_batch_queries must be >= 0");
+    // Chunks bound the per-batch arrays: centroid scores [queries, tokens, centroids] and, when
+    // exhaustive, scores [queries, documents], fp32 (on the host or the device).
+    int64_t chunk = opts.max_batch_queries;
+    if (chunk == 0) {
+        const int64_t per_query = 4 * std::max<int64_t>({int64_t(q.q_tokens) * info.n_centroids, info.n_docs, 1});
+        chunk = std::clamp<int64_t>((int64_t(1) << 30) / per_query, 1, 4096);
+    }
+    if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
+    results->assign(size_t(q.n_queries), {});
+    SearchTimings sum;
+    const size_t row_bytes = size_t(q.q_tokens) * q.dim * DTypeSize(q.dtype);
+    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
+        QueryBatch b = q;
+        b.n_queries = int(std::min<int64_t>(chunk, q.n_queries - q0));
+        b.data = static_cast<const uint8_t*>(q.data) + size_t(q0) * row_bytes;
+        b.lengths = q.lengths ? q.lengths + q0 : nullptr;
+        std::vector<std::vector<SearchHit>> part;
+        SearchTimings t;
+        TMS_RETURN_IF_ERROR(SearchChunk(b, opts, &part, &t));
+        std::move(part.begin(), part.end(), results->begin() + q0);
+        sum.candidates += t.candidates;
+        sum.scoring += t.scoring;
+        sum.rerank += t.rerank;
+        sum.total += t.total;
+    }
+    if (timings) *timings = sum;
+    return Status::OK();
+}
+
+Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
+                                 std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
+    const auto t_start = Clock::now();
+    const IndexInfo& info = data_.info;
     const bool have_vectors = !data_.vectors.empty() || gpu_ != nullptr;
     if (opts.exhaustive && !have_vectors) {
         return Status::NotSupported(info.has_vectors

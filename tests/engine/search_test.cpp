@@ -213,6 +213,26 @@ TEST_P(DefaultSearch, RecallAgainstExhaustive) {
         }
         return sum / re.size();
     };
+    // Searched 7 queries at a time (query lengths too): the same hits and scores, in order.
+    std::vector<int32_t> lens(size_t(qb.n_queries));
+    for (size_t i = 0; i < lens.size(); ++i) lens[i] = int32_t(i % 5 == 0 ? qb.q_tokens - 3 : qb.q_tokens);
+    QueryBatch ql = qb;
+    ql.lengths = lens.data();
+    for (const SearchOptions& base : {def, exh}) {
+        SearchOptions chunked = base;
+        chunked.max_batch_queries = 7;
+        std::vector<std::vector<SearchHit>> whole, parts;
+        ASSERT_TRUE(s->Search(ql, base, &whole).ok());
+        ASSERT_TRUE(s->Search(ql, chunked, &parts).ok());
+        ASSERT_EQ(parts.size(), whole.size());
+        for (size_t q = 0; q < whole.size(); ++q) {
+            ASSERT_EQ(parts[q].size(), whole[q].size()) << "query " << q;
+            for (size_t j = 0; j < whole[q].size(); ++j) {
+                EXPECT_EQ(parts[q][j].doc_id, whole[q][j].doc_id) << "query " << q << " rank " << j;
+                EXPECT_EQ(parts[q][j].score, whole[q][j].score) << "query " << q << " rank " << j;
+            }
+        }
+    }
     const double r_default = recall(ra), r_compressed = recall(rn);
     std::printf("[ codec %s ] recall@10 vs exhaustive: default %.4f, compressed only %.4f\n", codec.c_str(), r_default,
                 r_compressed);
@@ -248,6 +268,9 @@ TEST(SearchCpu, RejectsBadRequests) {
     EXPECT_EQ(st.code(), Status::Code::kNotSupported);
     EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos) << st.message();
     o.exhaustive = false;
+    o.max_batch_queries = -1;
+    EXPECT_EQ(s->Search(qb, o, &res).code(), Status::Code::kInvalidArgument);
+    o.max_batch_queries = 0;
     QueryBatch wrong = qb;
     wrong.dim = 32;
     EXPECT_EQ(s->Search(wrong, o, &res).code(), Status::Code::kInvalidArgument);
