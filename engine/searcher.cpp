@@ -386,7 +386,8 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
         std::vector<float> scores;
         int64_t max_cands = 0;
         for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
-        if (!gpu_candidates && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
+        // Compressed (or centroid-only) scores of the host lists (off, docs) into `scores`.
+        auto host_list_scores = [&](bool centroids_only) {
             scores.resize(docs.size());
             cp.codes = data_.codes.data();
             cp.n_code_bytes = data_.model.n_code_bytes;
@@ -394,7 +395,10 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
             cp.cand_offsets = off.data();
             cp.cand_docs = docs.data();
             cp.scores = scores.data();
-            TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/true));
+            return code_scores(cp, centroids_only);
+        };
+        if (!gpu_candidates && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
+            TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/true));
             TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
         }
         t.candidates = secs(t0, Clock::now());
@@ -408,14 +412,7 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
             // scores), and only their `keep` best come back (the selection below, done there).
             TMS_RETURN_IF_ERROR(code_gpu_->ScoreCandidatesTop(keep, &off, &docs, &scores));
         } else {
-            scores.resize(docs.size());
-            cp.codes = data_.codes.data();
-            cp.n_code_bytes = data_.model.n_code_bytes;
-            cp.codebook = data_.model.codebook.data();
-            cp.cand_offsets = off.data();
-            cp.cand_docs = docs.data();
-            cp.scores = scores.data();
-            TMS_RETURN_IF_ERROR(code_scores(cp, /*centroids_only=*/false));
+            TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/false));
         }
         t.scoring = secs(t0, Clock::now());
         trace("compressed scoring");

@@ -15,6 +15,18 @@ namespace row_select_detail {
 /// anything, so it is never picked.
 __device__ __forceinline__ bool better(float v, int k, float bv, int bk) { return v > bv || (v == bv && k < bk); }
 
+/// The best (bv, bi) of the warp's lanes, on every lane.
+__device__ __forceinline__ void warp_best(float& bv, int& bi) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 /// n passes over the row (any n): pass p finds the best element after the previous pick.
 template <class Emit>
 __device__ __forceinline__ void top_n_passes(const float* __restrict__ r, int K, int n, int lane, Emit emit) {
@@ -31,14 +43,7 @@ __device__ __forceinline__ void top_n_passes(const float* __restrict__ r, int K,
                 bi = k;
             }
         }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (better(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_best(bv, bi);
         emit(p, bi, bv);
         ps = bv;
         pi = bi;
@@ -75,14 +80,7 @@ __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, 
     for (int p = 0; p < n; ++p) {
         float bv = lv[0];
         int bi = li[0];
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (better(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_best(bv, bi);
         emit(p, bi, bv);
         if (li[0] == bi) {  // indices are distinct across lanes (k % 32 == lane); the sentinel pops harmlessly
 #pragma unroll

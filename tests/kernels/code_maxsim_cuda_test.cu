@@ -474,6 +474,35 @@ TEST(GpuCodeScorerCuda, ProbeMatchesCpuOrder) {
     EXPECT_FALSE(scorer->Probe(q.data(), nq, qt, 65, &probe).ok());
 }
 
+/// A random shard for the GpuCodeScorer tests: n_docs documents of 1..max_len tokens with random
+/// centroid ids in [0, K), and its IVF lists (the documents of each centroid, ascending).
+struct IvfShard {
+    std::vector<int64_t> doc_off{0};
+    std::vector<uint32_t> tc;
+    std::vector<std::vector<int32_t>> lists;
+    std::vector<int64_t> ivf_off{0};
+    std::vector<int32_t> ivf_docs;
+};
+
+IvfShard random_ivf_shard(std::mt19937& rng, int n_docs, int max_len, int K) {
+    IvfShard s;
+    std::uniform_int_distribution<int> len(1, max_len), cid(0, K - 1);
+    for (int d = 0; d < n_docs; ++d) {
+        const int l = len(rng);
+        for (int t = 0; t < l; ++t) s.tc.push_back(uint32_t(cid(rng)));
+        s.doc_off.push_back(int64_t(s.tc.size()));
+    }
+    s.lists.resize(size_t(K));
+    for (int d = 0; d < n_docs; ++d)
+        for (int64_t t = s.doc_off[d]; t < s.doc_off[d + 1]; ++t)
+            if (s.lists[s.tc[t]].empty() || s.lists[s.tc[t]].back() != d) s.lists[s.tc[t]].push_back(d);
+    for (const auto& l : s.lists) {
+        s.ivf_docs.insert(s.ivf_docs.end(), l.begin(), l.end());
+        s.ivf_off.push_back(int64_t(s.ivf_docs.size()));
+    }
+    return s;
+}
+
 // Candidate generation on the device against the host: the union of the probed IVF lists (no
 // pruning) equals the host union built from fp64 probes, and pruned lists keep the best by the
 // CPU's centroid-only score (up to the fp16 table), in score order.
@@ -482,27 +511,15 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
     const int dim = 64, K = 96, n_docs = 3000, nq = 6, qt = 9, nprobe = 3;
     std::mt19937 rng(17);
     std::normal_distribution<float> n01;
-    std::uniform_int_distribution<int> len(1, 12), cid(0, K - 1);
     std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim);
     for (auto& v : cent) v = n01(rng);
     for (auto& v : q) v = n01(rng);
-    std::vector<int64_t> doc_off(1, 0);
-    std::vector<uint32_t> tc;
-    for (int d = 0; d < n_docs; ++d) {
-        const int l = len(rng);
-        for (int t = 0; t < l; ++t) tc.push_back(uint32_t(cid(rng)));
-        doc_off.push_back(int64_t(tc.size()));
-    }
-    std::vector<std::vector<int32_t>> lists(K);
-    for (int d = 0; d < n_docs; ++d)
-        for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t)
-            if (lists[tc[t]].empty() || lists[tc[t]].back() != d) lists[tc[t]].push_back(d);
-    std::vector<int64_t> ivf_off(1, 0);
-    std::vector<int32_t> ivf_docs;
-    for (const auto& l : lists) {
-        ivf_docs.insert(ivf_docs.end(), l.begin(), l.end());
-        ivf_off.push_back(int64_t(ivf_docs.size()));
-    }
+    const IvfShard shard = random_ivf_shard(rng, n_docs, 12, K);
+    const std::vector<int64_t>& doc_off = shard.doc_off;
+    const std::vector<uint32_t>& tc = shard.tc;
+    const std::vector<std::vector<int32_t>>& lists = shard.lists;
+    const std::vector<int64_t>& ivf_off = shard.ivf_off;
+    const std::vector<int32_t>& ivf_docs = shard.ivf_docs;
     const std::vector<int32_t> qlens = {9, 4, 0, 9, 1, 7};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
     ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, int64_t(tc.size()), 0, nullptr, cent.data(), K, dim,
@@ -576,36 +593,20 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
     const int dim = 64, nb = 16, K = 80, n_docs = 2000, nq = 5, qt = 11, nprobe = 4;
     std::mt19937 rng(23);
     std::normal_distribution<float> n01;
-    std::uniform_int_distribution<int> len(1, 40), cid(0, K - 1), byte(0, 255);
+    std::uniform_int_distribution<int> byte(0, 255);
     std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim), book(size_t(nb) * 256 * (dim / nb));
     for (auto& v : cent) v = n01(rng);
     for (auto& v : q) v = n01(rng);
     for (auto& v : book) v = 0.1f * n01(rng);
-    std::vector<int64_t> doc_off(1, 0);
-    std::vector<uint32_t> tc;
-    for (int d = 0; d < n_docs; ++d) {
-        const int l = len(rng);
-        for (int t = 0; t < l; ++t) tc.push_back(uint32_t(cid(rng)));
-        doc_off.push_back(int64_t(tc.size()));
-    }
-    std::vector<uint8_t> codes(tc.size() * nb);
+    const IvfShard sh = random_ivf_shard(rng, n_docs, 40, K);
+    std::vector<uint8_t> codes(sh.tc.size() * nb);
     for (auto& c : codes) c = uint8_t(byte(rng));
-    std::vector<std::vector<int32_t>> lists(K);
-    for (int d = 0; d < n_docs; ++d)
-        for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t)
-            if (lists[tc[t]].empty() || lists[tc[t]].back() != d) lists[tc[t]].push_back(d);
-    std::vector<int64_t> ivf_off(1, 0);
-    std::vector<int32_t> ivf_docs;
-    for (const auto& l : lists) {
-        ivf_docs.insert(ivf_docs.end(), l.begin(), l.end());
-        ivf_off.push_back(int64_t(ivf_docs.size()));
-    }
     const std::vector<int32_t> qlens = {11, 3, 0, 7, 11};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), codes.data(), int64_t(tc.size()), nb, book.data(),
-                                              cent.data(), K, dim, doc_off.data(), n_docs, &scorer)
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, sh.tc.data(), codes.data(), int64_t(sh.tc.size()), nb, book.data(),
+                                              cent.data(), K, dim, sh.doc_off.data(), n_docs, &scorer)
                     .ok());
-    ASSERT_TRUE(scorer->SetIvf(ivf_off.data(), ivf_docs.data()).ok());
+    ASSERT_TRUE(scorer->SetIvf(sh.ivf_off.data(), sh.ivf_docs.data()).ok());
     std::vector<float> got, want;
     EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "no Candidates call yet";
     for (const int keep : {0, 50}) {
