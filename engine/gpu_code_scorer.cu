@@ -412,7 +412,7 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     if (n_queries < 0 || q_stride <= 0 || ncandidates < 0) return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
     TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Candidates", nprobe));
     off->assign(size_t(n_queries) + 1, 0);
-    docs->clear();
+    if (docs) docs->clear();
     if (n_queries == 0) {
         im.last = Impl::LastCandidates{};
         im.last.h_off.assign(1, 0);
@@ -536,8 +536,8 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
         result_off = static_cast<const int64_t*>(im.g_new_off.p);
         table_built = true;
     }
-    docs->resize(size_t(off->back()));
-    if (!docs->empty()) {
+    if (docs) docs->resize(size_t(off->back()));
+    if (docs && !docs->empty()) {
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(docs->data(), result, docs->size() * sizeof(int32_t),
                                                  cudaMemcpyDeviceToHost, im.stream));
     }

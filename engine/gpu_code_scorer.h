@@ -47,7 +47,8 @@ public:
     /// ncandidates > 0 and a query has more, centroid-interaction pruning of every query to its
     /// ncandidates best by centroid-only score (score descending, lower id first on ties).
     /// Output on the host: off [n_queries + 1] and docs, in id order when nothing was pruned,
-    /// in score order when it was. Needs SetIvf first.
+    /// in score order when it was; docs may be null (the lists stay on the device only, for
+    /// ScoreCandidates / ScoreCandidatesTop). Needs SetIvf first.
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs);
 

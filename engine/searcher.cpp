@@ -61,7 +61,7 @@ private:
     // Union of the probed IVF lists of each query (rows past its length ignored), in id order.
     void union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
                    std::vector<int64_t>* off, std::vector<int32_t>* docs) const;
-    Status exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+    Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
     Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
     // Exact MaxSim of fp32 queries against the host fp16 vectors (candidates and output unset).
@@ -79,7 +79,7 @@ private:
         p.n_docs = data_.info.n_docs;
         return p;
     }
-    Status exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
+    Status exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                             const std::vector<int32_t>& docs, std::vector<float>* scores) const;
 };
 
@@ -138,18 +138,18 @@ Status SearcherImpl::code_scores(const kernels::CodeMaxSimParams& p, bool centro
     return kernels::code_maxsim_cpu(c);
 }
 
-Status SearcherImpl::exact_candidates(const std::vector<float>& qf, const QueryBatch& q, const std::vector<int64_t>& off,
+Status SearcherImpl::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
-    if (gpu_) return gpu_->Score(qf.data(), q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
+    if (gpu_) return gpu_->Score(qf, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
     scores->resize(docs.size());
-    kernels::MaxSimParams p = exact_params(qf.data(), q.n_queries, q.q_tokens, q.lengths);
+    kernels::MaxSimParams p = exact_params(qf, q.n_queries, q.q_tokens, q.lengths);
     p.cand_offsets = off.data();
     p.cand_docs = docs.data();
     p.scores = scores->data();
     return kernels::maxsim_cpu(p);
 }
 
-Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+Status SearcherImpl::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                 std::vector<float>* scores) const {
     const int64_t n_docs = data_.info.n_docs;
     const int64_t n_deleted = data_.info.n_deleted;
@@ -157,7 +157,7 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
     // candidate lists of live documents and the CPU selects.
     constexpr int kGpuMaxTopK = 1024;
     if (gpu_ && n_deleted == 0 && k <= kGpuMaxTopK) {
-        return gpu_->ScoreTopK(qf.data(), q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
+        return gpu_->ScoreTopK(qf, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
     }
     if (gpu_) {
         std::vector<int32_t> live;
@@ -178,7 +178,7 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
                 cand.insert(cand.end(), live.begin(), live.end());
                 off.push_back(static_cast<int64_t>(cand.size()));
             }
-            const float* qb = qf.data() + size_t(q0) * q.q_tokens * q.dim;
+            const float* qb = qf + size_t(q0) * q.q_tokens * q.dim;
             const int32_t* lb = q.lengths ? q.lengths + q0 : nullptr;
             if (k <= kGpuMaxTopK) {
                 std::vector<int32_t> bi;
@@ -202,7 +202,7 @@ Status SearcherImpl::exhaustive(const std::vector<float>& qf, const QueryBatch& 
     for (int q0 = 0; q0 < q.n_queries; q0 += block) {
         const int nq = std::min(block, q.n_queries - q0);
         dense.resize(size_t(nq) * n_docs);
-        kernels::MaxSimParams p = exact_params(qf.data() + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens,
+        kernels::MaxSimParams p = exact_params(qf + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens,
                                                q.lengths ? q.lengths + q0 : nullptr);
         p.scores = dense.data();
         TMS_RETURN_IF_ERROR(kernels::maxsim_cpu(p));
@@ -329,15 +329,19 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
         std::fprintf(stderr, "search %s: %.3f ms\n", what, secs(tlast, now) * 1e3);
         tlast = now;
     };
-    std::vector<float> qf(size_t(nq) * qt * dim);
-    if (q.dtype == DType::kF32) {
-        std::copy_n(static_cast<const float*>(q.data), qf.size(), qf.data());
-    } else {
-        const int64_t n = int64_t(qf.size());
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) qf[size_t(i)] = kernels::load_as_float(q.data, q.dtype, i);
+    // fp32 queries are used in place; fp16 / bf16 ones are converted once.
+    std::vector<float> qconv;
+    const float* qf = static_cast<const float*>(q.data);
+    if (q.dtype != DType::kF32) {
+        const int64_t n = int64_t(nq) * qt * dim, piece = 1 << 16;
+        qconv.resize(size_t(n));
+#pragma omp parallel for schedule(static) if (n > piece)
+        for (int64_t i = 0; i < n; i += piece) {
+            kernels::load_as_float_n(q.data, q.dtype, i, std::min(piece, n - i), qconv.data() + i);
+        }
+        qf = qconv.data();
     }
-    trace("checks + queries to fp32");
+    trace("queries to fp32");
 
     std::vector<int32_t> top_ids;
     std::vector<float> top_scores;
@@ -358,11 +362,12 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
         if (code_gpu_ && nprobe <= 64) {
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
-            TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf.data(), nq, qt, q.lengths, nprobe, opts.ncandidates, &off, &docs));
+            // The lists stay on the device (ScoreCandidatesTop below brings back the best).
+            TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf, nq, qt, q.lengths, nprobe, opts.ncandidates, &off, nullptr));
             gpu_candidates = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
-            index::CentroidScores(qf.data(), int64_t(nq) * qt, data_.model, cs.data());
+            index::CentroidScores(qf, int64_t(nq) * qt, data_.model, cs.data());
             std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
             {
                 std::vector<float> ps(probe.size());
@@ -372,7 +377,7 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
             union_ivf(probe, nq, qt, nprobe, q.lengths, &off, &docs);
         }
         kernels::CodeMaxSimParams cp;
-        cp.queries = qf.data();
+        cp.queries = qf;
         cp.n_queries = nq;
         cp.q_stride = qt;
         cp.dim = dim;

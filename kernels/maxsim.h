@@ -145,5 +145,8 @@ float bf16_to_float(uint16_t h);
 uint16_t float_to_bf16(float f);
 /// Element i of an array of dtype t, as float.
 float load_as_float(const void* data, DType t, int64_t i);
+/// Elements [offset, offset + n) of an array of dtype t, as float, into out (fp16 by the
+/// vectorised conversion where the CPU has it).
+void load_as_float_n(const void* data, DType t, int64_t offset, int64_t n, float* out);
 
 }  // namespace tms::kernels

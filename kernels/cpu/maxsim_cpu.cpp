@@ -34,17 +34,6 @@ TMS_TARGET_CLONES void half_to_float_n(const uint16_t* src, int64_t n, float* ds
 #endif
 }
 
-void to_float(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
-    switch (t) {
-        case DType::kF32: std::copy_n(static_cast<const float*>(src) + offset, n, dst); return;
-        case DType::kF16: half_to_float_n(static_cast<const uint16_t*>(src) + offset, n, dst); return;
-        case DType::kBF16: {
-            const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
-            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
-            return;
-        }
-    }
-}
 
 // sum_i max_j <q_i, x_j> for q [ql, dim], x [n, dim], fp32.
 TMS_TARGET_CLONES float maxsim_block(const float* q, int ql, const float* x, int64_t n, int dim) {
@@ -157,6 +146,18 @@ TMS_TARGET_CLONES float lut_doc_score(const float* cst, const float* lut, const 
 
 }  // namespace
 
+void load_as_float_n(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
+    switch (t) {
+        case DType::kF32: std::copy_n(static_cast<const float*>(src) + offset, n, dst); return;
+        case DType::kF16: half_to_float_n(static_cast<const uint16_t*>(src) + offset, n, dst); return;
+        case DType::kBF16: {
+            const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+            return;
+        }
+    }
+}
+
 Status maxsim_cpu(const MaxSimParams& p) {
     TMS_RETURN_IF_ERROR(maxsim_validate(p));
     TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
@@ -164,7 +165,7 @@ Status maxsim_cpu(const MaxSimParams& p) {
     if (n_out == 0) return Status::OK();
     if (p.scores == nullptr) return Status::InvalidArgument("maxsim: scores is null");
     std::vector<float> qf(size_t(p.n_queries) * p.q_stride * p.dim);
-    to_float(p.queries, p.q_dtype, 0, static_cast<int64_t>(qf.size()), qf.data());
+    load_as_float_n(p.queries, p.q_dtype, 0, static_cast<int64_t>(qf.size()), qf.data());
     const PairIndex pairs{p.n_queries, p.n_docs, p.cand_offsets, p.cand_docs};
     std::exception_ptr error;
 #pragma omp parallel
@@ -188,7 +189,7 @@ Status maxsim_cpu(const MaxSimParams& p) {
                     x = static_cast<const float*>(p.doc_tokens) + begin * p.dim;
                 } else {
                     buf.resize(size_t(n) * p.dim);
-                    to_float(p.doc_tokens, p.d_dtype, begin * p.dim, n * p.dim, buf.data());
+                    load_as_float_n(p.doc_tokens, p.d_dtype, begin * p.dim, n * p.dim, buf.data());
                     x = buf.data();
                 }
                 p.scores[idx] = maxsim_block(qf.data() + int64_t(q) * p.q_stride * p.dim, ql, x, n, p.dim);

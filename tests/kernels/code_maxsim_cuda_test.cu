@@ -650,6 +650,18 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
         ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
         ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());
         EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "Probe ran in between";
+        // Lists left on the device only (no docs download): the same offsets and the same best.
+        std::vector<int64_t> off_dev, t1off, t2off;
+        std::vector<int32_t> t1d, t2d;
+        std::vector<float> t1s, t2s;
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off_dev, nullptr).ok());
+        EXPECT_EQ(off_dev, off);
+        ASSERT_TRUE(scorer->ScoreCandidatesTop(7, &t1off, &t1d, &t1s).ok());
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+        ASSERT_TRUE(scorer->ScoreCandidatesTop(7, &t2off, &t2d, &t2s).ok());
+        EXPECT_EQ(t1off, t2off);
+        EXPECT_EQ(t1d, t2d);
+        EXPECT_EQ(t1s, t2s);
     }
     // No queries: nothing to score.
     std::vector<int64_t> off;
