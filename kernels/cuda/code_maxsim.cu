@@ -11,6 +11,8 @@
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/code_maxsim_kernel.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/cuda/topk_merge.h"
 
 namespace tms::kernels {
 namespace code_impl {
@@ -46,11 +48,14 @@ int codebook_smem_bytes(const CodeMaxSimParams& p, int sub) {
     return book_mode(p, sub) == kBookShared ? 256 * 128 : p.dim * 512;
 }
 
-/// Codebook and query rows (with codes), then two stages per warp.
-size_t smem_bytes(const CodeMaxSimParams& p, int sub) {
-    const size_t stages = size_t(CodeTraits<0>::kWarps) * 2 * stage_bytes(p.n_code_bytes);
-    if (sub == 0) return stages;
-    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages;
+/// Codebook and query rows (with codes), then two stages per warp; top-k mode (k > 0): each
+/// warp's list of k keys and the list lengths.
+size_t smem_bytes(const CodeMaxSimParams& p, int sub, int k = 0) {
+    constexpr int kWarps = CodeTraits<0>::kWarps;
+    const size_t stages = size_t(kWarps) * 2 * stage_bytes(p.n_code_bytes);
+    const size_t lists = k > 0 ? size_t(kWarps) * k * sizeof(uint64_t) + 16 * ((kWarps * sizeof(int) + 15) / 16) : 0;
+    if (sub == 0) return stages + lists;
+    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages + lists;
 }
 
 /// NotSupported for a codec shape (dim, n_code_bytes) the kernel has no decode for.
@@ -101,25 +106,29 @@ Status validate_sizes(const CodeMaxSimParams& p) {
     return Status::OK();
 }
 
-/// NotSupported when the shape's shared memory exceeds the current device's opt-in limit.
-Status check_smem(const CodeMaxSimParams& p) {
-    const size_t smem = smem_bytes(p, sub_class(p));
+/// NotSupported when the shape's shared memory (top-k lists of k keys when k > 0) exceeds the
+/// current device's opt-in limit.
+Status check_smem(const CodeMaxSimParams& p, int k = 0) {
+    const size_t smem = smem_bytes(p, sub_class(p), k);
     int dev = 0, smem_optin = 0;
     TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (smem > size_t(smem_optin)) {
         return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " with " +
-                                    std::to_string(p.n_code_bytes) + " code bytes needs " + std::to_string(smem) +
-                                    " bytes of shared memory (codebook, query rows, staging); the device has " +
+                                    std::to_string(p.n_code_bytes) + " code bytes" +
+                                    (k > 0 ? " and top-" + std::to_string(k) : std::string()) + " needs " +
+                                    std::to_string(smem) +
+                                    " bytes of shared memory (codebook, query rows, staging, top-k lists); the device has " +
                                     std::to_string(smem_optin));
     }
     return Status::OK();
 }
 
-template <int kSub, int kBook>
-Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
-              cudaStream_t st) {
-    using T = CodeTraits<kSub, kBook>;
+/// Sizes the grid (slices x queries) of instantiation T from the device's occupancy and
+/// launches it; plan_only: only the grid (*grid_out), for sizing the top-k workspace.
+template <class T>
+Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
+                 cudaStream_t st, bool plan_only, dim3* grid_out) {
     TMS_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(code_maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int blocks = 0;
@@ -139,26 +148,43 @@ Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, in
         slices = (4 * resident + nq - 1) / nq;
     }
     const dim3 grid(unsigned(std::clamp<int64_t>(slices, 1, 1 << 20)), unsigned(std::min(nq, kMaxGridY)));
+    if (grid_out) *grid_out = grid;
+    if (plan_only) return Status::OK();
     code_maxsim_kernel<T><<<grid, T::kThreads, smem, st>>>(a);
     TMS_CUDA_CHECK_LAUNCH();
     return Status::OK();
 }
 
-/// One switch on (decode class, codebook mode); default NotSupported.
-Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st) {
+/// launch_as of the scoring instantiation, or the top-k one when a.k > 0.
+template <int kSub, int kBook>
+Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
+              cudaStream_t st, bool plan_only, dim3* grid_out) {
+    if (a.k > 0) {
+        return launch_as<CodeTraits<kSub, kBook, true>>(a, smem, n_items_dense, ragged, n_queries, st, plan_only,
+                                                        grid_out);
+    }
+    return launch_as<CodeTraits<kSub, kBook, false>>(a, smem, n_items_dense, ragged, n_queries, st, plan_only,
+                                                     grid_out);
+}
+
+/// One switch on (decode class, codebook mode); default NotSupported. plan_only / grid: as
+/// launch.
+Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st,
+                bool plan_only = false, dim3* grid = nullptr) {
     const bool ragged = p.cand_offsets != nullptr;
     const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
     const int book = book_mode(p, sub);
+    const int nq = p.n_queries;
     switch (sub * 4 + book) {
-        case 0: return launch<0, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
-        case 2 * 4 + kBookPerByte: return launch<2, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
-        case 2 * 4 + kBookShared: return launch<2, kBookShared>(a, smem, nd, ragged, p.n_queries, st);
-        case 4 * 4 + kBookPerByte: return launch<4, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
-        case 4 * 4 + kBookShared: return launch<4, kBookShared>(a, smem, nd, ragged, p.n_queries, st);
-        case 4 * 4 + kBookPaired: return launch<4, kBookPaired>(a, smem, nd, ragged, p.n_queries, st);
-        case 8 * 4 + kBookPerByte: return launch<8, kBookPerByte>(a, smem, nd, ragged, p.n_queries, st);
-        case 8 * 4 + kBookShared: return launch<8, kBookShared>(a, smem, nd, ragged, p.n_queries, st);
-        case 8 * 4 + kBookPaired: return launch<8, kBookPaired>(a, smem, nd, ragged, p.n_queries, st);
+        case 0: return launch<0, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 2 * 4 + kBookPerByte: return launch<2, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 2 * 4 + kBookShared: return launch<2, kBookShared>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 4 * 4 + kBookPerByte: return launch<4, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 4 * 4 + kBookShared: return launch<4, kBookShared>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 4 * 4 + kBookPaired: return launch<4, kBookPaired>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookPerByte: return launch<8, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookShared: return launch<8, kBookShared>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookPaired: return launch<8, kBookPaired>(a, smem, nd, ragged, nq, st, plan_only, grid);
         default:
             return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub) + ", codebook mode " +
                                         std::to_string(book));
@@ -194,25 +220,19 @@ Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* 
     return Status::OK();
 }
 
-Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, void* stream) {
-    TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
-    if (p.n_queries == 0) return Status::OK();
-    if (p.scores == nullptr && (p.cand_offsets != nullptr || p.n_docs > 0)) {
-        return Status::InvalidArgument("code_maxsim_cuda: scores is null");
-    }
-    if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
-    if (d_table == nullptr && p.q_stride > 0) return Status::InvalidArgument("code_maxsim_cuda: table is null");
-    TMS_RETURN_IF_ERROR(code_impl::check_smem(p));
-    const int sub = code_impl::sub_class(p);
-    const size_t smem = code_impl::smem_bytes(p, sub);
-    code_impl::CodeArgs a{};
+namespace code_impl {
+namespace {
+
+/// Kernel arguments of p with its table; scores mode (topk_partial null).
+CodeArgs make_args(const CodeMaxSimParams& p, const void* d_table, int sub) {
+    CodeArgs a{};
     a.queries = p.queries;
     a.n_queries = p.n_queries;
     a.q_stride = p.q_stride;
     a.dim = p.dim;
     a.query_lens = p.query_lens;
     a.table = static_cast<const __half*>(d_table);
-    a.n_groups = code_impl::n_groups(p);
+    a.n_groups = n_groups(p);
     a.n_centroids = p.n_centroids;
     a.token_centroids = p.token_centroids;
     a.codes = p.codes;
@@ -226,8 +246,76 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     a.cand_offsets = p.cand_offsets;
     a.cand_docs = p.cand_docs;
     a.scores = p.scores;
-    a.cb_smem_bytes = code_impl::codebook_smem_bytes(p, sub);
-    return code_impl::dispatch(sub, a, smem, p, static_cast<cudaStream_t>(stream));
+    a.topk_partial = nullptr;
+    a.k = 0;
+    a.cb_smem_bytes = codebook_smem_bytes(p, sub);
+    return a;
+}
+
+/// Slices of the top-k launch (grid.x): the partial lists' count.
+Status topk_slices(const CodeMaxSimParams& p, int k, int* slices) {
+    const int sub = sub_class(p);
+    CodeArgs a = make_args(p, nullptr, sub);
+    a.k = k;
+    dim3 grid;
+    TMS_RETURN_IF_ERROR(dispatch(sub, a, smem_bytes(p, sub, k), p, nullptr, /*plan_only=*/true, &grid));
+    *slices = int(grid.x);
+    return Status::OK();
+}
+
+}  // namespace
+}  // namespace code_impl
+
+Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, void* stream) {
+    TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
+    if (p.n_queries == 0) return Status::OK();
+    if (p.scores == nullptr && (p.cand_offsets != nullptr || p.n_docs > 0)) {
+        return Status::InvalidArgument("code_maxsim_cuda: scores is null");
+    }
+    if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
+    if (d_table == nullptr && p.q_stride > 0) return Status::InvalidArgument("code_maxsim_cuda: table is null");
+    TMS_RETURN_IF_ERROR(code_impl::check_smem(p));
+    const int sub = code_impl::sub_class(p);
+    return code_impl::dispatch(sub, code_impl::make_args(p, d_table, sub), code_impl::smem_bytes(p, sub), p,
+                               static_cast<cudaStream_t>(stream));
+}
+
+size_t code_maxsim_topk_cuda_workspace_bytes(const CodeMaxSimParams& p, int k) {
+    if (k < 1 || k > kMaxTopKCuda || p.n_queries <= 0) return 0;
+    if (!code_impl::validate_sizes(p).ok() || !code_impl::check_smem(p, k).ok()) return 0;
+    int slices = 0;
+    if (!code_impl::topk_slices(p, k, &slices).ok()) return 0;
+    return align256(code_centroid_table_bytes(p)) + topk_dev::partial_bytes(p.n_queries, slices, k);
+}
+
+Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores,
+                             void* d_workspace, size_t workspace_bytes, void* stream) {
+    TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
+    if (k < 1 || k > kMaxTopKCuda) {
+        return Status::InvalidArgument("code_maxsim_topk_cuda: k = " + std::to_string(k) + " outside [1, " +
+                                       std::to_string(kMaxTopKCuda) + "]");
+    }
+    if (p.n_queries == 0) return Status::OK();
+    if (d_out_ids == nullptr || d_out_scores == nullptr) {
+        return Status::InvalidArgument("code_maxsim_topk_cuda: null output");
+    }
+    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, k));
+    const size_t need = code_maxsim_topk_cuda_workspace_bytes(p, k);
+    if (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
+        return Status::InvalidArgument("code_maxsim_topk_cuda: workspace needs " + std::to_string(need) +
+                                       " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
+    }
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    TMS_RETURN_IF_ERROR(code_centroid_table_cuda(p, d_workspace, stream));
+    void* partial = static_cast<char*>(d_workspace) + align256(code_centroid_table_bytes(p));
+    const int sub = code_impl::sub_class(p);
+    code_impl::CodeArgs a = code_impl::make_args(p, d_workspace, sub);
+    a.scores = nullptr;
+    a.topk_partial = static_cast<uint64_t*>(partial);
+    a.k = k;
+    dim3 grid;
+    TMS_RETURN_IF_ERROR(code_impl::dispatch(sub, a, code_impl::smem_bytes(p, sub, k), p, st, /*plan_only=*/false, &grid));
+    return topk_dev::merge_partials(partial, int(grid.x), p.n_queries, k, d_out_ids, d_out_scores, st);
 }
 
 Status code_maxsim_cuda_supported(int dim, int n_code_bytes) {

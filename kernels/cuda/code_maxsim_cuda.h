@@ -49,4 +49,18 @@ size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p);
 /// code_maxsim_cuda_workspace_bytes(p) bytes, 256-byte aligned.
 Status code_maxsim_cuda(const CodeMaxSimParams& p, void* d_workspace, size_t workspace_bytes, void* stream);
 
+/// Workspace code_maxsim_topk_cuda needs (the table, then the per-slice top-k lists); 0 when
+/// the request is invalid or the shape with k is not supported. Depends only on the sizes,
+/// dense / ragged, k and the current device: no device reads.
+size_t code_maxsim_topk_cuda_workspace_bytes(const CodeMaxSimParams& p, int k);
+
+/// Scores the candidates as code_maxsim_cuda and keeps each query's k best on the device, as
+/// maxsim_topk_cuda does for exact scoring: d_out_ids [n_queries, k] (document indices,
+/// best first, ties to the lower index, short lists padded with -1) and d_out_scores
+/// [n_queries, k] (padding -inf). p.scores is not used. k in [1, kMaxTopKCuda]; each warp's
+/// list of k keys takes shared memory (64 KB a CTA at k = 1024), so large k can make a shape
+/// NotSupported. d_workspace: code_maxsim_topk_cuda_workspace_bytes(p, k), 256-byte aligned.
+Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores,
+                             void* d_workspace, size_t workspace_bytes, void* stream);
+
 }  // namespace tms::kernels

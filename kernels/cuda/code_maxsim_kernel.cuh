@@ -30,7 +30,9 @@
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
 // Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
 //   per-byte or paired; kBookShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes),
-//   then each warp's two stages (stage_bytes). dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB.
+//   then each warp's two stages (stage_bytes); in top-k mode (CodeTraits::kTopK) each warp's
+//   sorted list of k keys and the 8 list lengths. dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit
+//   residual 32 + 8 + 18 KB, plus 64 KB of lists at k = 1024.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -41,6 +43,7 @@
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/topk_device.cuh"
 #include "kernels/maxsim.h"
 
 namespace tms::kernels::code_impl {
@@ -66,7 +69,9 @@ struct CodeArgs {
     int64_t n_docs;
     const int64_t* cand_offsets;
     const int32_t* cand_docs;
-    float* scores;
+    float* scores;          // scores mode (CodeTraits::kTopK false)
+    uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys (topk_device.cuh)
+    int k;
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
 };
 
@@ -87,10 +92,13 @@ enum : int {
     kBookPaired = 2,
 };
 
-template <int kSub_, int kBook_ = kBookPerByte>
+template <int kSub_, int kBook_ = kBookPerByte, bool kTopK_ = false>
 struct CodeTraits {
     static constexpr int kSub = kSub_;  // 0: centroid-only; 2, 4: dsub; 8: dsub a multiple of 8
     static constexpr int kBook = kBook_;
+    /// Per-query top-k lists (CodeArgs::topk_partial) instead of scores: a separate
+    /// instantiation, so that the scoring one keeps its registers.
+    static constexpr bool kTopK = kTopK_;
     static constexpr bool kShared = kBook == kBookShared;
     static constexpr bool kPaired = kBook == kBookPaired;
     static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
@@ -399,9 +407,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     unsigned char* q_s = smem + a.cb_smem_bytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     unsigned char* stages = q_s + (T::kSub != 0 ? T::kRows * a.dim * 2 : 0) + warp * 2 * stage_bytes(a.n_code_bytes);
+    // Top-k mode: each warp's sorted list of a.k keys, then the lists' lengths (computed where
+    // used, so that the scoring walk keeps its registers).
+    auto topk_lists = [&]() {
+        return reinterpret_cast<uint64_t*>(q_s + (T::kSub != 0 ? T::kRows * a.dim * 2 : 0) +
+                                           T::kWarps * 2 * stage_bytes(a.n_code_bytes));
+    };
 
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
+    constexpr bool topk = T::kTopK;
 
     if constexpr (T::kPaired) {
         // fp32 [n_code_bytes][256][dsub] -> fp16 entries at paired_offset, 4 values (one or half
@@ -449,6 +464,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
         const int64_t n = dense ? a.n_docs : a.cand_offsets[q + 1] - base;
         const int64_t lo = n * s / n_slices, hi = n * (s + 1) / n_slices;
         const int n_groups = (ql + T::kRows - 1) / T::kRows;
+        int list_n = 0;
         if (n_groups == 1) {
             __syncthreads();
             if constexpr (T::kSub != 0) fill_query_group<T>(a, q, ql, 0, q_s);
@@ -480,7 +496,23 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
                 warp_items_code<T>(a, tb, te, n_mine, table_g, cb, q_s, rows_valid, stages, lane, part);
             }
             if (bad) part = __int_as_float(0x7fc00000);
-            if (valid) a.scores[dense ? int64_t(q) * a.n_docs + item : base + item] = part;
+            if constexpr (!topk) {
+                if (valid) a.scores[dense ? int64_t(q) * a.n_docs + item : base + item] = part;
+            } else {
+                const uint64_t key = valid ? topk_dev::make_key(part, int32_t(doc)) : 0;  // NaN (bad): none
+                for (int u = 0; u < n_mine; ++u) {
+                    const uint64_t ku = __shfl_sync(0xffffffffu, key, u);
+                    if (ku != 0) topk_dev::warp_insert(topk_lists() + warp * a.k, list_n, a.k, ku, lane);
+                }
+            }
+        }
+        if constexpr (topk) {
+            uint64_t* lists = topk_lists();
+            int* counts = reinterpret_cast<int*>(lists + T::kWarps * a.k);
+            if (lane == 0) counts[warp] = list_n;
+            __syncthreads();
+            topk_dev::block_merge_topk(lists, a.k, counts, T::kWarps, a.k,
+                                       a.topk_partial + (int64_t(q) * n_slices + s) * a.k, nullptr, nullptr);
         }
     }
 }

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/maxsim_kernel.cuh"
+#include "kernels/cuda/topk_merge.h"
 
 namespace tms::kernels {
 namespace cuda_impl {
@@ -221,14 +222,43 @@ Status maxsim_cuda(const MaxSimParams& p, void* stream) {
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
 }
 
+namespace topk_dev {
+
+size_t partial_bytes(int n_queries, int n_slices, int k) {
+    const size_t per = size_t(n_queries) * k * sizeof(uint64_t);
+    const size_t second = (size_t(n_slices) + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
+    return align256(per * n_slices) + align256(per * second);
+}
+
+Status merge_partials(void* d_workspace, int n_slices, int n_queries, int k, int32_t* d_out_ids, float* d_out_scores,
+                      cudaStream_t stream) {
+    const size_t per = size_t(n_queries) * k;
+    uint64_t* buf[2];
+    buf[0] = static_cast<uint64_t*>(d_workspace);
+    buf[1] = reinterpret_cast<uint64_t*>(static_cast<char*>(d_workspace) + align256(per * n_slices * sizeof(uint64_t)));
+    int n = n_slices, cur = 0;
+    while (true) {
+        const int n_out = (n + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
+        const dim3 grid(n_out, std::min(n_queries, cuda_impl::kMaxGridY));
+        const bool last = n_out == 1;
+        cuda_impl::topk_merge_kernel<<<grid, cuda_impl::kMergeThreads, 0, stream>>>(
+            buf[cur], n, last ? nullptr : buf[1 - cur], n_out, k, n_queries, d_out_ids, d_out_scores);
+        TMS_CUDA_CHECK_LAUNCH();
+        if (last) break;
+        n = n_out;
+        cur = 1 - cur;
+    }
+    return Status::OK();
+}
+
+}  // namespace topk_dev
+
 size_t maxsim_topk_cuda_workspace_bytes(const MaxSimParams& p, int k) {
     if (k < 1 || k > kMaxTopKCuda || p.n_queries <= 0) return 0;
     if (!cuda_impl::validate_sizes(p).ok()) return 0;
     Plan plan;
     if (!cuda_impl::make_plan(p, k, &plan).ok()) return 0;
-    const size_t per = size_t(p.n_queries) * k * sizeof(uint64_t);
-    const size_t second = (plan.slices + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
-    return align256(per * plan.slices) + align256(per * second);
+    return topk_dev::partial_bytes(p.n_queries, plan.slices, k);
 }
 
 Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores, void* d_workspace,
@@ -249,31 +279,14 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
                                        " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
     }
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    const size_t per = size_t(p.n_queries) * k;
-    uint64_t* buf[2];
-    buf[0] = static_cast<uint64_t*>(d_workspace);
-    buf[1] = reinterpret_cast<uint64_t*>(static_cast<char*>(d_workspace) +
-                                         align256(per * plan.slices * sizeof(uint64_t)));
     cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
     a.scores = nullptr;
-    a.topk_partial = buf[0];
+    a.topk_partial = static_cast<uint64_t*>(d_workspace);
     a.k = k;
     a.n_stages = plan.n_stages;
     a.balance = plan.balance;
     TMS_RETURN_IF_ERROR(cuda_impl::dispatch(plan, false, a, st, nullptr));
-    int n = plan.slices, cur = 0;
-    while (true) {
-        const int n_out = (n + cuda_impl::kMergeFanIn - 1) / cuda_impl::kMergeFanIn;
-        const dim3 grid(n_out, std::min(p.n_queries, cuda_impl::kMaxGridY));
-        const bool last = n_out == 1;
-        cuda_impl::topk_merge_kernel<<<grid, cuda_impl::kMergeThreads, 0, st>>>(
-            buf[cur], n, last ? nullptr : buf[1 - cur], n_out, k, p.n_queries, d_out_ids, d_out_scores);
-        TMS_CUDA_CHECK_LAUNCH();
-        if (last) break;
-        n = n_out;
-        cur = 1 - cur;
-    }
-    return Status::OK();
+    return topk_dev::merge_partials(d_workspace, plan.slices, p.n_queries, k, d_out_ids, d_out_scores, st);
 }
 
 Status cuda_device_count(int* n) {

@@ -269,6 +269,89 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
     }
 }
 
+// Per-query top-k on the device (code_maxsim_topk_cuda) against the host's top-k of the same
+// kernel's scores, over the case table: ids and scores exactly, ties (empty and 1-token
+// documents score alike) to the lower document index, short lists padded with -1 / -inf.
+TEST(CodeMaxSimCuda, TopKEqualsTopOfScores) {
+    SKIP_WITHOUT_GPU();
+    for (const CodeCase& c : code_cases()) {
+        SCOPED_TRACE(describe(c));
+        const CodeData d(c);
+        DevBuf<float> q(d.q), book(d.book), cs(d.cs);
+        DevBuf<uint32_t> tc(d.tc);
+        DevBuf<uint8_t> codes(d.codes);
+        DevBuf<int64_t> offs(d.doc_offsets), coffs(d.cand_offsets);
+        DevBuf<int32_t> qlens(d.query_lens), cdocs(d.cand_docs);
+        CodeMaxSimParams p = d.host_params(c, nullptr);
+        const int64_t n = kernels::code_maxsim_num_scores(p);
+        DevBuf<float> scores(static_cast<size_t>(n));
+        p.queries = q.d;
+        p.query_lens = d.query_lens.empty() ? nullptr : qlens.d;
+        p.centroid_scores = cs.d;
+        p.token_centroids = tc.d;
+        p.codes = c.n_code_bytes ? codes.d : nullptr;
+        p.codebook = c.n_code_bytes ? book.d : nullptr;
+        p.doc_offsets = offs.d;
+        p.cand_offsets = c.ragged ? coffs.d : nullptr;
+        p.cand_docs = c.ragged ? cdocs.d : nullptr;
+        p.scores = scores.d;
+        const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+        DevBuf<unsigned char> ws(ws_bytes);
+        ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> all = scores.get();
+        const int64_t n_docs = int64_t(c.doc_lens.size());
+        for (const int k : {1, 5, 64, 1024}) {
+            SCOPED_TRACE("k " + std::to_string(k));
+            CodeMaxSimParams pk = p;
+            pk.scores = nullptr;
+            const size_t tk_bytes = kernels::code_maxsim_topk_cuda_workspace_bytes(pk, k);
+            DevBuf<unsigned char> tws(std::max<size_t>(tk_bytes, 1));
+            DevBuf<int32_t> ids(size_t(std::max(1, c.n_queries)) * k);
+            DevBuf<float> top(size_t(std::max(1, c.n_queries)) * k);
+            const Status st = kernels::code_maxsim_topk_cuda(pk, k, ids.d, top.d, tws.d, tk_bytes, nullptr);
+            if (c.n_queries > 0 && tk_bytes == 0) {
+                EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
+                continue;
+            }
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const std::vector<int32_t> got_ids = ids.get();
+            const std::vector<float> got_top = top.get();
+            for (int qq = 0; qq < c.n_queries; ++qq) {
+                const int64_t b = c.ragged ? d.cand_offsets[qq] : int64_t(qq) * n_docs;
+                const int64_t e = c.ragged ? d.cand_offsets[qq + 1] : b + n_docs;
+                std::vector<std::pair<float, int32_t>> ref;
+                for (int64_t i = b; i < e; ++i) ref.push_back({all[size_t(i)], c.ragged ? d.cand_docs[size_t(i)] : int32_t(i - b)});
+                std::sort(ref.begin(), ref.end(), [](const auto& x, const auto& y) {
+                    return x.first != y.first ? x.first > y.first : x.second < y.second;
+                });
+                for (int j = 0; j < k; ++j) {
+                    const int32_t want_id = j < int(ref.size()) ? ref[size_t(j)].second : -1;
+                    const float want_s = j < int(ref.size()) ? ref[size_t(j)].first : -INFINITY;
+                    ASSERT_EQ(got_ids[size_t(qq) * k + j], want_id) << "query " << qq << " rank " << j;
+                    ASSERT_EQ(got_top[size_t(qq) * k + j], want_s) << "query " << qq << " rank " << j;
+                }
+            }
+        }
+    }
+    // Bad requests: k outside [1, 1024], null outputs, a short workspace.
+    const CodeCase c = code_cases().front();
+    const CodeData d(c);
+    CodeMaxSimParams p = d.host_params(c, nullptr);
+    DevBuf<int32_t> ids(64);
+    DevBuf<float> top(64);
+    DevBuf<unsigned char> ws(1 << 20);
+    EXPECT_EQ(kernels::code_maxsim_topk_cuda(p, 0, ids.d, top.d, ws.d, 1 << 20, nullptr).code(),
+              Status::Code::kInvalidArgument);
+    EXPECT_EQ(kernels::code_maxsim_topk_cuda(p, 1025, ids.d, top.d, ws.d, 1 << 20, nullptr).code(),
+              Status::Code::kInvalidArgument);
+    EXPECT_EQ(kernels::code_maxsim_topk_cuda(p, 5, nullptr, top.d, ws.d, 1 << 20, nullptr).code(),
+              Status::Code::kInvalidArgument);
+    EXPECT_EQ(kernels::code_maxsim_topk_cuda(p, 5, ids.d, top.d, ws.d, 16, nullptr).code(),
+              Status::Code::kInvalidArgument);
+}
+
 TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
     SKIP_WITHOUT_GPU();
     const CodeCase c{"pq16_split", 128, 16, 0, 64, 3, 32, {32, 9, 1}, lens(60, 1, 150, 21), true, {30, 30, 30}, 600};
