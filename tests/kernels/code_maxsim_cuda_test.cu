@@ -172,6 +172,31 @@ struct CodeData {
     }
 };
 
+/// A case's inputs on the device, and its parameters pointing at them.
+struct DevCase {
+    DevBuf<float> q, book, cs;
+    DevBuf<uint32_t> tc;
+    DevBuf<uint8_t> codes;
+    DevBuf<int64_t> offs, coffs;
+    DevBuf<int32_t> qlens, cdocs;
+    explicit DevCase(const CodeData& d)
+        : q(d.q), book(d.book), cs(d.cs), tc(d.tc), codes(d.codes), offs(d.doc_offsets), coffs(d.cand_offsets),
+          qlens(d.query_lens), cdocs(d.cand_docs) {}
+    CodeMaxSimParams params(const CodeCase& c, const CodeData& d, float* d_scores) const {
+        CodeMaxSimParams p = d.host_params(c, d_scores);
+        p.queries = q.d;
+        p.query_lens = d.query_lens.empty() ? nullptr : qlens.d;
+        p.centroid_scores = cs.d;
+        p.token_centroids = tc.d;
+        p.codes = c.n_code_bytes ? codes.d : nullptr;
+        p.codebook = c.n_code_bytes ? book.d : nullptr;
+        p.doc_offsets = offs.d;
+        p.cand_offsets = c.ragged ? coffs.d : nullptr;
+        p.cand_docs = c.ragged ? cdocs.d : nullptr;
+        return p;
+    }
+};
+
 float h16(float x) { return kernels::half_to_float(kernels::float_to_half(x)); }
 
 /// The GPU's computation on the CPU: fp16 inputs, fp32 sums (for the tolerance).
@@ -223,23 +248,9 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         const std::vector<double> naive = naive_same_precision(c, d);
         ASSERT_EQ(int64_t(naive.size()), n);
 
-        DevBuf<float> q(d.q), book(d.book), cs(d.cs);
-        DevBuf<uint32_t> tc(d.tc);
-        DevBuf<uint8_t> codes(d.codes);
-        DevBuf<int64_t> offs(d.doc_offsets), coffs(d.cand_offsets);
-        DevBuf<int32_t> qlens(d.query_lens), cdocs(d.cand_docs);
+        const DevCase dev(d);
         DevBuf<float> scores(static_cast<size_t>(n));
-        CodeMaxSimParams p = hp;
-        p.queries = q.d;
-        p.query_lens = d.query_lens.empty() ? nullptr : qlens.d;
-        p.centroid_scores = cs.d;
-        p.token_centroids = tc.d;
-        p.codes = c.n_code_bytes ? codes.d : nullptr;
-        p.codebook = c.n_code_bytes ? book.d : nullptr;
-        p.doc_offsets = offs.d;
-        p.cand_offsets = c.ragged ? coffs.d : nullptr;
-        p.cand_docs = c.ragged ? cdocs.d : nullptr;
-        p.scores = scores.d;
+        CodeMaxSimParams p = dev.params(c, d, scores.d);
         // Residual codebooks have one block for every code byte: score them through the general
         // layout (paired for dsub 8 with a multiple of 8 blocks) and through the replicated
         // shared block.
@@ -277,24 +288,10 @@ TEST(CodeMaxSimCuda, TopKEqualsTopOfScores) {
     for (const CodeCase& c : code_cases()) {
         SCOPED_TRACE(describe(c));
         const CodeData d(c);
-        DevBuf<float> q(d.q), book(d.book), cs(d.cs);
-        DevBuf<uint32_t> tc(d.tc);
-        DevBuf<uint8_t> codes(d.codes);
-        DevBuf<int64_t> offs(d.doc_offsets), coffs(d.cand_offsets);
-        DevBuf<int32_t> qlens(d.query_lens), cdocs(d.cand_docs);
-        CodeMaxSimParams p = d.host_params(c, nullptr);
-        const int64_t n = kernels::code_maxsim_num_scores(p);
+        const DevCase dev(d);
+        const int64_t n = kernels::code_maxsim_num_scores(d.host_params(c, nullptr));
         DevBuf<float> scores(static_cast<size_t>(n));
-        p.queries = q.d;
-        p.query_lens = d.query_lens.empty() ? nullptr : qlens.d;
-        p.centroid_scores = cs.d;
-        p.token_centroids = tc.d;
-        p.codes = c.n_code_bytes ? codes.d : nullptr;
-        p.codebook = c.n_code_bytes ? book.d : nullptr;
-        p.doc_offsets = offs.d;
-        p.cand_offsets = c.ragged ? coffs.d : nullptr;
-        p.cand_docs = c.ragged ? cdocs.d : nullptr;
-        p.scores = scores.d;
+        CodeMaxSimParams p = dev.params(c, d, scores.d);
         const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
         DevBuf<unsigned char> ws(ws_bytes);
         ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
@@ -357,22 +354,9 @@ TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
     const CodeCase c{"pq16_split", 128, 16, 0, 64, 3, 32, {32, 9, 1}, lens(60, 1, 150, 21), true, {30, 30, 30}, 600};
     SCOPED_TRACE(describe(c));
     const CodeData d(c);
-    DevBuf<float> q(d.q), book(d.book), cs(d.cs);
-    DevBuf<uint32_t> tc(d.tc);
-    DevBuf<uint8_t> codes(d.codes);
-    DevBuf<int64_t> offs(d.doc_offsets), coffs(d.cand_offsets);
-    DevBuf<int32_t> qlens(d.query_lens), cdocs(d.cand_docs);
+    const DevCase dev(d);
     DevBuf<float> s1(d.cand_docs.size()), s2(d.cand_docs.size());
-    CodeMaxSimParams p = d.host_params(c, s1.d);
-    p.queries = q.d;
-    p.query_lens = qlens.d;
-    p.centroid_scores = cs.d;
-    p.token_centroids = tc.d;
-    p.codes = codes.d;
-    p.codebook = book.d;
-    p.doc_offsets = offs.d;
-    p.cand_offsets = coffs.d;
-    p.cand_docs = cdocs.d;
+    CodeMaxSimParams p = dev.params(c, d, s1.d);
     const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
     DevBuf<unsigned char> ws(ws_bytes);
     ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
