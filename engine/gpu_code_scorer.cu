@@ -22,6 +22,7 @@
 #include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/row_select.cuh"
+#include "kernels/cuda/topk_device.cuh"
 
 namespace tms::engine {
 using kernels::align256;
@@ -92,26 +93,16 @@ __global__ void __launch_bounds__(kScanThreads) bit_emit(const uint32_t* __restr
     }
 }
 
-// The first new_off[q+1] - new_off[q] entries of each sorted segment.
-__global__ void gather_heads(const int32_t* __restrict__ sorted, const int64_t* __restrict__ off,
-                             const int64_t* __restrict__ new_off, int32_t* __restrict__ out) {
-    const int q = blockIdx.x;
-    const int64_t n = new_off[q + 1] - new_off[q];
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[new_off[q] + i] = sorted[off[q] + i];
-}
-
-// Sort keys of (score, document): descending key order is score descending, then document
-// ascending (the float's bits made order-preserving as unsigned, then the complemented id).
+// Sort keys of (score, document), topk_dev::make_key: descending key order is score
+// descending, then document ascending.
 __global__ void score_doc_keys(const float* __restrict__ scores, const int32_t* __restrict__ docs, int64_t n,
                                uint64_t* __restrict__ keys) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        uint32_t u = __float_as_uint(scores[i]);
-        u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-        keys[i] = (uint64_t(u) << 32) | uint64_t(0xffffffffu - uint32_t(docs[i]));
-    }
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        keys[i] = kernels::topk_dev::make_key(scores[i], docs[i]);
 }
 
-// The first new_off[q+1] - new_off[q] keys of each sorted segment, back to (document, score).
+// The first new_off[q+1] - new_off[q] keys of each sorted segment, back to documents (and
+// scores, when asked).
 __global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64_t* __restrict__ off,
                                 const int64_t* __restrict__ new_off, int32_t* __restrict__ docs,
                                 float* __restrict__ scores) {
@@ -119,10 +110,8 @@ __global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64
     const int64_t n = new_off[q + 1] - new_off[q];
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const uint64_t key = sorted[off[q] + i];
-        uint32_t u = uint32_t(key >> 32);
-        u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
-        docs[new_off[q] + i] = int32_t(0xffffffffu - uint32_t(key));
-        scores[new_off[q] + i] = __uint_as_float(u);
+        docs[new_off[q] + i] = kernels::topk_dev::key_id(key);
+        if (scores) scores[new_off[q] + i] = kernels::topk_dev::key_score(key);
     }
 }
 
@@ -153,14 +142,13 @@ struct GpuCodeScorer::Impl {
     /// arena, g_docs / g_heads, g_new_off, g_table); Score and Probe invalidate it.
     struct LastCandidates {
         bool valid = false;
-        int n_queries = 0, q_stride = 0;
+        int q_stride = 0;
         const float* dq = nullptr;
         const int32_t* dl = nullptr;
         const float* dcs = nullptr;
         const int64_t* d_off = nullptr;
         const int32_t* d_docs = nullptr;
-        std::vector<int64_t> h_off;  // the offsets Candidates returned
-        int64_t total = 0;
+        std::vector<int64_t> h_off;  // the offsets Candidates returned: [n_queries + 1], h_off.back() candidates
         bool table_built = false;  // g_table holds these queries' centroid-score table
     } last;
 
@@ -214,6 +202,45 @@ struct GpuCodeScorer::Impl {
     /// per CTA, on the stream).
     Status TopCentroids(const float* scores, int64_t rows, int nprobe, int32_t* probe) {
         row_top_n<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(scores, rows, n_centroids, nprobe, probe);
+        TMS_CUDA_CHECK_LAUNCH();
+        return Status::OK();
+    }
+
+    /// The `keep` best of each list [d_off[q], d_off[q + 1]) of (d_scores, d_docs), score
+    /// descending, lower document first (h_off: the same offsets on the host): their offsets
+    /// into *new_off (host) and out_off, the documents into out_docs and, when out_scores is
+    /// given, the scores into it (device). One segmented sort of (score, document) keys.
+    Status KeepBest(const float* d_scores, const int32_t* d_docs, const int64_t* d_off,
+                    const std::vector<int64_t>& h_off, int keep, std::vector<int64_t>* new_off,
+                    kernels::DeviceScratch& out_off, kernels::DeviceScratch& out_docs,
+                    kernels::DeviceScratch* out_scores) {
+        const int nq = int(h_off.size()) - 1;
+        const int64_t total = h_off.back();
+        new_off->assign(size_t(nq) + 1, 0);
+        for (int q = 0; q < nq; ++q) (*new_off)[q + 1] = (*new_off)[q] + std::min<int64_t>(h_off[q + 1] - h_off[q], keep);
+        const int64_t kept = new_off->back();
+        const size_t key_bytes = size_t(total) * sizeof(uint64_t), o_bytes = size_t(nq + 1) * sizeof(int64_t);
+        TMS_RETURN_IF_ERROR(g_keys.Reserve(key_bytes, stream));
+        TMS_RETURN_IF_ERROR(g_vals.Reserve(key_bytes, stream));
+        TMS_RETURN_IF_ERROR(out_off.Reserve(o_bytes, stream));
+        TMS_RETURN_IF_ERROR(out_docs.Reserve(size_t(kept) * sizeof(int32_t), stream));
+        if (out_scores) TMS_RETURN_IF_ERROR(out_scores->Reserve(size_t(kept) * sizeof(float), stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_off.p, new_off->data(), o_bytes, cudaMemcpyHostToDevice, stream));
+        if (kept == 0) return Status::OK();
+        auto* keys = static_cast<uint64_t*>(g_keys.p);
+        auto* sorted = static_cast<uint64_t*>(g_vals.p);
+        score_doc_keys<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(d_scores, d_docs,
+                                                                                                   total, keys);
+        TMS_CUDA_CHECK_LAUNCH();
+        size_t temp_bytes = 0;
+        TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(nullptr, temp_bytes, keys, sorted, total,
+                                                                              nq, d_off, d_off + 1, stream));
+        TMS_RETURN_IF_ERROR(g_temp.Reserve(temp_bytes, stream));
+        TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(g_temp.p, temp_bytes, keys, sorted, total,
+                                                                              nq, d_off, d_off + 1, stream));
+        gather_top_keys<<<unsigned(nq), 256, 0, stream>>>(sorted, d_off, static_cast<const int64_t*>(out_off.p),
+                                                          static_cast<int32_t*>(out_docs.p),
+                                                          out_scores ? static_cast<float*>(out_scores->p) : nullptr);
         TMS_CUDA_CHECK_LAUNCH();
         return Status::OK();
     }
@@ -511,26 +538,9 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
         trace("table");
         TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
         trace("centroid-only scores");
-        TMS_RETURN_IF_ERROR(im.g_keys.Reserve(size_t(total) * sizeof(float), im.stream));
-        TMS_RETURN_IF_ERROR(im.g_vals.Reserve(size_t(total) * sizeof(int32_t), im.stream));
-        size_t temp_bytes = 0;
-        TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::StableSortPairsDescending(
-            nullptr, temp_bytes, p.scores, static_cast<float*>(im.g_keys.p), ddocs, static_cast<int32_t*>(im.g_vals.p),
-            total, n_queries, doff, doff + 1, im.stream));
-        TMS_RETURN_IF_ERROR(im.g_temp.Reserve(temp_bytes, im.stream));
-        TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::StableSortPairsDescending(
-            im.g_temp.p, temp_bytes, p.scores, static_cast<float*>(im.g_keys.p), ddocs,
-            static_cast<int32_t*>(im.g_vals.p), total, n_queries, doff, doff + 1, im.stream));
+        TMS_RETURN_IF_ERROR(im.KeepBest(p.scores, ddocs, doff, *off, ncandidates, &noff, im.g_new_off, im.g_heads,
+                                        nullptr));
         trace("sort");
-        noff.assign(size_t(n_queries) + 1, 0);
-        for (int q = 0; q < n_queries; ++q) noff[q + 1] = noff[q] + std::min<int64_t>(counts[q], ncandidates);
-        TMS_RETURN_IF_ERROR(im.g_new_off.Reserve(o_bytes, im.stream));
-        TMS_RETURN_IF_ERROR(im.g_heads.Reserve(size_t(noff.back()) * sizeof(int32_t), im.stream));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.g_new_off.p, noff.data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
-        gather_heads<<<unsigned(n_queries), 256, 0, im.stream>>>(static_cast<const int32_t*>(im.g_vals.p), doff,
-                                                                 static_cast<const int64_t*>(im.g_new_off.p),
-                                                                 static_cast<int32_t*>(im.g_heads.p));
-        TMS_CUDA_CHECK_LAUNCH();
         *off = noff;
         result = static_cast<const int32_t*>(im.g_heads.p);
         result_off = static_cast<const int64_t*>(im.g_new_off.p);
@@ -544,7 +554,6 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
     im.last.valid = true;
-    im.last.n_queries = n_queries;
     im.last.q_stride = q_stride;
     im.last.dq = dq;
     im.last.dl = dl;
@@ -552,7 +561,6 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     im.last.d_off = result_off;
     im.last.d_docs = result;
     im.last.h_off = *off;
-    im.last.total = off->back();
     im.last.table_built = table_built;
     return Status::OK();
 }
@@ -565,14 +573,15 @@ Status GpuCodeScorer::ScoreLast(const char* who) {
                                        "discard them)");
     }
     const Impl::LastCandidates& c = im.last;
-    if (c.total == 0) return Status::OK();
-    kernels::CodeMaxSimParams p = im.ShardParams(c.n_queries, c.q_stride, /*centroids_only=*/false);
+    const int64_t total = c.h_off.back();
+    if (total == 0) return Status::OK();
+    kernels::CodeMaxSimParams p = im.ShardParams(int(c.h_off.size()) - 1, c.q_stride, /*centroids_only=*/false);
     p.queries = c.dq;
     p.query_lens = c.dl;
     p.centroid_scores = c.dcs;
     p.cand_offsets = c.d_off;
     p.cand_docs = c.d_docs;
-    TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(c.total) * sizeof(float), im.stream));
+    TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));
     p.scores = static_cast<float*>(im.g_scores.p);
     if (!c.table_built) {
         TMS_RETURN_IF_ERROR(im.g_table.Reserve(kernels::code_centroid_table_bytes(p), im.stream));
@@ -586,7 +595,7 @@ Status GpuCodeScorer::ScoreCandidates(std::vector<float>* scores) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
     TMS_RETURN_IF_ERROR(ScoreLast("GpuCodeScorer::ScoreCandidates"));
-    const int64_t total = im.last.total;
+    const int64_t total = im.last.h_off.back();
     scores->assign(size_t(total), 0.f);
     if (total == 0) return Status::OK();
     TMS_CUDA_RETURN_IF_ERROR(
@@ -602,37 +611,12 @@ Status GpuCodeScorer::ScoreCandidatesTop(int keep, std::vector<int64_t>* off, st
     DeviceGuard g(im.device);
     TMS_RETURN_IF_ERROR(ScoreLast("GpuCodeScorer::ScoreCandidatesTop"));
     const Impl::LastCandidates& c = im.last;
-    const int nq = c.n_queries;
-    off->assign(size_t(nq) + 1, 0);
-    for (int q = 0; q < nq; ++q) off->at(q + 1) = (*off)[q] + std::min<int64_t>(c.h_off[q + 1] - c.h_off[q], keep);
+    TMS_RETURN_IF_ERROR(im.KeepBest(static_cast<const float*>(im.g_scores.p), c.d_docs, c.d_off, c.h_off, keep, off,
+                                    im.t_off, im.t_docs, &im.t_scores));
     const int64_t kept = off->back();
     docs->resize(size_t(kept));
     scores->resize(size_t(kept));
     if (kept == 0) return Status::OK();
-    // (score, document) keys, sorted descending within each query's list, then the heads.
-    const size_t key_bytes = size_t(c.total) * sizeof(uint64_t);
-    TMS_RETURN_IF_ERROR(im.g_keys.Reserve(key_bytes, im.stream));
-    TMS_RETURN_IF_ERROR(im.g_vals.Reserve(key_bytes, im.stream));
-    auto* keys = static_cast<uint64_t*>(im.g_keys.p);
-    auto* sorted = static_cast<uint64_t*>(im.g_vals.p);
-    score_doc_keys<<<unsigned(std::min<int64_t>((c.total + 255) / 256, 4096)), 256, 0, im.stream>>>(
-        static_cast<const float*>(im.g_scores.p), c.d_docs, c.total, keys);
-    TMS_CUDA_CHECK_LAUNCH();
-    size_t temp_bytes = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(nullptr, temp_bytes, keys, sorted, c.total,
-                                                                          nq, c.d_off, c.d_off + 1, im.stream));
-    TMS_RETURN_IF_ERROR(im.g_temp.Reserve(temp_bytes, im.stream));
-    TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(im.g_temp.p, temp_bytes, keys, sorted, c.total,
-                                                                          nq, c.d_off, c.d_off + 1, im.stream));
-    const size_t o_bytes = size_t(nq + 1) * sizeof(int64_t);
-    TMS_RETURN_IF_ERROR(im.t_off.Reserve(o_bytes, im.stream));
-    TMS_RETURN_IF_ERROR(im.t_docs.Reserve(size_t(kept) * sizeof(int32_t), im.stream));
-    TMS_RETURN_IF_ERROR(im.t_scores.Reserve(size_t(kept) * sizeof(float), im.stream));
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.t_off.p, off->data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
-    gather_top_keys<<<unsigned(nq), 256, 0, im.stream>>>(sorted, c.d_off, static_cast<const int64_t*>(im.t_off.p),
-                                                         static_cast<int32_t*>(im.t_docs.p),
-                                                         static_cast<float*>(im.t_scores.p));
-    TMS_CUDA_CHECK_LAUNCH();
     TMS_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(docs->data(), im.t_docs.p, size_t(kept) * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(
