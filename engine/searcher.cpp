@@ -280,11 +280,11 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
     if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
     if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
     if (opts.max_batch_queries < 0) return Status::InvalidArgument("max_batch_queries must be >= 0");
-    // Chunks bound the per-batch arrays: centroid scores [queries, tokens, centroids] and, when
-    // exhaustive, scores [queries, documents], fp32 (on the host or the device).
+    // Chunks bound the per-batch centroid scores [queries, tokens, centroids], fp32 (on the host
+    // or the device); exhaustive search bounds its [queries, documents] scores itself.
     int64_t chunk = opts.max_batch_queries;
     if (chunk == 0) {
-        const int64_t per_query = 4 * std::max<int64_t>({int64_t(q.q_tokens) * info.n_centroids, info.n_docs, 1});
+        const int64_t per_query = 4 * std::max<int64_t>(int64_t(q.q_tokens) * info.n_centroids, 1);
         chunk = std::clamp<int64_t>((int64_t(1) << 30) / per_query, 1, 4096);
     }
     if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
@@ -333,12 +333,8 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
     std::vector<float> qconv;
     const float* qf = static_cast<const float*>(q.data);
     if (q.dtype != DType::kF32) {
-        const int64_t n = int64_t(nq) * qt * dim, piece = 1 << 16;
-        qconv.resize(size_t(n));
-#pragma omp parallel for schedule(static) if (n > piece)
-        for (int64_t i = 0; i < n; i += piece) {
-            kernels::load_as_float_n(q.data, q.dtype, i, std::min(piece, n - i), qconv.data() + i);
-        }
+        qconv.resize(size_t(nq) * qt * dim);
+        kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
         qf = qconv.data();
     }
     trace("queries to fp32");

@@ -57,9 +57,7 @@ Status status_of(const char* doing, Fn&& fn) {
 }
 
 void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) {
-    const int64_t base = row0 * v.dim, cnt = n * v.dim, piece = 1 << 16;
-#pragma omp parallel for schedule(static) if (cnt > piece)
-    for (int64_t i = 0; i < cnt; i += piece) kernels::load_as_float_n(v.data, v.dtype, base + i, std::min(piece, cnt - i), out + i);
+    kernels::load_as_float_parallel(v.data, v.dtype, row0 * v.dim, n * v.dim, out);
 }
 
 }  // namespace

@@ -148,5 +148,7 @@ float load_as_float(const void* data, DType t, int64_t i);
 /// Elements [offset, offset + n) of an array of dtype t, as float, into out (fp16 by the
 /// vectorised conversion where the CPU has it).
 void load_as_float_n(const void* data, DType t, int64_t offset, int64_t n, float* out);
+/// load_as_float_n spread over the OpenMP threads (pieces of 64K values; one thread below that).
+void load_as_float_parallel(const void* data, DType t, int64_t offset, int64_t n, float* out);
 
 }  // namespace tms::kernels

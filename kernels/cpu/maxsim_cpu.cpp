@@ -158,6 +158,12 @@ void load_as_float_n(const void* src, DType t, int64_t offset, int64_t n, float*
     }
 }
 
+void load_as_float_parallel(const void* src, DType t, int64_t offset, int64_t n, float* dst) {
+    constexpr int64_t kPiece = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > kPiece)
+    for (int64_t i = 0; i < n; i += kPiece) load_as_float_n(src, t, offset + i, std::min(kPiece, n - i), dst + i);
+}
+
 Status maxsim_cpu(const MaxSimParams& p) {
     TMS_RETURN_IF_ERROR(maxsim_validate(p));
     TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
