@@ -28,6 +28,7 @@ namespace {
 using bench::Dev;
 using bench::fmt;
 using bench::kSamples;
+using bench::read_ceiling_kernel;
 using bench::row;
 using bench::Timer;
 
@@ -80,8 +81,9 @@ std::vector<BenchCase> bench_cases() {
     return v;
 }
 
-Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cublasHandle_t blas,
-                std::vector<std::string>* rows) {
+Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDeviceProp& prop, double ceiling_gbps,
+                cublasHandle_t blas, std::vector<std::string>* rows) {
+    const size_t l2_bytes = size_t(prop.l2CacheSize);
     const int esz = DTypeSize(bc.dtype);
     const size_t row_bytes = size_t(bc.dim) * esz;
     std::mt19937 rng(1234);
@@ -146,15 +148,38 @@ Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cubla
     p.scores = scores.p;
     const int per_sample = int(std::clamp<double>(std::ceil(1e9 / bytes_read), 1, 200));
     Timer timer;
-    double sec = 0;
-    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
+    // Times fn as one row: median seconds per call, docs/s, GB/s of the case's bytes.
+    const auto timed_row = [&](const char* impl, const std::function<Status(int)>& fn) -> Status {
+        double t = 0;
+        TMS_RETURN_IF_ERROR(timer.median(per_sample, fn, &t));
+        rows->push_back(row(bc.name, impl, n_pairs / t, bytes_read / t * 1e-9, ceiling_gbps));
+        std::fprintf(stderr, "%-50s %-18s %8.3f ms  %7.1f GB/s  %.3f of ceiling\n", bc.name.c_str(), impl, t * 1e3,
+                     bytes_read / t * 1e-9, bytes_read / t * 1e-9 / ceiling_gbps);
+        return Status::OK();
+    };
+    TMS_RETURN_IF_ERROR(timed_row("tilemaxsim", [&](int i) {
         kernels::MaxSimParams pi = p;
         pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;
         return kernels::maxsim_cuda(pi, nullptr);
-    }, &sec));
-    rows->push_back(row(bc.name, "tilemaxsim", n_pairs / sec, bytes_read / sec * 1e-9, ceiling_gbps));
-    std::fprintf(stderr, "%-50s tilemaxsim      %8.3f ms  %7.1f GB/s  %.3f of ceiling\n", bc.name.c_str(), sec * 1e3,
-                 bytes_read / sec * 1e-9, bytes_read / sec * 1e-9 / ceiling_gbps);
+    }));
+    if (o.diagnose) {
+        TMS_RETURN_IF_ERROR(timed_row("copy-only", [&](int i) {
+            kernels::MaxSimParams pi = p;
+            pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;
+            return kernels::maxsim_cuda_copy_only(pi, nullptr);
+        }));
+        if (bc.n_cand == 0) {
+            Dev<uint32_t> sink;
+            TMS_RETURN_IF_ERROR(sink.alloc(1));
+            TMS_RETURN_IF_ERROR(timed_row("read-same-bytes", [&](int i) {
+                read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(
+                    reinterpret_cast<const uint4*>(docs.p + size_t(i % copies) * corpus_bytes),
+                    int64_t(corpus_bytes / 16), sink.p);
+                TMS_CUDA_CHECK_LAUNCH();
+                return Status::OK();
+            }));
+        }
+    }
     if (bc.n_cand > 0) {
         const int k = 10;
         const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);
@@ -164,14 +189,12 @@ Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cubla
         TMS_RETURN_IF_ERROR(ws.alloc(ws_bytes));
         TMS_RETURN_IF_ERROR(ids.alloc(size_t(nq) * k));
         TMS_RETURN_IF_ERROR(sc.alloc(size_t(nq) * k));
-        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int) {
+        TMS_RETURN_IF_ERROR(timed_row("tilemaxsim-topk10", [&](int) {
             return kernels::maxsim_topk_cuda(p, k, ids.p, sc.p, ws.p, ws_bytes, nullptr);
-        }, &sec));
-        rows->push_back(row(bc.name, "tilemaxsim-topk10", n_pairs / sec, bytes_read / sec * 1e-9, ceiling_gbps));
-        std::fprintf(stderr, "%-50s tilemaxsim-topk10 %8.3f ms  %7.1f GB/s\n", bc.name.c_str(), sec * 1e3,
-                     bytes_read / sec * 1e-9);
+        }));
         return Status::OK();  // no dense GEMM baseline for gathered candidate lists
     }
+    if (!o.baseline) return Status::OK();
     // Naive baseline: C = Q D^T into HBM (fp32), then a per-document max/sum reduce; in chunks
     // of whole documents of at most 16M tokens.
     const int64_t chunk_tok = int64_t(1) << 24;
@@ -185,7 +208,7 @@ Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cubla
         d0 = d1;
     }
     const cudaDataType_t ct = bc.dtype == DType::kF32 ? CUDA_R_32F : bc.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) -> Status {
+    return timed_row("cublas-gemm-reduce", [&](int i) -> Status {
         const unsigned char* base = docs.p + size_t(i % copies) * corpus_bytes;
         for (auto [d0, d1] : chunks) {
             const int64_t t0 = offs[d0], nt = offs[d1] - t0;
@@ -199,26 +222,21 @@ Status run_case(const BenchCase& bc, double ceiling_gbps, size_t l2_bytes, cubla
             TMS_CUDA_CHECK_LAUNCH();
         }
         return Status::OK();
-    }, &sec));
-    rows->push_back(row(bc.name, "cublas-gemm-reduce", n_pairs / sec, bytes_read / sec * 1e-9, ceiling_gbps));
-    std::fprintf(stderr, "%-50s cublas-gemm-reduce %8.3f ms  %7.1f GB/s  %.3f of ceiling\n", bc.name.c_str(),
-                 sec * 1e3, bytes_read / sec * 1e-9, bytes_read / sec * 1e-9 / ceiling_gbps);
-    return Status::OK();
+    });
 }
 
 }  // namespace
 
-Status RunKernelBench(const std::string& cases_filter, std::string* json) {
+Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     cudaDeviceProp prop{};
     double ceiling = 0;
     TMS_RETURN_IF_ERROR(bench::device_and_ceiling(&prop, &ceiling));
-    const size_t l2 = size_t(prop.l2CacheSize);
     cublasHandle_t blas = nullptr;
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
     std::vector<std::string> rows;
     for (const BenchCase& bc : bench_cases()) {
-        if (!cases_filter.empty() && bc.name.find(cases_filter) == std::string::npos) continue;
-        const Status case_st = run_case(bc, ceiling, l2, blas, &rows);
+        if (!o.cases.empty() && bc.name.find(o.cases) == std::string::npos) continue;
+        const Status case_st = run_case(bc, o, prop, ceiling, blas, &rows);
         if (!case_st.ok()) {
             cublasDestroy(blas);
             return case_st.WithContext(bc.name);

@@ -7,8 +7,18 @@
 
 namespace tms::engine {
 
-/// Runs the kernel benchmark cases whose names contain `cases_filter` ("" = all) and returns
-/// the result JSON. NotSupported in builds without CUDA or without a device.
-Status RunKernelBench(const std::string& cases_filter, std::string* json);
+struct KernelBenchOptions {
+    std::string cases;      // only cases whose names contain this ("" = all)
+    bool baseline = true;   // the cuBLAS GEMM + reduce baseline rows
+    bool diagnose = false;  // rows that bound each dense exact case (see RunKernelBench)
+};
+
+/// Runs the exact-kernel benchmark cases and returns the result JSON. With o.diagnose, each
+/// case also gets impl "copy-only" (the same launch without the tensor-core work:
+/// maxsim_cuda_copy_only) and, dense cases, "read-same-bytes" (the streaming-read kernel over
+/// the case's bytes, launched as often per sample): what the copy pipeline, and what a plain
+/// read of that many bytes, reach on this GPU in this run. NotSupported in builds without
+/// CUDA or without a device.
+Status RunKernelBench(const KernelBenchOptions& o, std::string* json);
 
 }  // namespace tms::engine

@@ -3,7 +3,7 @@
 
 namespace tms::engine {
 
-Status RunKernelBench(const std::string&, std::string*) {
+Status RunKernelBench(const KernelBenchOptions&, std::string*) {
     return Status::NotSupported("bench kernels: this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON on a GPU machine)");
 }
 

@@ -290,6 +290,12 @@ int run(int argc, char** argv) {
     auto* bk = bench->add_subcommand("kernels", "GPU MaxSim kernels vs the read ceiling and a cuBLAS baseline");
     bk->add_option("--json", bench_json, "Write the results JSON here");
     bk->add_option("--cases", bench_filter, "Only cases whose name contains this");
+    tms::engine::KernelBenchOptions kbo;
+    bool bk_no_baseline = false;
+    bk->add_flag("--no-baseline", bk_no_baseline, "Skip the cuBLAS GEMM + reduce baseline");
+    bk->add_flag("--diagnose", kbo.diagnose,
+                 "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
+                 "streaming read of the same bytes (read-same-bytes)");
 
     tms::tools::IndexBenchOptions ibo;
     std::string ib_json, ib_device = "auto";
@@ -398,7 +404,9 @@ int run(int argc, char** argv) {
     }
     if (bk->parsed()) {
         std::string json, code_rows;
-        tms::Status st = tms::engine::RunKernelBench(bench_filter, &json);
+        kbo.cases = bench_filter;
+        kbo.baseline = !bk_no_baseline;
+        tms::Status st = tms::engine::RunKernelBench(kbo, &json);
         if (!st.ok()) return fail("bench kernels", st);
         st = tms::engine::RunCodeKernelBench(bench_filter, &code_rows);
         if (!st.ok()) return fail("bench kernels", st);

@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(kMergeThreads) topk_merge_kernel(const uint64_
 
 using cuda_impl::Plan;
 
-Status maxsim_cuda(const MaxSimParams& p, void* stream) {
+namespace {
+Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream) {
     TMS_RETURN_IF_ERROR(cuda_impl::validate_sizes(p));
     if (p.n_queries == 0) return Status::OK();
     if (p.scores == nullptr && (p.cand_offsets != nullptr || p.n_docs > 0)) {
@@ -219,8 +220,14 @@ Status maxsim_cuda(const MaxSimParams& p, void* stream) {
     cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
     a.n_stages = plan.n_stages;
     a.balance = plan.balance;
+    a.copy_only = copy_only ? 1 : 0;
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
 }
+}  // namespace
+
+Status maxsim_cuda(const MaxSimParams& p, void* stream) { return maxsim_cuda_mode(p, false, stream); }
+
+Status maxsim_cuda_copy_only(const MaxSimParams& p, void* stream) { return maxsim_cuda_mode(p, true, stream); }
 
 namespace topk_dev {
 

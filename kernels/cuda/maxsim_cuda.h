@@ -24,6 +24,11 @@ inline constexpr int kMaxTopKCuda = 1024;
 /// hi+lo representation so results stay within fp32 accuracy). Others: NotSupported.
 Status maxsim_cuda(const MaxSimParams& p, void* stream);
 
+/// Bench diagnostic: maxsim_cuda's launch with the same grid, copy ring and walk over the
+/// documents, minus the tensor-core work; p.scores is left undefined. What it reaches is what
+/// the copy pipeline alone allows on these inputs (`tms bench kernels`, impl "copy-only").
+Status maxsim_cuda_copy_only(const MaxSimParams& p, void* stream);
+
 /// Workspace maxsim_topk_cuda needs for these sizes (p.scores is ignored). Depends only on
 /// n_queries, n_docs, dense/ragged, k and the current device.
 size_t maxsim_topk_cuda_workspace_bytes(const MaxSimParams& p, int k);

@@ -74,6 +74,7 @@ struct MaxSimArgs {
     int k;
     int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
     int balance;            // dense, one query group: warps take documents by token share
+    int copy_only;          // bench diagnostic: the copies and the walk without the MMAs (scores undefined)
 };
 
 template <typename TD, bool kSplitQ_, int kMTiles_>
@@ -279,7 +280,7 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
                 for (int n = 0; n < kN; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
         }
         const unsigned char* st = stages + slot * T::kStageBytes;
-        const int nch = min(T::kChunks, (a.dim - cur.c * T::kTileDims) >> 5);
+        const int nch = a.copy_only ? 0 : min(T::kChunks, (a.dim - cur.c * T::kTileDims) >> 5);
 #pragma unroll
         for (int ch = 0; ch < T::kChunks; ++ch) {
             if (ch >= nch) break;
