@@ -135,6 +135,7 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
         p.d_dtype = DType::kF16;
         p.doc_offsets = d_offs.p;
         p.n_docs = bc.n_docs;
+        p.n_tokens = n_tok;
         p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;
         p.cand_docs = bc.n_cand ? d_cdocs.p : nullptr;
         p.scores = scores.p;

@@ -117,6 +117,7 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
     p.doc_tokens = docs.p;
     p.doc_offsets = d_offs.p;
     p.n_docs = bc.n_docs;
+    p.n_tokens = o.tma ? n_tok : -1;
     int64_t n_pairs = bc.n_docs;
     double bytes_read = double(corpus_bytes);
     std::vector<int64_t> coffs;

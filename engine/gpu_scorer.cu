@@ -23,6 +23,7 @@ struct GpuExactScorer::Impl {
     int device = 0;
     int dim = 0;
     int64_t n_docs = 0;
+    int64_t n_tokens = 0;  // rows of d_tokens (lets the kernel use bulk tensor copies)
     cudaStream_t stream = nullptr;
     void* d_tokens = nullptr;
     int64_t* d_offsets = nullptr;
@@ -76,6 +77,7 @@ struct GpuExactScorer::Impl {
         p->d_dtype = DType::kF16;
         p->doc_offsets = d_offsets;
         p->n_docs = n_docs;
+        p->n_tokens = n_tokens;
         p->cand_offsets = static_cast<const int64_t*>(dco);
         p->cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
                                       : nullptr;
@@ -104,6 +106,7 @@ Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t 
     im.device = device;
     im.dim = dim;
     im.n_docs = n_docs;
+    im.n_tokens = n_tokens;
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
     const size_t tok_bytes = size_t(n_tokens) * dim * sizeof(uint16_t);
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_tokens, std::max<size_t>(tok_bytes, 256)));

@@ -291,8 +291,10 @@ int run(int argc, char** argv) {
     bk->add_option("--json", bench_json, "Write the results JSON here");
     bk->add_option("--cases", bench_filter, "Only cases whose name contains this");
     tms::engine::KernelBenchOptions kbo;
-    bool bk_no_baseline = false;
+    bool bk_no_baseline = false, bk_no_tma = false;
     bk->add_flag("--no-baseline", bk_no_baseline, "Skip the cuBLAS GEMM + reduce baseline");
+    bk->add_flag("--no-tma", bk_no_tma,
+                 "Exact kernel: per-thread async copies instead of bulk tensor copies (for A/B runs)");
     bk->add_flag("--diagnose", kbo.diagnose,
                  "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
                  "streaming read of the same bytes (read-same-bytes)");
@@ -406,6 +408,7 @@ int run(int argc, char** argv) {
         std::string json, code_rows;
         kbo.cases = bench_filter;
         kbo.baseline = !bk_no_baseline;
+        kbo.tma = !bk_no_tma;
         tms::Status st = tms::engine::RunKernelBench(kbo, &json);
         if (!st.ok()) return fail("bench kernels", st);
         st = tms::engine::RunCodeKernelBench(bench_filter, &code_rows);

@@ -3,6 +3,7 @@
 // instantiation with one switch per axis (doc dtype -> split query -> query-row tile), size
 // the grid from the device's occupancy, launch, check. Also the top-k merge rounds.
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <algorithm>
 #include <string>
@@ -33,56 +34,103 @@ struct Plan {
     int slices = 1;  // grid.x
     int grid_y = 1;
     bool balance = false;  // MaxSimArgs::balance
+    bool tma = false;      // the TMA instantiation, reading doc_tokens through tmap
+    CUtensorMap tmap{};
 };
 
-/// Query rows, top-k lists (k > 0) and counts, then n_stages copy stages per warp (the
-/// kernel's layout; kStageBytes = (64 / m_tiles) tokens x 128 bytes).
-size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages) {
+/// Query rows, top-k lists (k > 0) and counts, (TMA) the stage barriers and the slack to a
+/// 1024-byte boundary, then n_stages copy stages per warp (the kernel's layout; kStageBytes =
+/// (64 / m_tiles) tokens x 128 bytes).
+size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma) {
     size_t b = size_t(16 * m_tiles) * dim * 2 * terms;
     b += size_t(8) * k * sizeof(uint64_t) + 32;
+    if (tma) b += size_t(8) * kMaxStages * sizeof(uint64_t) + 1024;
     b += size_t(8) * n_stages * (64 / m_tiles) * 128;
     return b;
 }
 
+/// p.doc_tokens as a 2-D tensor map [n_tokens, dim] for units of `rows` tokens x 64 elements
+/// (128 bytes, 128-byte swizzle; columns past dim read as zeros); false when the driver has
+/// no encoder or rejects the shape.
+bool encode_doc_map(const MaxSimParams& p, int rows, CUtensorMap* map) {
+    using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+    static const Encode encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return Encode(nullptr);
+        }
+        return reinterpret_cast<Encode>(fn);
+    }();
+    if (encode == nullptr) return false;
+    const cuuint64_t dims[2] = {cuuint64_t(p.dim), cuuint64_t(p.n_tokens)};
+    const cuuint64_t strides[1] = {cuuint64_t(p.dim) * 2};
+    const cuuint32_t box[2] = {64, cuuint32_t(rows)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    const CUtensorMapDataType type =
+        p.d_dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    return encode(map, type, 2, const_cast<void*>(p.doc_tokens), dims, strides, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /// One switch per axis; every default is NotSupported.
-template <typename TD, bool kSplit>
-Status dispatch_mtiles(int m_tiles, bool occupancy, const MaxSimArgs& a, dim3 grid, size_t smem, cudaStream_t st,
-                       int* blocks) {
+template <typename TD, bool kSplit, bool kTma>
+Status dispatch_mtiles(int m_tiles, bool occupancy, const MaxSimArgs& a, const CUtensorMap& tm, dim3 grid,
+                       size_t smem, cudaStream_t st, int* blocks) {
     switch (m_tiles) {
         case 2:
-            return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 2>>::Occupancy(smem, blocks)
-                             : MaxSimKernel<MaxSimTraits<TD, kSplit, 2>>::Launch(a, grid, smem, st);
+            return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 2, kTma>>::Occupancy(smem, blocks)
+                             : MaxSimKernel<MaxSimTraits<TD, kSplit, 2, kTma>>::Launch(a, tm, grid, smem, st);
         case 4:
-            return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 4>>::Occupancy(smem, blocks)
-                             : MaxSimKernel<MaxSimTraits<TD, kSplit, 4>>::Launch(a, grid, smem, st);
+            return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 4, kTma>>::Occupancy(smem, blocks)
+                             : MaxSimKernel<MaxSimTraits<TD, kSplit, 4, kTma>>::Launch(a, tm, grid, smem, st);
         default: return Status::NotSupported("maxsim_cuda: query-row tile " + std::to_string(16 * m_tiles));
     }
 }
 
+template <typename TD, bool kSplit>
+Status dispatch_tma(bool tma, int m_tiles, bool occupancy, const MaxSimArgs& a, const CUtensorMap& tm, dim3 grid,
+                    size_t smem, cudaStream_t st, int* blocks) {
+    if constexpr (std::is_same_v<TD, float>) {
+        if (tma) return Status::NotSupported("maxsim_cuda: fp32 documents have no TMA variant");
+        return dispatch_mtiles<TD, kSplit, false>(m_tiles, occupancy, a, tm, grid, smem, st, blocks);
+    } else {
+        return tma ? dispatch_mtiles<TD, kSplit, true>(m_tiles, occupancy, a, tm, grid, smem, st, blocks)
+                   : dispatch_mtiles<TD, kSplit, false>(m_tiles, occupancy, a, tm, grid, smem, st, blocks);
+    }
+}
+
 template <typename TD>
-Status dispatch_split(bool split, int m_tiles, bool occupancy, const MaxSimArgs& a, dim3 grid, size_t smem,
-                      cudaStream_t st, int* blocks) {
+Status dispatch_split(bool split, bool tma, int m_tiles, bool occupancy, const MaxSimArgs& a, const CUtensorMap& tm,
+                      dim3 grid, size_t smem, cudaStream_t st, int* blocks) {
     switch (int(split)) {
         case 0:
             if constexpr (std::is_same_v<TD, float>) {
                 return Status::NotSupported("maxsim_cuda: fp32 documents always use the split query");
             } else {
-                return dispatch_mtiles<TD, false>(m_tiles, occupancy, a, grid, smem, st, blocks);
+                return dispatch_tma<TD, false>(tma, m_tiles, occupancy, a, tm, grid, smem, st, blocks);
             }
-        case 1: return dispatch_mtiles<TD, true>(m_tiles, occupancy, a, grid, smem, st, blocks);
+        case 1: return dispatch_tma<TD, true>(tma, m_tiles, occupancy, a, tm, grid, smem, st, blocks);
         default: return Status::NotSupported("maxsim_cuda: split flag");
     }
 }
 
 Status dispatch(const Plan& plan, bool occupancy, const MaxSimArgs& a, cudaStream_t st, int* blocks) {
     const dim3 grid(plan.slices, plan.grid_y);
+    const bool tma = plan.tma;
+    const size_t smem = plan.smem;
+    const CUtensorMap& tm = plan.tmap;
     switch (plan.d_dtype) {
         case DType::kF16:
-            return dispatch_split<__half>(plan.split, plan.m_tiles, occupancy, a, grid, plan.smem, st, blocks);
+            return dispatch_split<__half>(plan.split, tma, plan.m_tiles, occupancy, a, tm, grid, smem, st, blocks);
         case DType::kBF16:
-            return dispatch_split<__nv_bfloat16>(plan.split, plan.m_tiles, occupancy, a, grid, plan.smem, st, blocks);
+            return dispatch_split<__nv_bfloat16>(plan.split, tma, plan.m_tiles, occupancy, a, tm, grid, smem, st, blocks);
         case DType::kF32:
-            return dispatch_split<float>(plan.split, plan.m_tiles, occupancy, a, grid, plan.smem, st, blocks);
+            return dispatch_split<float>(plan.split, tma, plan.m_tiles, occupancy, a, tm, grid, smem, st, blocks);
         default: return Status::NotSupported("maxsim_cuda: document dtype " + std::to_string(int(plan.d_dtype)));
     }
 }
@@ -122,11 +170,18 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    int cc_major = 0;
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     const auto bytes = [&](int m_tiles, int stages) {
-        return smem_bytes(m_tiles, terms, p.dim, k, stages);
+        return smem_bytes(m_tiles, terms, p.dim, k, stages, plan->tma);
     };
     plan->m_tiles = p.q_stride <= 32 ? 2 : 4;
     if (plan->m_tiles == 4 && bytes(4, 2) > size_t(smem_optin)) plan->m_tiles = 2;
+    // 16-bit documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor
+    // copies (a map the driver refuses leaves the per-thread copies).
+    plan->tma = cc_major >= 9 && (p.d_dtype == DType::kF16 || p.d_dtype == DType::kBF16) && p.n_tokens > 0 &&
+                p.n_tokens <= INT32_MAX && reinterpret_cast<uintptr_t>(p.doc_tokens) % 16 == 0 &&
+                encode_doc_map(p, 64 / plan->m_tiles, &plan->tmap);
     // The deepest ring (up to 6 stages) that keeps two CTAs per SM; else the deepest that fits
     // one (1: no copy ahead, for the largest dim x k x split shapes).
     plan->n_stages = 0;
@@ -164,8 +219,12 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     return Status::OK();
 }
 
-MaxSimArgs make_args(const MaxSimParams& p) {
+/// The kernel's arguments for p under plan (scores mode; top-k callers set the top-k fields).
+MaxSimArgs make_args(const MaxSimParams& p, const Plan& plan) {
     MaxSimArgs a{};
+    a.n_stages = plan.n_stages;
+    a.balance = plan.balance ? 1 : 0;
+
     a.queries = p.queries;
     a.q_dtype = int(p.q_dtype);
     a.n_queries = p.n_queries;
@@ -217,9 +276,7 @@ Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream) {
     if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
     Plan plan;
     TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan));
-    cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
-    a.n_stages = plan.n_stages;
-    a.balance = plan.balance;
+    cuda_impl::MaxSimArgs a = cuda_impl::make_args(p, plan);
     a.copy_only = copy_only ? 1 : 0;
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
 }
@@ -286,12 +343,10 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
                                        " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
     }
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    cuda_impl::MaxSimArgs a = cuda_impl::make_args(p);
+    cuda_impl::MaxSimArgs a = cuda_impl::make_args(p, plan);
     a.scores = nullptr;
     a.topk_partial = static_cast<uint64_t*>(d_workspace);
     a.k = k;
-    a.n_stages = plan.n_stages;
-    a.balance = plan.balance;
     TMS_RETURN_IF_ERROR(cuda_impl::dispatch(plan, false, a, st, nullptr));
     return topk_dev::merge_partials(d_workspace, plan.slices, p.n_queries, k, d_out_ids, d_out_scores, st);
 }

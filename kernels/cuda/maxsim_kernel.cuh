@@ -25,6 +25,14 @@
 //              order inside a chunk is permuted identically on the query side. Query rows come
 //              from shared memory in A-fragment order (mma_tile::a_frag_offset: one
 //              conflict-free ld.shared.v4 per fragment, registers in operand order).
+//              TMA instantiations (MaxSimTraits::kTma: 16-bit documents whose buffer length the
+//              caller gave, MaxSimParams::n_tokens) copy a unit with one bulk tensor copy issued
+//              by lane 0 (box of kStepTokens rows x 64 elements from a 2-D tensor map of the
+//              token buffer, 128-byte swizzle; rows past the buffer read as zeros, rows past a
+//              document are masked like before) completing on the stage's barrier, and read B
+//              rows g/2 + 4*(g%2) so that the swizzled phases stay conflict-free. One
+//              instruction per 4 KB unit instead of 8 cp.async per lane: +1-3% of the ceiling
+//              at B >= 10K, +13% at Nd=256 B=500K (H200, BENCHMARKS.md).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers; the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -35,12 +43,14 @@
 //   the doc type cannot hold exactly is split q = hi + lo (two MMAs), fp32 docs are split too
 //   (bf16 hi/lo, three MMAs: hi*hi + lo*hi + hi*lo), keeping results at fp32 accuracy.
 // Shared memory per CTA: kRows * dim * 2 * kQTerms query bytes, kWarps sorted lists of k
-//   64-bit keys (top-k mode) and their counts, then kWarps rings of n_stages x kStepTokens x
+//   64-bit keys (top-k mode) and their counts, (TMA) kWarps x kMaxStages barriers and up to
+//   1 KB to align the rings to 1024 bytes, then kWarps rings of n_stages x kStepTokens x
 //   128 bytes. The launcher takes the deepest ring (<= 6) that keeps
 //   two CTAs per SM, else the deepest that fits one (dim=128, Nq<=32, fp16: 8 KB + 3 x 32 KB;
 //   dim=1024, split, top-k 1000: 191 KB + 1 x 32 KB, no copy ahead).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the type only; the map is encoded through the runtime's driver entry point)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -56,7 +66,10 @@
 
 namespace tms::kernels::cuda_impl {
 
-/// Kernel arguments (device pointers), passed by value.
+/// Kernel arguments (device pointers), passed by value. The TMA instantiations also take the
+/// tensor map of doc_tokens as a parameter of its own (a __grid_constant__: the copy engine
+/// reads it from parameter space); inside this struct it costs the fp32 instantiation ~90
+/// bytes of spills.
 struct MaxSimArgs {
     const void* queries;
     int q_dtype;  // DType as int
@@ -77,10 +90,17 @@ struct MaxSimArgs {
     int copy_only;          // bench diagnostic: the copies and the walk without the MMAs (scores undefined)
 };
 
-template <typename TD, bool kSplitQ_, int kMTiles_>
+/// Most stages of a warp's copy ring (one barrier each in TMA mode).
+constexpr int kMaxStages = 6;
+
+template <typename TD, bool kSplitQ_, int kMTiles_, bool kTma_ = false>
 struct MaxSimTraits {
     using Doc = TD;
     static constexpr bool kDocF32 = std::is_same_v<TD, float>;
+    /// Units arrive by bulk tensor copies (TMA) on per-stage barriers instead of per-thread
+    /// cp.async; a separate instantiation, so that neither path pays the other's registers.
+    static constexpr bool kTma = kTma_;
+    static_assert(!(kTma_ && kDocF32), "TMA units are 64 16-bit elements wide");
     static constexpr bool kDocBF16 = std::is_same_v<TD, __nv_bfloat16>;
     /// Tensor-core input type: fp16 for fp16 docs, bf16 for bf16 and fp32 docs.
     static constexpr bool kComputeBF16 = kDocBF16 || kDocF32;
@@ -235,11 +255,31 @@ __device__ __forceinline__ void copy_unit(const Cursor& k, const unsigned char* 
 template <class T>
 __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
                                            const unsigned char* q_hi, const unsigned char* q_lo, int rows_valid,
-                                           unsigned char* stages, int lane, float& part) {
+                                           unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars,
+                                           uint32_t& phases, int lane, float& part) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles, kV = T::kVecs;
     const int g = lane >> 2, t = lane & 3;
+    constexpr bool tma = T::kTma;
+    // B fragments: lane g*4+t reads row brow of each n8 tile. TMA stages use the copy
+    // engine's 128-byte swizzle (piece p of row r at p ^ (r % 8)): rows g/2 + 4*(g%2), so that
+    // the two rows of one shared-memory phase differ in bit 2 and the phase is conflict-free;
+    // the accumulator columns 2t, 2t+1 then hold tokens t, t+4. cp.async stages flip piece bit
+    // 2 (16-bit) or 0 (fp32) on odd rows instead (stage_offset).
+    const int brow = ((g & 1) << 2) | (g >> 1);  // TMA only
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     const unsigned char* docs = static_cast<const unsigned char*>(a.doc_tokens);
+    // Starts the copy of unit k into stage `stage` (TMA: one bulk copy by lane 0).
+    const auto issue = [&](const Cursor& k, int stage) {
+        if constexpr (tma) {
+            if (lane == 0) {
+                async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
+                async_copy::tma_load_2d(stages + stage * T::kStageBytes, tmap, k.c * T::kTileDims,
+                                        int(k.ub + k.s0), bars + stage);
+            }
+        } else {
+            copy_unit<T>(k, docs, a.dim, stages + stage * T::kStageBytes, lane);
+        }
+    };
     const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
     Cursor cur;
     cur.u = nonempty ? __ffs(nonempty) - 1 : 32;
@@ -252,10 +292,10 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     __syncwarp();  // every lane is done reading the stages (previous batch) the first copies overwrite
     for (int i = 0; i < S - 1; ++i) {  // the first S - 1 units
         if (ahead.u < 32) {
-            copy_unit<T>(ahead, docs, a.dim, stages + i * T::kStageBytes, lane);
+            issue(ahead, i);
             advance<T>(ahead, n_tiles, nonempty, tb, te);
         }
-        async_copy::commit();
+        if constexpr (!tma) async_copy::commit();
     }
     float rmax[kM][2];
 #pragma unroll
@@ -266,11 +306,16 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
         __syncwarp();  // every lane is done reading the stage the next copy overwrites
         if (ahead.u < 32) {
             const int fill = slot == 0 ? S - 1 : slot - 1;
-            copy_unit<T>(ahead, docs, a.dim, stages + fill * T::kStageBytes, lane);
+            issue(ahead, fill);
             advance<T>(ahead, n_tiles, nonempty, tb, te);
         }
-        async_copy::commit();
-        async_copy::wait_pending(S - 1);
+        if constexpr (tma) {
+            async_copy::mbar_wait(bars + slot, (phases >> slot) & 1u);
+            phases ^= 1u << slot;
+        } else {
+            async_copy::commit();
+            async_copy::wait_pending(S - 1);
+        }
         __syncwarp();  // the current unit's copies, from every lane, are visible
 
         if (cur.c == 0) {
@@ -300,7 +345,13 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
             for (int n = 0; n < kN; ++n) {
                 uint4 dr[kV];
 #pragma unroll
-                for (int v = 0; v < kV; ++v) dr[v] = lds128(st + stage_offset<T>(n * 8 + g, ch * 4 + t * kV + v));
+                for (int v = 0; v < kV; ++v) {
+                    if constexpr (tma) {
+                        dr[v] = lds128(st + (n * 8 + brow) * T::kRowBytes + (((ch * 4 + t * kV + v) ^ brow) << 4));
+                    } else {
+                        dr[v] = lds128(st + stage_offset<T>(n * 8 + g, ch * 4 + t * kV + v));
+                    }
+                }
                 if constexpr (T::kDocF32) {
                     // 8 fp32 values (2 vectors) -> bf16 hi and lo pairs, same k order as fp16.
                     const float xs[8] = {__uint_as_float(dr[0].x), __uint_as_float(dr[0].y),
@@ -339,7 +390,7 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
             }
         }
         if (cur.c == n_tiles - 1) {  // the step's last tile
-            mma_tile::fold_step_max<kM, kN>(rmax, acc, cur.s0, cur.n_tok, t, cur.s0 + T::kStepTokens <= cur.n_tok);
+            mma_tile::fold_step_max<kM, kN, tma>(rmax, acc, cur.s0, cur.n_tok, t, cur.s0 + T::kStepTokens <= cur.n_tok);
             if (cur.s0 + T::kStepTokens >= cur.n_tok) {  // the item's last step
                 const float sc = mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
                 if (lane == cur.u) part += sc;
@@ -386,17 +437,29 @@ __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int
 }
 
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel(const MaxSimArgs a) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel(const MaxSimArgs a,
+                                                                                 const __grid_constant__ CUtensorMap tmap) {
     using TD = typename T::Doc;
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* q_hi = smem;
     unsigned char* q_lo = smem + T::kRows * a.dim * 2;
     uint64_t* lists = reinterpret_cast<uint64_t*>(smem + T::kRows * a.dim * 2 * T::kQTerms);
     int* counts = reinterpret_cast<int*>(lists + T::kWarps * a.k);
-    unsigned char* stages = reinterpret_cast<unsigned char*>(counts) + 16 * ((T::kWarps * sizeof(int) + 15) / 16) +
-                            (threadIdx.x >> 5) * a.n_stages * T::kStageBytes;
-
+    unsigned char* after_counts = reinterpret_cast<unsigned char*>(counts) + 16 * ((T::kWarps * sizeof(int) + 15) / 16);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // TMA: each warp's stage barriers, then the rings from a 1024-byte boundary (the swizzle
+    // pattern follows address bits 7..9).
+    uint64_t* bars = reinterpret_cast<uint64_t*>(after_counts) + warp * kMaxStages;
+    unsigned char* ring = after_counts;
+    if constexpr (T::kTma) {
+        ring += T::kWarps * kMaxStages * sizeof(uint64_t);
+        ring += (1024u - (async_copy::smem_addr(ring) & 1023u)) & 1023u;
+        if (lane < a.n_stages) async_copy::mbar_init(bars + lane);
+        __syncwarp();
+    }
+    unsigned char* stages = ring + warp * a.n_stages * T::kStageBytes;
+    uint32_t phases = 0;  // TMA: parity of the next completion of each stage's barrier
+
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
     const bool topk = a.topk_partial != nullptr;
@@ -460,7 +523,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
-                warp_items<T>(a, tb, te, n_mine, q_hi, q_lo, rows_valid, stages, lane, part);
+                warp_items<T>(a, tb, te, n_mine, q_hi, q_lo, rows_valid, stages, &tmap, bars, phases, lane, part);
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if (!topk) {
@@ -485,10 +548,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
 /// Host-side entry points of one instantiation (defined here, instantiated in instances/).
 template <class T>
 struct MaxSimKernel {
-    static Status Launch(const MaxSimArgs& a, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+    /// tmap: T::kTma's tensor map of a.doc_tokens (ignored by the others).
+    static Status Launch(const MaxSimArgs& a, const CUtensorMap& tmap, dim3 grid, size_t smem_bytes,
+                         cudaStream_t stream) {
         TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       int(smem_bytes)));
-        maxsim_kernel<T><<<grid, T::kThreads, smem_bytes, stream>>>(a);
+        maxsim_kernel<T><<<grid, T::kThreads, smem_bytes, stream>>>(a, tmap);
         TMS_CUDA_CHECK_LAUNCH();
         return Status::OK();
     }
@@ -502,18 +567,27 @@ struct MaxSimKernel {
 };
 
 // The instantiations that exist (kernels/cuda/instances/, generated by generate.py).
-#define TMS_MAXSIM_FOR_EACH_INSTANCE(X) \
-    X(__half, false, 2)                 \
-    X(__half, false, 4)                 \
-    X(__half, true, 2)                  \
-    X(__half, true, 4)                  \
-    X(__nv_bfloat16, false, 2)          \
-    X(__nv_bfloat16, false, 4)          \
-    X(__nv_bfloat16, true, 2)           \
-    X(__nv_bfloat16, true, 4)           \
-    X(float, true, 2)                   \
-    X(float, true, 4)
+#define TMS_MAXSIM_FOR_EACH_INSTANCE(X)  \
+    X(__half, false, 2, false)           \
+    X(__half, false, 4, false)           \
+    X(__half, true, 2, false)            \
+    X(__half, true, 4, false)            \
+    X(__half, false, 2, true)            \
+    X(__half, false, 4, true)            \
+    X(__half, true, 2, true)             \
+    X(__half, true, 4, true)             \
+    X(__nv_bfloat16, false, 2, false)    \
+    X(__nv_bfloat16, false, 4, false)    \
+    X(__nv_bfloat16, true, 2, false)     \
+    X(__nv_bfloat16, true, 4, false)     \
+    X(__nv_bfloat16, false, 2, true)     \
+    X(__nv_bfloat16, false, 4, true)     \
+    X(__nv_bfloat16, true, 2, true)      \
+    X(__nv_bfloat16, true, 4, true)      \
+    X(float, true, 2, false)             \
+    X(float, true, 4, false)
 
-#define TMS_MAXSIM_EXTERN(TD, SPLIT, MT) extern template struct MaxSimKernel<MaxSimTraits<TD, SPLIT, MT>>;
+#define TMS_MAXSIM_EXTERN(TD, SPLIT, MT, TMA) \
+    extern template struct MaxSimKernel<MaxSimTraits<TD, SPLIT, MT, TMA>>;
 
 }  // namespace tms::kernels::cuda_impl

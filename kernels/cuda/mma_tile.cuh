@@ -66,8 +66,10 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 }
 
 /// Folds one step's accumulators (document tokens s0 .. s0 + 8*kN) into the running row maxima;
-/// columns at or past n_tok are ignored unless the step is `full`.
-template <int kM, int kN>
+/// columns at or past n_tok are ignored unless the step is `full`. The lane's two accumulator
+/// columns of each n8 tile hold tokens 2t and 2t + 1 of the tile, or (kTokPerm: B fragments
+/// read in the order g/2 + 4*(g%2)) tokens t and t + 4.
+template <int kM, int kN, bool kTokPerm = false>
 __device__ __forceinline__ void fold_step_max(float (&rmax)[kM][2], const float (&acc)[kM][kN][4], int s0, int n_tok,
                                               int t, bool full) {
     if (full) {  // warp-uniform: no masks on a step of whole tiles
@@ -82,8 +84,8 @@ __device__ __forceinline__ void fold_step_max(float (&rmax)[kM][2], const float 
     }
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
-        const int col = s0 + n * 8 + 2 * t;
-        const bool ok0 = full || col < n_tok, ok1 = full || col + 1 < n_tok;
+        const int col = s0 + n * 8 + (kTokPerm ? t : 2 * t);
+        const bool ok0 = full || col < n_tok, ok1 = full || col + (kTokPerm ? 4 : 1) < n_tok;
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
             const float c0 = ok0 ? acc[m][n][0] : -INFINITY, c1 = ok1 ? acc[m][n][1] : -INFINITY;

@@ -31,8 +31,11 @@ struct DeviceCase {
     DeviceCase(const MaxSimCase& c, const MaxSimData& d)
         : q(d.q_bytes), docs(d.d_bytes), offs(d.doc_offsets), cand_offs(d.cand_offsets), qlens(d.query_lens),
           cand_docs(d.cand_docs) {}
-    MaxSimParams params(const MaxSimCase& c, const MaxSimData& d, float* d_scores) const {
+    /// tma: tell the kernel where the tokens end (it then reads 16-bit documents with bulk
+    /// tensor copies; without it, per-thread async copies).
+    MaxSimParams params(const MaxSimCase& c, const MaxSimData& d, float* d_scores, bool tma = true) const {
         MaxSimParams p = d.params(c, d_scores);
+        p.n_tokens = tma ? d.doc_offsets.back() : -1;
         p.queries = q.d;
         p.doc_tokens = docs.d;
         p.doc_offsets = offs.d;
@@ -73,16 +76,19 @@ TEST(MaxSimCuda, MatchesRefOnEveryCase) {
         const std::vector<float> naive = testing::naive_f32(c, d);
 
         DeviceCase dc(c, d);
-        std::vector<float> poison(std::max<int64_t>(1, n_out), std::nanf(""));
-        DevBuf<float> out(poison);
-        const Status st = kernels::maxsim_cuda(dc.params(c, d, out.d), nullptr);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        CUDA_OK(cudaDeviceSynchronize());
-        const std::vector<float> got = out.get();
-        for (int64_t i = 0; i < n_out; ++i) {
-            const double allowed = testing::allowed_error(std::fabs(double(naive[i]) - ref[i]), ref[i]);
-            ASSERT_LE(std::fabs(double(got[i]) - ref[i]), allowed)
-                << "score " << i << " got " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+        for (bool tma : {false, true}) {  // per-thread async copies, bulk tensor copies (16-bit docs)
+            SCOPED_TRACE(tma ? "tma" : "cp.async");
+            std::vector<float> poison(std::max<int64_t>(1, n_out), std::nanf(""));
+            DevBuf<float> out(poison);
+            const Status st = kernels::maxsim_cuda(dc.params(c, d, out.d, tma), nullptr);
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            CUDA_OK(cudaDeviceSynchronize());
+            const std::vector<float> got = out.get();
+            for (int64_t i = 0; i < n_out; ++i) {
+                const double allowed = testing::allowed_error(std::fabs(double(naive[i]) - ref[i]), ref[i]);
+                ASSERT_LE(std::fabs(double(got[i]) - ref[i]), allowed)
+                    << "score " << i << " got " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+            }
         }
     }
 }
@@ -100,7 +106,7 @@ TEST(MaxSimCuda, TopKMatchesRefTieAware) {
         DeviceCase dc(c, d);
         for (int k : {1, 5, 1000}) {
             SCOPED_TRACE(describe(c) + " k " + std::to_string(k));
-            const MaxSimParams p = dc.params(c, d, nullptr);
+            const MaxSimParams p = dc.params(c, d, nullptr, /*tma=*/k != 5);
             const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);
             DevBuf<uint8_t> ws(ws_bytes + 256);
             DevBuf<int32_t> ids(size_t(c.n_queries) * k);

@@ -2,6 +2,6 @@
 #include "kernels/cuda/maxsim_kernel.cuh"
 
 namespace tms::kernels::cuda_impl {
-template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, false, 2>>;
-template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, true, 2>>;
+template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, false, 2, false>>;
+template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, true, 2, false>>;
 }  // namespace tms::kernels::cuda_impl

@@ -2,6 +2,6 @@
 #include "kernels/cuda/maxsim_kernel.cuh"
 
 namespace tms::kernels::cuda_impl {
-template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, false, 4>>;
-template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, true, 4>>;
+template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, false, 4, false>>;
+template struct MaxSimKernel<MaxSimTraits<__nv_bfloat16, true, 4, false>>;
 }  // namespace tms::kernels::cuda_impl

@@ -2,5 +2,5 @@
 #include "kernels/cuda/maxsim_kernel.cuh"
 
 namespace tms::kernels::cuda_impl {
-template struct MaxSimKernel<MaxSimTraits<float, true, 2>>;
+template struct MaxSimKernel<MaxSimTraits<float, true, 2, false>>;
 }  // namespace tms::kernels::cuda_impl
