@@ -150,9 +150,7 @@ Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged,
     const dim3 grid(unsigned(std::clamp<int64_t>(slices, 1, 1 << 20)), unsigned(std::min(nq, kMaxGridY)));
     if (grid_out) *grid_out = grid;
     if (plan_only) return Status::OK();
-    code_maxsim_kernel<T><<<grid, T::kThreads, smem, st>>>(a);
-    TMS_CUDA_CHECK_LAUNCH();
-    return Status::OK();
+    return pdl::launch_pdl(code_maxsim_kernel<T>, grid, dim3(T::kThreads), smem, st, a);
 }
 
 /// launch_as of the scoring instantiation, or the top-k one when a.k > 0.

@@ -43,6 +43,7 @@
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/topk_device.cuh"
 #include "kernels/maxsim.h"
 
@@ -407,6 +408,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     unsigned char* q_s = smem + a.cb_smem_bytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     unsigned char* stages = q_s + (T::kSub != 0 ? T::kRows * a.dim * 2 : 0) + warp * 2 * stage_bytes(a.n_code_bytes);
+    // Launched by pdl::launch_pdl: wait for the stream's previous kernel (the centroid table,
+    // say) before the first global access.
+    pdl::grid_dependency_wait();
+    pdl::trigger_dependents();
     // Top-k mode: each warp's sorted list of a.k keys, then the lists' lengths (computed where
     // used, so that the scoring walk keeps its registers).
     auto topk_lists = [&]() {

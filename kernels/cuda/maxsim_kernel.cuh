@@ -61,6 +61,7 @@
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/topk_device.cuh"
 #include "kernels/maxsim.h"
 
@@ -459,6 +460,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     }
     unsigned char* stages = ring + warp * a.n_stages * T::kStageBytes;
     uint32_t phases = 0;  // TMA: parity of the next completion of each stage's barrier
+    // Launched by pdl::launch_pdl: everything above touched only shared memory.
+    pdl::grid_dependency_wait();
+    pdl::trigger_dependents();
 
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
@@ -553,9 +557,7 @@ struct MaxSimKernel {
                          cudaStream_t stream) {
         TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       int(smem_bytes)));
-        maxsim_kernel<T><<<grid, T::kThreads, smem_bytes, stream>>>(a, tmap);
-        TMS_CUDA_CHECK_LAUNCH();
-        return Status::OK();
+        return pdl::launch_pdl(maxsim_kernel<T>, grid, dim3(T::kThreads), smem_bytes, stream, a, tmap);
     }
     static Status Occupancy(size_t smem_bytes, int* blocks_per_sm) {
         TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
