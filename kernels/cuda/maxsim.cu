@@ -49,9 +49,9 @@ size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma
     return b;
 }
 
-/// p.doc_tokens as a 2-D tensor map [n_tokens, dim] for units of `rows` tokens x 64 elements
-/// (128 bytes, 128-byte swizzle; columns past dim read as zeros); false when the driver has
-/// no encoder or rejects the shape.
+/// p.doc_tokens as a 2-D tensor map [n_tokens, dim] for units of `rows` tokens x 128 bytes
+/// (64 16-bit or 32 fp32 elements, 128-byte swizzle; columns past dim read as zeros); false
+/// when the driver has no encoder or rejects the shape.
 bool encode_doc_map(const MaxSimParams& p, int rows, CUtensorMap* map) {
     using Encode = PFN_cuTensorMapEncodeTiled_v12000;
     static const Encode encode = [] {
@@ -66,12 +66,14 @@ bool encode_doc_map(const MaxSimParams& p, int rows, CUtensorMap* map) {
         return reinterpret_cast<Encode>(fn);
     }();
     if (encode == nullptr) return false;
+    const int esize = DTypeSize(p.d_dtype);
     const cuuint64_t dims[2] = {cuuint64_t(p.dim), cuuint64_t(p.n_tokens)};
-    const cuuint64_t strides[1] = {cuuint64_t(p.dim) * 2};
-    const cuuint32_t box[2] = {64, cuuint32_t(rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(p.dim) * esize};
+    const cuuint32_t box[2] = {cuuint32_t(128 / esize), cuuint32_t(rows)};
     const cuuint32_t elem_strides[2] = {1, 1};
-    const CUtensorMapDataType type =
-        p.d_dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const CUtensorMapDataType type = p.d_dtype == DType::kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : p.d_dtype == DType::kF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     return encode(map, type, 2, const_cast<void*>(p.doc_tokens), dims, strides, box, elem_strides,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -95,13 +97,8 @@ Status dispatch_mtiles(int m_tiles, bool occupancy, const MaxSimArgs& a, const C
 template <typename TD, bool kSplit>
 Status dispatch_tma(bool tma, int m_tiles, bool occupancy, const MaxSimArgs& a, const CUtensorMap& tm, dim3 grid,
                     size_t smem, cudaStream_t st, int* blocks) {
-    if constexpr (std::is_same_v<TD, float>) {
-        if (tma) return Status::NotSupported("maxsim_cuda: fp32 documents have no TMA variant");
-        return dispatch_mtiles<TD, kSplit, false>(m_tiles, occupancy, a, tm, grid, smem, st, blocks);
-    } else {
-        return tma ? dispatch_mtiles<TD, kSplit, true>(m_tiles, occupancy, a, tm, grid, smem, st, blocks)
-                   : dispatch_mtiles<TD, kSplit, false>(m_tiles, occupancy, a, tm, grid, smem, st, blocks);
-    }
+    return tma ? dispatch_mtiles<TD, kSplit, true>(m_tiles, occupancy, a, tm, grid, smem, st, blocks)
+               : dispatch_mtiles<TD, kSplit, false>(m_tiles, occupancy, a, tm, grid, smem, st, blocks);
 }
 
 template <typename TD>
@@ -177,9 +174,9 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     };
     plan->m_tiles = p.q_stride <= 32 ? 2 : 4;
     if (plan->m_tiles == 4 && bytes(4, 2) > size_t(smem_optin)) plan->m_tiles = 2;
-    // 16-bit documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor
-    // copies (a map the driver refuses leaves the per-thread copies).
-    plan->tma = cc_major >= 9 && (p.d_dtype == DType::kF16 || p.d_dtype == DType::kBF16) && p.n_tokens > 0 &&
+    // Documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor copies (a
+    // map the driver refuses leaves the per-thread copies).
+    plan->tma = cc_major >= 9 && p.n_tokens > 0 &&
                 p.n_tokens <= INT32_MAX && reinterpret_cast<uintptr_t>(p.doc_tokens) % 16 == 0 &&
                 encode_doc_map(p, 64 / plan->m_tiles, &plan->tmap);
     // The deepest ring (up to 6 stages) that keeps two CTAs per SM; else the deepest that fits

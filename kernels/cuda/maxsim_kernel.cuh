@@ -101,7 +101,6 @@ struct MaxSimTraits {
     /// Units arrive by bulk tensor copies (TMA) on per-stage barriers instead of per-thread
     /// cp.async; a separate instantiation, so that neither path pays the other's registers.
     static constexpr bool kTma = kTma_;
-    static_assert(!(kTma_ && kDocF32), "TMA units are 64 16-bit elements wide");
     static constexpr bool kDocBF16 = std::is_same_v<TD, __nv_bfloat16>;
     /// Tensor-core input type: fp16 for fp16 docs, bf16 for bf16 and fp32 docs.
     static constexpr bool kComputeBF16 = kDocBF16 || kDocF32;
@@ -262,11 +261,13 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     const int g = lane >> 2, t = lane & 3;
     constexpr bool tma = T::kTma;
     // B fragments: lane g*4+t reads row brow of each n8 tile. TMA stages use the copy
-    // engine's 128-byte swizzle (piece p of row r at p ^ (r % 8)): rows g/2 + 4*(g%2), so that
-    // the two rows of one shared-memory phase differ in bit 2 and the phase is conflict-free;
-    // the accumulator columns 2t, 2t+1 then hold tokens t, t+4. cp.async stages flip piece bit
-    // 2 (16-bit) or 0 (fp32) on odd rows instead (stage_offset).
-    const int brow = ((g & 1) << 2) | (g >> 1);  // TMA only
+    // engine's 128-byte swizzle (piece p of row r at p ^ (r % 8)). 16-bit: rows g/2 + 4*(g%2),
+    // so that the two rows of one shared-memory phase (pieces 4c + t) differ in bit 2 and the
+    // phase is conflict-free; the accumulator columns 2t, 2t+1 then hold tokens t, t+4. fp32
+    // (pieces 2t + v): rows g, whose phase pairs differ in bit 0. cp.async stages flip piece
+    // bit 2 (16-bit) or 0 (fp32) on odd rows instead (stage_offset).
+    constexpr bool kTokPerm = tma && !T::kDocF32;
+    const int brow = kTokPerm ? (((g & 1) << 2) | (g >> 1)) : g;  // TMA only
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     const unsigned char* docs = static_cast<const unsigned char*>(a.doc_tokens);
     // Starts the copy of unit k into stage `stage` (TMA: one bulk copy by lane 0).
@@ -391,7 +392,8 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
             }
         }
         if (cur.c == n_tiles - 1) {  // the step's last tile
-            mma_tile::fold_step_max<kM, kN, tma>(rmax, acc, cur.s0, cur.n_tok, t, cur.s0 + T::kStepTokens <= cur.n_tok);
+            mma_tile::fold_step_max<kM, kN, kTokPerm>(rmax, acc, cur.s0, cur.n_tok, t,
+                                                      cur.s0 + T::kStepTokens <= cur.n_tok);
             if (cur.s0 + T::kStepTokens >= cur.n_tok) {  // the item's last step
                 const float sc = mma_tile::sum_row_maxima<kM>(rmax, rows_valid, g);
                 if (lane == cur.u) part += sc;
@@ -587,7 +589,9 @@ struct MaxSimKernel {
     X(__nv_bfloat16, true, 2, true)      \
     X(__nv_bfloat16, true, 4, true)      \
     X(float, true, 2, false)             \
-    X(float, true, 4, false)
+    X(float, true, 4, false)             \
+    X(float, true, 2, true)              \
+    X(float, true, 4, true)
 
 #define TMS_MAXSIM_EXTERN(TD, SPLIT, MT, TMA) \
     extern template struct MaxSimKernel<MaxSimTraits<TD, SPLIT, MT, TMA>>;
