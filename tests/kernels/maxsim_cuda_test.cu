@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/gpu_scorer.h"
@@ -165,6 +166,71 @@ TEST(MaxSimCuda, TopKMatchesRefTieAware) {
                 }
             }
         }
+    }
+}
+
+/// Copies src to dst after `delay` cycles, having let the stream's next programmatic dependent
+/// launch start first (as the MaxSim kernels do): a dependent that read its inputs before
+/// griddepcontrol.wait would see dst's old contents.
+__global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t n_a, uint32_t* dst_b,
+                          const uint32_t* src_b, int64_t n_b, long long delay) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const long long t0 = clock64();
+    while (clock64() - t0 < delay) {
+    }
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_a; i += stride) dst_a[i] = src_a[i];
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_b; i += stride) dst_b[i] = src_b[i];
+}
+
+/// maxsim_cuda is a programmatic dependent launch: its CTAs may start while the stream's previous
+/// kernel still runs. Queries and documents written by that kernel (two sets in turn, each
+/// copied in late by a kernel that released its dependents at its start) must give the scores
+/// of a plain, synchronised launch on the same inputs, bit for bit.
+TEST(MaxSimCuda, ReadsInputsThePreviousKernelWrites) {
+    SKIP_WITHOUT_GPU();
+    MaxSimCase c1{"pdl_a", 3, 32, 128, testing::ragged_lens(4000, 1, 200, 5), {}, false, DType::kF16, DType::kF16,
+                  false, 21};
+    MaxSimCase c2 = c1;
+    c2.name = "pdl_b";
+    c2.seed = 22;
+    const MaxSimData d1 = testing::make_data(c1), d2 = testing::make_data(c2);
+    ASSERT_EQ(d1.q_bytes.size(), d2.q_bytes.size());
+    ASSERT_EQ(d1.d_bytes.size(), d2.d_bytes.size());
+    ASSERT_EQ(d1.q_bytes.size() % 4, 0u);
+    ASSERT_EQ(d1.d_bytes.size() % 4, 0u);
+    DeviceCase src1(c1, d1), src2(c2, d2), dst(c1, d1);
+    const int64_t n_out = int64_t(c1.n_queries) * int64_t(c1.doc_lens.size());
+    // Expected: synchronised launches on each set.
+    std::vector<std::vector<float>> want;
+    for (const DeviceCase* src : {&src1, &src2}) {
+        DevBuf<float> out{size_t(n_out)};
+        ASSERT_TRUE(kernels::maxsim_cuda(src->params(c1, d1, out.d), nullptr).ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        want.push_back(out.get());
+    }
+    ASSERT_NE(want[0], want[1]);
+    cudaStream_t st = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    constexpr int kRounds = 4;
+    std::vector<std::unique_ptr<DevBuf<float>>> outs;
+    for (int r = 0; r < kRounds; ++r) {
+        const DeviceCase& src = r % 2 ? src2 : src1;
+        outs.push_back(std::make_unique<DevBuf<float>>(size_t(n_out)));
+        late_copy<<<4, 256, 0, st>>>(reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d),
+                                     int64_t(d1.q_bytes.size() / 4), reinterpret_cast<uint32_t*>(dst.docs.d),
+                                     reinterpret_cast<const uint32_t*>(src.docs.d), int64_t(d1.d_bytes.size() / 4),
+                                     100000);
+        CUDA_OK(cudaGetLastError());
+        const Status s = kernels::maxsim_cuda(dst.params(c1, d1, outs.back()->d), st);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    CUDA_OK(cudaStreamSynchronize(st));
+    CUDA_OK(cudaStreamDestroy(st));
+    for (int r = 0; r < kRounds; ++r) {
+        SCOPED_TRACE("round " + std::to_string(r));
+        const std::vector<float> got = outs[size_t(r)]->get();
+        ASSERT_EQ(got, want[size_t(r % 2)]);
     }
 }
 
