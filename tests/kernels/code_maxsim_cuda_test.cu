@@ -349,6 +349,70 @@ TEST(CodeMaxSimCuda, TopKEqualsTopOfScores) {
               Status::Code::kInvalidArgument);
 }
 
+/// A compressed batch (scores, then the top-k with its merge rounds) captured into a CUDA graph
+/// and replayed gives, bit for bit, what the same calls give directly: the launches take a
+/// stream and never allocate or synchronise.
+TEST(CodeMaxSimCuda, CapturesIntoACudaGraph) {
+    SKIP_WITHOUT_GPU();
+    int n_run = 0;
+    for (const CodeCase& c : code_cases()) {
+        if (c.n_queries == 0) continue;
+        SCOPED_TRACE(describe(c));
+        const CodeData d(c);
+        const DevCase dev(d);
+        const int64_t n = kernels::code_maxsim_num_scores(d.host_params(c, nullptr));
+        const int k = 5;
+        CodeMaxSimParams p0 = dev.params(c, d, nullptr);
+        const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p0);
+        const size_t tk_bytes = kernels::code_maxsim_topk_cuda_workspace_bytes(p0, k);
+        if (tk_bytes == 0) continue;  // shapes without a top-k instantiation (TopKEqualsTopOfScores)
+        struct Out {
+            DevBuf<float> scores, top;
+            DevBuf<int32_t> ids;
+            DevBuf<unsigned char> ws, tws;
+            Out(int64_t n, int nk, size_t w, size_t tw)
+                : scores(size_t(std::max<int64_t>(n, 1))), top(size_t(nk)), ids(size_t(nk)), ws(std::max<size_t>(w, 1)),
+                  tws(tw) {
+                EXPECT_EQ(cudaMemset(scores.d, 0, scores.n * sizeof(float)), cudaSuccess);
+            }
+        };
+        const auto enqueue = [&](Out& o, cudaStream_t st) -> Status {
+            CodeMaxSimParams p = dev.params(c, d, o.scores.d);
+            TMS_RETURN_IF_ERROR(kernels::code_maxsim_cuda(p, o.ws.d, ws_bytes, st));
+            p.scores = nullptr;
+            return kernels::code_maxsim_topk_cuda(p, k, o.ids.d, o.top.d, o.tws.d, tk_bytes, st);
+        };
+        cudaStream_t st = nullptr;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+        Out direct(n, c.n_queries * k, ws_bytes, tk_bytes), replay(n, c.n_queries * k, ws_bytes, tk_bytes);
+        ASSERT_TRUE(enqueue(direct, st).ok());
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+        const Status captured = enqueue(replay, st);
+        ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+        ASSERT_TRUE(captured.ok()) << captured.ToString();
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        for (int rep = 0; rep < 2; ++rep) {
+            // Each replay rewrites these (0x7f bytes: neither a result nor the -1 / -inf padding).
+            ASSERT_EQ(cudaMemsetAsync(replay.ids.d, 0x7f, size_t(c.n_queries) * k * sizeof(int32_t), st), cudaSuccess);
+            ASSERT_EQ(cudaMemsetAsync(replay.top.d, 0x7f, size_t(c.n_queries) * k * sizeof(float), st), cudaSuccess);
+            if (n > 0) ASSERT_EQ(cudaMemsetAsync(replay.scores.d, 0x7f, size_t(n) * sizeof(float), st), cudaSuccess);
+            ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+            EXPECT_EQ(replay.scores.get(), direct.scores.get()) << "replay " << rep;
+            EXPECT_EQ(replay.ids.get(), direct.ids.get()) << "replay " << rep;
+            EXPECT_EQ(replay.top.get(), direct.top.get()) << "replay " << rep;
+        }
+        ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+        ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+        ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+        ++n_run;
+    }
+    EXPECT_GT(n_run, 3);
+}
+
 TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
     SKIP_WITHOUT_GPU();
     const CodeCase c{"pq16_split", 128, 16, 0, 64, 3, 32, {32, 9, 1}, lens(60, 1, 150, 21), true, {30, 30, 30}, 600};

@@ -234,6 +234,61 @@ TEST(MaxSimCuda, ReadsInputsThePreviousKernelWrites) {
     }
 }
 
+/// The kernels take a stream and never allocate or synchronise: a batch (scores, then the top-k
+/// with its merge rounds) captured into a CUDA graph and replayed twice gives, bit for bit, what
+/// the same calls give directly.
+TEST(MaxSimCuda, CapturesIntoACudaGraph) {
+    SKIP_WITHOUT_GPU();
+    for (const bool ragged : {false, true}) {
+        SCOPED_TRACE(ragged ? "ragged" : "dense");
+        const MaxSimCase c{"graph", 5, 32, 128, testing::ragged_lens(3000, 1, 200, 9), {}, ragged, DType::kF32,
+                           DType::kF16, false, 41};
+        const MaxSimData d = testing::make_data(c);
+        std::vector<float> host_scores(1);
+        const int64_t n_out = kernels::maxsim_num_scores(d.params(c, host_scores.data()));
+        const DeviceCase dc(c, d);
+        const int k = 10;
+        const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(dc.params(c, d, nullptr), k);
+        struct Out {
+            DevBuf<float> scores, top;
+            DevBuf<int32_t> ids;
+            DevBuf<uint8_t> ws;
+            Out(int64_t n, int nk, size_t w) : scores(size_t(n)), top(size_t(nk)), ids(size_t(nk)), ws(w) {}
+        };
+        const auto enqueue = [&](Out& o, cudaStream_t st) -> Status {
+            const MaxSimParams p = dc.params(c, d, o.scores.d);
+            TMS_RETURN_IF_ERROR(kernels::maxsim_cuda(p, st));
+            return kernels::maxsim_topk_cuda(p, k, o.ids.d, o.top.d, o.ws.d, ws_bytes, st);
+        };
+        cudaStream_t st = nullptr;
+        CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        Out direct(n_out, c.n_queries * k, ws_bytes), replay(n_out, c.n_queries * k, ws_bytes);
+        ASSERT_TRUE(enqueue(direct, st).ok());
+        CUDA_OK(cudaStreamSynchronize(st));
+        cudaGraph_t graph = nullptr;
+        CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        const Status captured = enqueue(replay, st);
+        CUDA_OK(cudaStreamEndCapture(st, &graph));
+        ASSERT_TRUE(captured.ok()) << captured.ToString();
+        cudaGraphExec_t exec = nullptr;
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int rep = 0; rep < 2; ++rep) {
+            SCOPED_TRACE("replay " + std::to_string(rep));
+            CUDA_OK(cudaMemsetAsync(replay.scores.d, 0xff, size_t(n_out) * sizeof(float), st));
+            CUDA_OK(cudaMemsetAsync(replay.ids.d, 0x7f, size_t(c.n_queries) * k * sizeof(int32_t), st));
+            CUDA_OK(cudaMemsetAsync(replay.top.d, 0x7f, size_t(c.n_queries) * k * sizeof(float), st));
+            CUDA_OK(cudaGraphLaunch(exec, st));
+            CUDA_OK(cudaStreamSynchronize(st));
+            EXPECT_EQ(replay.scores.get(), direct.scores.get());
+            EXPECT_EQ(replay.ids.get(), direct.ids.get());
+            EXPECT_EQ(replay.top.get(), direct.top.get());
+        }
+        CUDA_OK(cudaGraphExecDestroy(exec));
+        CUDA_OK(cudaGraphDestroy(graph));
+        CUDA_OK(cudaStreamDestroy(st));
+    }
+}
+
 TEST(MaxSimCuda, UnsupportedDimIsNotSupported) {
     MaxSimParams p;
     p.n_queries = 1;
