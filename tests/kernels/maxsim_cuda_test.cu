@@ -13,6 +13,7 @@
 
 #include "engine/gpu_scorer.h"
 #include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/maxsim.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/maxsim_cases.h"
@@ -174,7 +175,7 @@ TEST(MaxSimCuda, TopKMatchesRefTieAware) {
 /// griddepcontrol.wait would see dst's old contents.
 __global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t n_a, uint32_t* dst_b,
                           const uint32_t* src_b, int64_t n_b, long long delay) {
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    kernels::pdl::trigger_dependents();
     const long long t0 = clock64();
     while (clock64() - t0 < delay) {
     }
