@@ -11,7 +11,7 @@ struct KernelBenchOptions {
     std::string cases;      // only cases whose names contain this ("" = all)
     bool baseline = true;   // the cuBLAS GEMM + reduce baseline rows
     bool diagnose = false;  // rows that bound each dense exact case (see RunKernelBench)
-    bool tma = true;        // false: n_tokens left unknown, so 16-bit documents use per-thread copies
+    bool tma = true;        // false: n_tokens left unknown, so the exact kernel uses per-thread copies
 };
 
 /// Runs the exact-kernel benchmark cases and returns the result JSON. With o.diagnose, each

@@ -35,8 +35,9 @@ struct MaxSimParams {
     const int64_t* doc_offsets = nullptr;
     int64_t n_docs = 0;
     /// Rows of doc_tokens (>= doc_offsets[n_docs]) when the caller knows it, else -1. The CUDA
-    /// path then reads fp16 / bf16 documents with the bulk tensor copy engine (TMA), which
-    /// must know where the buffer ends; without it, it uses per-thread async copies.
+    /// path then reads the documents (any dtype, sm_90+) with the bulk tensor copy engine
+    /// (TMA), which must know where the buffer ends; without it, it uses per-thread async
+    /// copies. Rows past n_tokens read as zeros.
     int64_t n_tokens = -1;
 
     /// [n_queries + 1] offsets into cand_docs, or nullptr for dense (every query x every doc).

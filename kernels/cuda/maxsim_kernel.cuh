@@ -25,14 +25,15 @@
 //              order inside a chunk is permuted identically on the query side. Query rows come
 //              from shared memory in A-fragment order (mma_tile::a_frag_offset: one
 //              conflict-free ld.shared.v4 per fragment, registers in operand order).
-//              TMA instantiations (MaxSimTraits::kTma: 16-bit documents whose buffer length the
-//              caller gave, MaxSimParams::n_tokens) copy a unit with one bulk tensor copy issued
-//              by lane 0 (box of kStepTokens rows x 64 elements from a 2-D tensor map of the
-//              token buffer, 128-byte swizzle; rows past the buffer read as zeros, rows past a
-//              document are masked like before) completing on the stage's barrier, and read B
-//              rows g/2 + 4*(g%2) so that the swizzled phases stay conflict-free. One
-//              instruction per 4 KB unit instead of 8 cp.async per lane: +1-3% of the ceiling
-//              at B >= 10K, +13% at Nd=256 B=500K (H200, BENCHMARKS.md).
+//              TMA instantiations (MaxSimTraits::kTma: documents whose buffer length the caller
+//              gave, MaxSimParams::n_tokens, on sm_90+) copy a unit with one bulk tensor copy
+//              issued by lane 0 (box of kStepTokens rows x 128 bytes, i.e. 64 16-bit or 32 fp32
+//              elements, from a 2-D tensor map of the token buffer, 128-byte swizzle; rows past
+//              the buffer read as zeros, rows past a document are masked like before)
+//              completing on the stage's barrier; 16-bit documents read B rows g/2 + 4*(g%2) so
+//              that the swizzled phases stay conflict-free. One instruction per 4 KB unit
+//              instead of 8 cp.async per lane: +1-3% of the ceiling at B >= 10K, +13% at
+//              Nd=256 B=500K, +5-10% for fp32 (H200, BENCHMARKS.md).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers; the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
