@@ -11,6 +11,7 @@
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/code_maxsim_kernel.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_cache.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/topk_merge.h"
 
@@ -110,9 +111,9 @@ Status validate_sizes(const CodeMaxSimParams& p) {
 /// current device's opt-in limit.
 Status check_smem(const CodeMaxSimParams& p, int k = 0) {
     const size_t smem = smem_bytes(p, sub_class(p), k);
-    int dev = 0, smem_optin = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    launch_cache::DeviceFacts dev;
+    TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
+    const int smem_optin = dev.smem_optin;
     if (smem > size_t(smem_optin)) {
         return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " with " +
                                     std::to_string(p.n_code_bytes) + " code bytes" +
@@ -129,16 +130,13 @@ Status check_smem(const CodeMaxSimParams& p, int k = 0) {
 template <class T>
 Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
                  cudaStream_t st, bool plan_only, dim3* grid_out) {
-    TMS_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(code_maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int blocks = 0;
-    TMS_CUDA_RETURN_IF_ERROR(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, code_maxsim_kernel<T>, T::kThreads, smem));
+    TMS_RETURN_IF_ERROR(
+        launch_cache::occupancy(reinterpret_cast<const void*>(code_maxsim_kernel<T>), T::kThreads, smem, &blocks));
     if (blocks == 0) return Status::NotSupported("code_maxsim_cuda: kernel does not fit on an SM");
-    int dev = 0, sms = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t resident = int64_t(blocks) * sms;
+    launch_cache::DeviceFacts dev;
+    TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
+    const int64_t resident = int64_t(blocks) * dev.sms;
     const int nq = std::max(1, n_queries);
     int64_t slices;
     if (!ragged) {

@@ -383,21 +383,25 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
 }
 
 /// Query rows [row0, row0 + 32) of query q as fp16 in shared memory, in A-fragment order
-/// (mma_tile::a_frag_offset; rows past ql are 0).
-template <class T>
+/// (mma_tile::a_frag_offset; rows past ql are 0). kVector (the one-group fill before the
+/// batch loop) with 16-byte aligned queries: 8 values a thread-load (mma_tile::fill_a_frag_rows);
+/// else one (inside the batch loop the vector fill's registers cost the walk spills).
+template <class T, bool kVector>
 __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int ql, int row0, unsigned char* q_s) {
+    const auto put = [&](int w, float v0, float v1) {
+        *reinterpret_cast<__half2*>(q_s + 4 * w) = __floats2half2_rn(v0, v1);
+    };
+    const float* src = a.queries + (int64_t(q) * a.q_stride + row0) * a.dim;
+    if (kVector && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0) {
+        mma_tile::fill_a_frag_rows<T::kThreads>(src, 0, T::kRows, ql - row0, a.dim, put);
+        return;
+    }
     const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
     for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
         int r, c;
         mma_tile::a_frag_word(w, n_chunks, r, c);
-        const int row = row0 + r;
-        float v0 = 0.f, v1 = 0.f;
-        if (row < ql) {
-            const float* src = a.queries + (int64_t(q) * a.q_stride + row) * a.dim + c;
-            v0 = src[0];
-            v1 = src[1];
-        }
-        *reinterpret_cast<__half2*>(q_s + 4 * w) = __floats2half2_rn(v0, v1);
+        const bool ok = row0 + r < ql;
+        put(w, ok ? src[int64_t(r) * a.dim + c] : 0.f, ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
     }
 }
 
@@ -472,7 +476,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
         int list_n = 0;
         if (n_groups == 1) {
             __syncthreads();
-            if constexpr (T::kSub != 0) fill_query_group<T>(a, q, ql, 0, q_s);
+            if constexpr (T::kSub != 0) fill_query_group<T, true>(a, q, ql, 0, q_s);
             __syncthreads();
         }
         for (int64_t b0 = lo; b0 < hi; b0 += T::kWarps * T::kBatch) {
@@ -493,7 +497,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
             for (int grp = 0; grp < n_groups; ++grp) {
                 if (n_groups > 1) {
                     __syncthreads();
-                    if constexpr (T::kSub != 0) fill_query_group<T>(a, q, ql, grp * T::kRows, q_s);
+                    if constexpr (T::kSub != 0) fill_query_group<T, false>(a, q, ql, grp * T::kRows, q_s);
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_cache.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/maxsim_kernel.cuh"
 #include "kernels/cuda/topk_merge.h"
@@ -156,29 +157,24 @@ Status validate_sizes(const MaxSimParams& p) {
     return Status::OK();
 }
 
-Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
+/// The plan of one call. launch: also encode the tensor map of a TMA plan (when the driver
+/// refuses it, the call keeps the plan's shape and reads with per-thread copies, which need
+/// less shared memory and no more registers); without, the shape only (workspace sizing).
+Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     plan->d_dtype = p.d_dtype;
     plan->split = p.d_dtype == DType::kF32 || p.q_dtype != p.d_dtype;
     const int terms = plan->split ? 2 : 1;
-    int dev = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    int sms = 0, smem_optin = 0, smem_sm = 0, smem_reserved = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    int cc_major = 0;
-    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    launch_cache::DeviceFacts dev;
+    TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
+    const int sms = dev.sms, smem_optin = dev.smem_optin, smem_sm = dev.smem_sm, smem_reserved = dev.smem_reserved;
+    // Documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor copies.
+    plan->tma = dev.cc_major >= 9 && p.n_tokens > 0 && p.n_tokens <= INT32_MAX &&
+                reinterpret_cast<uintptr_t>(p.doc_tokens) % 16 == 0;
     const auto bytes = [&](int m_tiles, int stages) {
         return smem_bytes(m_tiles, terms, p.dim, k, stages, plan->tma);
     };
     plan->m_tiles = p.q_stride <= 32 ? 2 : 4;
     if (plan->m_tiles == 4 && bytes(4, 2) > size_t(smem_optin)) plan->m_tiles = 2;
-    // Documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor copies (a
-    // map the driver refuses leaves the per-thread copies).
-    plan->tma = cc_major >= 9 && p.n_tokens > 0 &&
-                p.n_tokens <= INT32_MAX && reinterpret_cast<uintptr_t>(p.doc_tokens) % 16 == 0 &&
-                encode_doc_map(p, 64 / plan->m_tiles, &plan->tmap);
     // The deepest ring (up to 6 stages) that keeps two CTAs per SM; else the deepest that fits
     // one (1: no copy ahead, for the largest dim x k x split shapes).
     plan->n_stages = 0;
@@ -213,6 +209,8 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan) {
     // Not for fp32 documents, whose instantiation compiles the balanced walk out (spills).
     plan->balance = p.cand_offsets == nullptr && p.q_stride <= 16 * plan->m_tiles &&
                     p.n_docs >= int64_t(16) * 8 * plan->slices && p.d_dtype != DType::kF32;
+    // Last, so that a refused map changes nothing the workspace size was planned from.
+    if (launch && plan->tma) plan->tma = encode_doc_map(p, 64 / plan->m_tiles, &plan->tmap);
     return Status::OK();
 }
 
@@ -272,7 +270,7 @@ Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream) {
     }
     if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
     Plan plan;
-    TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan));
+    TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan, /*launch=*/true));
     cuda_impl::MaxSimArgs a = cuda_impl::make_args(p, plan);
     a.copy_only = copy_only ? 1 : 0;
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
@@ -318,7 +316,7 @@ size_t maxsim_topk_cuda_workspace_bytes(const MaxSimParams& p, int k) {
     if (k < 1 || k > kMaxTopKCuda || p.n_queries <= 0) return 0;
     if (!cuda_impl::validate_sizes(p).ok()) return 0;
     Plan plan;
-    if (!cuda_impl::make_plan(p, k, &plan).ok()) return 0;
+    if (!cuda_impl::make_plan(p, k, &plan, /*launch=*/false).ok()) return 0;
     return topk_dev::partial_bytes(p.n_queries, plan.slices, k);
 }
 
@@ -333,7 +331,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
         return Status::InvalidArgument("maxsim_topk_cuda: null output");
     }
     Plan plan;
-    TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, k, &plan));
+    TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, k, &plan, /*launch=*/true));
     const size_t need = maxsim_topk_cuda_workspace_bytes(p, k);
     if (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
         return Status::InvalidArgument("maxsim_topk_cuda: workspace needs " + std::to_string(need) +

@@ -61,6 +61,7 @@
 
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_cache.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/topk_device.cuh"
@@ -248,16 +249,71 @@ __device__ __forceinline__ void copy_unit(const Cursor& k, const unsigned char* 
     }
 }
 
+/// Starts the copy of unit k into stage `stage` (TMA: one bulk copy by lane 0).
+template <class T>
+__device__ __forceinline__ void issue_unit(const MaxSimArgs& a, const Cursor& k, int stage, unsigned char* stages,
+                                           const CUtensorMap* tmap, uint64_t* bars, int lane) {
+    if constexpr (T::kTma) {
+        if (lane == 0) {
+            async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
+            async_copy::tma_load_2d(stages + stage * T::kStageBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
+                                    bars + stage);
+        }
+    } else {
+        copy_unit<T>(k, static_cast<const unsigned char*>(a.doc_tokens), a.dim, stages + stage * T::kStageBytes, lane);
+    }
+}
+
+/// The start of a warp's walk over its n_mine items (lane u: tokens [tb, te)): `cur` is the
+/// first unit (cur.u = 32: nothing to score), the return value the unit after the first
+/// n_stages - 1, whose copies are started when `issue` (else a prime_walk call started them).
+template <class T>
+__device__ __forceinline__ Cursor walk_start(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine, bool issue,
+                                             unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars, int lane,
+                                             unsigned& nonempty, Cursor& cur) {
+    const int n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
+    nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
+    cur.u = nonempty ? __ffs(nonempty) - 1 : 32;
+    cur.ub = __shfl_sync(0xffffffffu, tb, cur.u & 31);
+    cur.n_tok = int(__shfl_sync(0xffffffffu, te, cur.u & 31) - cur.ub);
+    cur.s0 = 0;
+    cur.c = 0;
+    Cursor ahead = cur;
+    if (cur.u == 32) return ahead;
+    __syncwarp();  // every lane is done reading the stages (previous batch) the first copies overwrite
+    for (int i = 0; i < a.n_stages - 1; ++i) {  // the first S - 1 units
+        if (ahead.u < 32) {
+            if (issue) issue_unit<T>(a, ahead, i, stages, tmap, bars, lane);
+            advance<T>(ahead, n_tiles, nonempty, tb, te);
+        }
+        if constexpr (!T::kTma) {
+            if (issue) async_copy::commit();
+        }
+    }
+    return ahead;
+}
+
+/// Starts the copies of the first units of the warp's next warp_items call (same items, which
+/// then passes primed = true), so that they are in flight while the block fills the query.
+template <class T>
+__device__ __forceinline__ void prime_walk(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
+                                           unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars, int lane) {
+    unsigned nonempty;
+    Cursor cur;
+    (void)walk_start<T>(a, tb, te, n_mine, true, stages, tmap, bars, lane, nonempty, cur);
+}
+
 /// Scores this warp's n_mine items (lane u holds item u's token range [tb, te)) against one
 /// query group, adding each item's group score to `part` in the lane that owns it. The warp
 /// walks its items' units (kStepTokens tokens x one dimension tile) through a ring of
 /// a.n_stages stages: `cur` is scored while the copies of the units up to `ahead` are in
-/// flight. Tokens past a document's end are never copied; their columns are masked.
+/// flight. Tokens past a document's end are never copied; their columns are masked. primed:
+/// prime_walk already started the first copies.
 template <class T>
 __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
                                            const unsigned char* q_hi, const unsigned char* q_lo, int rows_valid,
                                            unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars,
-                                           uint32_t& phases, int lane, float& part) {
+                                           uint32_t& phases, int lane, float& part, bool primed) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles, kV = T::kVecs;
     const int g = lane >> 2, t = lane & 3;
     constexpr bool tma = T::kTma;
@@ -270,36 +326,10 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     constexpr bool kTokPerm = tma && !T::kDocF32;
     const int brow = kTokPerm ? (((g & 1) << 2) | (g >> 1)) : g;  // TMA only
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
-    const unsigned char* docs = static_cast<const unsigned char*>(a.doc_tokens);
-    // Starts the copy of unit k into stage `stage` (TMA: one bulk copy by lane 0).
-    const auto issue = [&](const Cursor& k, int stage) {
-        if constexpr (tma) {
-            if (lane == 0) {
-                async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
-                async_copy::tma_load_2d(stages + stage * T::kStageBytes, tmap, k.c * T::kTileDims,
-                                        int(k.ub + k.s0), bars + stage);
-            }
-        } else {
-            copy_unit<T>(k, docs, a.dim, stages + stage * T::kStageBytes, lane);
-        }
-    };
-    const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
+    unsigned nonempty;
     Cursor cur;
-    cur.u = nonempty ? __ffs(nonempty) - 1 : 32;
+    Cursor ahead = walk_start<T>(a, tb, te, n_mine, !primed, stages, tmap, bars, lane, nonempty, cur);
     if (cur.u == 32) return;
-    cur.ub = __shfl_sync(0xffffffffu, tb, cur.u);
-    cur.n_tok = int(__shfl_sync(0xffffffffu, te, cur.u) - cur.ub);
-    cur.s0 = 0;
-    cur.c = 0;
-    Cursor ahead = cur;
-    __syncwarp();  // every lane is done reading the stages (previous batch) the first copies overwrite
-    for (int i = 0; i < S - 1; ++i) {  // the first S - 1 units
-        if (ahead.u < 32) {
-            issue(ahead, i);
-            advance<T>(ahead, n_tiles, nonempty, tb, te);
-        }
-        if constexpr (!tma) async_copy::commit();
-    }
     float rmax[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
@@ -309,7 +339,7 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
         __syncwarp();  // every lane is done reading the stage the next copy overwrites
         if (ahead.u < 32) {
             const int fill = slot == 0 ? S - 1 : slot - 1;
-            issue(ahead, fill);
+            issue_unit<T>(a, ahead, fill, stages, tmap, bars, lane);
             advance<T>(ahead, n_tiles, nonempty, tb, te);
         }
         if constexpr (tma) {
@@ -408,27 +438,25 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
 }
 
 /// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms),
-/// in A-fragment order (mma_tile::a_frag_offset; rows past ql are 0).
-template <class T>
+/// in A-fragment order (mma_tile::a_frag_offset; rows past ql are 0). kVector (the one-group
+/// fill before the batch loop) with 16-byte aligned queries (the usual case): 8 values a
+/// thread-load, a group in one round trip (mma_tile::fill_a_frag_rows); else one value a load
+/// (inside the batch loop, where the vector fill's registers make the walk spill).
+template <class T, bool kVector>
 __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0,
                                                  unsigned char* q_hi, unsigned char* q_lo) {
     using C = std::conditional_t<T::kComputeBF16, __nv_bfloat16, __half>;
-    const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
-    for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
-        int r, c;
-        mma_tile::a_frag_word(w, n_chunks, r, c);
-        const int row = row0 + r;
+    const auto put = [&](int w, float v0, float v1) {
+        const float v[2] = {v0, v1};
         C h[2], l[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const float v =
-                row < ql ? load_q(a.queries, a.q_dtype, (int64_t(q) * a.q_stride + row) * a.dim + c + e) : 0.f;
             if constexpr (T::kComputeBF16) {
-                h[e] = __float2bfloat16_rn(v);
-                l[e] = __float2bfloat16_rn(v - __bfloat162float(h[e]));
+                h[e] = __float2bfloat16_rn(v[e]);
+                l[e] = __float2bfloat16_rn(v[e] - __bfloat162float(h[e]));
             } else {
-                h[e] = __float2half_rn(v);
-                l[e] = __float2half_rn(v - __half2float(h[e]));
+                h[e] = __float2half_rn(v[e]);
+                l[e] = __float2half_rn(v[e] - __half2float(h[e]));
             }
         }
         reinterpret_cast<C*>(q_hi + 4 * w)[0] = h[0];
@@ -437,7 +465,51 @@ __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int
             reinterpret_cast<C*>(q_lo + 4 * w)[0] = l[0];
             reinterpret_cast<C*>(q_lo + 4 * w)[1] = l[1];
         }
+    };
+    const int esize = a.q_dtype == int(DType::kF32) ? 4 : 2;
+    if (kVector && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0) {
+        const unsigned char* src =
+            static_cast<const unsigned char*>(a.queries) + (int64_t(q) * a.q_stride + row0) * a.dim * esize;
+        mma_tile::fill_a_frag_rows<T::kThreads>(src, a.q_dtype, T::kRows, ql - row0, a.dim, put);
+        return;
     }
+    const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
+    for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
+        int r, c;
+        mma_tile::a_frag_word(w, n_chunks, r, c);
+        const int row = row0 + r;
+        const int64_t i = (int64_t(q) * a.q_stride + row) * a.dim + c;
+        put(w, row < ql ? load_q(a.queries, a.q_dtype, i) : 0.f, row < ql ? load_q(a.queries, a.q_dtype, i + 1) : 0.f);
+    }
+}
+
+/// One batch of a warp's items: lane u holds item b0 + woff + lstride * u (valid: before
+/// it_end), its document (cand_docs for a ragged list; -1 when invalid), the document's token
+/// range [tb, te) (empty when invalid or out of range: bad), and the warp's item count n_mine.
+struct WarpBatch {
+    int64_t item, doc, tb, te;
+    bool valid, bad;
+    int n_mine;
+};
+
+__device__ __forceinline__ WarpBatch load_batch(const MaxSimArgs& a, bool dense, int64_t base, int64_t b0, int woff,
+                                                int lstride, int64_t it_end, int lane) {
+    WarpBatch bt;
+    bt.item = b0 + woff + int64_t(lstride) * lane;
+    bt.valid = bt.item < it_end;
+    bt.doc = -1;
+    bt.tb = bt.te = 0;
+    if (bt.valid) {
+        bt.doc = dense ? bt.item : int64_t(a.cand_docs[base + bt.item]);
+        if (bt.doc >= 0 && bt.doc < a.n_docs) {
+            bt.tb = a.doc_offsets[bt.doc];
+            bt.te = a.doc_offsets[bt.doc + 1];
+        }
+    }
+    bt.bad = bt.valid && !(bt.doc >= 0 && bt.doc < a.n_docs);
+    const int64_t left = (it_end - b0 - woff + lstride - 1) / lstride;  // items of this warp from b0 on
+    bt.n_mine = left <= 0 ? 0 : (left >= 32 ? 32 : int(left));
+    return bt;
 }
 
 template <class T>
@@ -480,20 +552,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         const int64_t lo = n * s / n_slices, hi = n * (s + 1) / n_slices;
         const int n_groups = (ql + T::kRows - 1) / T::kRows;
         int list_n = 0;
-        if (n_groups == 1) {
-            __syncthreads();
-            fill_query_group<T>(a, q, ql, 0, q_hi, q_lo);
-            __syncthreads();
-        }
 
         // This warp's items: items b0 + warp + 8u of each batch of 256 of the slice [lo, hi);
         // balanced (dense, one group): the documents that start in its share of all tokens,
         // 32 consecutive ones a batch. Documents of equal lengths (as 32 probes of the offsets
         // see them) keep the count split, which is then the same split without the search's
         // rounds. fp32 documents keep it too: the balanced walk's registers make the fp32
-        // instantiation spill (80 -> 124 bytes of spill stores).
+        // instantiation spill (80 -> 124 bytes of spill stores). The count split's first
+        // batch is loaded before the probes, so that both take one round trip.
         int64_t it0 = lo, it_end = hi;
         int lstride = T::kWarps;  // balanced: 1 (then the warp offset is 0 and a batch is 32 items)
+        WarpBatch bt = load_batch(a, dense, base, it0, warp, lstride, it_end, lane);
         if (!T::kDocF32 && a.balance) {
             const int64_t t_first = a.doc_offsets[0], t_total = a.doc_offsets[a.n_docs] - t_first;
             const int64_t probe_at = a.n_docs * (lane + 1) / 32;
@@ -505,32 +574,34 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                                  t_first + t_total * (gw + 1) / n_warps, lane, it0, it_end);
                 if (gw + 1 == n_warps) it_end = a.n_docs;  // trailing empty documents
                 lstride = 1;
+                bt = load_batch(a, dense, base, it0, 0, lstride, it_end, lane);
             }
         }
         const int woff = lstride == 1 ? 0 : warp;
+        // One query group: the warp's first copies start before the block fills the query
+        // rows, so that the fill's round trip overlaps them.
+        const bool primed = n_groups == 1;
+        if (primed) {
+            prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
+            __syncthreads();
+            fill_query_group<T, true>(a, q, ql, 0, q_hi, q_lo);
+            __syncthreads();
+        }
         for (int64_t b0 = it0; b0 < it_end; b0 += T::kBatch * lstride) {
-            const int64_t item = b0 + woff + lstride * lane;
-            const bool valid = item < it_end;
-            int64_t doc = -1, tb = 0, te = 0;
-            if (valid) {
-                doc = dense ? item : int64_t(a.cand_docs[base + item]);
-                if (doc >= 0 && doc < a.n_docs) {
-                    tb = a.doc_offsets[doc];
-                    te = a.doc_offsets[doc + 1];
-                }
-            }
-            const bool bad = valid && !(doc >= 0 && doc < a.n_docs);
-            const int64_t left = (it_end - b0 - woff + lstride - 1) / lstride;  // items of this warp from b0 on
-            const int n_mine = left <= 0 ? 0 : (left >= T::kBatch ? T::kBatch : int(left));
+            if (b0 != it0) bt = load_batch(a, dense, base, b0, woff, lstride, it_end, lane);
+            const int64_t item = bt.item, doc = bt.doc;
+            const bool valid = bt.valid, bad = bt.bad;
+            const int n_mine = bt.n_mine;
             float part = 0.f;
             for (int grp = 0; grp < n_groups; ++grp) {
                 if (n_groups > 1) {
                     __syncthreads();
-                    fill_query_group<T>(a, q, ql, grp * T::kRows, q_hi, q_lo);
+                    fill_query_group<T, false>(a, q, ql, grp * T::kRows, q_hi, q_lo);
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
-                warp_items<T>(a, tb, te, n_mine, q_hi, q_lo, rows_valid, stages, &tmap, bars, phases, lane, part);
+                warp_items<T>(a, bt.tb, bt.te, n_mine, q_hi, q_lo, rows_valid, stages, &tmap, bars, phases, lane, part,
+                              primed && b0 == it0);
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if (!topk) {
@@ -558,16 +629,12 @@ struct MaxSimKernel {
     /// tmap: T::kTma's tensor map of a.doc_tokens (ignored by the others).
     static Status Launch(const MaxSimArgs& a, const CUtensorMap& tmap, dim3 grid, size_t smem_bytes,
                          cudaStream_t stream) {
-        TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      int(smem_bytes)));
+        TMS_RETURN_IF_ERROR(launch_cache::ensure_smem(reinterpret_cast<const void*>(maxsim_kernel<T>), smem_bytes));
         return pdl::launch_pdl(maxsim_kernel<T>, grid, dim3(T::kThreads), smem_bytes, stream, a, tmap);
     }
     static Status Occupancy(size_t smem_bytes, int* blocks_per_sm) {
-        TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(maxsim_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      int(smem_bytes)));
-        TMS_CUDA_RETURN_IF_ERROR(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, maxsim_kernel<T>, T::kThreads, smem_bytes));
-        return Status::OK();
+        return launch_cache::occupancy(reinterpret_cast<const void*>(maxsim_kernel<T>), T::kThreads, smem_bytes,
+                                       blocks_per_sm);
     }
 };
 

@@ -7,6 +7,7 @@
 // (acc[m][n][2..3]); rmax[m][0] / rmax[m][1] are the lane's maxima of rows m*16+g / m*16+8+g.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -37,6 +38,65 @@ __device__ __forceinline__ void a_frag_word(int w, int n_chunks, int& row, int& 
     const int c = mc % n_chunks, m = mc / n_chunks;
     row = m * 16 + (lane >> 2) + (j & 1) * 8;
     dim = c * 32 + 8 * (lane & 3) + 4 * h + (j >> 1) * 2;
+}
+
+/// a_frag_word's forward map: the word of the layout that holds `row` (within the group) at dims
+/// `dim` (even) and `dim` + 1.
+__device__ __forceinline__ int a_frag_word_index(int row, int dim, int n_chunks) {
+    const int m = row >> 4, g = row & 7, jlo = (row >> 3) & 1;
+    const int c = dim >> 5, t = (dim >> 3) & 3, h = (dim >> 2) & 1, jhi = (dim >> 1) & 1;
+    return ((m * n_chunks + c) * 2 + h) * 128 + (g * 4 + t) * 4 + jhi * 2 + jlo;
+}
+
+/// The value of element e (0..7) of 8 consecutive query elements held raw in r[0] (16-bit:
+/// all 8) or r[0], r[1] (fp32); dtype as tms::DType (0 fp32, 1 fp16, 2 bf16).
+__device__ __forceinline__ float raw_elem(const uint4 (&r)[2], int e, int dtype) {
+    if (dtype == 0) {
+        const uint4& v = r[e >> 2];
+        const uint32_t w = (e & 3) == 0 ? v.x : (e & 3) == 1 ? v.y : (e & 3) == 2 ? v.z : v.w;
+        return __uint_as_float(w);
+    }
+    const uint32_t w2 = (e >> 1) == 0 ? r[0].x : (e >> 1) == 1 ? r[0].y : (e >> 1) == 2 ? r[0].z : r[0].w;
+    const uint32_t bits = (e & 1) ? (w2 >> 16) : (w2 & 0xffffu);
+    return dtype == 1 ? __half2float(__ushort_as_half(static_cast<unsigned short>(bits)))
+                      : __uint_as_float(bits << 16);
+}
+
+/// Fills a group of query rows in A-fragment order: row r < rows of the group is src row r
+/// (dim values, dtype as raw_elem, rows dim elements apart), rows at or past rows_valid are
+/// 0; put(word, v0, v1) stores the pair of values of one layout word. Each thread loads 8
+/// values with one (fp32: two) 16-byte loads, kU such vectors in flight before it converts
+/// any, so that a 32-row x 128-dim group arrives in one round trip (one word per scalar load
+/// costs the block eight dependent ones). src must be 16-byte aligned.
+template <int kThreads, int kU = 4, class Put>
+__device__ __forceinline__ void fill_a_frag_rows(const void* src, int dtype, int rows, int rows_valid, int dim,
+                                                 Put put) {
+    const int vpr = dim >> 3, n_vec = rows * vpr, n_chunks = dim >> 5;
+    const int esize = dtype == 0 ? 4 : 2;
+    for (int v0 = threadIdx.x; v0 < n_vec; v0 += kU * kThreads) {
+        uint4 raw[kU][2];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const int v = v0 + u * kThreads, r = v / vpr, c = (v - r * vpr) * 8;
+            raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
+            if (v < n_vec && r < rows_valid) {
+                const uint4* p = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(src) +
+                                                                (int64_t(r) * dim + c) * esize);
+                raw[u][0] = p[0];
+                if (esize == 4) raw[u][1] = p[1];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const int v = v0 + u * kThreads, r = v / vpr, c = (v - r * vpr) * 8;
+            if (v >= n_vec) break;
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                put(a_frag_word_index(r, c + 2 * p, n_chunks), raw_elem(raw[u], 2 * p, dtype),
+                    raw_elem(raw[u], 2 * p + 1, dtype));
+            }
+        }
+    }
 }
 
 /// The first lane of `mask` after lane u, or 32: the next non-empty item of a warp's walk

@@ -256,10 +256,17 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         // shared block.
         ASSERT_EQ(kernels::codebook_blocks_equal(d.book.data(), c.dim, c.n_code_bytes),
                   c.n_code_bytes > 0 && c.residual_nbits > 0);
-        for (const bool shared : {false, true}) {
+        // The queries again one float into a buffer: not 16-byte aligned, so the kernel fills
+        // the query rows one value a load instead of 16 bytes a load.
+        std::vector<float> shifted(1, 0.f);
+        shifted.insert(shifted.end(), d.q.begin(), d.q.end());
+        const DevBuf<float> q_shifted(shifted);
+        for (const int variant : {0, 1, 2}) {
+            const bool shared = variant == 1;
             if (shared && c.residual_nbits == 0) continue;
-            SCOPED_TRACE(shared ? "codebook_shared" : "per-byte codebook");
+            SCOPED_TRACE(variant == 0 ? "per-byte codebook" : shared ? "codebook_shared" : "queries not 16-byte aligned");
             p.codebook_shared = shared;
+            p.queries = variant == 2 ? q_shifted.d + 1 : dev.q.d;
             // Poison the output: every score must be written.
             ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
             const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);

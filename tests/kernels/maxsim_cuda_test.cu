@@ -78,11 +78,19 @@ TEST(MaxSimCuda, MatchesRefOnEveryCase) {
         const std::vector<float> naive = testing::naive_f32(c, d);
 
         DeviceCase dc(c, d);
-        for (bool tma : {false, true}) {  // per-thread async copies, bulk tensor copies (16-bit docs)
-            SCOPED_TRACE(tma ? "tma" : "cp.async");
+        // The queries again 4 bytes into a buffer: not 16-byte aligned, so the kernel fills the
+        // query rows one value a load instead of 16 bytes a load.
+        std::vector<uint8_t> shifted(4, 0);
+        shifted.insert(shifted.end(), d.q_bytes.begin(), d.q_bytes.end());
+        const DevBuf<uint8_t> q_shifted(shifted);
+        // Per-thread async copies, bulk tensor copies, bulk tensor copies with unaligned queries.
+        for (int variant : {0, 1, 2}) {
+            SCOPED_TRACE(variant == 0 ? "cp.async" : variant == 1 ? "tma" : "tma, queries not 16-byte aligned");
             std::vector<float> poison(std::max<int64_t>(1, n_out), std::nanf(""));
             DevBuf<float> out(poison);
-            const Status st = kernels::maxsim_cuda(dc.params(c, d, out.d, tma), nullptr);
+            MaxSimParams p = dc.params(c, d, out.d, variant != 0);
+            if (variant == 2) p.queries = q_shifted.d + 4;
+            const Status st = kernels::maxsim_cuda(p, nullptr);
             ASSERT_TRUE(st.ok()) << st.ToString();
             CUDA_OK(cudaDeviceSynchronize());
             const std::vector<float> got = out.get();
