@@ -91,7 +91,16 @@ struct MaxSimArgs {
     int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
     int balance;            // dense, one query group: warps take documents by token share
     int copy_only;          // bench diagnostic: the copies and the walk without the MMAs (scores undefined)
+    uint64_t* trace;        // bench diagnostic (or null): per warp of the grid, the global timer (ns) at 5
+                            // points (maxsim_cuda_trace)
 };
+
+/// The global timer in nanoseconds (bench traces).
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 /// Most stages of a warp's copy ring (one barrier each in TMA mode).
 constexpr int kMaxStages = 6;
@@ -437,16 +446,14 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     }
 }
 
-/// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms),
-/// in A-fragment order (mma_tile::a_frag_offset; rows past ql are 0). kVector (the one-group
-/// fill before the batch loop) with 16-byte aligned queries (the usual case): 8 values a
-/// thread-load, a group in one round trip (mma_tile::fill_a_frag_rows); else one value a load
-/// (inside the batch loop, where the vector fill's registers make the walk spill).
-template <class T, bool kVector>
-__device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0,
-                                                 unsigned char* q_hi, unsigned char* q_lo) {
-    using C = std::conditional_t<T::kComputeBF16, __nv_bfloat16, __half>;
-    const auto put = [&](int w, float v0, float v1) {
+/// Stores the pair of query values of A-fragment word w as the compute type's hi (and lo)
+/// terms.
+template <class T>
+struct QueryPut {
+    unsigned char* q_hi;
+    unsigned char* q_lo;
+    __device__ __forceinline__ void operator()(int w, float v0, float v1) const {
+        using C = std::conditional_t<T::kComputeBF16, __nv_bfloat16, __half>;
         const float v[2] = {v0, v1};
         C h[2], l[2];
 #pragma unroll
@@ -465,14 +472,17 @@ __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int
             reinterpret_cast<C*>(q_lo + 4 * w)[0] = l[0];
             reinterpret_cast<C*>(q_lo + 4 * w)[1] = l[1];
         }
-    };
-    const int esize = a.q_dtype == int(DType::kF32) ? 4 : 2;
-    if (kVector && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0) {
-        const unsigned char* src =
-            static_cast<const unsigned char*>(a.queries) + (int64_t(q) * a.q_stride + row0) * a.dim * esize;
-        mma_tile::fill_a_frag_rows<T::kThreads>(src, a.q_dtype, T::kRows, ql - row0, a.dim, put);
-        return;
     }
+};
+
+/// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms),
+/// in A-fragment order (mma_tile::a_frag_offset; rows past ql are 0), one value a load: the
+/// fill of long queries inside the batch loop and of unaligned ones (the one-group fill of
+/// aligned queries is a mma_tile::QueryRowFill, 16 bytes a load, in the kernel's prologue).
+template <class T>
+__device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0,
+                                                 unsigned char* q_hi, unsigned char* q_lo) {
+    const QueryPut<T> put{q_hi, q_lo};
     const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
     for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
         int r, c;
@@ -480,6 +490,28 @@ __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int
         const int row = row0 + r;
         const int64_t i = (int64_t(q) * a.q_stride + row) * a.dim + c;
         put(w, row < ql ? load_q(a.queries, a.q_dtype, i) : 0.f, row < ql ? load_q(a.queries, a.q_dtype, i + 1) : 0.f);
+    }
+}
+
+/// Converts the query rows staged as they are (row-major, dim values of a.q_dtype each) into
+/// the query layout through put; rows at or past ql are 0.
+template <class T>
+__device__ __forceinline__ void convert_staged_query(const MaxSimArgs& a, int ql, const unsigned char* staged,
+                                                     const QueryPut<T>& put) {
+    const int vpr = a.dim >> 3, n_vec = T::kRows * vpr, n_chunks = a.dim >> 5;
+    const int esize = a.q_dtype == int(DType::kF32) ? 4 : 2;
+    for (int v = threadIdx.x; v < n_vec; v += T::kThreads) {
+        const int r = v / vpr, c = (v - r * vpr) * 8;
+        uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        if (r < ql) {
+            raw[0] = lds128(staged + (r * a.dim + c) * esize);
+            if (esize == 4) raw[1] = lds128(staged + (r * a.dim + c) * esize + 16);
+        }
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            put(mma_tile::a_frag_word_index(r, c + 2 * p, n_chunks), mma_tile::raw_elem(raw, 2 * p, a.q_dtype),
+                mma_tile::raw_elem(raw, 2 * p + 1, a.q_dtype));
+        }
     }
 }
 
@@ -535,9 +567,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     }
     unsigned char* stages = ring + warp * a.n_stages * T::kStageBytes;
     uint32_t phases = 0;  // TMA: parity of the next completion of each stage's barrier
+    if constexpr (T::kTma) {  // the map's first use on this SM then finds it fetched (parameter space)
+        if (threadIdx.x == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(&tmap) : "memory");
+    }
     // Launched by pdl::launch_pdl: everything above touched only shared memory.
     pdl::grid_dependency_wait();
     pdl::trigger_dependents();
+    uint64_t* trace = a.trace ? a.trace + 5 * ((int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * T::kWarps + warp) : nullptr;
+    if (trace && lane == 0) trace[0] = global_ns();
+    // Queries of one group (q_stride <= kRows), 16-byte aligned, whose rows fit in the CTA's
+    // copy rings: each query's rows are first copied as they are into the rings (cp.async, no
+    // registers held), alongside the item and probe loads, then converted into the query
+    // layout before the rings take their first documents: one round trip for all of it.
+    const int q_esize = a.q_dtype == int(DType::kF32) ? 4 : 2;
+    const int q_raw_bytes = a.q_stride * a.dim * q_esize;
+    const bool staged_fill = a.q_stride <= T::kRows && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0 &&
+                             q_raw_bytes <= T::kWarps * a.n_stages * T::kStageBytes;
 
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
@@ -545,6 +590,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     uint64_t* my_list = lists + warp * a.k;
 
     for (int q = blockIdx.y; q < a.n_queries; q += gridDim.y) {
+        if (staged_fill) {
+            __syncthreads();  // the rings' previous readers (the last query's walk) are done
+            const unsigned char* src = static_cast<const unsigned char*>(a.queries) + int64_t(q) * q_raw_bytes;
+            for (int i = threadIdx.x * 16; i < q_raw_bytes; i += T::kThreads * 16) async_copy::cp16(ring + i, src + i);
+            async_copy::commit();
+        }
         int ql = a.query_lens ? a.query_lens[q] : a.q_stride;
         ql = max(0, min(ql, a.q_stride));
         const int64_t base = dense ? 0 : a.cand_offsets[q];
@@ -563,29 +614,50 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         int64_t it0 = lo, it_end = hi;
         int lstride = T::kWarps;  // balanced: 1 (then the warp offset is 0 and a batch is 32 items)
         WarpBatch bt = load_batch(a, dense, base, it0, warp, lstride, it_end, lane);
-        if (!T::kDocF32 && a.balance) {
-            const int64_t t_first = a.doc_offsets[0], t_total = a.doc_offsets[a.n_docs] - t_first;
+        const bool balance = !T::kDocF32 && a.balance;
+        int64_t t_first = 0, t_total = 0;
+        bool equal = true;
+        if (balance) {
+            t_first = a.doc_offsets[0];
+            t_total = a.doc_offsets[a.n_docs] - t_first;
             const int64_t probe_at = a.n_docs * (lane + 1) / 32;
-            const bool equal = t_total % a.n_docs == 0 &&
-                               a.doc_offsets[probe_at] - t_first == t_total / a.n_docs * probe_at;
-            if (!__all_sync(0xffffffffu, equal)) {
-                const int64_t n_warps = n_slices * T::kWarps, gw = s * T::kWarps + warp;
-                doc_lower_bounds(a.doc_offsets, a.n_docs, t_first + t_total * gw / n_warps,
-                                 t_first + t_total * (gw + 1) / n_warps, lane, it0, it_end);
-                if (gw + 1 == n_warps) it_end = a.n_docs;  // trailing empty documents
-                lstride = 1;
-                bt = load_batch(a, dense, base, it0, 0, lstride, it_end, lane);
-            }
+            equal = t_total % a.n_docs == 0 && a.doc_offsets[probe_at] - t_first == t_total / a.n_docs * probe_at;
         }
-        const int woff = lstride == 1 ? 0 : warp;
-        // One query group: the warp's first copies start before the block fills the query
-        // rows, so that the fill's round trip overlaps them.
+        // One query group: its rows are in shared memory before the walk starts (their loads
+        // were issued with the item and probe loads above: one round trip for all).
         const bool primed = n_groups == 1;
         if (primed) {
-            prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
             __syncthreads();
-            fill_query_group<T, true>(a, q, ql, 0, q_hi, q_lo);
+            if (staged_fill) {
+                async_copy::wait_pending(0);
+                __syncthreads();
+                convert_staged_query<T>(a, ql, ring, QueryPut<T>{q_hi, q_lo});
+            } else {
+                fill_query_group<T>(a, q, ql, 0, q_hi, q_lo);
+            }
             __syncthreads();
+            // The rings' generic-proxy writes and reads above come before the bulk copies into them.
+            if constexpr (T::kTma) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        }
+        if (trace && lane == 0) trace[1] = global_ns();
+        if (balance && !__all_sync(0xffffffffu, equal)) {
+            const int64_t n_warps = n_slices * T::kWarps, gw = s * T::kWarps + warp;
+            doc_lower_bounds(a.doc_offsets, a.n_docs, t_first + t_total * gw / n_warps,
+                             t_first + t_total * (gw + 1) / n_warps, lane, it0, it_end);
+            if (gw + 1 == n_warps) it_end = a.n_docs;  // trailing empty documents
+            lstride = 1;
+            bt = load_batch(a, dense, base, it0, 0, lstride, it_end, lane);
+        }
+        const int woff = lstride == 1 ? 0 : warp;
+        if (primed) prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
+        if (trace) {  // issued; then the first unit landed (TMA: its barrier's phase, which the walk then finds complete)
+            if (lane == 0) trace[2] = global_ns();
+            if constexpr (T::kTma) {
+                if (primed && a.n_stages > 1 && __any_sync(0xffffffffu, lane < bt.n_mine && bt.te > bt.tb)) {
+                    async_copy::mbar_wait(bars, phases & 1u);
+                }
+            }
+            if (lane == 0) trace[3] = global_ns();
         }
         for (int64_t b0 = it0; b0 < it_end; b0 += T::kBatch * lstride) {
             if (b0 != it0) bt = load_batch(a, dense, base, b0, woff, lstride, it_end, lane);
@@ -596,7 +668,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
             for (int grp = 0; grp < n_groups; ++grp) {
                 if (n_groups > 1) {
                     __syncthreads();
-                    fill_query_group<T, false>(a, q, ql, grp * T::kRows, q_hi, q_lo);
+                    fill_query_group<T>(a, q, ql, grp * T::kRows, q_hi, q_lo);
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
@@ -614,6 +686,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                 }
             }
         }
+        if (trace && lane == 0) trace[4] = global_ns();
         if (topk) {
             if (lane == 0) counts[warp] = list_n;
             __syncthreads();
