@@ -58,48 +58,6 @@ __global__ void naive_reduce(const float* c, const int64_t* offs, int64_t doc0, 
     if (lane == 0) scores[doc0 + doc] = m;
 }
 
-/// Bench diagnostic (--diagnose): kLaunches back-to-back launches of p with per-warp timer
-/// traces (maxsim_cuda_trace); prints, per launch, in microseconds from its first warp's
-/// start, the median / p90 / max over warps of: first copies issued, query rows filled
-/// ("ready"), first unit landed, end; and the gap from the previous launch's last end.
-Status print_trace(const std::string& name, const kernels::MaxSimParams& p) {
-    constexpr int kLaunches = 4, kPoints = 5;
-    int64_t n_warps = 0;
-    (void)kernels::maxsim_cuda_trace(p, nullptr, 0, &n_warps, nullptr);
-    if (n_warps <= 0) return Status::OK();
-    const size_t per = size_t(n_warps) * kPoints;
-    Dev<uint64_t> d;
-    TMS_RETURN_IF_ERROR(d.alloc(per * kLaunches));
-    for (int l = 0; l < kLaunches; ++l) {
-        int64_t nw = 0;
-        TMS_RETURN_IF_ERROR(kernels::maxsim_cuda_trace(p, d.p + l * per, per, &nw, nullptr));
-    }
-    std::vector<uint64_t> h(per * kLaunches);
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(h.data(), d.p, h.size() * 8, cudaMemcpyDeviceToHost));
-    uint64_t prev_end = 0;
-    for (int l = 0; l < kLaunches; ++l) {
-        std::vector<double> pts[kPoints];
-        for (int64_t w = 0; w < n_warps; ++w)
-            for (int i = 0; i < kPoints; ++i) pts[i].push_back(double(h[l * per + kPoints * w + i]));
-        const double t0 = *std::min_element(pts[0].begin(), pts[0].end());
-        const double end_max = *std::max_element(pts[4].begin(), pts[4].end());
-        std::string line;
-        const char* names[kPoints] = {"start", "issued", "ready", "landed", "end"};
-        for (int i = 1; i < kPoints; ++i) {
-            std::vector<double>& v = pts[i];
-            std::sort(v.begin(), v.end());
-            const auto at = [&](double f) { return (v[std::min(v.size() - 1, size_t(f * double(v.size())))] - t0) * 1e-3; };
-            char buf[96];
-            std::snprintf(buf, sizeof(buf), " | %s %.2f/%.2f/%.2f", names[i], at(0.5), at(0.9), at(1.0));
-            line += buf;
-        }
-        std::fprintf(stderr, "%-50s trace %d (%lld warps, us med/p90/max)%s | gap %.2f\n", name.c_str(), l,
-                     (long long)n_warps, line.c_str(), prev_end ? (t0 - double(prev_end)) * 1e-3 : 0.0);
-        prev_end = uint64_t(end_max);
-    }
-    return Status::OK();
-}
-
 struct BenchCase {
     std::string name;
     int dim = 128;
@@ -223,7 +181,6 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
             }));
         }
     }
-    if (o.diagnose) TMS_RETURN_IF_ERROR(print_trace(bc.name, p));
     if (bc.n_cand > 0) {
         const int k = 10;
         const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);

@@ -262,8 +262,7 @@ __global__ void __launch_bounds__(kMergeThreads) topk_merge_kernel(const uint64_
 using cuda_impl::Plan;
 
 namespace {
-Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream, uint64_t* trace = nullptr,
-                        size_t trace_cap = 0, int64_t* n_warps = nullptr) {
+Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream) {
     TMS_RETURN_IF_ERROR(cuda_impl::validate_sizes(p));
     if (p.n_queries == 0) return Status::OK();
     if (p.scores == nullptr && (p.cand_offsets != nullptr || p.n_docs > 0)) {
@@ -274,14 +273,6 @@ Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream, uin
     TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, 0, &plan, /*launch=*/true));
     cuda_impl::MaxSimArgs a = cuda_impl::make_args(p, plan);
     a.copy_only = copy_only ? 1 : 0;
-    if (n_warps) {
-        *n_warps = int64_t(plan.slices) * plan.grid_y * 8;
-        if (trace == nullptr || size_t(*n_warps) * 5 > trace_cap) {
-            return Status::InvalidArgument("maxsim_cuda_trace: the trace needs " + std::to_string(*n_warps * 5) +
-                                           " entries");
-        }
-        a.trace = trace;
-    }
     return cuda_impl::dispatch(plan, false, a, static_cast<cudaStream_t>(stream), nullptr);
 }
 }  // namespace
@@ -289,10 +280,6 @@ Status maxsim_cuda_mode(const MaxSimParams& p, bool copy_only, void* stream, uin
 Status maxsim_cuda(const MaxSimParams& p, void* stream) { return maxsim_cuda_mode(p, false, stream); }
 
 Status maxsim_cuda_copy_only(const MaxSimParams& p, void* stream) { return maxsim_cuda_mode(p, true, stream); }
-
-Status maxsim_cuda_trace(const MaxSimParams& p, uint64_t* d_trace, size_t trace_cap, int64_t* n_warps, void* stream) {
-    return maxsim_cuda_mode(p, false, stream, d_trace, trace_cap, n_warps);
-}
 
 namespace topk_dev {
 

@@ -29,13 +29,6 @@ Status maxsim_cuda(const MaxSimParams& p, void* stream);
 /// the copy pipeline alone allows on these inputs (`tms bench kernels`, impl "copy-only").
 Status maxsim_cuda_copy_only(const MaxSimParams& p, void* stream);
 
-/// Bench diagnostic: maxsim_cuda, with each warp of the grid writing the global timer (ns) to
-/// d_trace[5w .. 5w+4]: at its start, once its first copies are issued, once the query rows
-/// are in shared memory, once its first unit has landed (TMA plans; else the same as the
-/// previous), and at its end. *n_warps is the grid's warp count (InvalidArgument, nothing
-/// launched, when 5 * n_warps > trace_cap).
-Status maxsim_cuda_trace(const MaxSimParams& p, uint64_t* d_trace, size_t trace_cap, int64_t* n_warps, void* stream);
-
 /// Workspace maxsim_topk_cuda needs for these sizes (p.scores is ignored). Depends only on
 /// n_queries, n_docs, dense/ragged, k and the current device.
 size_t maxsim_topk_cuda_workspace_bytes(const MaxSimParams& p, int k);

@@ -46,7 +46,14 @@
 // Shared memory per CTA: kRows * dim * 2 * kQTerms query bytes, kWarps sorted lists of k
 //   64-bit keys (top-k mode) and their counts, (TMA) kWarps x kMaxStages barriers and up to
 //   1 KB to align the rings to 1024 bytes, then kWarps rings of n_stages x kStepTokens x
-//   128 bytes. The launcher takes the deepest ring (<= 6) that keeps
+//   128 bytes, slot-major (stage i of every warp, then stage i + 1, ...).
+// Prologue (one query group): the query rows are copied raw into the rings with cp.async while
+//   the warps load their first items and the balance probe (one round trip for all); when they
+//   fit in the rings' last slot (bulk-copy instantiations) the warps start their first copies
+//   into the other slots before the block converts the rows into the query layout, else after.
+//   (Before: one dependent round trip per two query words, eight for Nq=32 d=128, ahead of
+//   everything; +11% of the ceiling at Nd=32 B=10K, +15-25% at B=1K on the H200.)
+//   The launcher takes the deepest ring (<= 6) that keeps
 //   two CTAs per SM, else the deepest that fits one (dim=128, Nq<=32, fp16: 8 KB + 3 x 32 KB;
 //   dim=1024, split, top-k 1000: 191 KB + 1 x 32 KB, no copy ahead).
 #pragma once
@@ -91,16 +98,8 @@ struct MaxSimArgs {
     int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
     int balance;            // dense, one query group: warps take documents by token share
     int copy_only;          // bench diagnostic: the copies and the walk without the MMAs (scores undefined)
-    uint64_t* trace;        // bench diagnostic (or null): per warp of the grid, the global timer (ns) at 5
-                            // points (maxsim_cuda_trace)
 };
 
-/// The global timer in nanoseconds (bench traces).
-__device__ __forceinline__ uint64_t global_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /// Most stages of a warp's copy ring (one barrier each in TMA mode).
 constexpr int kMaxStages = 6;
@@ -133,6 +132,9 @@ struct MaxSimTraits {
     static constexpr int kRowBytes = kTileBytes;
     static constexpr int kRowPieces = kRowBytes / 16;
     static constexpr int kStageBytes = kStepTokens * kRowBytes;
+    /// The rings are slot-major: stage i of warp w at (i * kWarps + w) * kStageBytes, so that the
+    /// CTA's last stages form one block (the query's staging area while the first are copied).
+    static constexpr int kSlotBytes = kWarps * kStageBytes;
 
     static_assert(std::is_same_v<TD, __half> || kDocBF16 || kDocF32, "doc type");
     static_assert(kMTiles == 2 || kMTiles == 4, "query groups of 32 or 64 rows");
@@ -265,11 +267,11 @@ __device__ __forceinline__ void issue_unit(const MaxSimArgs& a, const Cursor& k,
     if constexpr (T::kTma) {
         if (lane == 0) {
             async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
-            async_copy::tma_load_2d(stages + stage * T::kStageBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
+            async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
                                     bars + stage);
         }
     } else {
-        copy_unit<T>(k, static_cast<const unsigned char*>(a.doc_tokens), a.dim, stages + stage * T::kStageBytes, lane);
+        copy_unit<T>(k, static_cast<const unsigned char*>(a.doc_tokens), a.dim, stages + stage * T::kSlotBytes, lane);
     }
 }
 
@@ -366,7 +368,7 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
 #pragma unroll
                 for (int n = 0; n < kN; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
         }
-        const unsigned char* st = stages + slot * T::kStageBytes;
+        const unsigned char* st = stages + slot * T::kSlotBytes;
         const int nch = a.copy_only ? 0 : min(T::kChunks, (a.dim - cur.c * T::kTileDims) >> 5);
 #pragma unroll
         for (int ch = 0; ch < T::kChunks; ++ch) {
@@ -565,7 +567,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         if (lane < a.n_stages) async_copy::mbar_init(bars + lane);
         __syncwarp();
     }
-    unsigned char* stages = ring + warp * a.n_stages * T::kStageBytes;
+    unsigned char* stages = ring + warp * T::kStageBytes;  // this warp's stage 0 (slot-major rings)
     uint32_t phases = 0;  // TMA: parity of the next completion of each stage's barrier
     if constexpr (T::kTma) {  // the map's first use on this SM then finds it fetched (parameter space)
         if (threadIdx.x == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(&tmap) : "memory");
@@ -573,16 +575,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     // Launched by pdl::launch_pdl: everything above touched only shared memory.
     pdl::grid_dependency_wait();
     pdl::trigger_dependents();
-    uint64_t* trace = a.trace ? a.trace + 5 * ((int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * T::kWarps + warp) : nullptr;
-    if (trace && lane == 0) trace[0] = global_ns();
     // Queries of one group (q_stride <= kRows), 16-byte aligned, whose rows fit in the CTA's
     // copy rings: each query's rows are first copied as they are into the rings (cp.async, no
     // registers held), alongside the item and probe loads, then converted into the query
-    // layout before the rings take their first documents: one round trip for all of it.
+    // layout. When they fit in the rings' last slot (bulk-copy instantiations), the walk's
+    // first copies (into the other slots) start before the conversion; else after it.
     const int q_esize = a.q_dtype == int(DType::kF32) ? 4 : 2;
     const int q_raw_bytes = a.q_stride * a.dim * q_esize;
     const bool staged_fill = a.q_stride <= T::kRows && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0 &&
-                             q_raw_bytes <= T::kWarps * a.n_stages * T::kStageBytes;
+                             q_raw_bytes <= a.n_stages * T::kSlotBytes;
+    const bool early_copies = T::kTma && staged_fill && a.n_stages >= 2 && q_raw_bytes <= T::kSlotBytes;
+    unsigned char* staging = early_copies ? ring + (a.n_stages - 1) * T::kSlotBytes : ring;
 
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
@@ -593,7 +596,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         if (staged_fill) {
             __syncthreads();  // the rings' previous readers (the last query's walk) are done
             const unsigned char* src = static_cast<const unsigned char*>(a.queries) + int64_t(q) * q_raw_bytes;
-            for (int i = threadIdx.x * 16; i < q_raw_bytes; i += T::kThreads * 16) async_copy::cp16(ring + i, src + i);
+            for (int i = threadIdx.x * 16; i < q_raw_bytes; i += T::kThreads * 16) async_copy::cp16(staging + i, src + i);
             async_copy::commit();
         }
         int ql = a.query_lens ? a.query_lens[q] : a.q_stride;
@@ -623,23 +626,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
             const int64_t probe_at = a.n_docs * (lane + 1) / 32;
             equal = t_total % a.n_docs == 0 && a.doc_offsets[probe_at] - t_first == t_total / a.n_docs * probe_at;
         }
-        // One query group: its rows are in shared memory before the walk starts (their loads
-        // were issued with the item and probe loads above: one round trip for all).
-        const bool primed = n_groups == 1;
-        if (primed) {
-            __syncthreads();
-            if (staged_fill) {
-                async_copy::wait_pending(0);
-                __syncthreads();
-                convert_staged_query<T>(a, ql, ring, QueryPut<T>{q_hi, q_lo});
-            } else {
-                fill_query_group<T>(a, q, ql, 0, q_hi, q_lo);
-            }
-            __syncthreads();
-            // The rings' generic-proxy writes and reads above come before the bulk copies into them.
-            if constexpr (T::kTma) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        }
-        if (trace && lane == 0) trace[1] = global_ns();
         if (balance && !__all_sync(0xffffffffu, equal)) {
             const int64_t n_warps = n_slices * T::kWarps, gw = s * T::kWarps + warp;
             doc_lower_bounds(a.doc_offsets, a.n_docs, t_first + t_total * gw / n_warps,
@@ -649,16 +635,25 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
             bt = load_batch(a, dense, base, it0, 0, lstride, it_end, lane);
         }
         const int woff = lstride == 1 ? 0 : warp;
-        if (primed) prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
-        if (trace) {  // issued; then the first unit landed (TMA: its barrier's phase, which the walk then finds complete)
-            if (lane == 0) trace[2] = global_ns();
-            if constexpr (T::kTma) {
-                if (primed && a.n_stages > 1 && __any_sync(0xffffffffu, lane < bt.n_mine && bt.te > bt.tb)) {
-                    async_copy::mbar_wait(bars, phases & 1u);
-                }
+        // One query group: its rows are in shared memory before the walk starts (their loads
+        // were issued with the item and probe loads above: one round trip for all), and the
+        // walk's first copies start before (staging in the last slot) or after the conversion.
+        const bool primed = n_groups == 1;
+        if (primed && early_copies) prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
+        if (primed) {
+            __syncthreads();
+            if (staged_fill) {
+                async_copy::wait_pending(0);
+                __syncthreads();
+                convert_staged_query<T>(a, ql, staging, QueryPut<T>{q_hi, q_lo});
+            } else {
+                fill_query_group<T>(a, q, ql, 0, q_hi, q_lo);
             }
-            if (lane == 0) trace[3] = global_ns();
+            __syncthreads();
+            // The rings' generic-proxy writes and reads above come before the bulk copies into them.
+            if constexpr (T::kTma) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         }
+        if (primed && !early_copies) prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
         for (int64_t b0 = it0; b0 < it_end; b0 += T::kBatch * lstride) {
             if (b0 != it0) bt = load_batch(a, dense, base, b0, woff, lstride, it_end, lane);
             const int64_t item = bt.item, doc = bt.doc;
@@ -686,7 +681,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                 }
             }
         }
-        if (trace && lane == 0) trace[4] = global_ns();
         if (topk) {
             if (lane == 0) counts[warp] = list_n;
             __syncthreads();
