@@ -219,6 +219,7 @@ MaxSimArgs make_args(const MaxSimParams& p, const Plan& plan) {
     MaxSimArgs a{};
     a.n_stages = plan.n_stages;
     a.balance = plan.balance ? 1 : 0;
+    a.n_tokens = p.n_tokens > 0 ? p.n_tokens : 0;
 
     a.queries = p.queries;
     a.q_dtype = int(p.q_dtype);

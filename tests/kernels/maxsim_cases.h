@@ -55,6 +55,20 @@ inline std::vector<MaxSimCase> maxsim_cases() {
     // batches), lengths 0..12 including empty documents.
     c.push_back({"many_docs_dense", 2, 32, 32, ragged_lens(70000, 0, 12, 15), {}, false, DType::kF32,
                  DType::kF16, false, 15});
+    // Dense documents of equal lengths (the CUDA path's first copies start on the guess that
+    // document d owns rows [d*L, (d+1)*L) before the offsets arrive), including a query of
+    // length 0 (no walk: the guessed copies must land unused) ...
+    c.push_back({"equal_docs_dense", 3, 32, 128, std::vector<int>(3000, 32), {32, 0, 7}, false, DType::kF16,
+                 DType::kF16, false, 16});
+    c.push_back({"equal_docs_balanced", 2, 32, 32, std::vector<int>(40000, 2), {}, false, DType::kF16, DType::kF16,
+                 false, 17});
+    // ... and lengths whose total divides evenly although they differ (a wrong guess): a few,
+    // and many that alternate 1, 3 (the balance probes then see equal lengths too).
+    c.push_back({"equal_total_unequal_docs", 2, 32, 64, {3, 5, 4, 4, 2, 6}, {}, false, DType::kF16, DType::kF16,
+                 false, 18});
+    std::vector<int> alternating(40000);
+    for (size_t i = 0; i < alternating.size(); ++i) alternating[i] = i % 2 ? 3 : 1;
+    c.push_back({"alternating_docs_balanced", 2, 32, 32, alternating, {}, false, DType::kF16, DType::kF16, false, 19});
     for (int dim : {32, 64, 96, 128, 160, 256, 384, 512, 768, 1024}) {
         c.push_back({"dim" + std::to_string(dim), 2, 32, dim, ragged_lens(8, 1, 70, 11 + dim), {}, true,
                      DType::kF32, DType::kF16, false, uint32_t(11 + dim)});
