@@ -104,10 +104,7 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
             coffs.push_back(int64_t(cdocs.size()));
         }
         n_pairs = int64_t(cdocs.size());
-        TMS_RETURN_IF_ERROR(d_coffs.alloc(coffs.size()));
-        TMS_RETURN_IF_ERROR(d_cdocs.alloc(cdocs.size()));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_coffs.p, coffs.data(), coffs.size() * 8, cudaMemcpyHostToDevice));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_cdocs.p, cdocs.data(), cdocs.size() * 4, cudaMemcpyHostToDevice));
+        TMS_RETURN_IF_ERROR(bench::upload_candidates(coffs, cdocs, &d_coffs, &d_cdocs));
     }
     const double bytes_read = double(n_pairs) * nd * tok_bytes;
     Dev<float> scores;
@@ -208,15 +205,10 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
         report("tilemaxsim-code-pretable");
         // Scoring with each query's top 10 kept on the device (table built each call).
         const int k = 10;
-        const size_t tk_bytes = kernels::code_maxsim_topk_cuda_workspace_bytes(at(0), k);
-        Dev<unsigned char> tws;
-        Dev<int32_t> ids;
-        Dev<float> top;
-        TMS_RETURN_IF_ERROR(tws.alloc(tk_bytes));
-        TMS_RETURN_IF_ERROR(ids.alloc(size_t(nq) * k));
-        TMS_RETURN_IF_ERROR(top.alloc(size_t(nq) * k));
+        bench::TopKBuffers tk;
+        TMS_RETURN_IF_ERROR(tk.alloc(kernels::code_maxsim_topk_cuda_workspace_bytes(at(0), k), nq, k));
         TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
-            return kernels::code_maxsim_topk_cuda(at(i), k, ids.p, top.p, tws.p, tk_bytes, nullptr);
+            return kernels::code_maxsim_topk_cuda(at(i), k, tk.ids.p, tk.scores.p, tk.ws.p, tk.ws_bytes, nullptr);
         }, &sec));
         report("tilemaxsim-code-topk10");
     }

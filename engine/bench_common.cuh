@@ -65,6 +65,38 @@ struct Dev {
     }
 };
 
+/// Per-query top-k results and the workspace that produces them, on the device.
+struct TopKBuffers {
+    Dev<unsigned char> ws;
+    Dev<int32_t> ids;
+    Dev<float> scores;
+    size_t ws_bytes = 0;
+    Status alloc(size_t workspace_bytes, int n_queries, int k) {
+        ws_bytes = workspace_bytes;
+        TMS_RETURN_IF_ERROR(ws.alloc(workspace_bytes));
+        TMS_RETURN_IF_ERROR(ids.alloc(size_t(n_queries) * k));
+        return scores.alloc(size_t(n_queries) * k);
+    }
+};
+
+/// Copies candidate lists (offsets [n_queries + 1], document ids) to the device.
+inline Status upload_candidates(const std::vector<int64_t>& offs, const std::vector<int32_t>& docs,
+                                Dev<int64_t>* d_offs, Dev<int32_t>* d_docs) {
+    TMS_RETURN_IF_ERROR(d_offs->alloc(offs.size()));
+    TMS_RETURN_IF_ERROR(d_docs->alloc(docs.size()));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_offs->p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_docs->p, docs.data(), docs.size() * 4, cudaMemcpyHostToDevice));
+    return Status::OK();
+}
+
+/// Launches the streaming-read kernel over `bytes` bytes at p (a multiple of 16), with the
+/// launch shape the read ceiling is measured with.
+inline Status launch_read(const cudaDeviceProp& prop, const void* p, size_t bytes, uint32_t* sink) {
+    read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(static_cast<const uint4*>(p), int64_t(bytes / 16), sink);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
 struct Timer {
     cudaEvent_t a = nullptr, b = nullptr;
     Timer() {
@@ -114,11 +146,7 @@ inline Status read_ceiling_gbps(const cudaDeviceProp& prop, double* gbps) {
     TMS_CUDA_CHECK_LAUNCH();
     Timer timer;
     double sec = 0;
-    TMS_RETURN_IF_ERROR(timer.median(3, [&](int) {
-        read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(buf.p, int64_t(bytes / 16), sink.p);
-        TMS_CUDA_CHECK_LAUNCH();
-        return Status::OK();
-    }, &sec));
+    TMS_RETURN_IF_ERROR(timer.median(3, [&](int) { return launch_read(prop, buf.p, bytes, sink.p); }, &sec));
     *gbps = double(bytes) / sec * 1e-9;
     std::fprintf(stderr, "read ceiling: %.1f GB/s (%s)\n", *gbps, prop.name);
     return Status::OK();

@@ -137,10 +137,7 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
             coffs.push_back(int64_t(cdocs.size()));
         }
         n_pairs = int64_t(cdocs.size());
-        TMS_RETURN_IF_ERROR(d_coffs.alloc(coffs.size()));
-        TMS_RETURN_IF_ERROR(d_cdocs.alloc(cdocs.size()));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_coffs.p, coffs.data(), coffs.size() * 8, cudaMemcpyHostToDevice));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_cdocs.p, cdocs.data(), cdocs.size() * 4, cudaMemcpyHostToDevice));
+        TMS_RETURN_IF_ERROR(bench::upload_candidates(coffs, cdocs, &d_coffs, &d_cdocs));
         p.cand_offsets = d_coffs.p;
         p.cand_docs = d_cdocs.p;
     }
@@ -173,25 +170,16 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
             Dev<uint32_t> sink;
             TMS_RETURN_IF_ERROR(sink.alloc(1));
             TMS_RETURN_IF_ERROR(timed_row("read-same-bytes", [&](int i) {
-                read_ceiling_kernel<<<prop.multiProcessorCount * 8, 512>>>(
-                    reinterpret_cast<const uint4*>(docs.p + size_t(i % copies) * corpus_bytes),
-                    int64_t(corpus_bytes / 16), sink.p);
-                TMS_CUDA_CHECK_LAUNCH();
-                return Status::OK();
+                return bench::launch_read(prop, docs.p + size_t(i % copies) * corpus_bytes, corpus_bytes, sink.p);
             }));
         }
     }
     if (bc.n_cand > 0) {
         const int k = 10;
-        const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);
-        Dev<unsigned char> ws;
-        Dev<int32_t> ids;
-        Dev<float> sc;
-        TMS_RETURN_IF_ERROR(ws.alloc(ws_bytes));
-        TMS_RETURN_IF_ERROR(ids.alloc(size_t(nq) * k));
-        TMS_RETURN_IF_ERROR(sc.alloc(size_t(nq) * k));
+        bench::TopKBuffers tk;
+        TMS_RETURN_IF_ERROR(tk.alloc(kernels::maxsim_topk_cuda_workspace_bytes(p, k), nq, k));
         TMS_RETURN_IF_ERROR(timed_row("tilemaxsim-topk10", [&](int) {
-            return kernels::maxsim_topk_cuda(p, k, ids.p, sc.p, ws.p, ws_bytes, nullptr);
+            return kernels::maxsim_topk_cuda(p, k, tk.ids.p, tk.scores.p, tk.ws.p, tk.ws_bytes, nullptr);
         }));
         return Status::OK();  // no dense GEMM baseline for gathered candidate lists
     }
