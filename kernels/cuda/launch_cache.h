@@ -4,7 +4,8 @@
 // dynamic shared-memory limit. A small batch is a few microseconds of GPU work; planning it
 // with fresh queries each call (5 device attributes, 2 function attributes, 1 occupancy
 // query) costs host time of the same order. Thread-safe; the entries of device d are used
-// whenever d is the calling thread's current device.
+// whenever d is the calling thread's current device. cudaDeviceReset forgets a raised limit
+// and this cache does not notice (nothing in the engine resets a device).
 #pragma once
 
 #include <cstddef>

@@ -40,8 +40,8 @@ struct Plan {
 };
 
 /// Query rows, top-k lists (k > 0) and counts, (TMA) the stage barriers and the slack to a
-/// 1024-byte boundary, then n_stages copy stages per warp (the kernel's layout; kStageBytes =
-/// (64 / m_tiles) tokens x 128 bytes).
+/// 1024-byte boundary, then n_stages copy stages per warp, slot-major (the kernel's layout;
+/// kStageBytes = (64 / m_tiles) tokens x 128 bytes).
 size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma) {
     size_t b = size_t(16 * m_tiles) * dim * 2 * terms;
     b += size_t(8) * k * sizeof(uint64_t) + 32;
