@@ -708,6 +708,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                 }
             }
         }
+        // A query of length 0 scored nothing (no walk): its staged rows still land before the
+        // CTA moves on (the next query's staging writes the same bytes) or exits. (Otherwise
+        // nothing is pending here.)
+        async_copy::wait_pending(0);
         if (topk) {
             if (lane == 0) counts[warp] = list_n;
             __syncthreads();
