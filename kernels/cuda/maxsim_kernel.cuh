@@ -484,8 +484,8 @@ struct QueryPut {
 
 /// Converts query rows [row0, row0 + kRows) of query q into shared memory (hi, and lo terms),
 /// in A-fragment order (mma_tile::a_frag_offset; rows past ql are 0), one value a load: the
-/// fill of long queries inside the batch loop and of unaligned ones (the one-group fill of
-/// aligned queries is a mma_tile::QueryRowFill, 16 bytes a load, in the kernel's prologue).
+/// fill of long queries inside the batch loop and of unaligned ones (the one-group query of
+/// an aligned buffer is staged and converted in the kernel's prologue: convert_staged_query).
 template <class T>
 __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0,
                                                  unsigned char* q_hi, unsigned char* q_lo) {
