@@ -183,6 +183,13 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
     p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;
     p.cand_docs = bc.n_cand ? d_cdocs.p : nullptr;
     p.scores = scores.p;
+    // The codebook prepared once in the kernel's fp16 layout, as GpuCodeScorer does at open.
+    Dev<unsigned char> book_image;
+    if (const size_t image_bytes = kernels::code_codebook_image_bytes(p); image_bytes > 0) {
+        TMS_RETURN_IF_ERROR(book_image.alloc(image_bytes));
+        TMS_RETURN_IF_ERROR(kernels::code_codebook_image_cuda(p, book_image.p, nullptr));
+        p.codebook_image = book_image.p;
+    }
     const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
     Dev<unsigned char> ws;
     TMS_RETURN_IF_ERROR(ws.alloc(ws_bytes));

@@ -129,6 +129,7 @@ struct GpuCodeScorer::Impl {
     uint32_t* d_tc = nullptr;
     uint8_t* d_codes = nullptr;
     float* d_book = nullptr;
+    void* d_book_image = nullptr;  // d_book in the kernel's fp16 layout (code_codebook_image_cuda)
     float* d_cent = nullptr;
     int64_t* d_offsets = nullptr;
     kernels::DeviceScratch arena;  // per-call inputs and workspaces (grows with headroom)
@@ -165,6 +166,7 @@ struct GpuCodeScorer::Impl {
         p.codes = centroids_only ? nullptr : d_codes;
         p.codebook = centroids_only ? nullptr : d_book;
         p.codebook_shared = !centroids_only && codebook_shared;
+        p.codebook_image = centroids_only ? nullptr : d_book_image;
         p.doc_offsets = d_offsets;
         p.n_docs = n_docs;
         return p;
@@ -181,6 +183,7 @@ struct GpuCodeScorer::Impl {
         cudaFree(d_ivf_docs);
         cudaFree(d_offsets);
         cudaFree(d_cent);
+        cudaFree(d_book_image);
         cudaFree(d_book);
         cudaFree(d_codes);
         cudaFree(d_tc);
@@ -303,6 +306,13 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     TMS_RETURN_IF_ERROR(up(&im.d_book, h_codebook, size_t(n_code_bytes) * 256 * (n_code_bytes ? dim / n_code_bytes : 0) * sizeof(float)));
     TMS_RETURN_IF_ERROR(up(&im.d_cent, h_centroids, size_t(n_centroids) * dim * sizeof(float)));
     TMS_RETURN_IF_ERROR(up(&im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
+    // The codebook in the kernel's shared-memory layout, made once: every launch's CTAs copy it
+    // instead of converting the fp32 codebook.
+    const kernels::CodeMaxSimParams bp = im.ShardParams(0, 0, /*centroids_only=*/false);
+    if (const size_t image_bytes = kernels::code_codebook_image_bytes(bp); image_bytes > 0) {
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_book_image, image_bytes));
+        TMS_RETURN_IF_ERROR(kernels::code_codebook_image_cuda(bp, im.d_book_image, im.stream));
+    }
     // cuBLAS loads its kernels on the first GEMM (130 ms measured on an H200): pay that here,
     // at open, rather than in the first search.
     TMS_RETURN_IF_ERROR(im.Reserve(align256(size_t(n_centroids) * sizeof(float))));

@@ -89,6 +89,11 @@ struct CodeMaxSimParams {
     /// codecs: one set of bucket weights for every dimension). A hint: the CUDA kernel then keeps
     /// one block (replicated against bank conflicts) when dsub is 2, 4 or 8; results are the same.
     bool codebook_shared = false;
+    /// Optional, CUDA only: the codebook already in the kernel's fp16 shared-memory layout, as
+    /// written by code_codebook_image_cuda for the same dim, n_code_bytes and codebook_shared
+    /// (kernels/cuda/code_maxsim_cuda.h). Each CTA then copies it (one round trip) instead of
+    /// converting `codebook`, which it no longer reads. Prepare it once per codebook.
+    const void* codebook_image = nullptr;
 
     const int64_t* doc_offsets = nullptr;
     int64_t n_docs = 0;

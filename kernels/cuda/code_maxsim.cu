@@ -83,9 +83,11 @@ Status validate_sizes(const CodeMaxSimParams& p) {
     if (p.n_centroids <= 0) return Status::InvalidArgument("code_maxsim_cuda: n_centroids must be positive");
     TMS_RETURN_IF_ERROR(check_shape(p));
     if (p.n_code_bytes > 0) {
-        if (p.codebook == nullptr) return Status::InvalidArgument("code_maxsim_cuda: codebook is null");
-        if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0) {
-            return Status::InvalidArgument("code_maxsim_cuda: codebook must be 16-byte aligned");
+        if (p.codebook == nullptr && p.codebook_image == nullptr) {
+            return Status::InvalidArgument("code_maxsim_cuda: codebook is null");
+        }
+        if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0 || reinterpret_cast<uintptr_t>(p.codebook_image) % 16 != 0) {
+            return Status::InvalidArgument("code_maxsim_cuda: codebook and codebook_image must be 16-byte aligned");
         }
         if (reinterpret_cast<uintptr_t>(p.codes) % 4 != 0) {
             return Status::InvalidArgument("code_maxsim_cuda: codes must be 4-byte aligned");
@@ -216,6 +218,27 @@ Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* 
     return Status::OK();
 }
 
+size_t code_codebook_image_bytes(const CodeMaxSimParams& p) {
+    if (p.n_code_bytes <= 0 || !code_impl::check_shape(p).ok()) return 0;
+    return size_t(code_impl::codebook_smem_bytes(p, code_impl::sub_class(p)));
+}
+
+Status code_codebook_image_cuda(const CodeMaxSimParams& p, void* d_image, void* stream) {
+    TMS_RETURN_IF_ERROR(code_impl::check_shape(p));
+    if (p.n_code_bytes == 0) return Status::OK();
+    if (p.codebook == nullptr || d_image == nullptr) {
+        return Status::InvalidArgument("code_codebook_image_cuda: null codebook or image");
+    }
+    if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0 || reinterpret_cast<uintptr_t>(d_image) % 16 != 0) {
+        return Status::InvalidArgument("code_codebook_image_cuda: codebook and image must be 16-byte aligned");
+    }
+    const int sub = code_impl::sub_class(p);
+    code_impl::codebook_image_kernel<<<64, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        p.codebook, p.dim, sub, code_impl::book_mode(p, sub), static_cast<unsigned char*>(d_image));
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
 namespace code_impl {
 namespace {
 
@@ -245,6 +268,7 @@ CodeArgs make_args(const CodeMaxSimParams& p, const void* d_table, int sub) {
     a.topk_partial = nullptr;
     a.k = 0;
     a.cb_smem_bytes = codebook_smem_bytes(p, sub);
+    a.cb_image = sub == 0 ? nullptr : static_cast<const unsigned char*>(p.codebook_image);
     return a;
 }
 

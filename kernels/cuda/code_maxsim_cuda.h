@@ -28,9 +28,20 @@ size_t code_centroid_table_bytes(const CodeMaxSimParams& p);
 /// p.centroid_scores, fp32 [n_queries, q_stride, n_centroids] on the device.
 Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* stream);
 
+/// Bytes of the prepared fp16 codebook image of this shape (dim, n_code_bytes and the
+/// codebook_shared hint decide its layout): 0 for centroid-only or unsupported shapes.
+size_t code_codebook_image_bytes(const CodeMaxSimParams& p);
+
+/// Writes the image (d_image, code_codebook_image_bytes(p) bytes, 16-byte aligned) from
+/// p.codebook. Pass it as p.codebook_image to the scoring calls with the same dim,
+/// n_code_bytes and codebook_shared: each CTA then copies 64 KB (dim 128; 32 KB for a shared
+/// block) in one round trip instead of converting 128 KB of fp32 in dependent loads.
+Status code_codebook_image_cuda(const CodeMaxSimParams& p, void* d_image, void* stream);
+
 /// Fused scoring from a table written by code_centroid_table_cuda (p.centroid_scores is not
 /// read). Writes p.scores (layout of code_maxsim_num_scores). p.codebook is fp32
-/// [n_code_bytes, 256, dsub] and is converted to fp16 in shared memory.
+/// [n_code_bytes, 256, dsub] and is converted to fp16 in shared memory by every CTA, unless
+/// p.codebook_image holds it prepared (code_codebook_image_cuda).
 /// Supports: n_code_bytes == 0 (centroid-only, any dim); otherwise dim a multiple of 32,
 /// dsub = dim / n_code_bytes in {2, 4} or a multiple of 8, and the fp16 codebook (dim * 512
 /// bytes), 32 query rows and each warp's two 32-token staging buffers within the device's

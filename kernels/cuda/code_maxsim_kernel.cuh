@@ -74,6 +74,7 @@ struct CodeArgs {
     uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys (topk_device.cuh)
     int k;
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
+    const unsigned char* cb_image;  // that fp16 codebook prepared (write_codebook), or null
 };
 
 /// How the kernel holds the codebook in shared memory (CodeTraits::kBook).
@@ -405,6 +406,70 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
     }
 }
 
+/// The fp16 codebook in the layout kBook keeps in shared memory (cb_smem_bytes at dst), from
+/// the fp32 codebook [n_code_bytes][256][dsub]: threads tid, tid + n_threads, ... of the writers.
+/// Per CTA into shared memory, or once into a global image (codebook_image_kernel).
+template <int kSub, int kBook>
+__device__ __forceinline__ void write_codebook(const float* __restrict__ codebook, int dim, unsigned char* dst,
+                                               int tid, int n_threads) {
+    unsigned char* cb = dst;
+    if constexpr (kBook == kBookPaired) {
+        // fp32 [n_code_bytes][256][dsub] -> fp16 entries at paired_offset, 4 values (one or half
+        // an entry) a thread a step.
+        constexpr int D = kSub;
+        const int n4 = dim * 64;  // n_code_bytes * 256 * dsub / 4
+        const float4* src = reinterpret_cast<const float4*>(codebook);
+#pragma unroll 4
+        for (int i = tid; i < n4; i += n_threads) {
+            const float4 v = __ldg(src + i);
+            const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+            const int e = (4 * i) / D;  // entry (block * 256 + code) of v.x
+            uint2 w;
+            w.x = *reinterpret_cast<const uint32_t*>(&lo);
+            w.y = *reinterpret_cast<const uint32_t*>(&hi);
+            *reinterpret_cast<uint2*>(cb + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
+        }
+    } else if constexpr (kBook == kBookShared) {
+        // Block 0 of the fp32 codebook -> 128 / (2 * kSub) interleaved fp16 copies (32 KB).
+        constexpr int R = 128 / (2 * kSub), E = 2 * kSub;
+        for (int i = tid; i < 256 * R * kSub; i += n_threads) {
+            const int j = i % kSub, r = (i / kSub) % R, e = i / (kSub * R);
+            *reinterpret_cast<__half*>(cb + (e * R + r) * E + j * 2) =
+                __float2half_rn(__ldg(codebook + e * kSub + j));
+        }
+    } else if constexpr (kSub != 0) {
+        // fp32 codebook -> fp16 as given (n_code_bytes * 256 * dsub = dim * 256 values).
+        const int n4 = dim * 64;
+        const float4* src = reinterpret_cast<const float4*>(codebook);
+#pragma unroll 4
+        for (int i = tid; i < n4; i += n_threads) {
+            const float4 v = __ldg(src + i);
+            const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+            uint2 w;
+            w.x = *reinterpret_cast<const uint32_t*>(&lo);
+            w.y = *reinterpret_cast<const uint32_t*>(&hi);
+            *reinterpret_cast<uint2*>(cb + size_t(i) * 8) = w;
+        }
+    }
+}
+
+/// The prepared codebook image (code_codebook_image_cuda): write_codebook of layout `book` for
+/// decode class `sub`, across the grid, into global memory.
+__global__ void __launch_bounds__(256) codebook_image_kernel(const float* codebook, int dim, int sub, int book,
+                                                             unsigned char* dst) {
+    const int tid = int(blockIdx.x * blockDim.x + threadIdx.x), n = int(gridDim.x * blockDim.x);
+    if (book == kBookPaired) {
+        if (sub == 8) write_codebook<8, kBookPaired>(codebook, dim, dst, tid, n);
+        if (sub == 4) write_codebook<4, kBookPaired>(codebook, dim, dst, tid, n);
+    } else if (book == kBookShared) {
+        if (sub == 8) write_codebook<8, kBookShared>(codebook, dim, dst, tid, n);
+        if (sub == 4) write_codebook<4, kBookShared>(codebook, dim, dst, tid, n);
+        if (sub == 2) write_codebook<2, kBookShared>(codebook, dim, dst, tid, n);
+    } else {
+        write_codebook<8, kBookPerByte>(codebook, dim, dst, tid, n);  // the same for every class
+    }
+}
+
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_kernel(const CodeArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -427,42 +492,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     const bool dense = a.cand_offsets == nullptr;
     constexpr bool topk = T::kTopK;
 
-    if constexpr (T::kPaired) {
-        // fp32 [n_code_bytes][256][dsub] -> fp16 entries at paired_offset, 4 values (one or half
-        // an entry) a thread a step.
-        constexpr int D = T::kSub;
-        const int n4 = a.dim * 64;  // n_code_bytes * 256 * dsub / 4
-        const float4* src = reinterpret_cast<const float4*>(a.codebook);
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n4; i += T::kThreads) {
-            const float4 v = __ldg(src + i);
-            const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-            const int e = (4 * i) / D;  // entry (block * 256 + code) of v.x
-            uint2 w;
-            w.x = *reinterpret_cast<const uint32_t*>(&lo);
-            w.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(cb + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
-        }
-    } else if constexpr (T::kShared) {
-        // Block 0 of the fp32 codebook -> kReplicas interleaved fp16 copies (32 KB), once per CTA.
-        constexpr int R = T::kReplicas;
-        for (int i = threadIdx.x; i < 256 * R * T::kSub; i += T::kThreads) {
-            const int j = i % T::kSub, r = (i / T::kSub) % R, e = i / (T::kSub * R);
-            *reinterpret_cast<__half*>(cb + (e * R + r) * T::kEntryBytes + j * 2) =
-                __float2half_rn(__ldg(a.codebook + e * T::kSub + j));
-        }
-    } else if constexpr (T::kSub != 0) {
-        // fp32 codebook -> fp16 shared memory, once per CTA (n_code_bytes * 256 * dsub = dim * 256 values).
-        const int n4 = a.dim * 64;
-        const float4* src = reinterpret_cast<const float4*>(a.codebook);
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n4; i += T::kThreads) {
-            const float4 v = __ldg(src + i);
-            const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-            uint2 w;
-            w.x = *reinterpret_cast<const uint32_t*>(&lo);
-            w.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(cb + size_t(i) * 8) = w;
+    // The fp16 codebook: copied from the prepared image (one round trip; waited for before the
+    // first barrier below), or converted from the fp32 codebook.
+    if constexpr (T::kSub != 0) {
+        if (a.cb_image != nullptr) {
+            for (int i = threadIdx.x; i < a.cb_smem_bytes / 16; i += T::kThreads)
+                async_copy::cp16(cb + i * 16, a.cb_image + i * 16);
+            async_copy::commit();
+        } else {
+            write_codebook<T::kSub, T::kBook>(a.codebook, a.dim, cb, threadIdx.x, T::kThreads);
         }
     }
 
@@ -477,6 +515,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
         if (n_groups == 1) {
             __syncthreads();
             if constexpr (T::kSub != 0) fill_query_group<T, true>(a, q, ql, 0, q_s);
+            async_copy::wait_pending(0);  // the codebook image's copies (first query only)
             __syncthreads();
         }
         for (int64_t b0 = lo; b0 < hi; b0 += T::kWarps * T::kBatch) {
@@ -498,6 +537,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
                 if (n_groups > 1) {
                     __syncthreads();
                     if constexpr (T::kSub != 0) fill_query_group<T, false>(a, q, ql, grp * T::kRows, q_s);
+                    async_copy::wait_pending(0);
                     __syncthreads();
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);

@@ -261,12 +261,28 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         std::vector<float> shifted(1, 0.f);
         shifted.insert(shifted.end(), d.q.begin(), d.q.end());
         const DevBuf<float> q_shifted(shifted);
-        for (const int variant : {0, 1, 2}) {
-            const bool shared = variant == 1;
+        // Variants 3 and 4: the codebook prepared once (code_codebook_image_cuda) and copied by
+        // every CTA, for the general and the shared layout; p.codebook is then not read (null).
+        const char* const names[] = {"per-byte codebook", "codebook_shared", "queries not 16-byte aligned",
+                                     "codebook image", "codebook image, codebook_shared"};
+        for (const int variant : {0, 1, 2, 3, 4}) {
+            const bool shared = variant == 1 || variant == 4, image = variant >= 3;
             if (shared && c.residual_nbits == 0) continue;
-            SCOPED_TRACE(variant == 0 ? "per-byte codebook" : shared ? "codebook_shared" : "queries not 16-byte aligned");
+            if (image && c.n_code_bytes == 0) continue;
+            SCOPED_TRACE(names[variant]);
             p.codebook_shared = shared;
             p.queries = variant == 2 ? q_shifted.d + 1 : dev.q.d;
+            p.codebook = dev.params(c, d, scores.d).codebook;
+            p.codebook_image = nullptr;
+            DevBuf<unsigned char> img(kernels::code_codebook_image_bytes(p));
+            if (image) {
+                ASSERT_GT(img.n, size_t(0));
+                ASSERT_EQ(cudaMemset(img.d, 0xff, img.n), cudaSuccess);  // every byte must be written
+                const Status ist = kernels::code_codebook_image_cuda(p, img.d, nullptr);
+                ASSERT_TRUE(ist.ok()) << ist.ToString();
+                p.codebook_image = img.d;
+                p.codebook = nullptr;
+            }
             // Poison the output: every score must be written.
             ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
             const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
@@ -512,6 +528,20 @@ TEST(CodeMaxSimCuda, RejectsUnsupportedShapes) {
     p.dim = 100;
     p.n_code_bytes = 50;  // dim not a multiple of 32
     EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+    EXPECT_EQ(kernels::code_codebook_image_bytes(p), size_t(0));
+    EXPECT_EQ(kernels::code_codebook_image_cuda(p, dummy.d, nullptr).code(), Status::Code::kNotSupported);
+    // A codebook image: 16-byte aligned, and it stands in for a null codebook.
+    p.dim = 128;
+    p.n_code_bytes = 16;
+    EXPECT_EQ(kernels::code_codebook_image_bytes(p), size_t(128 * 512));
+    EXPECT_EQ(kernels::code_codebook_image_cuda(p, reinterpret_cast<char*>(dummy.d) + 4, nullptr).code(),
+              Status::Code::kInvalidArgument);
+    p.codebook_image = reinterpret_cast<char*>(dummy.d) + 4;
+    EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kInvalidArgument);
+    p.codebook = nullptr;
+    p.codebook_image = nullptr;
+    EXPECT_EQ(kernels::code_maxsim_table_cuda(p, dummy.d, nullptr).code(), Status::Code::kInvalidArgument);
+    p.codebook = dummy.d;
     // The up-front check agrees, and accepts every shape of the case table.
     EXPECT_EQ(kernels::code_maxsim_cuda_supported(1024, 128).code(), Status::Code::kNotSupported);
     EXPECT_EQ(kernels::code_maxsim_cuda_supported(96, 8).code(), Status::Code::kNotSupported);
