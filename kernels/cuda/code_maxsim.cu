@@ -320,7 +320,9 @@ Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_id
         return Status::InvalidArgument("code_maxsim_topk_cuda: null output");
     }
     TMS_RETURN_IF_ERROR(code_impl::check_smem(p, k));
-    const size_t need = code_maxsim_topk_cuda_workspace_bytes(p, k);
+    int slices = 0;
+    TMS_RETURN_IF_ERROR(code_impl::topk_slices(p, k, &slices));
+    const size_t need = align256(code_centroid_table_bytes(p)) + topk_dev::partial_bytes(p.n_queries, slices, k);
     if (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
         return Status::InvalidArgument("code_maxsim_topk_cuda: workspace needs " + std::to_string(need) +
                                        " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));

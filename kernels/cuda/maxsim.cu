@@ -333,7 +333,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
     }
     Plan plan;
     TMS_RETURN_IF_ERROR(cuda_impl::make_plan(p, k, &plan, /*launch=*/true));
-    const size_t need = maxsim_topk_cuda_workspace_bytes(p, k);
+    const size_t need = topk_dev::partial_bytes(p.n_queries, plan.slices, k);  // as the _workspace_bytes call
     if (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
         return Status::InvalidArgument("maxsim_topk_cuda: workspace needs " + std::to_string(need) +
                                        " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));

@@ -514,11 +514,7 @@ __device__ __forceinline__ void convert_staged_query(const MaxSimArgs& a, int ql
             raw[0] = lds128(staged + (r * a.dim + c) * esize);
             if (esize == 4) raw[1] = lds128(staged + (r * a.dim + c) * esize + 16);
         }
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            put(mma_tile::a_frag_word_index(r, c + 2 * p, n_chunks), mma_tile::raw_elem(raw, 2 * p, a.q_dtype),
-                mma_tile::raw_elem(raw, 2 * p + 1, a.q_dtype));
-        }
+        mma_tile::put_raw8(r, c, raw, a.q_dtype, n_chunks, put);
     }
 }
 

@@ -62,73 +62,46 @@ __device__ __forceinline__ float raw_elem(const uint4 (&r)[2], int e, int dtype)
                       : __uint_as_float(bits << 16);
 }
 
+/// Stores 8 consecutive query values of group row r, dims c .. c+7 (c a multiple of 8), held
+/// raw as for raw_elem, through put(word, v0, v1): the four A-fragment words they fill.
+template <class Put>
+__device__ __forceinline__ void put_raw8(int r, int c, const uint4 (&raw)[2], int dtype, int n_chunks, const Put& put) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        put(a_frag_word_index(r, c + 2 * p, n_chunks), raw_elem(raw, 2 * p, dtype), raw_elem(raw, 2 * p + 1, dtype));
+    }
+}
+
 /// Fills a group of query rows in A-fragment order: row r < rows of the group is src row r
 /// (dim values, dtype as raw_elem, rows dim elements apart), rows at or past rows_valid are
 /// 0; put(word, v0, v1) stores the pair of values of one layout word. Each thread loads 8
 /// values with one (fp32: two) 16-byte loads, kU such vectors in flight before it converts
 /// any, so that a 32-row x 128-dim group arrives in one round trip (one word per scalar load
-/// costs the block eight dependent ones). src must be 16-byte aligned. The first round's
-/// loads can be issued early (load_first) and the fill finished later (finish), so that
-/// other loads overlap them.
-template <int kThreads, int kU = 4>
-struct QueryRowFill {
-    const unsigned char* src;
-    int dtype, rows, rows_valid, dim;
-    uint4 raw[kU][2];
-
-    __device__ __forceinline__ QueryRowFill(const void* src_, int dtype_, int rows_, int rows_valid_, int dim_)
-        : src(static_cast<const unsigned char*>(src_)), dtype(dtype_), rows(rows_), rows_valid(rows_valid_),
-          dim(dim_) {}
-
-    __device__ __forceinline__ void load(int v0) {
-        const int vpr = dim >> 3, n_vec = rows * vpr, esize = dtype == 0 ? 4 : 2;
+/// costs the block eight dependent ones). src must be 16-byte aligned.
+template <int kThreads, int kU = 4, class Put>
+__device__ __forceinline__ void fill_a_frag_rows(const void* src, int dtype, int rows, int rows_valid, int dim,
+                                                 const Put& put) {
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    const int vpr = dim >> 3, n_vec = rows * vpr, n_chunks = dim >> 5, esize = dtype == 0 ? 4 : 2;
+    for (int v0 = threadIdx.x; v0 < n_vec; v0 += kU * kThreads) {
+        uint4 raw[kU][2];
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
             const int v = v0 + u * kThreads, r = v / vpr, c = (v - r * vpr) * 8;
             raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
             if (v < n_vec && r < rows_valid) {
-                const uint4* p = reinterpret_cast<const uint4*>(src + (int64_t(r) * dim + c) * esize);
+                const uint4* p = reinterpret_cast<const uint4*>(s + (int64_t(r) * dim + c) * esize);
                 raw[u][0] = p[0];
                 if (esize == 4) raw[u][1] = p[1];
             }
         }
-    }
-    template <class Put>
-    __device__ __forceinline__ void store(int v0, Put& put) const {
-        const int vpr = dim >> 3, n_vec = rows * vpr, n_chunks = dim >> 5;
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
             const int v = v0 + u * kThreads, r = v / vpr, c = (v - r * vpr) * 8;
             if (v >= n_vec) break;
-            const bool ok = r < rows_valid;  // rows loaded before rows_valid was lowered read as 0
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                put(a_frag_word_index(r, c + 2 * p, n_chunks), ok ? raw_elem(raw[u], 2 * p, dtype) : 0.f,
-                    ok ? raw_elem(raw[u], 2 * p + 1, dtype) : 0.f);
-            }
+            put_raw8(r, c, raw[u], dtype, n_chunks, put);
         }
     }
-    /// Issues the first round's loads.
-    __device__ __forceinline__ void load_first() { load(threadIdx.x); }
-    /// Stores the first round (load_first before), then loads and stores the rest.
-    template <class Put>
-    __device__ __forceinline__ void finish(Put put) {
-        const int n_vec = rows * (dim >> 3);
-        store(threadIdx.x, put);
-        for (int v0 = threadIdx.x + kU * kThreads; v0 < n_vec; v0 += kU * kThreads) {
-            load(v0);
-            store(v0, put);
-        }
-    }
-};
-
-/// QueryRowFill in one go.
-template <int kThreads, int kU = 4, class Put>
-__device__ __forceinline__ void fill_a_frag_rows(const void* src, int dtype, int rows, int rows_valid, int dim,
-                                                 Put put) {
-    QueryRowFill<kThreads, kU> f(src, dtype, rows, rows_valid, dim);
-    f.load_first();
-    f.finish(put);
 }
 
 /// The first lane of `mask` after lane u, or 32: the next non-empty item of a warp's walk
