@@ -153,13 +153,19 @@ Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged,
     return pdl::launch_pdl(code_maxsim_kernel<T>, grid, dim3(T::kThreads), smem, st, a);
 }
 
-/// launch_as of the scoring instantiation, or the top-k one when a.k > 0.
+/// launch_as of the scoring instantiation, or the top-k one when a.k > 0; 2-dim PQ sub-vectors
+/// in the per-byte layout at dim <= 128 score with the query fragments in registers
+/// (CodeTraits::kQReg).
 template <int kSub, int kBook>
 Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
               cudaStream_t st, bool plan_only, dim3* grid_out) {
     if (a.k > 0) {
         return launch_as<CodeTraits<kSub, kBook, true>>(a, smem, n_items_dense, ragged, n_queries, st, plan_only,
                                                         grid_out);
+    }
+    if constexpr (kSub == 2 && kBook == kBookPerByte) {
+        using TQ = CodeTraits<kSub, kBook, false, true>;
+        if (a.dim <= 32 * TQ::kQChunks) return launch_as<TQ>(a, smem, n_items_dense, ragged, n_queries, st, plan_only, grid_out);
     }
     return launch_as<CodeTraits<kSub, kBook, false>>(a, smem, n_items_dense, ragged, n_queries, st, plan_only,
                                                      grid_out);

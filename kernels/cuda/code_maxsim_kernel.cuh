@@ -94,13 +94,22 @@ enum : int {
     kBookPaired = 2,
 };
 
-template <int kSub_, int kBook_ = kBookPerByte, bool kTopK_ = false>
+template <int kSub_, int kBook_ = kBookPerByte, bool kTopK_ = false, bool kQReg_ = false>
 struct CodeTraits {
     static constexpr int kSub = kSub_;  // 0: centroid-only; 2, 4: dsub; 8: dsub a multiple of 8
     static constexpr int kBook = kBook_;
     /// Per-query top-k lists (CodeArgs::topk_partial) instead of scores: a separate
     /// instantiation, so that the scoring one keeps its registers.
     static constexpr bool kTopK = kTopK_;
+    /// dim <= 128: the query group's A fragments (kQChunks chunks) are loaded into registers once
+    /// per walk, and each step runs tile by tile (the 8 tokens of one n8 tile through every
+    /// chunk), so that its accumulators take 8 registers instead of 32 and the step reads no
+    /// query rows from shared memory (64 of its ~150-360 shared-load wavefronts). Instantiated
+    /// for 2-dim PQ sub-vectors in the per-byte layout only (PQ-64 at dim 128), scores mode:
+    /// +4-7% there on the H200; the other classes measured slower or equal (the freed L1 pipe
+    /// is taken over by MMA dependency stalls with 16 warps an SM; BENCHMARKS.md).
+    static constexpr bool kQReg = kQReg_;
+    static constexpr int kQChunks = 4;
     static constexpr bool kShared = kBook == kBookShared;
     static constexpr bool kPaired = kBook == kBookPaired;
     static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
@@ -116,6 +125,7 @@ struct CodeTraits {
     static_assert(kSub == 0 || kSub == 2 || kSub == 4 || kSub == 8, "dsub class");
     static_assert(!kShared || kSub != 0, "a shared block needs codes");
     static_assert(!kPaired || kSub >= 4, "paired blocks of 4 or 8 dims");
+    static_assert(!kQReg || kSub != 0, "query fragments in registers need codes");
     static_assert(kStepTokens == 32, "one centroid id per lane per step");
     static_assert(kRows == 32, "table groups are 32 rows");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
@@ -326,6 +336,63 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
     mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
 }
 
+/// Query fragments held in registers for a walk (CodeTraits::kQReg): chunk c, m-tile m, k half h.
+template <class T>
+struct QueryRegs {
+    uint4 f[T::kQReg ? T::kQChunks : 1][T::kMTiles][2];
+};
+
+/// warp_step_code with the query fragments in registers (T::kQReg: 2-dim PQ sub-vectors in the
+/// per-byte layout, n_chunks <= 4): the same decode and MMAs, run tile by tile (8 accumulator
+/// registers instead of 32), each tile's maxima folded before the next.
+template <class T>
+__device__ __forceinline__ void warp_step_code_qreg(const CodeArgs& a, const unsigned char* st, int code_off, int s0,
+                                                    int n_tok, const __half* table_g, const unsigned char* cb,
+                                                    const QueryRegs<T>& qr, int lane, float (&rmax)[T::kMTiles][2]) {
+    constexpr int kM = T::kMTiles, kN = T::kNTiles, kC = T::kQChunks;
+    static_assert(kM == 2, "table slots hold two m-tiles");
+    static_assert(T::kSub == 2 && T::kBook == kBookPerByte, "measured faster for dsub 2, per-byte layout only");
+    const int g = lane >> 2, t = lane & 3;
+    const int nv = n_tok - s0;
+    const int n_chunks = a.dim >> 5;
+    const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(st);
+    // Every tile's table entries first: the L2 gathers are in flight together.
+    uint2 tv[kN][2];
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+        const int j = n * 8 + 2 * t;
+        const uint2 cc = *reinterpret_cast<const uint2*>(cid_s + j);
+        const uint32_t c0 = j < nv ? cc.x : 0u, c1 = j + 1 < nv ? cc.y : 0u;
+        tv[n][0] = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
+        tv[n][1] = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
+    }
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+        float acc[kM][1][4];
+        const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][0].x));  // m0: rows g, g+8
+        const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][0].y));  // m1
+        const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][1].x));
+        const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][1].y));
+        acc[0][0][0] = a00.x; acc[0][0][1] = a10.x; acc[0][0][2] = a00.y; acc[0][0][3] = a10.y;
+        acc[1][0][0] = a01.x; acc[1][0][1] = a11.x; acc[1][0][2] = a01.y; acc[1][0][3] = a11.y;
+        const unsigned char* crow = st + 128 + code_off + (n * 8 + g) * a.n_code_bytes;
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+            if (c < n_chunks) {
+                const uint4 bf = decode8<T>(crow, (c * 32 + 8 * t) / 2, 0, 2, cb, 0);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int m = 0; m < kM; ++m) {
+                        const uint4& q = qr.f[c][m][h];
+                        mma16816<false>(acc[m][0], q.x, q.y, q.z, q.w, h ? bf.z : bf.x, h ? bf.w : bf.y);
+                    }
+            }
+        }
+        mma_tile::fold_step_max<kM, 1>(rmax, acc, s0 + n * 8, n_tok, t, s0 + n * 8 + 8 <= n_tok);
+    }
+}
+
 /// Scores this warp's n_mine items (lane u holds item u's token range [tb, te)) against one
 /// query group, adding each item's group score to `part` in the lane that owns it. The warp
 /// walks the items' 32-token steps in order with two stages: the copy of the next step
@@ -346,6 +413,18 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     int64_t ub = __shfl_sync(0xffffffffu, tb, u);
     int n_tok = int(__shfl_sync(0xffffffffu, te, u) - ub);
     int s0 = 0, cur = 0;
+    QueryRegs<T> qr;
+    if constexpr (T::kQReg) {  // the group's rows are in q_s (the caller's __syncthreads)
+        const int n_chunks = a.dim >> 5;
+#pragma unroll
+        for (int c = 0; c < T::kQChunks; ++c)
+#pragma unroll
+            for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    qr.f[c][m][h] = c < n_chunks ? lds128(q_s + mma_tile::a_frag_offset(m, c, h, lane, n_chunks))
+                                                 : make_uint4(0u, 0u, 0u, 0u);
+    }
     __syncwarp();  // every lane is done reading the stage (previous batch or group) the first copy overwrites
     stage_step(a, ub, min(n_tok, T::kStepTokens), stages, lane);
     async_copy::commit();
@@ -368,7 +447,10 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
         async_copy::commit();
         async_copy::wait_pending(1);
         __syncwarp();  // the current stage's copies, from every lane, are visible
-        warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, q_s, lane, rmax);
+        if constexpr (T::kQReg)
+            warp_step_code_qreg<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, qr, lane, rmax);
+        else
+            warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, q_s, lane, rmax);
         if (ns0 == 0) {  // the item's last step
             const float sc = mma_tile::sum_row_maxima<T::kMTiles>(rmax, rows_valid, g);
             if (lane == u) part += sc;

@@ -81,6 +81,9 @@ std::vector<CodeCase> code_cases() {
     c.push_back({"no_docs_dense", 128, 16, 0, 40, 2, 32, {}, {}, false, {}, 506});
     c.push_back({"two_query_groups", 128, 32, 2, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
                  {40, 40, 40}, 507});
+    // dsub 2 at dim <= 128 scores with the query fragments in registers, loaded per group.
+    c.push_back({"two_query_groups_dsub2", 128, 64, 0, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
+                 {40, 40, 40}, 511});
     c.push_back({"q_stride1", 128, 16, 0, 60, 3, 1, {}, lens(30, 1, 60, 11), true, {10, 10, 10}, 508});
     c.push_back({"q_stride0", 128, 16, 0, 60, 2, 0, {}, lens(5, 1, 60, 12), false, {}, 509});
     c.push_back({"pq4_d128_dsub32", 128, 4, 0, 30, 2, 32, {}, lens(20, 1, 100, 13), true, {20, 20}, 510});
