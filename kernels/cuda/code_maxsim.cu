@@ -1,8 +1,9 @@
 // Copyright TileMaxSim authors.
 // Launcher of the compressed (PQ / PLAID residual) fused MaxSim kernels: validate (sizes and
 // pointer alignment only: no device reads), pick the decode class with one switch
-// (dsub -> kSub), size the grid from the device's occupancy, launch, check. Also the
-// centroid-score table writer. Four instantiations, all in this file.
+// (dsub -> kSub) and codebook layout, size the grid from the device's occupancy, launch,
+// check. Also the centroid-score table writer and the codebook image writer. Every
+// instantiation (decode class x layout x scores / top-k, 19 in all) is in this file.
 #include <cuda_runtime.h>
 
 #include <algorithm>
