@@ -646,6 +646,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
                                        a.topk_partial + (int64_t(q) * n_slices + s) * a.k, nullptr, nullptr);
         }
     }
+    // The codebook image's copies are waited for before the first use; a CTA whose queries are
+    // all of length 0 never uses it and must not exit with them in flight.
+    async_copy::wait_pending(0);
 }
 
 /// Centroids per tile of the table writer.
