@@ -279,6 +279,13 @@ CodeArgs make_args(const CodeMaxSimParams& p, const void* d_table, int sub) {
     return a;
 }
 
+/// The top-k call's workspace for a launch of `slices` slices: the centroid-score table, then,
+/// from partial_offset, the partial lists (topk_dev::partial_bytes).
+size_t partial_offset(const CodeMaxSimParams& p) { return align256(code_centroid_table_bytes(p)); }
+size_t topk_workspace_bytes(const CodeMaxSimParams& p, int slices, int k) {
+    return partial_offset(p) + topk_dev::partial_bytes(p.n_queries, slices, k);
+}
+
 /// Slices of the top-k launch (grid.x): the partial lists' count.
 Status topk_slices(const CodeMaxSimParams& p, int k, int* slices) {
     const int sub = sub_class(p);
@@ -312,7 +319,7 @@ size_t code_maxsim_topk_cuda_workspace_bytes(const CodeMaxSimParams& p, int k) {
     if (!code_impl::validate_sizes(p).ok() || !code_impl::check_smem(p, k).ok()) return 0;
     int slices = 0;
     if (!code_impl::topk_slices(p, k, &slices).ok()) return 0;
-    return align256(code_centroid_table_bytes(p)) + topk_dev::partial_bytes(p.n_queries, slices, k);
+    return code_impl::topk_workspace_bytes(p, slices, k);
 }
 
 Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores,
@@ -329,14 +336,14 @@ Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_id
     TMS_RETURN_IF_ERROR(code_impl::check_smem(p, k));
     int slices = 0;
     TMS_RETURN_IF_ERROR(code_impl::topk_slices(p, k, &slices));
-    const size_t need = align256(code_centroid_table_bytes(p)) + topk_dev::partial_bytes(p.n_queries, slices, k);
+    const size_t need = code_impl::topk_workspace_bytes(p, slices, k);
     if (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
         return Status::InvalidArgument("code_maxsim_topk_cuda: workspace needs " + std::to_string(need) +
                                        " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
     }
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     TMS_RETURN_IF_ERROR(code_centroid_table_cuda(p, d_workspace, stream));
-    void* partial = static_cast<char*>(d_workspace) + align256(code_centroid_table_bytes(p));
+    void* partial = static_cast<char*>(d_workspace) + code_impl::partial_offset(p);
     const int sub = code_impl::sub_class(p);
     code_impl::CodeArgs a = code_impl::make_args(p, d_workspace, sub);
     a.scores = nullptr;

@@ -248,6 +248,28 @@ __device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int 
     }
 }
 
+/// The centroid scores of tokens j = 8n + 2t and j + 1 of a step's n8 tile n (lane g*4+t),
+/// gathered from L2 by the staged centroid ids cid_s: each is the lane's 8-byte slice of its
+/// token's 32 table slots (rows g, g+8 of m-tiles 0 and 1). Tokens at or past nv read centroid 0.
+__device__ __forceinline__ void table_pair(const uint32_t* cid_s, int n, int nv, const __half* table_g, int g, int t,
+                                           uint2& v0, uint2& v1) {
+    const int j = n * 8 + 2 * t;
+    const uint2 cc = *reinterpret_cast<const uint2*>(cid_s + j);
+    const uint32_t c0 = j < nv ? cc.x : 0u, c1 = j + 1 < nv ? cc.y : 0u;
+    v0 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
+    v1 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
+}
+
+/// A tile's accumulators of m-tiles 0 (a0) and 1 (a1) set to the centroid scores of table_pair.
+__device__ __forceinline__ void acc_from_table(const uint2& v0, const uint2& v1, float (&a0)[4], float (&a1)[4]) {
+    const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&v0.x));  // m0: rows g, g+8
+    const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&v0.y));  // m1
+    const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&v1.x));
+    const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v1.y));
+    a0[0] = a00.x; a0[1] = a10.x; a0[2] = a00.y; a0[3] = a10.y;
+    a1[0] = a01.x; a1[1] = a11.x; a1[2] = a01.y; a1[3] = a11.y;
+}
+
 /// One 32-token step of one document from stage `st` (tokens s0 .. s0 + 31 of n_tok; the
 /// stage holds tokens s0 .. min(s0 + 32, n_tok) - 1), folded into the running row maxima.
 template <class T>
@@ -262,17 +284,9 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
     float acc[kM][kN][4];
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
-        const int j = n * 8 + 2 * t;
-        const uint2 cc = *reinterpret_cast<const uint2*>(cid_s + j);
-        const uint32_t c0 = j < nv ? cc.x : 0u, c1 = j + 1 < nv ? cc.y : 0u;
-        const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
-        const uint2 v1 = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
-        const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&v0.x));  // m0: rows g, g+8
-        const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&v0.y));  // m1
-        const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&v1.x));
-        const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v1.y));
-        acc[0][n][0] = a00.x; acc[0][n][1] = a10.x; acc[0][n][2] = a00.y; acc[0][n][3] = a10.y;
-        acc[1][n][0] = a01.x; acc[1][n][1] = a11.x; acc[1][n][2] = a01.y; acc[1][n][3] = a11.y;
+        uint2 v0, v1;
+        table_pair(cid_s, n, nv, table_g, g, t, v0, v1);
+        acc_from_table(v0, v1, acc[0][n], acc[1][n]);
     }
     if constexpr (T::kSub != 0) {
         const unsigned char* crow[kN];
@@ -359,22 +373,11 @@ __device__ __forceinline__ void warp_step_code_qreg(const CodeArgs& a, const uns
     // Every tile's table entries first: the L2 gathers are in flight together.
     uint2 tv[kN][2];
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
-        const int j = n * 8 + 2 * t;
-        const uint2 cc = *reinterpret_cast<const uint2*>(cid_s + j);
-        const uint32_t c0 = j < nv ? cc.x : 0u, c1 = j + 1 < nv ? cc.y : 0u;
-        tv[n][0] = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c0) * 32 + g * 4));
-        tv[n][1] = __ldg(reinterpret_cast<const uint2*>(table_g + size_t(c1) * 32 + g * 4));
-    }
+    for (int n = 0; n < kN; ++n) table_pair(cid_s, n, nv, table_g, g, t, tv[n][0], tv[n][1]);
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
         float acc[kM][1][4];
-        const float2 a00 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][0].x));  // m0: rows g, g+8
-        const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][0].y));  // m1
-        const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][1].x));
-        const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&tv[n][1].y));
-        acc[0][0][0] = a00.x; acc[0][0][1] = a10.x; acc[0][0][2] = a00.y; acc[0][0][3] = a10.y;
-        acc[1][0][0] = a01.x; acc[1][0][1] = a11.x; acc[1][0][2] = a01.y; acc[1][0][3] = a11.y;
+        acc_from_table(tv[n][0], tv[n][1], acc[0][0], acc[1][0]);
         const unsigned char* crow = st + 128 + code_off + (n * 8 + g) * a.n_code_bytes;
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
@@ -494,7 +497,6 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
 template <int kSub, int kBook>
 __device__ __forceinline__ void write_codebook(const float* __restrict__ codebook, int dim, unsigned char* dst,
                                                int tid, int n_threads) {
-    unsigned char* cb = dst;
     if constexpr (kBook == kBookPaired) {
         // fp32 [n_code_bytes][256][dsub] -> fp16 entries at paired_offset, 4 values (one or half
         // an entry) a thread a step.
@@ -509,14 +511,14 @@ __device__ __forceinline__ void write_codebook(const float* __restrict__ codeboo
             uint2 w;
             w.x = *reinterpret_cast<const uint32_t*>(&lo);
             w.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(cb + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
+            *reinterpret_cast<uint2*>(dst + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
         }
     } else if constexpr (kBook == kBookShared) {
         // Block 0 of the fp32 codebook -> 128 / (2 * kSub) interleaved fp16 copies (32 KB).
         constexpr int R = 128 / (2 * kSub), E = 2 * kSub;
         for (int i = tid; i < 256 * R * kSub; i += n_threads) {
             const int j = i % kSub, r = (i / kSub) % R, e = i / (kSub * R);
-            *reinterpret_cast<__half*>(cb + (e * R + r) * E + j * 2) =
+            *reinterpret_cast<__half*>(dst + (e * R + r) * E + j * 2) =
                 __float2half_rn(__ldg(codebook + e * kSub + j));
         }
     } else if constexpr (kSub != 0) {
@@ -530,7 +532,7 @@ __device__ __forceinline__ void write_codebook(const float* __restrict__ codeboo
             uint2 w;
             w.x = *reinterpret_cast<const uint32_t*>(&lo);
             w.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(cb + size_t(i) * 8) = w;
+            *reinterpret_cast<uint2*>(dst + size_t(i) * 8) = w;
         }
     }
 }
