@@ -203,6 +203,15 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
         return kernels::code_maxsim_cuda(at(i), ws.p, ws_bytes, nullptr);
     }, &sec));
     report("tilemaxsim-code");
+    if (kernels::code_maxsim_cuda_uses_wgmma(p)) {
+        // The same call through the mma.sync kernel (what GPUs other than Hopper run).
+        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
+            kernels::CodeMaxSimParams pi = at(i);
+            pi.allow_wgmma = false;
+            return kernels::code_maxsim_cuda(pi, ws.p, ws_bytes, nullptr);
+        }, &sec));
+        report("tilemaxsim-code-mma");
+    }
     if (bc.n_cand > 0) {
         // Scoring alone, the centroid-score table already built.
         TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, ws.p, nullptr));

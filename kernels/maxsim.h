@@ -94,6 +94,10 @@ struct CodeMaxSimParams {
     /// (kernels/cuda/code_maxsim_cuda.h). Each CTA then copies it (one round trip) instead of
     /// converting `codebook`, which it no longer reads. Prepare it once per codebook.
     const void* codebook_image = nullptr;
+    /// CUDA only: score with the Hopper warpgroup-MMA kernel where it applies (a build for
+    /// sm_90a on a compute capability 9.0 device, scores mode, codes); false: the mma.sync
+    /// kernel every GPU runs. Results agree within fp32 summation order.
+    bool allow_wgmma = true;
 
     const int64_t* doc_offsets = nullptr;
     int64_t n_docs = 0;

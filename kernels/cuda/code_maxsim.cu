@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/code_maxsim_kernel.cuh"
+#include "kernels/cuda/code_maxsim_launch.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch_cache.h"
 #include "kernels/cuda/maxsim_cuda.h"
@@ -18,9 +19,82 @@
 
 namespace tms::kernels {
 namespace code_impl {
-namespace {
 
-constexpr int kMaxGridY = 65535;
+/// The prepared codebook image (code_codebook_image_cuda): write_codebook of layout `book` for
+/// decode class `sub`, across the grid, into global memory.
+__global__ void __launch_bounds__(256) codebook_image_kernel(const float* codebook, int dim, int sub, int book,
+                                                             unsigned char* dst) {
+    const int tid = int(blockIdx.x * blockDim.x + threadIdx.x), n = int(gridDim.x * blockDim.x);
+    if (book == kBookPaired) {
+        if (sub == 8) write_codebook<8, kBookPaired>(codebook, dim, dst, tid, n);
+        if (sub == 4) write_codebook<4, kBookPaired>(codebook, dim, dst, tid, n);
+    } else if (book == kBookShared) {
+        if (sub == 8) write_codebook<8, kBookShared>(codebook, dim, dst, tid, n);
+        if (sub == 4) write_codebook<4, kBookShared>(codebook, dim, dst, tid, n);
+        if (sub == 2) write_codebook<2, kBookShared>(codebook, dim, dst, tid, n);
+    } else {
+        write_codebook<8, kBookPerByte>(codebook, dim, dst, tid, n);  // the same for every class
+    }
+}
+
+/// Centroids per tile of the table writer.
+constexpr int kTableTileK = 64;
+
+/// Table writer: one CTA of 256 threads transposes 32 rows x 64 centroids of one (query, group)
+/// through shared memory: reads along centroids (16-byte loads when every row is 16-byte
+/// aligned), writes each centroid's 32 slots as four 16-byte stores (table 16-byte aligned).
+__global__ void __launch_bounds__(256) centroid_table_kernel(const float* cs, const int32_t* query_lens,
+                                                             int n_queries, int q_stride, int n_centroids,
+                                                             int n_groups, __half* table) {
+    // Rows padded by 4 floats: the 16-byte stores of one phase fill one 128-byte span, and the
+    // reads below (4 rows two apart x 8 centroids a warp) hit 32 distinct banks.
+    __shared__ __align__(16) float tile[32][kTableTileK + 4];
+    const int64_t n_ktiles = (n_centroids + kTableTileK - 1) / kTableTileK;
+    const int64_t n_tiles = int64_t(n_queries) * n_groups * n_ktiles;
+    const bool vec = n_centroids % 4 == 0 && reinterpret_cast<uintptr_t>(cs) % 16 == 0;
+    for (int64_t tile_id = blockIdx.x; tile_id < n_tiles; tile_id += gridDim.x) {
+        const int64_t kt = tile_id % n_ktiles;
+        const int64_t qg = tile_id / n_ktiles;
+        const int grp = int(qg % n_groups), q = int(qg / n_groups);
+        int ql = query_lens ? query_lens[q] : q_stride;
+        ql = max(0, min(ql, q_stride));
+        const int k0 = int(kt * kTableTileK);
+        __syncthreads();
+        // 32 rows x 16 pieces of 4 centroids, two a thread.
+        for (int j = threadIdx.x; j < 32 * (kTableTileK / 4); j += blockDim.x) {
+            const int r = j / (kTableTileK / 4), kk = (j % (kTableTileK / 4)) * 4;
+            const int row = grp * 32 + r, k = k0 + kk;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row < ql && k < n_centroids) {
+                const float* src = cs + (int64_t(q) * q_stride + row) * n_centroids + k;
+                if (vec) {
+                    v = __ldg(reinterpret_cast<const float4*>(src));
+                } else {
+                    v.x = src[0];
+                    v.y = k + 1 < n_centroids ? src[1] : 0.f;
+                    v.z = k + 2 < n_centroids ? src[2] : 0.f;
+                    v.w = k + 3 < n_centroids ? src[3] : 0.f;
+                }
+            }
+            *reinterpret_cast<float4*>(&tile[r][kk]) = v;
+        }
+        __syncthreads();
+        // 64 centroids x 4 pieces of 8 slots, one a thread.
+        for (int j = threadIdx.x; j < kTableTileK * 4; j += blockDim.x) {
+            const int kk = j >> 2, s8 = (j & 3) * 8, k = k0 + kk;
+            if (k >= n_centroids) continue;
+            uint32_t w[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const __half2 h = __floats2half2_rn(tile[table_row(s8 + 2 * i)][kk], tile[table_row(s8 + 2 * i + 1)][kk]);
+                w[i] = *reinterpret_cast<const uint32_t*>(&h);
+            }
+            *reinterpret_cast<uint4*>(table + (qg * n_centroids + k) * 32 + s8) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+namespace {
 
 int n_groups(const CodeMaxSimParams& p) { return (p.q_stride + 31) / 32; }
 
@@ -50,16 +124,6 @@ int codebook_smem_bytes(const CodeMaxSimParams& p, int sub) {
     return book_mode(p, sub) == kBookShared ? 256 * 128 : p.dim * 512;
 }
 
-/// Codebook and query rows (with codes), then two stages per warp; top-k mode (k > 0): each
-/// warp's list of k keys and the list lengths.
-size_t smem_bytes(const CodeMaxSimParams& p, int sub, int k = 0) {
-    constexpr int kWarps = CodeTraits<0>::kWarps;
-    const size_t stages = size_t(kWarps) * 2 * stage_bytes(p.n_code_bytes);
-    const size_t lists = k > 0 ? size_t(kWarps) * k * sizeof(uint64_t) + 16 * ((kWarps * sizeof(int) + 15) / 16) : 0;
-    if (sub == 0) return stages + lists;
-    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages + lists;
-}
-
 /// NotSupported for a codec shape (dim, n_code_bytes) the kernel has no decode for.
 Status check_shape(const CodeMaxSimParams& p) {
     if (p.dim <= 0 || p.n_code_bytes < 0 || (p.n_code_bytes > 0 && p.dim % p.n_code_bytes != 0)) {
@@ -75,6 +139,32 @@ Status check_shape(const CodeMaxSimParams& p) {
                                     " (2, 4 or a multiple of 8)");
     }
     return Status::OK();
+}
+
+/// Codebook and query rows (with codes), then two stages per warp; top-k mode (k > 0): each
+/// warp's list of k keys and the list lengths; the warpgroup-MMA kernel (wg): query rows padded
+/// to a multiple of 128 dims (query_group_bytes), and two sets of 8 half-step counts.
+size_t smem_bytes_as(const CodeMaxSimParams& p, int sub, int k, bool wg) {
+    constexpr int kWarps = CodeTraits<0>::kWarps;
+    const size_t stages = size_t(kWarps) * 2 * stage_bytes(p.n_code_bytes);
+    const size_t lists = k > 0 ? size_t(kWarps) * k * sizeof(uint64_t) + 16 * ((kWarps * sizeof(int) + 15) / 16) : 0;
+    if (sub == 0) return stages + lists;
+    const size_t wg_counts = wg ? 2 * kWarps * sizeof(int) : 0;
+    return size_t(codebook_smem_bytes(p, sub)) + size_t(query_group_bytes(p.dim, wg)) + stages + lists + wg_counts;
+}
+
+/// Whether the warpgroup-MMA kernel applies to p (code_maxsim_cuda_uses_wgmma), its shared
+/// memory within the device's limit included.
+bool wg_applies(const CodeMaxSimParams& p) {
+    if (!p.allow_wgmma || p.n_code_bytes <= 0 || !check_shape(p).ok() || !wg_available()) return false;
+    launch_cache::DeviceFacts dev;
+    if (!launch_cache::current_device(&dev).ok()) return false;
+    return smem_bytes_as(p, sub_class(p), 0, true) <= size_t(dev.smem_optin);
+}
+
+/// smem_bytes_as of the kernel a call with p and k runs.
+size_t smem_bytes(const CodeMaxSimParams& p, int sub, int k = 0) {
+    return smem_bytes_as(p, sub, k, k == 0 && wg_applies(p));
 }
 
 Status validate_sizes(const CodeMaxSimParams& p) {
@@ -128,32 +218,6 @@ Status check_smem(const CodeMaxSimParams& p, int k = 0) {
     return Status::OK();
 }
 
-/// Sizes the grid (slices x queries) of instantiation T from the device's occupancy and
-/// launches it; plan_only: only the grid (*grid_out), for sizing the top-k workspace.
-template <class T>
-Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
-                 cudaStream_t st, bool plan_only, dim3* grid_out) {
-    int blocks = 0;
-    TMS_RETURN_IF_ERROR(
-        launch_cache::occupancy(reinterpret_cast<const void*>(code_maxsim_kernel<T>), T::kThreads, smem, &blocks));
-    if (blocks == 0) return Status::NotSupported("code_maxsim_cuda: kernel does not fit on an SM");
-    launch_cache::DeviceFacts dev;
-    TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
-    const int64_t resident = int64_t(blocks) * dev.sms;
-    const int nq = std::max(1, n_queries);
-    int64_t slices;
-    if (!ragged) {
-        slices = (resident + nq - 1) / nq;
-        slices = std::min<int64_t>(slices, (int64_t(n_items_dense) + 7) / 8);
-    } else {
-        slices = (4 * resident + nq - 1) / nq;
-    }
-    const dim3 grid(unsigned(std::clamp<int64_t>(slices, 1, 1 << 20)), unsigned(std::min(nq, kMaxGridY)));
-    if (grid_out) *grid_out = grid;
-    if (plan_only) return Status::OK();
-    return pdl::launch_pdl(code_maxsim_kernel<T>, grid, dim3(T::kThreads), smem, st, a);
-}
-
 /// launch_as of the scoring instantiation, or the top-k one when a.k > 0; 2-dim PQ sub-vectors
 /// in the per-byte layout at dim <= 128 score with the query fragments in registers
 /// (CodeTraits::kQReg).
@@ -180,6 +244,9 @@ Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams&
     const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
     const int book = book_mode(p, sub);
     const int nq = p.n_queries;
+    if (a.k == 0 && code_maxsim_cuda_uses_wgmma(p)) {
+        return launch_wg(sub, book, a, smem, nd, ragged, nq, st, plan_only, grid);
+    }
     switch (sub * 4 + book) {
         case 0: return launch<0, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 2 * 4 + kBookPerByte: return launch<2, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
@@ -352,6 +419,16 @@ Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_id
     dim3 grid;
     TMS_RETURN_IF_ERROR(code_impl::dispatch(sub, a, code_impl::smem_bytes(p, sub, k), p, st, /*plan_only=*/false, &grid));
     return topk_dev::merge_partials(partial, int(grid.x), p.n_queries, k, d_out_ids, d_out_scores, st);
+}
+
+bool code_maxsim_cuda_uses_wgmma(const CodeMaxSimParams& p) { return code_impl::wg_applies(p); }
+
+bool code_maxsim_cuda_built_sm90a() {
+#if defined(TMS_CUDA_SM90A)
+    return true;
+#else
+    return false;
+#endif
 }
 
 Status code_maxsim_cuda_supported(int dim, int n_code_bytes) {

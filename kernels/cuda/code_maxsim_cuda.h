@@ -53,6 +53,14 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
 /// NotSupported naming the reason.
 Status code_maxsim_cuda_supported(int dim, int n_code_bytes);
 
+/// Whether code_maxsim_cuda / code_maxsim_table_cuda with p score on the current device with the
+/// Hopper warpgroup-MMA kernel (p.allow_wgmma, codes, a build with sm_90a code, a compute
+/// capability 9.0 device) rather than the mma.sync one. Top-k calls always use mma.sync.
+bool code_maxsim_cuda_uses_wgmma(const CodeMaxSimParams& p);
+
+/// Whether this build has sm_90a code (CUDA architectures naming 90a).
+bool code_maxsim_cuda_built_sm90a();
+
 /// Workspace of code_maxsim_cuda: the table (code_centroid_table_bytes).
 size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p);
 

@@ -45,6 +45,7 @@
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/topk_device.cuh"
+#include "kernels/cuda/wgmma.cuh"
 #include "kernels/maxsim.h"
 
 namespace tms::kernels::code_impl {
@@ -94,7 +95,7 @@ enum : int {
     kBookPaired = 2,
 };
 
-template <int kSub_, int kBook_ = kBookPerByte, bool kTopK_ = false, bool kQReg_ = false>
+template <int kSub_, int kBook_ = kBookPerByte, bool kTopK_ = false, bool kQReg_ = false, bool kWg_ = false>
 struct CodeTraits {
     static constexpr int kSub = kSub_;  // 0: centroid-only; 2, 4: dsub; 8: dsub a multiple of 8
     static constexpr int kBook = kBook_;
@@ -110,6 +111,14 @@ struct CodeTraits {
     /// is taken over by MMA dependency stalls with 16 warps an SM; BENCHMARKS.md).
     static constexpr bool kQReg = kQReg_;
     static constexpr int kQChunks = 4;
+    /// Hopper warpgroup MMA (sm_90a, scores mode): the documents are the M side. Each warp of a
+    /// warpgroup walks its own items as before, in half-steps of 16 tokens; the 4 warps issue
+    /// wgmma m64n32k16 together, each with its 16 tokens decoded straight into A-fragment
+    /// registers, the query group (B) read by the tensor cores from shared memory (wg_b_word).
+    /// No query-fragment loads, no MMA issue per 16x8 tile, 16 accumulators a lane. Warps of a
+    /// warpgroup issue the same number of half-steps per walk: one with fewer pads with empty
+    /// ones (wgmma instructions are warpgroup-collective).
+    static constexpr bool kWg = kWg_;
     static constexpr bool kShared = kBook == kBookShared;
     static constexpr bool kPaired = kBook == kBookPaired;
     static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
@@ -126,10 +135,16 @@ struct CodeTraits {
     static_assert(!kShared || kSub != 0, "a shared block needs codes");
     static_assert(!kPaired || kSub >= 4, "paired blocks of 4 or 8 dims");
     static_assert(!kQReg || kSub != 0, "query fragments in registers need codes");
+    static_assert(!kWg || (kSub != 0 && !kQReg && !kTopK), "warpgroup MMA: codes, scores mode");
     static_assert(kStepTokens == 32, "one centroid id per lane per step");
     static_assert(kRows == 32, "table groups are 32 rows");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
 };
+
+/// Shared-memory bytes of the query group (32 fp16 rows): dim * 64, or with CodeTraits::kWg
+/// dim rounded up to a multiple of 128 (the B operand's rows end in zeros, so that every round
+/// of 4 chunks runs all its wgmmas at fixed descriptor offsets).
+__host__ __device__ constexpr int query_group_bytes(int dim, bool wg) { return (wg ? (dim + 127) / 128 * 128 : dim) * 64; }
 
 /// Table slot of row r (0..31) of a group, and back.
 __host__ __device__ constexpr int table_slot(int r) { return (r & 7) * 4 + ((r >> 4) & 1) * 2 + ((r >> 3) & 1); }
@@ -204,6 +219,26 @@ __device__ __forceinline__ uint4 paired_decode8(const unsigned char* cb, const u
         const uint2 t1 = lds64(cb + paired_offset<4>(b0 + j1, (c2 >> (8 * j1)) & 0xff));
         return r ? make_uint4(t1.x, t1.y, t0.x, t0.y) : make_uint4(t0.x, t0.y, t1.x, t1.y);
     }
+}
+
+/// The code byte b holding dims 32c + 8t .. of chunk c (lane g*4+t), and (kSub = 8) their offset
+/// in its block: d0 / dsub by a multiply-high with a.dsub_magic = ceil(2^32 / dsub), exact for
+/// d0 < 2^16. Decode classes other than kBookPaired.
+template <class T>
+__device__ __forceinline__ void chunk_code_byte(const CodeArgs& a, int c, int t, int& b, int& off) {
+    const int d0 = c * 32 + 8 * t;
+    b = T::kSub == 8 ? int(__umulhi(uint32_t(d0), a.dsub_magic)) : d0 / T::kSub;
+    off = d0 - b * a.dsub;
+}
+
+/// kBookPaired: the first blocks of the lane's 8 dims of chunks c + odd (b0) and c + 1 - odd (b1),
+/// read in that order: lanes of even token rows (odd = 0) read chunk c first, odd rows chunk
+/// c + 1 first; with the rotation (row / 2) % (8 / D) of paired_decode8, one phase's lanes read
+/// distinct slots.
+template <int D>
+__device__ __forceinline__ void paired_blocks(int c, int t, int odd, int& b0, int& b1) {
+    b0 = (32 * (c + odd) + 8 * t) / D;
+    b1 = (32 * (c + 1 - odd) + 8 * t) / D;
 }
 
 /// Bytes of one warp's stage: 32 centroid ids, then the code rows of 32 tokens from the
@@ -318,7 +353,8 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
             constexpr int D = T::kSub;
             const int odd = g & 1, r = (g >> 1) & (8 / D - 1);
             for (int c = 0; c < n_chunks; c += 2) {
-                const int b0 = (32 * (c + odd) + 8 * t) / D, b1 = (32 * (c + 1 - odd) + 8 * t) / D;
+                int b0, b1;
+                paired_blocks<D>(c, t, odd, b0, b1);
                 uint4 r0[kN], r1[kN];
 #pragma unroll
                 for (int n = 0; n < kN; ++n) r0[n] = paired_decode8<D>(cb, crow[n], b0, r);
@@ -335,11 +371,8 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
         } else {
             const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
             for (int c = 0; c < n_chunks; ++c) {
-                // The code byte (kSub = 8: and offset in its block) holding dims 32c + 8t ...: d0 / dsub
-                // by a multiply-high with a.dsub_magic = ceil(2^32 / dsub), exact for d0 < 2^16.
-                const int d0 = c * 32 + 8 * t;
-                const int b = T::kSub == 8 ? int(__umulhi(uint32_t(d0), a.dsub_magic)) : d0 / T::kSub;
-                const int off = d0 - b * a.dsub;
+                int b, off;
+                chunk_code_byte<T>(a, c, t, b, off);
                 uint4 bf[kN];
 #pragma unroll
                 for (int n = 0; n < kN; ++n) bf[n] = decode8<T>(crow[n], b, off, a.dsub, cb, rep_off);
@@ -468,6 +501,265 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     }
 }
 
+/// kWg: word (4 bytes: dims d, d + 1, d even) of query row r (0..31 of a group) in the B operand
+/// of wgmma (wgmma.cuh: no swizzle, K-major, k groups 512 bytes apart, n groups 128). Column n =
+/// 8j + 2t + e holds the row in table slot 8t + 2j + e (table_slot), so that lane g*4+t's 8
+/// accumulator columns are the 8 consecutive slots 8t .. 8t + 7 of a token's table entry (one
+/// 16-byte load). The k order inside each 32-dim chunk is permuted as on the A side, where lane
+/// g*4+t holds a token's dims 8t .. 8t + 7 of the chunk: k16 half h, k position 2t + e + 8f is
+/// dim 8t + 4h + 2f + e. A group takes dim * 64 bytes, as in A-fragment order.
+__host__ __device__ constexpr int wg_b_word(int r, int d) {
+    const int s = table_slot(r);
+    const int n = ((s >> 1) & 3) * 8 + (s >> 3) * 2 + (s & 1);
+    const int kg = ((d >> 5) * 2 + ((d >> 2) & 1)) * 2 + ((d >> 1) & 1);
+    return kg * 128 + (n >> 3) * 32 + (n & 7) * 4 + ((d >> 3) & 3);
+}
+struct WgBIndex {
+    __device__ __forceinline__ int operator()(int row, int dim) const { return wg_b_word(row, dim); }
+};
+
+/// kWg: the document's score for this group: each accumulator column's maximum over the lanes
+/// that share it (lane g*4+t, column k of 8 is table slot 8t + k), summed over the columns whose
+/// query row is below rows_valid; every lane returns the sum.
+__device__ __forceinline__ float wg_sum_cols(const float (&cmax)[8], int rows_valid, int t) {
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        float v = cmax[k];
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+        if (table_row(8 * t + k) < rows_valid) sum += v;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    return sum;
+}
+
+/// kWg: the lane's 8 dims of chunks c and c + 1 of the tokens whose code rows are crow[0], crow[1]
+/// (rows of the same parity) into v[0..1] (chunk c) and v[2..3] (chunk c + 1); chunks at or past
+/// n_chunks are zeros (only without kBookPaired, whose chunk count is even).
+template <class T>
+__device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned char* crow0, const unsigned char* crow1,
+                                               int c, int n_chunks, int g, int t, const unsigned char* cb, int rep_off,
+                                               uint4 (&v)[4]) {
+    const unsigned char* const crow[2] = {crow0, crow1};
+    if constexpr (T::kPaired) {
+        constexpr int D = T::kSub;
+        const int odd = g & 1, r = (g >> 1) & (8 / D - 1);
+        int b0, b1;
+        paired_blocks<D>(c, t, odd, b0, b1);
+        uint4 x0[2], x1[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) x0[i] = paired_decode8<D>(cb, crow[i], b0, r);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) x1[i] = paired_decode8<D>(cb, crow[i], b1, r);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            v[i] = odd ? x1[i] : x0[i];
+            v[2 + i] = odd ? x0[i] : x1[i];
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (c + h < n_chunks) {
+                int b, off;
+                chunk_code_byte<T>(a, c + h, t, b, off);
+#pragma unroll
+                for (int i = 0; i < 2; ++i) v[2 * h + i] = decode8<T>(crow[i], b, off, a.dsub, cb, rep_off);
+            } else {
+                v[2 * h] = v[2 * h + 1] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+    }
+}
+
+/// kWg: a tile's 16 accumulators (lane g*4+t: rows g, g+8 of the warp's 16 tokens, columns
+/// 8j + 2t + e) set to the two tokens' table entries (slots 8t .. 8t + 7 = columns k = 2j + e).
+__device__ __forceinline__ void wg_acc_from_table(const uint4& e0, const uint4& e1, float (&acc)[16]) {
+    const uint32_t w0[4] = {e0.x, e0.y, e0.z, e0.w}, w1[4] = {e1.x, e1.y, e1.z, e1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&w0[j]));
+        const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&w1[j]));
+        acc[4 * j] = f0.x;
+        acc[4 * j + 1] = f0.y;
+        acc[4 * j + 2] = f1.x;
+        acc[4 * j + 3] = f1.y;
+    }
+}
+
+/// kWg: one tile's accumulators (tokens row0 = base + g and row0 + 8 valid when below nv, or
+/// all when `full`) folded into the running column maxima.
+__device__ __forceinline__ void wg_fold(const float (&acc)[16], int row0, int nv, bool full, float (&cmax)[8]) {
+    const bool ok0 = full || row0 < nv, ok1 = full || row0 + 8 < nv;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {  // k = 2j + e: rows g (acc[4j + e]) and g + 8 (acc[4j + 2 + e])
+        const float c0 = ok0 ? acc[4 * (k >> 1) + (k & 1)] : -INFINITY;
+        const float c1 = ok1 ? acc[4 * (k >> 1) + 2 + (k & 1)] : -INFINITY;
+        cmax[k] = fmaxf(cmax[k], fmaxf(c0, c1));
+    }
+}
+
+/// kWg: one 32-token step of the stage st (nv tokens valid, more than 32: all; nv <= 0: an empty
+/// step that only takes part in the warpgroup's wgmmas), folded into the running column maxima.
+/// The warp's tokens are two tiles of 16 (tile h: rows 16h + g and 16h + g + 8 of lane g*4+t), each
+/// the warp's 16 rows of a wgmma m64n32 with its own accumulators. Per 64 dims (a chunk pair) and
+/// tile, a sub-round decodes 16 A registers (two buffers, used in turn) and issues 4 wgmmas; the
+/// next sub-round's decode runs while they do (wait_group 1).
+template <class T>
+__device__ __forceinline__ void wg_step(const CodeArgs& a, const unsigned char* st, int code_off, int nv,
+                                        const uint4 (&te)[2][2], const unsigned char* cb, uint64_t qdesc, int lane,
+                                        float (&cmax)[8]) {
+    const int g = lane >> 2, t = lane & 3;
+    float acc[2][16];
+    const unsigned char* crow0 = st + 128 + code_off + g * a.n_code_bytes;
+    const int rs = 8 * a.n_code_bytes;  // 8 token rows
+    const int n_chunks = a.dim >> 5;
+    const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
+    const uint32_t hi = uint32_t(qdesc >> 32);
+    // One sub-round: chunks 2p, 2p + 1 of round c0 (whole: no chunk past the last), tile h; the
+    // first round starts the tile's accumulators from the table after its first decode's loads.
+    auto sub_round = [&](int c0, uint32_t lo, int p, int h, bool whole, bool first) {
+        uint4 v[4];  // chunk 2p (tokens 16h + g, + 8), then chunk 2p + 1
+        if (whole || c0 + 2 * p < n_chunks) {
+            wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, c0 + 2 * p, whole ? c0 + 4 : n_chunks,
+                              g, t, cb, rep_off, v);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        if (first && p == 0) wg_acc_from_table(te[h][0], te[h][1], acc[h]);
+        wgmma::fence();
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            // Chunk 2p + q, k16 half 0: dims 8t .. 8t+3 (x, y), half 1: 8t+4 .. 8t+7 (z, w); a0 / a2
+            // token 16h + g, a1 / a3 token 16h + g + 8. 1 KB of B a k16.
+            const uint32_t d = lo + uint32_t(((2 * p + q) * 2) * (1024 >> 4));
+            const uint4& x = v[2 * q];
+            const uint4& y = v[2 * q + 1];
+            wgmma::mma_m64n32k16(acc[h], x.x, y.x, x.y, y.y, d, hi);
+            wgmma::mma_m64n32k16(acc[h], x.z, y.z, x.w, y.w, d + (1024 >> 4), hi);
+        }
+        wgmma::commit();
+        wgmma::wait_one();  // the sub-round before this one is done: its buffer is free
+    };
+    // 128 dims a round (the query rows are padded to it); an empty step decodes whatever its
+    // stage holds (in bounds; its results are dropped).
+    auto round = [&](int c0, bool first) {
+        const uint32_t lo = uint32_t(qdesc) + uint32_t(c0) * (2 * 1024 >> 4);
+        if (c0 + 4 <= n_chunks) {
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) sub_round(c0, lo, p, h, true, first);
+        } else {
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) sub_round(c0, lo, p, h, false, first);
+        }
+        wgmma::wait_all();
+    };
+    round(0, true);
+#pragma unroll 1
+    for (int c0 = 4; c0 < n_chunks; c0 += 4) round(c0, false);
+    if (nv <= 0) return;
+    if (nv >= T::kStepTokens) {  // warp-uniform: no masks on a whole step
+        wg_fold(acc[0], 0, 0, true, cmax);
+        wg_fold(acc[1], 0, 0, true, cmax);
+    } else {
+        wg_fold(acc[0], g, nv, false, cmax);
+        wg_fold(acc[1], 16 + g, nv, false, cmax);
+    }
+}
+
+/// kWg: warp_items_code's walk in steps, in lockstep with the other warps of the warpgroup: they
+/// first agree (counts: 8 ints of shared memory, one a warp, alternating between two sets by the
+/// caller) on the largest number of steps among them; a warp whose items need fewer runs empty
+/// ones to the end.
+template <class T>
+__device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb, int64_t te, int n_mine,
+                                                   const __half* table_g, const unsigned char* cb, uint64_t qdesc,
+                                                   int rows_valid, unsigned char* stages, int* counts, int lane,
+                                                   float& part) {
+    const int g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int sb = stage_bytes(a.n_code_bytes);
+    const bool mine = lane < n_mine && te > tb;
+    const unsigned nonempty = __ballot_sync(0xffffffffu, mine);
+    const int my_steps = __reduce_add_sync(0xffffffffu, mine ? int((te - tb + T::kStepTokens - 1) / T::kStepTokens) : 0);
+    if (lane == 0) counts[warp] = my_steps;
+    wgmma::warpgroup_barrier(warp >> 2);
+    const int4 cw = *reinterpret_cast<const int4*>(counts + (warp & ~3));
+    const int n_steps = max(max(cw.x, cw.y), max(cw.z, cw.w));
+    auto code_off = [&](int64_t tok0) {
+        return int(reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes) & 15);
+    };
+    int u = nonempty ? __ffs(nonempty) - 1 : 32;
+    int64_t ub = 0;
+    int n_tok = 0;
+    if (u < 32) {
+        ub = __shfl_sync(0xffffffffu, tb, u);
+        n_tok = int(__shfl_sync(0xffffffffu, te, u) - ub);
+    }
+    __syncwarp();  // every lane is done reading the stage (previous batch or group) the first copy overwrites
+    if (u < 32) stage_step(a, ub, min(n_tok, T::kStepTokens), stages, lane);
+    async_copy::commit();
+    float cmax[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) cmax[k] = -INFINITY;
+    int s0 = 0, cur = 0;
+#pragma unroll 1
+    for (int k = 0; k < n_steps; ++k) {
+        const bool real = u < 32;
+        const int nv = real ? n_tok - s0 : 0;
+        uint4 te_[2][2] = {};  // table entries: tile, token (16 h + g, + 8)
+        int nu = 32, ns0 = 0, nn = 0;
+        int64_t nub = 0;
+        if (real) {  // stage the next step, wait for this one, gather its table entries
+            nu = u;
+            ns0 = s0 + T::kStepTokens;
+            nn = n_tok;
+            nub = ub;
+            if (ns0 >= n_tok) {
+                nu = mma_tile::next_lane(nonempty, u);
+                ns0 = 0;
+                if (nu < 32) {
+                    nub = __shfl_sync(0xffffffffu, tb, nu);
+                    nn = int(__shfl_sync(0xffffffffu, te, nu) - nub);
+                }
+            }
+            __syncwarp();  // every lane is done reading the stage the next copy overwrites
+            if (nu < 32) stage_step(a, nub + ns0, min(nn - ns0, T::kStepTokens), stages + (cur ^ 1) * sb, lane);
+            async_copy::commit();
+            async_copy::wait_pending(1);
+            __syncwarp();  // the current stage's copies, from every lane, are visible
+            const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(stages + cur * sb);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int r = h * 16 + i * 8 + g;
+                    const uint32_t c = r < nv ? cid_s[r] : 0u;  // < 2^25 centroids: 32-bit offsets
+                    te_[h][i] = __ldg(reinterpret_cast<const uint4*>(table_g) + (c * 4 + uint32_t(t)));
+                }
+        }
+        wg_step<T>(a, stages + cur * sb, real ? code_off(ub + s0) : 0, nv, te_, cb, qdesc, lane, cmax);
+        if (!real) continue;
+        if (ns0 == 0) {  // the item's last step
+            const float sc = wg_sum_cols(cmax, rows_valid, t);
+            if (lane == u) part += sc;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) cmax[j] = -INFINITY;
+        }
+        u = nu;
+        s0 = ns0;
+        ub = nub;
+        n_tok = nn;
+        cur ^= 1;
+    }
+}
+
 /// Query rows [row0, row0 + 32) of query q as fp16 in shared memory, in A-fragment order
 /// (mma_tile::a_frag_offset; rows past ql are 0). kVector (the one-group fill before the
 /// batch loop) with 16-byte aligned queries: 8 values a thread-load (mma_tile::fill_a_frag_rows);
@@ -478,6 +770,24 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
         *reinterpret_cast<__half2*>(q_s + 4 * w) = __floats2half2_rn(v0, v1);
     };
     const float* src = a.queries + (int64_t(q) * a.q_stride + row0) * a.dim;
+    if constexpr (T::kWg) {  // the B operand's layout: 8 values a thread-load, or one
+        if (kVector && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0) {
+            mma_tile::fill_rows_as<T::kThreads>(WgBIndex{}, src, 0, T::kRows, ql - row0, a.dim, put);
+        } else {
+            const int n_words = T::kRows * a.dim / 2, half_dim = a.dim / 2;
+            for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
+                const int r = w / half_dim, c = (w - r * half_dim) * 2;
+                const bool ok = row0 + r < ql;
+                put(wg_b_word(r, c), ok ? src[int64_t(r) * a.dim + c] : 0.f, ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
+            }
+        }
+        // The rows' dims past dim (whole k groups at the end of the layout) are zeros.
+        const int pad_words = (query_group_bytes(a.dim, true) - query_group_bytes(a.dim, false)) / 4;
+        for (int w = threadIdx.x; w < pad_words; w += T::kThreads)
+            reinterpret_cast<uint32_t*>(q_s + query_group_bytes(a.dim, false))[w] = 0u;
+        wgmma::fence_smem_for_async();  // before the caller's barrier
+        return;
+    }
     if (kVector && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0) {
         mma_tile::fill_a_frag_rows<T::kThreads>(src, 0, T::kRows, ql - row0, a.dim, put);
         return;
@@ -537,30 +847,14 @@ __device__ __forceinline__ void write_codebook(const float* __restrict__ codeboo
     }
 }
 
-/// The prepared codebook image (code_codebook_image_cuda): write_codebook of layout `book` for
-/// decode class `sub`, across the grid, into global memory.
-__global__ void __launch_bounds__(256) codebook_image_kernel(const float* codebook, int dim, int sub, int book,
-                                                             unsigned char* dst) {
-    const int tid = int(blockIdx.x * blockDim.x + threadIdx.x), n = int(gridDim.x * blockDim.x);
-    if (book == kBookPaired) {
-        if (sub == 8) write_codebook<8, kBookPaired>(codebook, dim, dst, tid, n);
-        if (sub == 4) write_codebook<4, kBookPaired>(codebook, dim, dst, tid, n);
-    } else if (book == kBookShared) {
-        if (sub == 8) write_codebook<8, kBookShared>(codebook, dim, dst, tid, n);
-        if (sub == 4) write_codebook<4, kBookShared>(codebook, dim, dst, tid, n);
-        if (sub == 2) write_codebook<2, kBookShared>(codebook, dim, dst, tid, n);
-    } else {
-        write_codebook<8, kBookPerByte>(codebook, dim, dst, tid, n);  // the same for every class
-    }
-}
-
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_kernel(const CodeArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* cb = smem;
     unsigned char* q_s = smem + a.cb_smem_bytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    unsigned char* stages = q_s + (T::kSub != 0 ? T::kRows * a.dim * 2 : 0) + warp * 2 * stage_bytes(a.n_code_bytes);
+    const int q_bytes = T::kSub != 0 ? query_group_bytes(a.dim, T::kWg) : 0;
+    unsigned char* stages = q_s + q_bytes + warp * 2 * stage_bytes(a.n_code_bytes);
     // Launched by pdl::launch_pdl: wait for the stream's previous kernel (the centroid table,
     // say) before the first global access.
     pdl::grid_dependency_wait();
@@ -568,10 +862,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     // Top-k mode: each warp's sorted list of a.k keys, then the lists' lengths (computed where
     // used, so that the scoring walk keeps its registers).
     auto topk_lists = [&]() {
-        return reinterpret_cast<uint64_t*>(q_s + (T::kSub != 0 ? T::kRows * a.dim * 2 : 0) +
+        return reinterpret_cast<uint64_t*>(q_s + q_bytes +
                                            T::kWarps * 2 * stage_bytes(a.n_code_bytes));
     };
 
+    // kWg: the B operand's descriptor (wgmma.cuh; k groups 512 bytes apart, n groups 128), and
+    // two sets of 8 half-step counts after the stages (warp_items_code_wg), used in turn.
+    const uint64_t qdesc = wgmma::desc_b(async_copy::smem_addr(q_s), 512, 128);
+    int* wg_counts = reinterpret_cast<int*>(q_s + q_bytes + T::kWarps * 2 * stage_bytes(a.n_code_bytes));
+    int wg_calls = 0;
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
     constexpr bool topk = T::kTopK;
@@ -626,7 +925,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
                 const __half* table_g = a.table + (int64_t(q) * a.n_groups + grp) * int64_t(a.n_centroids) * 32;
-                warp_items_code<T>(a, tb, te, n_mine, table_g, cb, q_s, rows_valid, stages, lane, part);
+                if constexpr (T::kWg) {
+                    warp_items_code_wg<T>(a, tb, te, n_mine, table_g, cb, qdesc, rows_valid, stages,
+                                          wg_counts + 8 * (wg_calls & 1), lane, part);
+                    ++wg_calls;
+                } else {
+                    warp_items_code<T>(a, tb, te, n_mine, table_g, cb, q_s, rows_valid, stages, lane, part);
+                }
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if constexpr (!topk) {
@@ -651,63 +956,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     // The codebook image's copies are waited for before the first use; a CTA whose queries are
     // all of length 0 never uses it and must not exit with them in flight.
     async_copy::wait_pending(0);
-}
-
-/// Centroids per tile of the table writer.
-constexpr int kTableTileK = 64;
-
-/// Table writer: one CTA of 256 threads transposes 32 rows x 64 centroids of one (query, group)
-/// through shared memory: reads along centroids (16-byte loads when every row is 16-byte
-/// aligned), writes each centroid's 32 slots as four 16-byte stores (table 16-byte aligned).
-__global__ void __launch_bounds__(256) centroid_table_kernel(const float* cs, const int32_t* query_lens,
-                                                             int n_queries, int q_stride, int n_centroids,
-                                                             int n_groups, __half* table) {
-    // Rows padded by 4 floats: the 16-byte stores of one phase fill one 128-byte span, and the
-    // reads below (4 rows two apart x 8 centroids a warp) hit 32 distinct banks.
-    __shared__ __align__(16) float tile[32][kTableTileK + 4];
-    const int64_t n_ktiles = (n_centroids + kTableTileK - 1) / kTableTileK;
-    const int64_t n_tiles = int64_t(n_queries) * n_groups * n_ktiles;
-    const bool vec = n_centroids % 4 == 0 && reinterpret_cast<uintptr_t>(cs) % 16 == 0;
-    for (int64_t tile_id = blockIdx.x; tile_id < n_tiles; tile_id += gridDim.x) {
-        const int64_t kt = tile_id % n_ktiles;
-        const int64_t qg = tile_id / n_ktiles;
-        const int grp = int(qg % n_groups), q = int(qg / n_groups);
-        int ql = query_lens ? query_lens[q] : q_stride;
-        ql = max(0, min(ql, q_stride));
-        const int k0 = int(kt * kTableTileK);
-        __syncthreads();
-        // 32 rows x 16 pieces of 4 centroids, two a thread.
-        for (int j = threadIdx.x; j < 32 * (kTableTileK / 4); j += blockDim.x) {
-            const int r = j / (kTableTileK / 4), kk = (j % (kTableTileK / 4)) * 4;
-            const int row = grp * 32 + r, k = k0 + kk;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (row < ql && k < n_centroids) {
-                const float* src = cs + (int64_t(q) * q_stride + row) * n_centroids + k;
-                if (vec) {
-                    v = __ldg(reinterpret_cast<const float4*>(src));
-                } else {
-                    v.x = src[0];
-                    v.y = k + 1 < n_centroids ? src[1] : 0.f;
-                    v.z = k + 2 < n_centroids ? src[2] : 0.f;
-                    v.w = k + 3 < n_centroids ? src[3] : 0.f;
-                }
-            }
-            *reinterpret_cast<float4*>(&tile[r][kk]) = v;
-        }
-        __syncthreads();
-        // 64 centroids x 4 pieces of 8 slots, one a thread.
-        for (int j = threadIdx.x; j < kTableTileK * 4; j += blockDim.x) {
-            const int kk = j >> 2, s8 = (j & 3) * 8, k = k0 + kk;
-            if (k >= n_centroids) continue;
-            uint32_t w[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const __half2 h = __floats2half2_rn(tile[table_row(s8 + 2 * i)][kk], tile[table_row(s8 + 2 * i + 1)][kk]);
-                w[i] = *reinterpret_cast<const uint32_t*>(&h);
-            }
-            *reinterpret_cast<uint4*>(table + (qg * n_centroids + k) * 32 + s8) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-    }
 }
 
 }  // namespace tms::kernels::code_impl

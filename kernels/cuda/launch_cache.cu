@@ -38,6 +38,7 @@ Status current_device(DeviceFacts* facts) {
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&f.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&f.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    TMS_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&f.cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
     std::lock_guard<std::mutex> lock(g_mu);
     g_devices[dev] = f;
     *facts = f;

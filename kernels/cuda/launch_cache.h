@@ -21,6 +21,7 @@ struct DeviceFacts {
     int smem_sm = 0;        // cudaDevAttrMaxSharedMemoryPerMultiprocessor
     int smem_reserved = 0;  // cudaDevAttrReservedSharedMemoryPerBlock
     int cc_major = 0;
+    int cc_minor = 0;
 };
 
 /// The current device's facts (queried on the first call for that device).

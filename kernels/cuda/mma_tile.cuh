@@ -62,27 +62,41 @@ __device__ __forceinline__ float raw_elem(const uint4 (&r)[2], int e, int dtype)
                       : __uint_as_float(bits << 16);
 }
 
+/// The A-fragment layout's word index (a_frag_word_index) as a function object: the default
+/// layout of the fills below.
+struct AFragIndex {
+    int n_chunks;
+    __device__ __forceinline__ int operator()(int row, int dim) const { return a_frag_word_index(row, dim, n_chunks); }
+};
+
+/// put_raw8 into any layout: index(row, dim) is the word that holds `row` at dims dim, dim + 1.
+template <class Index, class Put>
+__device__ __forceinline__ void put_raw8_as(const Index& index, int r, int c, const uint4 (&raw)[2], int dtype,
+                                            const Put& put) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        put(index(r, c + 2 * p), raw_elem(raw, 2 * p, dtype), raw_elem(raw, 2 * p + 1, dtype));
+    }
+}
+
 /// Stores 8 consecutive query values of group row r, dims c .. c+7 (c a multiple of 8), held
 /// raw as for raw_elem, through put(word, v0, v1): the four A-fragment words they fill.
 template <class Put>
 __device__ __forceinline__ void put_raw8(int r, int c, const uint4 (&raw)[2], int dtype, int n_chunks, const Put& put) {
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-        put(a_frag_word_index(r, c + 2 * p, n_chunks), raw_elem(raw, 2 * p, dtype), raw_elem(raw, 2 * p + 1, dtype));
-    }
+    put_raw8_as(AFragIndex{n_chunks}, r, c, raw, dtype, put);
 }
 
-/// Fills a group of query rows in A-fragment order: row r < rows of the group is src row r
-/// (dim values, dtype as raw_elem, rows dim elements apart), rows at or past rows_valid are
-/// 0; put(word, v0, v1) stores the pair of values of one layout word. Each thread loads 8
+/// Fills a group of query rows in the layout of index (AFragIndex: A-fragment order): row r <
+/// rows of the group is src row r (dim values, dtype as raw_elem, rows dim elements apart), rows
+/// at or past rows_valid are 0; put(word, v0, v1) stores the pair of values of one layout word. Each thread loads 8
 /// values with one (fp32: two) 16-byte loads, kU such vectors in flight before it converts
 /// any, so that a 32-row x 128-dim group arrives in one round trip (one word per scalar load
 /// costs the block eight dependent ones). src must be 16-byte aligned.
-template <int kThreads, int kU = 4, class Put>
-__device__ __forceinline__ void fill_a_frag_rows(const void* src, int dtype, int rows, int rows_valid, int dim,
-                                                 const Put& put) {
+template <int kThreads, int kU = 4, class Index, class Put>
+__device__ __forceinline__ void fill_rows_as(const Index& index, const void* src, int dtype, int rows, int rows_valid,
+                                             int dim, const Put& put) {
     const unsigned char* s = static_cast<const unsigned char*>(src);
-    const int vpr = dim >> 3, n_vec = rows * vpr, n_chunks = dim >> 5, esize = dtype == 0 ? 4 : 2;
+    const int vpr = dim >> 3, n_vec = rows * vpr, esize = dtype == 0 ? 4 : 2;
     for (int v0 = threadIdx.x; v0 < n_vec; v0 += kU * kThreads) {
         uint4 raw[kU][2];
 #pragma unroll
@@ -99,9 +113,16 @@ __device__ __forceinline__ void fill_a_frag_rows(const void* src, int dtype, int
         for (int u = 0; u < kU; ++u) {
             const int v = v0 + u * kThreads, r = v / vpr, c = (v - r * vpr) * 8;
             if (v >= n_vec) break;
-            put_raw8(r, c, raw[u], dtype, n_chunks, put);
+            put_raw8_as(index, r, c, raw[u], dtype, put);
         }
     }
+}
+
+/// fill_rows_as into the A-fragment layout.
+template <int kThreads, int kU = 4, class Put>
+__device__ __forceinline__ void fill_a_frag_rows(const void* src, int dtype, int rows, int rows_valid, int dim,
+                                                 const Put& put) {
+    fill_rows_as<kThreads, kU>(AFragIndex{dim >> 5}, src, dtype, rows, rows_valid, dim, put);
 }
 
 /// The first lane of `mask` after lane u, or 32: the next non-empty item of a warp's walk

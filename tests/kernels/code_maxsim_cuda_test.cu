@@ -239,6 +239,26 @@ std::string describe(const CodeCase& c) {
            std::to_string(c.doc_lens.size()) + (c.ragged ? " ragged" : " dense");
 }
 
+// The warpgroup-MMA kernel is what scores on an H100 / H200 in a build with sm_90a code (the
+// default architectures), and never in top-k mode, without codes, or when not allowed.
+TEST(CodeMaxSimCuda, WarpgroupMmaSelection) {
+    SKIP_WITHOUT_GPU();
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+    CodeMaxSimParams p{};
+    p.dim = 128;
+    p.n_code_bytes = 16;
+    const bool hopper = prop.major == 9 && prop.minor == 0;
+    EXPECT_EQ(kernels::code_maxsim_cuda_uses_wgmma(p), hopper && kernels::code_maxsim_cuda_built_sm90a());
+    p.allow_wgmma = false;
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    p.allow_wgmma = true;
+    p.n_code_bytes = 0;
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    p.n_code_bytes = 5;  // unsupported shape
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+}
+
 TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
     SKIP_WITHOUT_GPU();
     for (const CodeCase& c : code_cases()) {
@@ -268,11 +288,16 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         // every CTA, for the general and the shared layout; p.codebook is then not read (null).
         const char* const names[] = {"per-byte codebook", "codebook_shared", "queries not 16-byte aligned",
                                      "codebook image", "codebook image, codebook_shared"};
+        // Every variant through both kernels: the warpgroup-MMA one where this build and device
+        // have it (sm_90a, compute capability 9.0), and the mma.sync one.
+        for (const bool wg : {true, false})
         for (const int variant : {0, 1, 2, 3, 4}) {
             const bool shared = variant == 1 || variant == 4, image = variant >= 3;
             if (shared && c.residual_nbits == 0) continue;
             if (image && c.n_code_bytes == 0) continue;
             SCOPED_TRACE(names[variant]);
+            p.allow_wgmma = wg;
+            SCOPED_TRACE(kernels::code_maxsim_cuda_uses_wgmma(p) ? "warpgroup MMA" : "mma.sync");
             p.codebook_shared = shared;
             p.queries = variant == 2 ? q_shifted.d + 1 : dev.q.d;
             p.codebook = dev.params(c, d, scores.d).codebook;
@@ -318,6 +343,7 @@ TEST(CodeMaxSimCuda, TopKEqualsTopOfScores) {
         const int64_t n = kernels::code_maxsim_num_scores(d.host_params(c, nullptr));
         DevBuf<float> scores(static_cast<size_t>(n));
         CodeMaxSimParams p = dev.params(c, d, scores.d);
+        p.allow_wgmma = false;  // top-k runs the mma.sync kernel: the same arithmetic, equal scores
         const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
         DevBuf<unsigned char> ws(ws_bytes);
         ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());

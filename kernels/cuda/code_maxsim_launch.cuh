@@ -1,0 +1,55 @@
+// Copyright TileMaxSim authors. Launch of one compressed-kernel instantiation (host code shared
+// by code_maxsim.cu and code_maxsim_wg.cu, which instantiate them), and the warpgroup-MMA
+// dispatch that code_maxsim_wg.cu defines.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/code_maxsim_kernel.cuh"
+#include "kernels/cuda/launch_cache.h"
+#include "kernels/cuda/pdl.cuh"
+#include "tilemaxsim/status.h"
+
+namespace tms::kernels::code_impl {
+
+constexpr int kMaxGridY = 65535;
+
+/// Sizes the grid (slices x queries) of instantiation T from the device's occupancy and
+/// launches it; plan_only: only the grid (*grid_out), for sizing the top-k workspace.
+template <class T>
+inline Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
+                 cudaStream_t st, bool plan_only, dim3* grid_out) {
+    int blocks = 0;
+    TMS_RETURN_IF_ERROR(
+        launch_cache::occupancy(reinterpret_cast<const void*>(code_maxsim_kernel<T>), T::kThreads, smem, &blocks));
+    if (blocks == 0) return Status::NotSupported("code_maxsim_cuda: kernel does not fit on an SM");
+    launch_cache::DeviceFacts dev;
+    TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
+    const int64_t resident = int64_t(blocks) * dev.sms;
+    const int nq = std::max(1, n_queries);
+    int64_t slices;
+    if (!ragged) {
+        slices = (resident + nq - 1) / nq;
+        slices = std::min<int64_t>(slices, (int64_t(n_items_dense) + 7) / 8);
+    } else {
+        slices = (4 * resident + nq - 1) / nq;
+    }
+    const dim3 grid(unsigned(std::clamp<int64_t>(slices, 1, 1 << 20)), unsigned(std::min(nq, kMaxGridY)));
+    if (grid_out) *grid_out = grid;
+    if (plan_only) return Status::OK();
+    return pdl::launch_pdl(code_maxsim_kernel<T>, grid, dim3(T::kThreads), smem, st, a);
+}
+
+/// Whether this build has the warpgroup-MMA kernels (CUDA architectures include 90a) and the
+/// current device runs them (compute capability 9.0).
+bool wg_available();
+
+/// launch_as of the warpgroup-MMA instantiation (CodeTraits::kWg) of decode class sub and codebook
+/// layout book, scores mode; NotSupported when wg_available() is false.
+Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
+                 cudaStream_t st, bool plan_only, dim3* grid_out);
+
+}  // namespace tms::kernels::code_impl

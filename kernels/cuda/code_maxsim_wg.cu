@@ -1,0 +1,48 @@
+// Copyright TileMaxSim authors. The compressed kernel's warpgroup-MMA instantiations
+// (CodeTraits::kWg, sm_90a; scores mode, every decode class with codes): a file of their own so
+// that a 2-core build compiles them beside code_maxsim.cu.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/code_maxsim_launch.cuh"
+
+namespace tms::kernels::code_impl {
+
+bool wg_available() {
+#if defined(TMS_CUDA_SM90A)
+    launch_cache::DeviceFacts dev;
+    if (!launch_cache::current_device(&dev).ok()) return false;
+    return dev.cc_major == 9 && dev.cc_minor == 0;
+#else
+    return false;
+#endif
+}
+
+Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool ragged, int nq, cudaStream_t st,
+                 bool plan_only, dim3* grid) {
+    if (!wg_available()) return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for this device");
+    switch (sub * 4 + book) {
+        case 2 * 4 + kBookPerByte:
+            return launch_as<CodeTraits<2, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 2 * 4 + kBookShared:
+            return launch_as<CodeTraits<2, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 4 * 4 + kBookPerByte:
+            return launch_as<CodeTraits<4, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 4 * 4 + kBookShared:
+            return launch_as<CodeTraits<4, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 4 * 4 + kBookPaired:
+            return launch_as<CodeTraits<4, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookPerByte:
+            return launch_as<CodeTraits<8, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookShared:
+            return launch_as<CodeTraits<8, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookPaired:
+            return launch_as<CodeTraits<8, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        default:
+            return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for decode class " +
+                                        std::to_string(sub) + ", codebook mode " + std::to_string(book));
+    }
+}
+
+}  // namespace tms::kernels::code_impl

@@ -1,0 +1,105 @@
+// Copyright TileMaxSim authors. Hopper warpgroup MMA (wgmma, sm_90a) with the A operand in
+// registers and B in shared memory, as the compressed kernel uses it (device code).
+//
+// wgmma.mma_async m64nNk16 (fp16 in, fp32 accumulators) is issued by the 4 warps of a warpgroup
+// together: warp w of the group supplies rows 16w .. 16w + 15 of A in the mma.m16n8k16 A-fragment
+// layout (lane g*4+t: a0 row g, k 2t..2t+1; a1 row g+8, same k; a2 / a3 the same rows, k 2t+8..
+// 2t+9) and gets the same rows of D (for each n8 block j: d[4j], d[4j+1] row g, columns
+// 8j+2t, 8j+2t+1; d[4j+2], d[4j+3] row g+8). The tensor cores read B (K x N) from shared memory
+// through a matrix descriptor; here without swizzle, "K-major": 8 x 8 core matrices of 8 columns
+// (n) x 16 bytes (8 consecutive k), 128 contiguous bytes each, core matrix (k group kg, n group
+// ng) at kg * lbo + ng * sbo.
+//
+// Only compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the functions trap, and the
+// host never launches a kernel that calls them (code_maxsim.cu checks the build and the device).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tms::kernels::wgmma {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TMS_WGMMA_DEVICE 1
+#else
+#define TMS_WGMMA_DEVICE 0
+#endif
+
+/// Descriptor of a no-swizzle K-major B operand at shared-memory byte address `addr` (16-byte
+/// aligned): k groups `lbo` bytes apart, n groups `sbo` bytes apart.
+__device__ __forceinline__ uint64_t desc_b(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    const uint64_t lo = uint64_t((addr & 0x3ffffu) >> 4) | (uint64_t((lbo & 0x3ffffu) >> 4) << 16);
+    const uint64_t hi = uint64_t((sbo & 0x3ffffu) >> 4);  // base offset 0, swizzle mode 0 (none)
+    return lo | (hi << 32);
+}
+
+/// Orders this thread's earlier register writes (A fragments, accumulators) before the next
+/// wgmma of its warpgroup.
+__device__ __forceinline__ void fence() {
+#if TMS_WGMMA_DEVICE
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+/// Closes the group of wgmmas issued since the last commit.
+__device__ __forceinline__ void commit() {
+#if TMS_WGMMA_DEVICE
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+
+/// Waits until at most one committed group is pending (all but the last are complete).
+__device__ __forceinline__ void wait_one() {
+#if TMS_WGMMA_DEVICE
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+#endif
+}
+
+/// Waits until every committed group has completed (accumulators readable, A registers free).
+__device__ __forceinline__ void wait_all() {
+#if TMS_WGMMA_DEVICE
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+
+/// Makes this thread's generic-proxy shared-memory writes (the B operand) visible to the tensor
+/// cores' async-proxy reads; a barrier must follow before another warp's wgmma reads them.
+__device__ __forceinline__ void fence_smem_for_async() {
+#if TMS_WGMMA_DEVICE
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+/// d (64 x 32 over the warpgroup, this warp's 16 rows) += A (registers a0..a3) x B (descriptor
+/// with low word b_lo, high word b_hi: desc_b's halves; a caller that steps through the B
+/// operand adds to the low word, which holds the address, without a 64-bit carry).
+__device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b_lo, uint32_t b_hi) {
+#if TMS_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .b64 desc;\nmov.b64 desc, {%20, %21};\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, desc, 1, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b_lo), "r"(b_hi)
+        : "memory");
+#else
+    __trap();
+#endif
+}
+
+/// Synchronises the 128 threads of warpgroup `wg` (0 or 1) of the CTA: named barrier 1 + wg
+/// (immediate ids, so that the kernel reserves 3 barriers rather than all 16).
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+    if (wg == 0) {
+        asm volatile("bar.sync 1, 128;" ::: "memory");
+    } else {
+        asm volatile("bar.sync 2, 128;" ::: "memory");
+    }
+}
+
+}  // namespace tms::kernels::wgmma
