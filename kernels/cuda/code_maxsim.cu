@@ -142,21 +142,23 @@ Status check_shape(const CodeMaxSimParams& p) {
 }
 
 /// Codebook and query rows (with codes), then two stages per warp; top-k mode (k > 0): each
-/// warp's list of k keys and the list lengths; the warpgroup-MMA kernel (wg): query rows padded
-/// to a multiple of 128 dims (query_group_bytes), and two sets of 8 half-step counts.
+/// warp's list of k keys and the list lengths; the warpgroup-MMA kernel (wg): two sets of 8 step
+/// counts.
 size_t smem_bytes_as(const CodeMaxSimParams& p, int sub, int k, bool wg) {
     constexpr int kWarps = CodeTraits<0>::kWarps;
     const size_t stages = size_t(kWarps) * 2 * stage_bytes(p.n_code_bytes);
     const size_t lists = k > 0 ? size_t(kWarps) * k * sizeof(uint64_t) + 16 * ((kWarps * sizeof(int) + 15) / 16) : 0;
     if (sub == 0) return stages + lists;
     const size_t wg_counts = wg ? 2 * kWarps * sizeof(int) : 0;
-    return size_t(codebook_smem_bytes(p, sub)) + size_t(query_group_bytes(p.dim, wg)) + stages + lists + wg_counts;
+    return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages + lists + wg_counts;
 }
 
 /// Whether the warpgroup-MMA kernel applies to p (code_maxsim_cuda_uses_wgmma), its shared
 /// memory within the device's limit included.
 bool wg_applies(const CodeMaxSimParams& p) {
-    if (!p.allow_wgmma || p.n_code_bytes <= 0 || !check_shape(p).ok() || !wg_available()) return false;
+    // dim 128 only: its steps are straight-line code, and the other dims measured no faster
+    // through mma.sync (BENCHMARKS.md).
+    if (!p.allow_wgmma || p.n_code_bytes <= 0 || p.dim != 128 || !check_shape(p).ok() || !wg_available()) return false;
     launch_cache::DeviceFacts dev;
     if (!launch_cache::current_device(&dev).ok()) return false;
     return smem_bytes_as(p, sub_class(p), 0, true) <= size_t(dev.smem_optin);

@@ -141,11 +141,6 @@ struct CodeTraits {
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
 };
 
-/// Shared-memory bytes of the query group (32 fp16 rows): dim * 64, or with CodeTraits::kWg
-/// dim rounded up to a multiple of 128 (the B operand's rows end in zeros, so that every round
-/// of 4 chunks runs all its wgmmas at fixed descriptor offsets).
-__host__ __device__ constexpr int query_group_bytes(int dim, bool wg) { return (wg ? (dim + 127) / 128 * 128 : dim) * 64; }
-
 /// Table slot of row r (0..31) of a group, and back.
 __host__ __device__ constexpr int table_slot(int r) { return (r & 7) * 4 + ((r >> 4) & 1) * 2 + ((r >> 3) & 1); }
 __host__ __device__ constexpr int table_row(int s) { return ((s >> 1) & 1) * 16 + (s & 1) * 8 + (s >> 2); }
@@ -574,104 +569,99 @@ __device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned
     }
 }
 
-/// kWg: a tile's 16 accumulators (lane g*4+t: rows g, g+8 of the warp's 16 tokens, columns
-/// 8j + 2t + e) set to the two tokens' table entries (slots 8t .. 8t + 7 = columns k = 2j + e).
-__device__ __forceinline__ void wg_acc_from_table(const uint4& e0, const uint4& e1, float (&acc)[16]) {
+/// kWg: one tile's accumulators plus the two tokens' centroid scores (table entries e0, e1:
+/// slots 8t .. 8t + 7 = columns k = 2j + e) folded into the running column maxima (tokens row0 =
+/// base + g and row0 + 8 valid when below nv, or all when `full`).
+__device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0, const uint4& e1, int row0, int nv,
+                                        bool full, float (&cmax)[8]) {
+    const bool ok0 = full || row0 < nv, ok1 = full || row0 + 8 < nv;
     const uint32_t w0[4] = {e0.x, e0.y, e0.z, e0.w}, w1[4] = {e1.x, e1.y, e1.z, e1.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&w0[j]));
         const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&w1[j]));
-        acc[4 * j] = f0.x;
-        acc[4 * j + 1] = f0.y;
-        acc[4 * j + 2] = f1.x;
-        acc[4 * j + 3] = f1.y;
-    }
-}
-
-/// kWg: one tile's accumulators (tokens row0 = base + g and row0 + 8 valid when below nv, or
-/// all when `full`) folded into the running column maxima.
-__device__ __forceinline__ void wg_fold(const float (&acc)[16], int row0, int nv, bool full, float (&cmax)[8]) {
-    const bool ok0 = full || row0 < nv, ok1 = full || row0 + 8 < nv;
+        const float s0[2] = {f0.x, f0.y}, s1[2] = {f1.x, f1.y};
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {  // k = 2j + e: rows g (acc[4j + e]) and g + 8 (acc[4j + 2 + e])
-        const float c0 = ok0 ? acc[4 * (k >> 1) + (k & 1)] : -INFINITY;
-        const float c1 = ok1 ? acc[4 * (k >> 1) + 2 + (k & 1)] : -INFINITY;
-        cmax[k] = fmaxf(cmax[k], fmaxf(c0, c1));
+        for (int e = 0; e < 2; ++e) {  // rows g (acc[4j + e]) and g + 8 (acc[4j + 2 + e])
+            const float c0 = ok0 ? acc[4 * j + e] + s0[e] : -INFINITY;
+            const float c1 = ok1 ? acc[4 * j + 2 + e] + s1[e] : -INFINITY;
+            cmax[2 * j + e] = fmaxf(cmax[2 * j + e], fmaxf(c0, c1));
+        }
     }
 }
 
 /// kWg: one 32-token step of the stage st (nv tokens valid, more than 32: all; nv <= 0: an empty
-/// step that only takes part in the warpgroup's wgmmas), folded into the running column maxima.
+/// step that only takes part in the warpgroup's wgmmas, decoding whatever its stage holds: in
+/// bounds, its results dropped), folded into the running column maxima. dim = 128.
 /// The warp's tokens are two tiles of 16 (tile h: rows 16h + g and 16h + g + 8 of lane g*4+t), each
-/// the warp's 16 rows of a wgmma m64n32 with its own accumulators. Per 64 dims (a chunk pair) and
-/// tile, a sub-round decodes 16 A registers (two buffers, used in turn) and issues 4 wgmmas; the
-/// next sub-round's decode runs while they do (wait_group 1).
+/// the warp's 16 rows of a wgmma m64n32, scored one after the other into one set of accumulators.
+/// Per 64 dims (a chunk pair) a sub-round decodes 16 A registers (two buffers, used in turn) and
+/// issues 4 wgmmas; the next sub-round's decode runs while they do (wait_group 1), also across
+/// the tiles: tile 0 is folded after tile 1's first decode. The centroid scores are added at the
+/// fold, gathered from L2 a sub-round ahead. Straight-line code: a loop would carry the buffers
+/// through register moves, and ptxas then serializes every wgmma.
 template <class T>
 __device__ __forceinline__ void wg_step(const CodeArgs& a, const unsigned char* st, int code_off, int nv,
-                                        const uint4 (&te)[2][2], const unsigned char* cb, uint64_t qdesc, int lane,
+                                        const __half* table_g, const unsigned char* cb, uint64_t qdesc, int lane,
                                         float (&cmax)[8]) {
     const int g = lane >> 2, t = lane & 3;
-    float acc[2][16];
+    float acc[16];
+    uint4 te[2];  // the tile's table entries (tokens 16h + g, + 8)
     const unsigned char* crow0 = st + 128 + code_off + g * a.n_code_bytes;
     const int rs = 8 * a.n_code_bytes;  // 8 token rows
-    const int n_chunks = a.dim >> 5;
     const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
-    const uint32_t hi = uint32_t(qdesc >> 32);
-    // One sub-round: chunks 2p, 2p + 1 of round c0 (whole: no chunk past the last), tile h; the
-    // first round starts the tile's accumulators from the table after its first decode's loads.
-    auto sub_round = [&](int c0, uint32_t lo, int p, int h, bool whole, bool first) {
-        uint4 v[4];  // chunk 2p (tokens 16h + g, + 8), then chunk 2p + 1
-        if (whole || c0 + 2 * p < n_chunks) {
-            wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, c0 + 2 * p, whole ? c0 + 4 : n_chunks,
-                              g, t, cb, rep_off, v);
+    const uint32_t lo = uint32_t(qdesc), hi = uint32_t(qdesc >> 32);
+    auto gather_table = [&](int h) {  // an empty step gathers centroid 0
+        const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(st);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int r = h * 16 + i * 8 + g;
+            const uint32_t c = r < nv ? cid_s[r] : 0u;  // < 2^25 centroids: 32-bit offsets
+            te[i] = __ldg(reinterpret_cast<const uint4*>(table_g) + (c * 4 + uint32_t(t)));
+        }
+    };
+    auto fold = [&](int h) {
+        if (nv <= 0) return;
+        if (nv >= 16 * h + 16) {  // warp-uniform: no masks on a whole tile
+            wg_fold(acc, te[0], te[1], 0, 0, true, cmax);
         } else {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = make_uint4(0u, 0u, 0u, 0u);
+            wg_fold(acc, te[0], te[1], 16 * h + g, nv, false, cmax);
         }
-        if (first && p == 0) wg_acc_from_table(te[h][0], te[h][1], acc[h]);
+    };
+    // A-fragment buffers: sub-round p uses buf[p] (chunk 2p: tokens 16h + g, + 8, then chunk
+    // 2p + 1), kept live until the wait that ends its wgmmas.
+    uint4 buf[2][4];
+    // Sub-round p (chunks 2p, 2p + 1) of tile h.
+    auto sub_round = [&]<int h, int p>() {
+        if (p == 1) gather_table(h);
+        uint4 (&v)[4] = buf[p];
+        wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, 4, g, t, cb, rep_off, v);
+        if (h == 1 && p == 0) {  // tile 0's wgmmas are done: fold it, free the accumulators
+            wgmma::wait_all();
+            wgmma::keep_until_here(buf[1]);
+            fold(0);
+        }
         wgmma::fence();
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            // Chunk 2p + q, k16 half 0: dims 8t .. 8t+3 (x, y), half 1: 8t+4 .. 8t+7 (z, w); a0 / a2
-            // token 16h + g, a1 / a3 token 16h + g + 8. 1 KB of B a k16.
-            const uint32_t d = lo + uint32_t(((2 * p + q) * 2) * (1024 >> 4));
-            const uint4& x = v[2 * q];
-            const uint4& y = v[2 * q + 1];
-            wgmma::mma_m64n32k16(acc[h], x.x, y.x, x.y, y.y, d, hi);
-            wgmma::mma_m64n32k16(acc[h], x.z, y.z, x.w, y.w, d + (1024 >> 4), hi);
-        }
+        // Chunk 2p + q, k16 half 0: dims 8t .. 8t+3 (x, y), half 1: 8t+4 .. 8t+7 (z, w); a0 / a2
+        // token 16h + g, a1 / a3 token 16h + g + 8. 1 KB of B a k16. The tile's first wgmma starts
+        // the accumulators.
+        constexpr int site = (h * 2 + p) * 4;
+        const uint32_t d = lo + uint32_t((4 * p) * (1024 >> 4));
+        wgmma::mma_m64n32k16<site + 0, p != 0>(acc, v[0].x, v[1].x, v[0].y, v[1].y, d, hi);
+        wgmma::mma_m64n32k16<site + 1>(acc, v[0].z, v[1].z, v[0].w, v[1].w, d + (1024 >> 4), hi);
+        wgmma::mma_m64n32k16<site + 2>(acc, v[2].x, v[3].x, v[2].y, v[3].y, d + (2048 >> 4), hi);
+        wgmma::mma_m64n32k16<site + 3>(acc, v[2].z, v[3].z, v[2].w, v[3].w, d + (3072 >> 4), hi);
         wgmma::commit();
         wgmma::wait_one();  // the sub-round before this one is done: its buffer is free
+        wgmma::keep_until_here(buf[p ^ 1]);
     };
-    // 128 dims a round (the query rows are padded to it); an empty step decodes whatever its
-    // stage holds (in bounds; its results are dropped).
-    auto round = [&](int c0, bool first) {
-        const uint32_t lo = uint32_t(qdesc) + uint32_t(c0) * (2 * 1024 >> 4);
-        if (c0 + 4 <= n_chunks) {
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) sub_round(c0, lo, p, h, true, first);
-        } else {
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) sub_round(c0, lo, p, h, false, first);
-        }
-        wgmma::wait_all();
-    };
-    round(0, true);
-#pragma unroll 1
-    for (int c0 = 4; c0 < n_chunks; c0 += 4) round(c0, false);
-    if (nv <= 0) return;
-    if (nv >= T::kStepTokens) {  // warp-uniform: no masks on a whole step
-        wg_fold(acc[0], 0, 0, true, cmax);
-        wg_fold(acc[1], 0, 0, true, cmax);
-    } else {
-        wg_fold(acc[0], g, nv, false, cmax);
-        wg_fold(acc[1], 16 + g, nv, false, cmax);
-    }
+    sub_round.template operator()<0, 0>();
+    sub_round.template operator()<0, 1>();
+    sub_round.template operator()<1, 0>();
+    sub_round.template operator()<1, 1>();
+    wgmma::wait_all();
+    wgmma::keep_until_here(buf[1]);
+    fold(1);
 }
 
 /// kWg: warp_items_code's walk in steps, in lockstep with the other warps of the warpgroup: they
@@ -683,7 +673,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
                                                    const __half* table_g, const unsigned char* cb, uint64_t qdesc,
                                                    int rows_valid, unsigned char* stages, int* counts, int lane,
                                                    float& part) {
-    const int g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int t = lane & 3, warp = threadIdx.x >> 5;
     const int sb = stage_bytes(a.n_code_bytes);
     const bool mine = lane < n_mine && te > tb;
     const unsigned nonempty = __ballot_sync(0xffffffffu, mine);
@@ -713,10 +703,9 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     for (int k = 0; k < n_steps; ++k) {
         const bool real = u < 32;
         const int nv = real ? n_tok - s0 : 0;
-        uint4 te_[2][2] = {};  // table entries: tile, token (16 h + g, + 8)
         int nu = 32, ns0 = 0, nn = 0;
         int64_t nub = 0;
-        if (real) {  // stage the next step, wait for this one, gather its table entries
+        if (real) {  // stage the next step, wait for this one
             nu = u;
             ns0 = s0 + T::kStepTokens;
             nn = n_tok;
@@ -734,17 +723,8 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
             async_copy::commit();
             async_copy::wait_pending(1);
             __syncwarp();  // the current stage's copies, from every lane, are visible
-            const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(stages + cur * sb);
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const int r = h * 16 + i * 8 + g;
-                    const uint32_t c = r < nv ? cid_s[r] : 0u;  // < 2^25 centroids: 32-bit offsets
-                    te_[h][i] = __ldg(reinterpret_cast<const uint4*>(table_g) + (c * 4 + uint32_t(t)));
-                }
         }
-        wg_step<T>(a, stages + cur * sb, real ? code_off(ub + s0) : 0, nv, te_, cb, qdesc, lane, cmax);
+        wg_step<T>(a, stages + cur * sb, real ? code_off(ub + s0) : 0, nv, table_g, cb, qdesc, lane, cmax);
         if (!real) continue;
         if (ns0 == 0) {  // the item's last step
             const float sc = wg_sum_cols(cmax, rows_valid, t);
@@ -781,10 +761,6 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
                 put(wg_b_word(r, c), ok ? src[int64_t(r) * a.dim + c] : 0.f, ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
             }
         }
-        // The rows' dims past dim (whole k groups at the end of the layout) are zeros.
-        const int pad_words = (query_group_bytes(a.dim, true) - query_group_bytes(a.dim, false)) / 4;
-        for (int w = threadIdx.x; w < pad_words; w += T::kThreads)
-            reinterpret_cast<uint32_t*>(q_s + query_group_bytes(a.dim, false))[w] = 0u;
         wgmma::fence_smem_for_async();  // before the caller's barrier
         return;
     }
@@ -853,7 +829,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     unsigned char* cb = smem;
     unsigned char* q_s = smem + a.cb_smem_bytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int q_bytes = T::kSub != 0 ? query_group_bytes(a.dim, T::kWg) : 0;
+    const int q_bytes = T::kSub != 0 ? T::kRows * a.dim * 2 : 0;
     unsigned char* stages = q_s + q_bytes + warp * 2 * stage_bytes(a.n_code_bytes);
     // Launched by pdl::launch_pdl: wait for the stream's previous kernel (the centroid table,
     // say) before the first global access.

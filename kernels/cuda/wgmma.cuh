@@ -76,20 +76,44 @@ __device__ __forceinline__ void fence_smem_for_async() {
 /// d (64 x 32 over the warpgroup, this warp's 16 rows) += A (registers a0..a3) x B (descriptor
 /// with low word b_lo, high word b_hi: desc_b's halves; a caller that steps through the B
 /// operand adds to the low word, which holds the address, without a 64-bit carry).
+/// kAccumulate false: d = A x B (d is only written). kSite: a number distinct for each call site
+/// of a kernel (an unused immediate operand), so that the compiler cannot merge two call sites into
+/// one instruction fed by register moves (which ptxas then serializes).
+template <int kSite, bool kAccumulate = true>
 __device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b_lo, uint32_t b_hi) {
 #if TMS_WGMMA_DEVICE
-    asm volatile(
-        "{\n.reg .b64 desc;\nmov.b64 desc, {%20, %21};\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, desc, 1, 1, 1, 0;\n}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b_lo), "r"(b_hi)
-        : "memory");
+#define TMS_WGMMA_M64N32K16(ACC, SCALE_D)                                                                          \
+    asm volatile(                                                                                                 \
+        "{\n.reg .b64 desc;\nmov.b64 desc, {%20, %21};\n"                                                          \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "                                                      \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, desc, " SCALE_D ", 1, 1, 0;\n}" \
+        : ACC(d[0]), ACC(d[1]), ACC(d[2]), ACC(d[3]), ACC(d[4]), ACC(d[5]), ACC(d[6]), ACC(d[7]), ACC(d[8]),       \
+          ACC(d[9]), ACC(d[10]), ACC(d[11]), ACC(d[12]), ACC(d[13]), ACC(d[14]), ACC(d[15])                        \
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b_lo), "r"(b_hi), "n"(kSite)                                     \
+        : "memory")
+#define TMS_WGMMA_RW(x) "+f"(x)
+#define TMS_WGMMA_WO(x) "=f"(x)
+    if constexpr (kAccumulate) {
+        TMS_WGMMA_M64N32K16(TMS_WGMMA_RW, "1");
+    } else {
+        TMS_WGMMA_M64N32K16(TMS_WGMMA_WO, "0");
+    }
+#undef TMS_WGMMA_WO
+#undef TMS_WGMMA_RW
+#undef TMS_WGMMA_M64N32K16
 #else
     __trap();
 #endif
+}
+
+/// An empty use of registers that an in-flight wgmma reads (its A fragments): placed after the
+/// wait that ends that wgmma, it keeps the compiler from giving those registers to other values
+/// before then (which would make ptxas serialize the wgmmas).
+__device__ __forceinline__ void keep_until_here(const uint4 (&v)[4]) {
+    asm volatile("" ::"r"(v[0].x), "r"(v[0].y), "r"(v[0].z), "r"(v[0].w), "r"(v[1].x), "r"(v[1].y), "r"(v[1].z),
+                 "r"(v[1].w), "r"(v[2].x), "r"(v[2].y), "r"(v[2].z), "r"(v[2].w), "r"(v[3].x), "r"(v[3].y),
+                 "r"(v[3].z), "r"(v[3].w));
 }
 
 /// Synchronises the 128 threads of warpgroup `wg` (0 or 1) of the CTA: named barrier 1 + wg
