@@ -598,8 +598,9 @@ __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0,
 /// Per 64 dims (a chunk pair) a sub-round decodes 16 A registers (two buffers, used in turn) and
 /// issues 4 wgmmas; the next sub-round's decode runs while they do (wait_group 1), also across
 /// the tiles: tile 0 is folded after tile 1's first decode. The centroid scores are added at the
-/// fold, gathered from L2 a sub-round ahead. Straight-line code: a loop would carry the buffers
-/// through register moves, and ptxas then serializes every wgmma.
+/// fold, gathered from L2 when the tile starts (tile 1: after tile 0's fold frees the registers).
+/// Straight-line code: a loop would carry the buffers through register moves, and ptxas then
+/// serializes every wgmma.
 template <class T>
 __device__ __forceinline__ void wg_step(const CodeArgs& a, const unsigned char* st, int code_off, int nv,
                                         const __half* table_g, const unsigned char* cb, uint64_t qdesc, int lane,
@@ -633,13 +634,14 @@ __device__ __forceinline__ void wg_step(const CodeArgs& a, const unsigned char* 
     uint4 buf[2][4];
     // Sub-round p (chunks 2p, 2p + 1) of tile h.
     auto sub_round = [&]<int h, int p>() {
-        if (p == 1) gather_table(h);
+        if (h == 0 && p == 0) gather_table(0);
         uint4 (&v)[4] = buf[p];
         wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, 4, g, t, cb, rep_off, v);
         if (h == 1 && p == 0) {  // tile 0's wgmmas are done: fold it, free the accumulators
             wgmma::wait_all();
             wgmma::keep_until_here(buf[1]);
             fold(0);
+            gather_table(1);
         }
         wgmma::fence();
         // Chunk 2p + q, k16 half 0: dims 8t .. 8t+3 (x, y), half 1: 8t+4 .. 8t+7 (z, w); a0 / a2
