@@ -156,12 +156,14 @@ size_t smem_bytes_as(const CodeMaxSimParams& p, int sub, int k, bool wg) {
 /// Whether the warpgroup-MMA kernel applies to p (code_maxsim_cuda_uses_wgmma), its shared
 /// memory within the device's limit included.
 bool wg_applies(const CodeMaxSimParams& p) {
-    // dim 128 only: its steps are straight-line code, and the other dims measured no faster
-    // through mma.sync (BENCHMARKS.md).
+    // dim 128 only: its steps are straight-line code for 4 chunks (a loop over 128-dim rounds made
+    // ptxas serialize the wgmmas); other dims score through mma.sync.
     if (!p.allow_wgmma || p.n_code_bytes <= 0 || p.dim != 128 || !check_shape(p).ok() || !wg_available()) return false;
+    const int sub = sub_class(p);
+    if (!wg_class(sub, book_mode(p, sub))) return false;
     launch_cache::DeviceFacts dev;
     if (!launch_cache::current_device(&dev).ok()) return false;
-    return smem_bytes_as(p, sub_class(p), 0, true) <= size_t(dev.smem_optin);
+    return smem_bytes_as(p, sub, 0, true) <= size_t(dev.smem_optin);
 }
 
 /// smem_bytes_as of the kernel a call with p and k runs.

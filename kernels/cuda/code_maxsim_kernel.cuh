@@ -27,12 +27,19 @@
 //     lanes of a phase, reading chunks and blocks in lane-dependent orders, hit distinct
 //     slots; kBookPerByte (other shapes) keeps [n_code_bytes][256][dsub] as given.
 //     kSub = 0 (centroid-only) skips the residual: no MMAs, no query rows in shared memory.
+//   Warpgroup-MMA variant (CodeTraits::kWg: sm_90a, dim 128, scores mode): the same walk and
+//     decode, but the documents are the M side of wgmma m64n32k16: each warp's step is two
+//     16-token tiles whose decoded dims go straight into A-fragment registers (lane g*4+t: tokens
+//     g and g+8 of the tile, dims 8t..8t+7 of each chunk), the query group is the B operand in
+//     shared memory (wg_b_word), and lane g*4+t's accumulator columns are table slots 8t..8t+7.
+//     The 4 warps of a warpgroup issue their wgmmas together, so they walk the same number of
+//     steps (warp_items_code_wg). wg_step has the pipeline.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
 // Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
 //   per-byte or paired; kBookShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes),
 //   then each warp's two stages (stage_bytes); in top-k mode (CodeTraits::kTopK) each warp's
-//   sorted list of k keys and the 8 list lengths. dim = 128: PQ-16 64 + 8 + 10 KB, 2-bit
-//   residual 32 + 8 + 18 KB, plus 64 KB of lists at k = 1024.
+//   sorted list of k keys and the 8 list lengths; kWg: two sets of 8 step counts. dim = 128:
+//   PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB, plus 64 KB of lists at k = 1024.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -111,13 +118,13 @@ struct CodeTraits {
     /// is taken over by MMA dependency stalls with 16 warps an SM; BENCHMARKS.md).
     static constexpr bool kQReg = kQReg_;
     static constexpr int kQChunks = 4;
-    /// Hopper warpgroup MMA (sm_90a, scores mode): the documents are the M side. Each warp of a
-    /// warpgroup walks its own items as before, in half-steps of 16 tokens; the 4 warps issue
-    /// wgmma m64n32k16 together, each with its 16 tokens decoded straight into A-fragment
-    /// registers, the query group (B) read by the tensor cores from shared memory (wg_b_word).
-    /// No query-fragment loads, no MMA issue per 16x8 tile, 16 accumulators a lane. Warps of a
-    /// warpgroup issue the same number of half-steps per walk: one with fewer pads with empty
-    /// ones (wgmma instructions are warpgroup-collective).
+    /// Hopper warpgroup MMA (sm_90a, dim 128, scores mode): the documents are the M side. Each
+    /// warp of a warpgroup walks its own items as before; the 4 warps issue wgmma m64n32k16
+    /// together, each with 16 tokens decoded straight into A-fragment registers, the query group
+    /// (B) read by the tensor cores from shared memory (wg_b_word). No query-fragment loads, one
+    /// wgmma per 64 tokens x 16 dims instead of 16 mma.sync, 16 accumulators a lane. Warps of a
+    /// warpgroup run the same number of steps per walk: one with fewer pads with empty ones
+    /// (wgmma instructions are warpgroup-collective).
     static constexpr bool kWg = kWg_;
     static constexpr bool kShared = kBook == kBookShared;
     static constexpr bool kPaired = kBook == kBookPaired;
@@ -531,12 +538,11 @@ __device__ __forceinline__ float wg_sum_cols(const float (&cmax)[8], int rows_va
     return sum;
 }
 
-/// kWg: the lane's 8 dims of chunks c and c + 1 of the tokens whose code rows are crow[0], crow[1]
-/// (rows of the same parity) into v[0..1] (chunk c) and v[2..3] (chunk c + 1); chunks at or past
-/// n_chunks are zeros (only without kBookPaired, whose chunk count is even).
+/// kWg: the lane's 8 dims of chunks c and c + 1 of the tokens whose code rows are crow0, crow1
+/// (rows of the same parity) into v[0..1] (chunk c) and v[2..3] (chunk c + 1).
 template <class T>
 __device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned char* crow0, const unsigned char* crow1,
-                                               int c, int n_chunks, int g, int t, const unsigned char* cb, int rep_off,
+                                               int c, int g, int t, const unsigned char* cb, int rep_off,
                                                uint4 (&v)[4]) {
     const unsigned char* const crow[2] = {crow0, crow1};
     if constexpr (T::kPaired) {
@@ -557,14 +563,10 @@ __device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned
     } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            if (c + h < n_chunks) {
-                int b, off;
-                chunk_code_byte<T>(a, c + h, t, b, off);
+            int b, off;
+            chunk_code_byte<T>(a, c + h, t, b, off);
 #pragma unroll
-                for (int i = 0; i < 2; ++i) v[2 * h + i] = decode8<T>(crow[i], b, off, a.dsub, cb, rep_off);
-            } else {
-                v[2 * h] = v[2 * h + 1] = make_uint4(0u, 0u, 0u, 0u);
-            }
+            for (int i = 0; i < 2; ++i) v[2 * h + i] = decode8<T>(crow[i], b, off, a.dsub, cb, rep_off);
         }
     }
 }
@@ -636,7 +638,7 @@ __device__ __forceinline__ void wg_step(const CodeArgs& a, const unsigned char* 
     auto sub_round = [&]<int h, int p>() {
         if (h == 0 && p == 0) gather_table(0);
         uint4 (&v)[4] = buf[p];
-        wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, 4, g, t, cb, rep_off, v);
+        wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, g, t, cb, rep_off, v);
         if (h == 1 && p == 0) {  // tile 0's wgmmas are done: fold it, free the accumulators
             wgmma::wait_all();
             wgmma::keep_until_here(buf[1]);
@@ -845,7 +847,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     };
 
     // kWg: the B operand's descriptor (wgmma.cuh; k groups 512 bytes apart, n groups 128), and
-    // two sets of 8 half-step counts after the stages (warp_items_code_wg), used in turn.
+    // two sets of 8 step counts after the stages (warp_items_code_wg), used in turn.
     const uint64_t qdesc = wgmma::desc_b(async_copy::smem_addr(q_s), 512, 128);
     int* wg_counts = reinterpret_cast<int*>(q_s + q_bytes + T::kWarps * 2 * stage_bytes(a.n_code_bytes));
     int wg_calls = 0;

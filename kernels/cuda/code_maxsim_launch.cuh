@@ -47,6 +47,10 @@ inline Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool 
 /// current device runs them (compute capability 9.0).
 bool wg_available();
 
+/// Whether decode class sub with codebook layout book has a warpgroup-MMA instantiation: the
+/// classes it measured faster for on the H200 (BENCHMARKS.md).
+bool wg_class(int sub, int book);
+
 /// launch_as of the warpgroup-MMA instantiation (CodeTraits::kWg) of decode class sub and codebook
 /// layout book, scores mode; NotSupported when wg_available() is false.
 Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,

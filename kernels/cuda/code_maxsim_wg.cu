@@ -19,24 +19,31 @@ bool wg_available() {
 #endif
 }
 
+bool wg_class(int sub, int book) {
+    switch (sub * 4 + book) {
+        case 2 * 4 + kBookShared:  // 4-bit residual
+        case 4 * 4 + kBookShared:  // 2-bit residual
+        case 4 * 4 + kBookPaired:  // PQ-32
+        case 8 * 4 + kBookPerByte:  // PQ-8 (16-dim sub-vectors)
+        case 8 * 4 + kBookPaired:  // PQ-16
+            return true;
+        default:  // 1-bit residual: 0.89-0.98x; PQ-64 (query fragments in registers): 0.99-1.01x
+            return false;
+    }
+}
+
 Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool ragged, int nq, cudaStream_t st,
                  bool plan_only, dim3* grid) {
     if (!wg_available()) return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for this device");
     switch (sub * 4 + book) {
-        case 2 * 4 + kBookPerByte:
-            return launch_as<CodeTraits<2, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 2 * 4 + kBookShared:
             return launch_as<CodeTraits<2, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 4 * 4 + kBookPerByte:
-            return launch_as<CodeTraits<4, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 4 * 4 + kBookShared:
             return launch_as<CodeTraits<4, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 4 * 4 + kBookPaired:
             return launch_as<CodeTraits<4, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 8 * 4 + kBookPerByte:
             return launch_as<CodeTraits<8, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookShared:
-            return launch_as<CodeTraits<8, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 8 * 4 + kBookPaired:
             return launch_as<CodeTraits<8, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         default:

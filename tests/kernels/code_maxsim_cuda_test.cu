@@ -257,6 +257,21 @@ TEST(CodeMaxSimCuda, WarpgroupMmaSelection) {
     EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
     p.n_code_bytes = 5;  // unsupported shape
     EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    p.n_code_bytes = 32;  // 2-bit residual: yes at dim 128, not at 64 or 256
+    p.codebook_shared = true;
+    EXPECT_EQ(kernels::code_maxsim_cuda_uses_wgmma(p), hopper && kernels::code_maxsim_cuda_built_sm90a());
+    p.dim = 64;
+    p.n_code_bytes = 16;
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    p.dim = 256;
+    p.n_code_bytes = 64;
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    p.dim = 128;
+    p.n_code_bytes = 16;  // 1-bit residual (shared 8-dim block) and PQ-64 stay on mma.sync (measured)
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    p.codebook_shared = false;
+    p.n_code_bytes = 64;
+    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
 }
 
 TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
