@@ -592,92 +592,26 @@ __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0,
     }
 }
 
-/// kWg: one 32-token step of the stage st (nv tokens valid, more than 32: all; nv <= 0: an empty
-/// step that only takes part in the warpgroup's wgmmas, decoding whatever its stage holds: in
-/// bounds, its results dropped), folded into the running column maxima. dim = 128.
-/// The warp's tokens are two tiles of 16 (tile h: rows 16h + g and 16h + g + 8 of lane g*4+t), each
+/// kWg: warp_items_code's walk, in lockstep with the other warps of the warpgroup: they first
+/// agree (counts: 8 ints of shared memory, one a warp, alternating between two sets by the
+/// caller) on the largest number of 32-token steps among them; a warp whose items need fewer
+/// runs empty ones to the end (they decode whatever their stage holds: in bounds, results
+/// dropped). dim = 128.
+/// A step's tokens are two tiles of 16 (tile h: rows 16h + g and 16h + g + 8 of lane g*4+t), each
 /// the warp's 16 rows of a wgmma m64n32, scored one after the other into one set of accumulators.
 /// Per 64 dims (a chunk pair) a sub-round decodes 16 A registers (two buffers, used in turn) and
 /// issues 4 wgmmas; the next sub-round's decode runs while they do (wait_group 1), also across
-/// the tiles: tile 0 is folded after tile 1's first decode. The centroid scores are added at the
-/// fold, gathered from L2 when the tile starts (tile 1: after tile 0's fold frees the registers).
-/// Straight-line code: a loop would carry the buffers through register moves, and ptxas then
-/// serializes every wgmma.
-template <class T>
-__device__ __forceinline__ void wg_step(const CodeArgs& a, const unsigned char* st, int code_off, int nv,
-                                        const __half* table_g, const unsigned char* cb, uint64_t qdesc, int lane,
-                                        float (&cmax)[8]) {
-    const int g = lane >> 2, t = lane & 3;
-    float acc[16];
-    uint4 te[2];  // the tile's table entries (tokens 16h + g, + 8)
-    const unsigned char* crow0 = st + 128 + code_off + g * a.n_code_bytes;
-    const int rs = 8 * a.n_code_bytes;  // 8 token rows
-    const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
-    const uint32_t lo = uint32_t(qdesc), hi = uint32_t(qdesc >> 32);
-    auto gather_table = [&](int h) {  // an empty step gathers centroid 0
-        const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(st);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int r = h * 16 + i * 8 + g;
-            const uint32_t c = r < nv ? cid_s[r] : 0u;  // < 2^25 centroids: 32-bit offsets
-            te[i] = __ldg(reinterpret_cast<const uint4*>(table_g) + (c * 4 + uint32_t(t)));
-        }
-    };
-    auto fold = [&](int h) {
-        if (nv <= 0) return;
-        if (nv >= 16 * h + 16) {  // warp-uniform: no masks on a whole tile
-            wg_fold(acc, te[0], te[1], 0, 0, true, cmax);
-        } else {
-            wg_fold(acc, te[0], te[1], 16 * h + g, nv, false, cmax);
-        }
-    };
-    // A-fragment buffers: sub-round p uses buf[p] (chunk 2p: tokens 16h + g, + 8, then chunk
-    // 2p + 1), kept live until the wait that ends its wgmmas.
-    uint4 buf[2][4];
-    // Sub-round p (chunks 2p, 2p + 1) of tile h.
-    auto sub_round = [&]<int h, int p>() {
-        if (h == 0 && p == 0) gather_table(0);
-        uint4 (&v)[4] = buf[p];
-        wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, g, t, cb, rep_off, v);
-        if (h == 1 && p == 0) {  // tile 0's wgmmas are done: fold it, free the accumulators
-            wgmma::wait_all();
-            wgmma::keep_until_here(buf[1]);
-            fold(0);
-            gather_table(1);
-        }
-        wgmma::fence();
-        // Chunk 2p + q, k16 half 0: dims 8t .. 8t+3 (x, y), half 1: 8t+4 .. 8t+7 (z, w); a0 / a2
-        // token 16h + g, a1 / a3 token 16h + g + 8. 1 KB of B a k16. The tile's first wgmma starts
-        // the accumulators.
-        constexpr int site = (h * 2 + p) * 4;
-        const uint32_t d = lo + uint32_t((4 * p) * (1024 >> 4));
-        wgmma::mma_m64n32k16<site + 0, p != 0>(acc, v[0].x, v[1].x, v[0].y, v[1].y, d, hi);
-        wgmma::mma_m64n32k16<site + 1>(acc, v[0].z, v[1].z, v[0].w, v[1].w, d + (1024 >> 4), hi);
-        wgmma::mma_m64n32k16<site + 2>(acc, v[2].x, v[3].x, v[2].y, v[3].y, d + (2048 >> 4), hi);
-        wgmma::mma_m64n32k16<site + 3>(acc, v[2].z, v[3].z, v[2].w, v[3].w, d + (3072 >> 4), hi);
-        wgmma::commit();
-        wgmma::wait_one();  // the sub-round before this one is done: its buffer is free
-        wgmma::keep_until_here(buf[p ^ 1]);
-    };
-    sub_round.template operator()<0, 0>();
-    sub_round.template operator()<0, 1>();
-    sub_round.template operator()<1, 0>();
-    sub_round.template operator()<1, 1>();
-    wgmma::wait_all();
-    wgmma::keep_until_here(buf[1]);
-    fold(1);
-}
-
-/// kWg: warp_items_code's walk in steps, in lockstep with the other warps of the warpgroup: they
-/// first agree (counts: 8 ints of shared memory, one a warp, alternating between two sets by the
-/// caller) on the largest number of steps among them; a warp whose items need fewer runs empty
-/// ones to the end.
+/// tiles and steps: a tile is folded into the running column maxima after the next tile's first
+/// decode, and an item's score is summed after its last tile's fold. The centroid scores are
+/// added at the fold, gathered from L2 when the tile starts (after the previous fold frees the
+/// registers). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
+/// looped sites pass the A buffers through register moves, and ptxas then serializes the wgmmas.
 template <class T>
 __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb, int64_t te, int n_mine,
                                                    const __half* table_g, const unsigned char* cb, uint64_t qdesc,
                                                    int rows_valid, unsigned char* stages, int* counts, int lane,
                                                    float& part) {
-    const int t = lane & 3, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
     const int sb = stage_bytes(a.n_code_bytes);
     const bool mine = lane < n_mine && te > tb;
     const unsigned nonempty = __ballot_sync(0xffffffffu, mine);
@@ -702,6 +636,29 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     float cmax[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) cmax[k] = -INFINITY;
+    const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
+    const uint32_t lo = uint32_t(qdesc), hi = uint32_t(qdesc >> 32);
+    float acc[16];
+    uint4 tent[2];      // the tile's table entries (tokens 16h + g, + 8)
+    uint4 buf[2][4];    // A fragments: sub-round p uses buf[p]
+    // The tile in the accumulators, to fold: tokens of its step (0: none), first row (0 or 16),
+    // and the lane holding its item when it is the item's last tile (32: not the last).
+    int f_nv = 0, f_row = 0, f_end = 32;
+    auto fold_pending = [&]() {
+        if (f_nv > 0) {
+            if (f_nv >= f_row + 16) {  // warp-uniform: no masks on a whole tile
+                wg_fold(acc, tent[0], tent[1], 0, 0, true, cmax);
+            } else {
+                wg_fold(acc, tent[0], tent[1], f_row + g, f_nv, false, cmax);
+            }
+        }
+        if (f_end < 32) {  // the item's last tile: its score
+            const float sc = wg_sum_cols(cmax, rows_valid, t);
+            if (lane == f_end) part += sc;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) cmax[j] = -INFINITY;
+        }
+    };
     int s0 = 0, cur = 0;
 #pragma unroll 1
     for (int k = 0; k < n_steps; ++k) {
@@ -728,20 +685,60 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
             async_copy::wait_pending(1);
             __syncwarp();  // the current stage's copies, from every lane, are visible
         }
-        wg_step<T>(a, stages + cur * sb, real ? code_off(ub + s0) : 0, nv, table_g, cb, qdesc, lane, cmax);
-        if (!real) continue;
-        if (ns0 == 0) {  // the item's last step
-            const float sc = wg_sum_cols(cmax, rows_valid, t);
-            if (lane == u) part += sc;
+        const unsigned char* st = stages + cur * sb;
+        const unsigned char* crow0 = st + 128 + (real ? code_off(ub + s0) : 0) + g * a.n_code_bytes;
+        const int rs = 8 * a.n_code_bytes;  // 8 token rows
+        const int end_lane = real && ns0 == 0 ? u : 32;
+        auto gather_table = [&](int h) {  // an empty step gathers centroid 0
+            const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(st);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) cmax[j] = -INFINITY;
-        }
+            for (int i = 0; i < 2; ++i) {
+                const int r = h * 16 + i * 8 + g;
+                const uint32_t c = r < nv ? cid_s[r] : 0u;  // < 2^25 centroids: 32-bit offsets
+                tent[i] = __ldg(reinterpret_cast<const uint4*>(table_g) + (c * 4 + uint32_t(t)));
+            }
+        };
+        // Sub-round p (chunks 2p, 2p + 1) of tile h.
+        auto sub_round = [&]<int h, int p>() {
+            uint4 (&v)[4] = buf[p];
+            wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, g, t, cb, rep_off, v);
+            if (p == 0) {  // the previous tile's wgmmas are done: fold it, free the accumulators
+                wgmma::wait_all();
+                wgmma::keep_until_here(buf[1]);
+                fold_pending();
+                f_nv = nv;
+                f_row = 16 * h;
+                f_end = h == 1 ? end_lane : 32;
+                gather_table(h);
+            }
+            wgmma::fence();
+            // Chunk 2p + q, k16 half 0: dims 8t .. 8t+3 (x, y), half 1: 8t+4 .. 8t+7 (z, w); a0 / a2
+            // token 16h + g, a1 / a3 token 16h + g + 8. 1 KB of B a k16. The tile's first wgmma
+            // starts the accumulators.
+            constexpr int site = (h * 2 + p) * 4;
+            const uint32_t d = lo + uint32_t((4 * p) * (1024 >> 4));
+            wgmma::mma_m64n32k16<site + 0, p != 0>(acc, v[0].x, v[1].x, v[0].y, v[1].y, d, hi);
+            wgmma::mma_m64n32k16<site + 1>(acc, v[0].z, v[1].z, v[0].w, v[1].w, d + (1024 >> 4), hi);
+            wgmma::mma_m64n32k16<site + 2>(acc, v[2].x, v[3].x, v[2].y, v[3].y, d + (2048 >> 4), hi);
+            wgmma::mma_m64n32k16<site + 3>(acc, v[2].z, v[3].z, v[2].w, v[3].w, d + (3072 >> 4), hi);
+            wgmma::commit();
+            wgmma::wait_one();  // the sub-round before this one is done: its buffer is free
+            wgmma::keep_until_here(buf[p ^ 1]);
+        };
+        sub_round.template operator()<0, 0>();
+        sub_round.template operator()<0, 1>();
+        sub_round.template operator()<1, 0>();
+        sub_round.template operator()<1, 1>();
+        if (!real) continue;
         u = nu;
         s0 = ns0;
         ub = nub;
         n_tok = nn;
         cur ^= 1;
     }
+    wgmma::wait_all();
+    wgmma::keep_until_here(buf[1]);
+    fold_pending();
 }
 
 /// Query rows [row0, row0 + 32) of query q as fp16 in shared memory, in A-fragment order
