@@ -431,6 +431,33 @@ __device__ __forceinline__ void warp_step_code_qreg(const CodeArgs& a, const uns
     }
 }
 
+/// One step of a warp's walk over its items (lane u holds item u's token range [tb, te); the
+/// walk is at token s0 of item u, n_tok tokens from ub): the step after this one (item lane nu,
+/// token ns0 of its nn from nub; nu = 32: none), whose copy it issues into next_stage, and the
+/// wait for this step's copies (issued one step earlier).
+template <class T>
+__device__ __forceinline__ void walk_advance(const CodeArgs& a, unsigned nonempty, int64_t tb, int64_t te, int u,
+                                             int s0, int n_tok, int64_t ub, unsigned char* next_stage, int lane,
+                                             int& nu, int& ns0, int& nn, int64_t& nub) {
+    nu = u;
+    ns0 = s0 + T::kStepTokens;
+    nn = n_tok;
+    nub = ub;
+    if (ns0 >= n_tok) {
+        nu = mma_tile::next_lane(nonempty, u);
+        ns0 = 0;
+        if (nu < 32) {
+            nub = __shfl_sync(0xffffffffu, tb, nu);
+            nn = int(__shfl_sync(0xffffffffu, te, nu) - nub);
+        }
+    }
+    __syncwarp();  // every lane is done reading the stage the next copy overwrites
+    if (nu < 32) stage_step(a, nub + ns0, min(nn - ns0, T::kStepTokens), next_stage, lane);
+    async_copy::commit();
+    async_copy::wait_pending(1);
+    __syncwarp();  // the current stage's copies, from every lane, are visible
+}
+
 /// Scores this warp's n_mine items (lane u holds item u's token range [tb, te)) against one
 /// query group, adding each item's group score to `part` in the lane that owns it. The warp
 /// walks the items' 32-token steps in order with two stages: the copy of the next step
@@ -470,21 +497,9 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
 #pragma unroll
     for (int m = 0; m < T::kMTiles; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
     while (u < 32) {
-        int nu = u, ns0 = s0 + T::kStepTokens, nn = n_tok;
-        int64_t nub = ub;
-        if (ns0 >= n_tok) {
-            nu = mma_tile::next_lane(nonempty, u);
-            ns0 = 0;
-            if (nu < 32) {
-                nub = __shfl_sync(0xffffffffu, tb, nu);
-                nn = int(__shfl_sync(0xffffffffu, te, nu) - nub);
-            }
-        }
-        __syncwarp();  // every lane is done reading the stage the next copy overwrites
-        if (nu < 32) stage_step(a, nub + ns0, min(nn - ns0, T::kStepTokens), stages + (cur ^ 1) * sb, lane);
-        async_copy::commit();
-        async_copy::wait_pending(1);
-        __syncwarp();  // the current stage's copies, from every lane, are visible
+        int nu, ns0, nn;
+        int64_t nub;
+        walk_advance<T>(a, nonempty, tb, te, u, s0, n_tok, ub, stages + (cur ^ 1) * sb, lane, nu, ns0, nn, nub);
         if constexpr (T::kQReg)
             warp_step_code_qreg<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, qr, lane, rmax);
         else
@@ -666,25 +681,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
         const int nv = real ? n_tok - s0 : 0;
         int nu = 32, ns0 = 0, nn = 0;
         int64_t nub = 0;
-        if (real) {  // stage the next step, wait for this one
-            nu = u;
-            ns0 = s0 + T::kStepTokens;
-            nn = n_tok;
-            nub = ub;
-            if (ns0 >= n_tok) {
-                nu = mma_tile::next_lane(nonempty, u);
-                ns0 = 0;
-                if (nu < 32) {
-                    nub = __shfl_sync(0xffffffffu, tb, nu);
-                    nn = int(__shfl_sync(0xffffffffu, te, nu) - nub);
-                }
-            }
-            __syncwarp();  // every lane is done reading the stage the next copy overwrites
-            if (nu < 32) stage_step(a, nub + ns0, min(nn - ns0, T::kStepTokens), stages + (cur ^ 1) * sb, lane);
-            async_copy::commit();
-            async_copy::wait_pending(1);
-            __syncwarp();  // the current stage's copies, from every lane, are visible
-        }
+        if (real) walk_advance<T>(a, nonempty, tb, te, u, s0, n_tok, ub, stages + (cur ^ 1) * sb, lane, nu, ns0, nn, nub);
         const unsigned char* st = stages + cur * sb;
         const unsigned char* crow0 = st + 128 + (real ? code_off(ub + s0) : 0) + g * a.n_code_bytes;
         const int rs = 8 * a.n_code_bytes;  // 8 token rows
@@ -703,7 +700,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
             uint4 (&v)[4] = buf[p];
             wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, g, t, cb, rep_off, v);
             if (p == 0) {  // the previous tile's wgmmas are done: fold it, free the accumulators
-                wgmma::wait_all();
+                wgmma::wait<0>();
                 wgmma::keep_until_here(buf[1]);
                 fold_pending();
                 f_nv = nv;
@@ -722,7 +719,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
             wgmma::mma_m64n32k16<site + 2>(acc, v[2].x, v[3].x, v[2].y, v[3].y, d + (2048 >> 4), hi);
             wgmma::mma_m64n32k16<site + 3>(acc, v[2].z, v[3].z, v[2].w, v[3].w, d + (3072 >> 4), hi);
             wgmma::commit();
-            wgmma::wait_one();  // the sub-round before this one is done: its buffer is free
+            wgmma::wait<1>();  // the sub-round before this one is done: its buffer is free
             wgmma::keep_until_here(buf[p ^ 1]);
         };
         sub_round.template operator()<0, 0>();
@@ -736,7 +733,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
         n_tok = nn;
         cur ^= 1;
     }
-    wgmma::wait_all();
+    wgmma::wait<0>();
     wgmma::keep_until_here(buf[1]);
     fold_pending();
 }

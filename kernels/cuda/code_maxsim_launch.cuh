@@ -21,7 +21,7 @@ constexpr int kMaxGridY = 65535;
 /// launches it; plan_only: only the grid (*grid_out), for sizing the top-k workspace.
 template <class T>
 inline Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
-                 cudaStream_t st, bool plan_only, dim3* grid_out) {
+                        cudaStream_t st, bool plan_only, dim3* grid_out) {
     int blocks = 0;
     TMS_RETURN_IF_ERROR(
         launch_cache::occupancy(reinterpret_cast<const void*>(code_maxsim_kernel<T>), T::kThreads, smem, &blocks));

@@ -1,6 +1,6 @@
 // Copyright TileMaxSim authors. The compressed kernel's warpgroup-MMA instantiations
-// (CodeTraits::kWg, sm_90a; scores mode, every decode class with codes): a file of their own so
-// that a 2-core build compiles them beside code_maxsim.cu.
+// (CodeTraits::kWg, sm_90a; scores mode, dim 128, the decode classes of wg_class): a file of
+// their own so that a 2-core build compiles them beside code_maxsim.cu.
 #include <cuda_runtime.h>
 
 #include <string>

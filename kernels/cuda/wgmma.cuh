@@ -51,17 +51,12 @@ __device__ __forceinline__ void commit() {
 #endif
 }
 
-/// Waits until at most one committed group is pending (all but the last are complete).
-__device__ __forceinline__ void wait_one() {
+/// Waits until at most N committed groups are pending (N = 0: all complete, accumulators
+/// readable and A registers free; N = 1: all but the last).
+template <int N>
+__device__ __forceinline__ void wait() {
 #if TMS_WGMMA_DEVICE
-    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-#endif
-}
-
-/// Waits until every committed group has completed (accumulators readable, A registers free).
-__device__ __forceinline__ void wait_all() {
-#if TMS_WGMMA_DEVICE
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
 }
 
