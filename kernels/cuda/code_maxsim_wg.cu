@@ -27,7 +27,7 @@ bool wg_class(int sub, int book) {
         case 8 * 4 + kBookPerByte:  // PQ-8 (16-dim sub-vectors)
         case 8 * 4 + kBookPaired:  // PQ-16
             return true;
-        default:  // 1-bit residual: 0.89-0.98x; PQ-64 (query fragments in registers): 0.99-1.01x
+        default:  // 1-bit residual: 0.89-0.98x; PQ-64 (query fragments in registers): 0.99-1.05x
             return false;
     }
 }
