@@ -43,6 +43,22 @@ __device__ __forceinline__ void wait_pending(int n) {
 // Bulk tensor copies (TMA, sm_90) completing on shared-memory barriers
 // ---------------------------------------------------------------------------------------
 
+/// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (bulk
+/// copies into, or tensor-core reads of, the same bytes). No-op before sm_90.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+/// Fetches the tensor map at tmap (kernel parameter space) ahead of its first use. No-op before
+/// sm_90.
+__device__ __forceinline__ void prefetch_tensormap(const void* tmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
+#endif
+}
+
 /// Initialises the barrier at bar (shared, 8 bytes) for one arrival per phase, and makes it
 /// visible to the copy engine.
 __device__ __forceinline__ void mbar_init(uint64_t* bar) {

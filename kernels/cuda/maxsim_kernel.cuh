@@ -571,7 +571,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
     unsigned char* stages = ring + warp * T::kStageBytes;  // this warp's stage 0 (slot-major rings)
     uint32_t phases = 0;  // TMA: parity of the next completion of each stage's barrier
     if constexpr (T::kTma) {  // the map's first use on this SM then finds it fetched (parameter space)
-        if (threadIdx.x == 0) asm volatile("prefetch.tensormap [%0];" ::"l"(&tmap) : "memory");
+        if (threadIdx.x == 0) async_copy::prefetch_tensormap(&tmap);
     }
     // Launched by pdl::launch_pdl: everything above touched only shared memory.
     pdl::grid_dependency_wait();
@@ -674,7 +674,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
             }
             __syncthreads();
             // The rings' generic-proxy writes and reads above come before the bulk copies into them.
-            if constexpr (T::kTma) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            if constexpr (T::kTma) async_copy::fence_proxy_async_smem();
         }
         if (primed && !early_copies) prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
         for (int64_t b0 = it0; b0 < it_end; b0 += T::kBatch * lstride) {

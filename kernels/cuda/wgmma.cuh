@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/async_copy.cuh"
+
 namespace tms::kernels::wgmma {
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -62,11 +64,7 @@ __device__ __forceinline__ void wait() {
 
 /// Makes this thread's generic-proxy shared-memory writes (the B operand) visible to the tensor
 /// cores' async-proxy reads; a barrier must follow before another warp's wgmma reads them.
-__device__ __forceinline__ void fence_smem_for_async() {
-#if TMS_WGMMA_DEVICE
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fence_smem_for_async() { async_copy::fence_proxy_async_smem(); }
 
 /// d (64 x 32 over the warpgroup, this warp's 16 rows) += A (registers a0..a3) x B (descriptor
 /// with low word b_lo, high word b_hi: desc_b's halves; a caller that steps through the B
