@@ -287,7 +287,10 @@ int run(int argc, char** argv) {
     auto* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
     std::string bench_json, bench_filter;
-    auto* bk = bench->add_subcommand("kernels", "GPU MaxSim kernels vs the read ceiling and a cuBLAS baseline");
+    auto* bk = bench->add_subcommand(
+        "kernels",
+        "GPU MaxSim kernels vs the read ceiling and a cuBLAS baseline: exact cases, then compressed ones "
+        "(impl tilemaxsim-code; on Hopper also tilemaxsim-code-mma, the same call through mma.sync)");
     bk->add_option("--json", bench_json, "Write the results JSON here");
     bk->add_option("--cases", bench_filter, "Only cases whose name contains this");
     tms::engine::KernelBenchOptions kbo;
