@@ -144,7 +144,7 @@ Status check_shape(const CodeMaxSimParams& p) {
 /// Codebook and query rows (with codes), then two stages per warp; top-k mode (k > 0): each
 /// warp's list of k keys and the list lengths; the warpgroup-MMA kernel (wg): two sets of 8 step
 /// counts.
-size_t smem_bytes_as(const CodeMaxSimParams& p, int sub, int k, bool wg) {
+size_t smem_bytes(const CodeMaxSimParams& p, int sub, int k, bool wg) {
     constexpr int kWarps = CodeTraits<0>::kWarps;
     const size_t stages = size_t(kWarps) * 2 * stage_bytes(p.n_code_bytes);
     const size_t lists = k > 0 ? size_t(kWarps) * k * sizeof(uint64_t) + 16 * ((kWarps * sizeof(int) + 15) / 16) : 0;
@@ -153,22 +153,22 @@ size_t smem_bytes_as(const CodeMaxSimParams& p, int sub, int k, bool wg) {
     return size_t(codebook_smem_bytes(p, sub)) + size_t(32) * p.dim * 2 + stages + lists + wg_counts;
 }
 
-/// Whether the warpgroup-MMA kernel applies to p (code_maxsim_cuda_uses_wgmma), its shared
-/// memory within the device's limit included.
+/// Whether a scores-mode call with p runs the warpgroup-MMA kernel (code_maxsim_cuda_uses_wgmma):
+/// a build with sm_90a code, a compute capability 9.0 device, and its shared memory within the
+/// device's limit. Decided once per call; its result goes to smem_bytes, check_smem and dispatch.
 bool wg_applies(const CodeMaxSimParams& p) {
+#if defined(TMS_CUDA_SM90A)
     // dim 128 only: its steps are straight-line code for 4 chunks (a loop over 128-dim rounds made
     // ptxas serialize the wgmmas); other dims score through mma.sync.
-    if (!p.allow_wgmma || p.n_code_bytes <= 0 || p.dim != 128 || !check_shape(p).ok() || !wg_available()) return false;
+    if (!p.allow_wgmma || p.n_code_bytes <= 0 || p.dim != 128 || !check_shape(p).ok()) return false;
     const int sub = sub_class(p);
     if (!wg_class(sub, book_mode(p, sub))) return false;
     launch_cache::DeviceFacts dev;
-    if (!launch_cache::current_device(&dev).ok()) return false;
-    return smem_bytes_as(p, sub, 0, true) <= size_t(dev.smem_optin);
-}
-
-/// smem_bytes_as of the kernel a call with p and k runs.
-size_t smem_bytes(const CodeMaxSimParams& p, int sub, int k = 0) {
-    return smem_bytes_as(p, sub, k, k == 0 && wg_applies(p));
+    if (!launch_cache::current_device(&dev).ok() || dev.cc_major != 9 || dev.cc_minor != 0) return false;
+    return smem_bytes(p, sub, 0, true) <= size_t(dev.smem_optin);
+#else
+    return false;
+#endif
 }
 
 Status validate_sizes(const CodeMaxSimParams& p) {
@@ -204,10 +204,10 @@ Status validate_sizes(const CodeMaxSimParams& p) {
     return Status::OK();
 }
 
-/// NotSupported when the shape's shared memory (top-k lists of k keys when k > 0) exceeds the
-/// current device's opt-in limit.
-Status check_smem(const CodeMaxSimParams& p, int k = 0) {
-    const size_t smem = smem_bytes(p, sub_class(p), k);
+/// NotSupported when the shape's shared memory (top-k lists of k keys when k > 0; the
+/// warpgroup-MMA kernel's when wg) exceeds the current device's opt-in limit.
+Status check_smem(const CodeMaxSimParams& p, int k, bool wg) {
+    const size_t smem = smem_bytes(p, sub_class(p), k, wg);
     launch_cache::DeviceFacts dev;
     TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
     const int smem_optin = dev.smem_optin;
@@ -240,15 +240,15 @@ Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, in
                                                      grid_out);
 }
 
-/// One switch on (decode class, codebook mode); default NotSupported. plan_only / grid: as
-/// launch.
-Status dispatch(int sub, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st,
+/// One switch on (decode class, codebook mode); default NotSupported. wg: the warpgroup-MMA
+/// instantiation (launch_wg; wg_applies said so). plan_only / grid: as launch.
+Status dispatch(int sub, bool wg, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st,
                 bool plan_only = false, dim3* grid = nullptr) {
     const bool ragged = p.cand_offsets != nullptr;
     const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
     const int book = book_mode(p, sub);
     const int nq = p.n_queries;
-    if (a.k == 0 && code_maxsim_cuda_uses_wgmma(p)) {
+    if (wg) {
         return launch_wg(sub, book, a, smem, nd, ragged, nq, st, plan_only, grid);
     }
     switch (sub * 4 + book) {
@@ -363,7 +363,7 @@ Status topk_slices(const CodeMaxSimParams& p, int k, int* slices) {
     CodeArgs a = make_args(p, nullptr, sub);
     a.k = k;
     dim3 grid;
-    TMS_RETURN_IF_ERROR(dispatch(sub, a, smem_bytes(p, sub, k), p, nullptr, /*plan_only=*/true, &grid));
+    TMS_RETURN_IF_ERROR(dispatch(sub, false, a, smem_bytes(p, sub, k, false), p, nullptr, /*plan_only=*/true, &grid));
     *slices = int(grid.x);
     return Status::OK();
 }
@@ -379,15 +379,16 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     }
     if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
     if (d_table == nullptr && p.q_stride > 0) return Status::InvalidArgument("code_maxsim_cuda: table is null");
-    TMS_RETURN_IF_ERROR(code_impl::check_smem(p));
+    const bool wg = code_impl::wg_applies(p);
+    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, 0, wg));
     const int sub = code_impl::sub_class(p);
-    return code_impl::dispatch(sub, code_impl::make_args(p, d_table, sub), code_impl::smem_bytes(p, sub), p,
+    return code_impl::dispatch(sub, wg, code_impl::make_args(p, d_table, sub), code_impl::smem_bytes(p, sub, 0, wg), p,
                                static_cast<cudaStream_t>(stream));
 }
 
 size_t code_maxsim_topk_cuda_workspace_bytes(const CodeMaxSimParams& p, int k) {
     if (k < 1 || k > kMaxTopKCuda || p.n_queries <= 0) return 0;
-    if (!code_impl::validate_sizes(p).ok() || !code_impl::check_smem(p, k).ok()) return 0;
+    if (!code_impl::validate_sizes(p).ok() || !code_impl::check_smem(p, k, false).ok()) return 0;
     int slices = 0;
     if (!code_impl::topk_slices(p, k, &slices).ok()) return 0;
     return code_impl::topk_workspace_bytes(p, slices, k);
@@ -404,7 +405,7 @@ Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_id
     if (d_out_ids == nullptr || d_out_scores == nullptr) {
         return Status::InvalidArgument("code_maxsim_topk_cuda: null output");
     }
-    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, k));
+    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, k, false));
     int slices = 0;
     TMS_RETURN_IF_ERROR(code_impl::topk_slices(p, k, &slices));
     const size_t need = code_impl::topk_workspace_bytes(p, slices, k);
@@ -421,7 +422,8 @@ Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_id
     a.topk_partial = static_cast<uint64_t*>(partial);
     a.k = k;
     dim3 grid;
-    TMS_RETURN_IF_ERROR(code_impl::dispatch(sub, a, code_impl::smem_bytes(p, sub, k), p, st, /*plan_only=*/false, &grid));
+    TMS_RETURN_IF_ERROR(
+        code_impl::dispatch(sub, false, a, code_impl::smem_bytes(p, sub, k, false), p, st, /*plan_only=*/false, &grid));
     return topk_dev::merge_partials(partial, int(grid.x), p.n_queries, k, d_out_ids, d_out_scores, st);
 }
 
@@ -440,7 +442,7 @@ Status code_maxsim_cuda_supported(int dim, int n_code_bytes) {
     p.dim = dim;
     p.n_code_bytes = n_code_bytes;
     TMS_RETURN_IF_ERROR(code_impl::check_shape(p));
-    return code_impl::check_smem(p);
+    return code_impl::check_smem(p, 0, false);  // the wgmma kernel is used only where it fits
 }
 
 size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p) {

@@ -249,6 +249,12 @@ __host__ __device__ constexpr int stage_bytes(int n_code_bytes) {
     return 128 + (n_code_bytes == 0 ? 0 : (32 * n_code_bytes + 16 + 15) / 16 * 16);
 }
 
+/// Where token tok0's code row starts in a stage that holds it first (stage_step copies from the
+/// 16-byte boundary at or below it): bytes past st + 128.
+__device__ __forceinline__ int stage_code_off(const CodeArgs& a, int64_t tok0) {
+    return int(reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes) & 15);
+}
+
 /// Issues (no wait) the copies of tokens [tok0, tok0 + nv) of one step into stage `st`:
 /// centroid ids at st[0..4*nv), code rows at st + 128 + (first code byte's address & 15).
 /// Whole 16-byte pieces go by cp.async 16, whole aligned words by cp.async 4, the rest (only
@@ -470,9 +476,6 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
     const int g = lane >> 2;
     const int sb = stage_bytes(a.n_code_bytes);
     const unsigned nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
-    auto code_off = [&](int64_t tok0) {
-        return int(reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes) & 15);
-    };
     int u = nonempty ? __ffs(nonempty) - 1 : 32;
     if (u == 32) return;
     int64_t ub = __shfl_sync(0xffffffffu, tb, u);
@@ -501,9 +504,11 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
         int64_t nub;
         walk_advance<T>(a, nonempty, tb, te, u, s0, n_tok, ub, stages + (cur ^ 1) * sb, lane, nu, ns0, nn, nub);
         if constexpr (T::kQReg)
-            warp_step_code_qreg<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, qr, lane, rmax);
+            warp_step_code_qreg<T>(a, stages + cur * sb, stage_code_off(a, ub + s0), s0, n_tok, table_g, cb, qr, lane,
+                                   rmax);
         else
-            warp_step_code<T>(a, stages + cur * sb, code_off(ub + s0), s0, n_tok, table_g, cb, q_s, lane, rmax);
+            warp_step_code<T>(a, stages + cur * sb, stage_code_off(a, ub + s0), s0, n_tok, table_g, cb, q_s, lane,
+                              rmax);
         if (ns0 == 0) {  // the item's last step
             const float sc = mma_tile::sum_row_maxima<T::kMTiles>(rmax, rows_valid, g);
             if (lane == u) part += sc;
@@ -635,9 +640,6 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     wgmma::warpgroup_barrier(warp >> 2);
     const int4 cw = *reinterpret_cast<const int4*>(counts + (warp & ~3));
     const int n_steps = max(max(cw.x, cw.y), max(cw.z, cw.w));
-    auto code_off = [&](int64_t tok0) {
-        return int(reinterpret_cast<uintptr_t>(a.codes + tok0 * a.n_code_bytes) & 15);
-    };
     int u = nonempty ? __ffs(nonempty) - 1 : 32;
     int64_t ub = 0;
     int n_tok = 0;
@@ -683,7 +685,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
         int64_t nub = 0;
         if (real) walk_advance<T>(a, nonempty, tb, te, u, s0, n_tok, ub, stages + (cur ^ 1) * sb, lane, nu, ns0, nn, nub);
         const unsigned char* st = stages + cur * sb;
-        const unsigned char* crow0 = st + 128 + (real ? code_off(ub + s0) : 0) + g * a.n_code_bytes;
+        const unsigned char* crow0 = st + 128 + (real ? stage_code_off(a, ub + s0) : 0) + g * a.n_code_bytes;
         const int rs = 8 * a.n_code_bytes;  // 8 token rows
         const int end_lane = real && ns0 == 0 ? u : 32;
         auto gather_table = [&](int h) {  // an empty step gathers centroid 0

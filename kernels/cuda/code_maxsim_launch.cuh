@@ -43,16 +43,13 @@ inline Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool 
     return pdl::launch_pdl(code_maxsim_kernel<T>, grid, dim3(T::kThreads), smem, st, a);
 }
 
-/// Whether this build has the warpgroup-MMA kernels (CUDA architectures include 90a) and the
-/// current device runs them (compute capability 9.0).
-bool wg_available();
-
 /// Whether decode class sub with codebook layout book has a warpgroup-MMA instantiation: the
 /// classes it measured faster for on the H200 (BENCHMARKS.md).
 bool wg_class(int sub, int book);
 
 /// launch_as of the warpgroup-MMA instantiation (CodeTraits::kWg) of decode class sub and codebook
-/// layout book, scores mode; NotSupported when wg_available() is false.
+/// layout book, scores mode. Only for calls wg_applies (code_maxsim.cu) accepts: this build has
+/// sm_90a code and the device is a compute capability 9.0 one.
 Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
                  cudaStream_t st, bool plan_only, dim3* grid_out);
 

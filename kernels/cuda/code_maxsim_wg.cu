@@ -9,16 +9,6 @@
 
 namespace tms::kernels::code_impl {
 
-bool wg_available() {
-#if defined(TMS_CUDA_SM90A)
-    launch_cache::DeviceFacts dev;
-    if (!launch_cache::current_device(&dev).ok()) return false;
-    return dev.cc_major == 9 && dev.cc_minor == 0;
-#else
-    return false;
-#endif
-}
-
 bool wg_class(int sub, int book) {
     switch (sub * 4 + book) {
         case 2 * 4 + kBookShared:  // 4-bit residual
@@ -34,7 +24,7 @@ bool wg_class(int sub, int book) {
 
 Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool ragged, int nq, cudaStream_t st,
                  bool plan_only, dim3* grid) {
-    if (!wg_available()) return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for this device");
+#if defined(TMS_CUDA_SM90A)
     switch (sub * 4 + book) {
         case 2 * 4 + kBookShared:
             return launch_as<CodeTraits<2, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
@@ -50,6 +40,9 @@ Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool
             return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for decode class " +
                                         std::to_string(sub) + ", codebook mode " + std::to_string(book));
     }
+#else
+    return Status::NotSupported("code_maxsim_cuda: this build has no sm_90a code for the warpgroup-MMA kernel");
+#endif
 }
 
 }  // namespace tms::kernels::code_impl
