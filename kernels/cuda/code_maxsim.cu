@@ -117,11 +117,11 @@ int book_mode(const CodeMaxSimParams& p, int sub) {
     return kBookPerByte;
 }
 
-/// fp16 codebook bytes in shared memory: every block (also paired), or 256 entries x 128 bytes
+/// fp16 codebook bytes in shared memory: every block (also paired), or 256 entries x 256 bytes
 /// replicated.
 int codebook_smem_bytes(const CodeMaxSimParams& p, int sub) {
     if (sub == 0) return 0;
-    return book_mode(p, sub) == kBookShared ? 256 * 128 : p.dim * 512;
+    return book_mode(p, sub) == kBookShared ? 256 * kSharedEntryStride : p.dim * 512;
 }
 
 /// NotSupported for a codec shape (dim, n_code_bytes) the kernel has no decode for.

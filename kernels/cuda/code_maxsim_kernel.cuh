@@ -30,16 +30,17 @@
 //   Warpgroup-MMA variant (CodeTraits::kWg: sm_90a, dim 128, scores mode): the same walk and
 //     decode, but the documents are the M side of wgmma m64n32k16: each warp's step is two
 //     16-token tiles whose decoded dims go straight into A-fragment registers (lane g*4+t: tokens
-//     g and g+8 of the tile, dims 8t..8t+7 of each chunk), the query group is the B operand in
+//     g and g+8 of the tile, dims 8t..8t+7 of each chunk; residual codecs: 32t..32t+31 over the
+//     4 chunks, kLaneMajor), the query group is the B operand in
 //     shared memory (wg_b_word), and lane g*4+t's accumulator columns are table slots 8t..8t+7.
 //     The 4 warps of a warpgroup issue their wgmmas together, so they walk the same number of
 //     steps (warp_items_code_wg). wg_step has the pipeline.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
 // Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
-//   per-byte or paired; kBookShared: 256 entries x 128 bytes), 32 query rows (dim * 64 bytes),
+//   per-byte or paired; kBookShared: 256 entries x 256 bytes), 32 query rows (dim * 64 bytes),
 //   then each warp's two stages (stage_bytes); in top-k mode (CodeTraits::kTopK) each warp's
 //   sorted list of k keys and the 8 list lengths; kWg: two sets of 8 step counts. dim = 128:
-//   PQ-16 64 + 8 + 10 KB, 2-bit residual 32 + 8 + 18 KB, plus 64 KB of lists at k = 1024.
+//   PQ-16 64 + 8 + 10 KB, 2-bit residual 64 + 8 + 18 KB, plus 64 KB of lists at k = 1024.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -90,7 +91,8 @@ enum : int {
     /// [n_code_bytes][256][dsub] fp16, as given.
     kBookPerByte = 0,
     /// One block for every code byte (residual codecs), dsub == kSub: kept replicated so that
-    /// the gathers are free of bank conflicts.
+    /// the gathers are free of bank conflicts. Entry `code` takes 256 bytes (256 / (2 * dsub)
+    /// replicas), so that a lane's offset is one byte permute (shared_entry).
     kBookShared = 1,
     /// dsub == kSub (4 or 8: PQ with 4- or 8-dim sub-vectors), dim % 64 == 0: the
     /// fp16 entries (2 * dsub bytes) of P = 64 / dsub consecutive blocks share each 128-byte row
@@ -127,6 +129,11 @@ struct CodeTraits {
     /// (wgmma instructions are warpgroup-collective).
     static constexpr bool kWg = kWg_;
     static constexpr bool kShared = kBook == kBookShared;
+    /// kWg with the shared block (2- and 4-bit residual): lane g*4+t holds a token's dims
+    /// 32t + 8c .. 32t + 8c + 7 as its 8 dims of chunk c (not 32c + 8t ..), so that its code bytes
+    /// of a chunk pair are one or two 32-bit words (wg_decode_pair); the B operand follows
+    /// (wg_b_word).
+    static constexpr bool kLaneMajor = kWg && kShared;
     static constexpr bool kPaired = kBook == kBookPaired;
     static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
     static constexpr int kReplicas = kSub == 0 ? 0 : 128 / kEntryBytes;  // lanes of one LDS phase
@@ -157,25 +164,34 @@ using mma_tile::lds32;
 using mma_tile::lds64;
 using mma_tile::mma16816;
 
+/// kBookShared: 256 bytes an entry.
+constexpr int kSharedEntryStride = 256;
+
+/// kBookShared: the byte offset in the codebook of the lane's replica of the entry whose code is
+/// byte k of w: the code in byte 1, rep_off (below 256) in byte 0, one PRMT.
+template <int k>
+__device__ __forceinline__ uint32_t shared_entry(uint32_t w, uint32_t rep_off) {
+    return __byte_perm(w, rep_off, 0x5504u | (k << 4));
+}
+
 /// The 8 fp16 residual values (4 registers) of token row `crow` (shared memory), dims d0..d0+7,
 /// which lie in code byte b (at offset off of its block; kSub = 8) or bytes b.. (kSub = 4, 2).
 /// Per-codebook layout: [n_code_bytes][256][dsub] fp16. Shared layout (T::kShared): entry e of
-/// replica r at (e * kReplicas + r) * kEntryBytes, lane reads replica lane % kReplicas, so the
-/// lanes of one shared-memory phase always hit distinct banks.
+/// replica r at e * 256 + r * kEntryBytes, lane reads replica lane % kReplicas, so the lanes of
+/// one shared-memory phase always hit distinct banks.
 template <class T>
 __device__ __forceinline__ uint4 decode8(const unsigned char* crow, int b, int off, int dsub, const unsigned char* cb,
                                          int rep_off) {
-    constexpr int R = T::kReplicas, E = T::kEntryBytes;
     if constexpr (T::kSub == 8) {
         const uint32_t code = crow[b];
-        if constexpr (T::kShared) return lds128(cb + code * (R * E) + rep_off);
+        if constexpr (T::kShared) return lds128(cb + shared_entry<0>(code, rep_off));
         return lds128(cb + ((size_t(b) * 256 + code) * dsub + off) * 2);
     } else if constexpr (T::kSub == 4) {
         const uint32_t c2 = *reinterpret_cast<const uint16_t*>(crow + b);
         uint2 lo, hi;
         if constexpr (T::kShared) {
-            lo = lds64(cb + (c2 & 0xff) * (R * E) + rep_off);
-            hi = lds64(cb + (c2 >> 8) * (R * E) + rep_off);
+            lo = lds64(cb + shared_entry<0>(c2, rep_off));
+            hi = lds64(cb + shared_entry<1>(c2, rep_off));
         } else {
             lo = lds64(cb + ((b * 256 + (c2 & 0xff)) * 4) * 2);
             hi = lds64(cb + (((b + 1) * 256 + (c2 >> 8)) * 4) * 2);
@@ -185,10 +201,10 @@ __device__ __forceinline__ uint4 decode8(const unsigned char* crow, int b, int o
         const uint32_t c4 = lds32(crow + b);
         uint4 r;
         if constexpr (T::kShared) {
-            r.x = lds32(cb + (c4 & 0xff) * (R * E) + rep_off);
-            r.y = lds32(cb + ((c4 >> 8) & 0xff) * (R * E) + rep_off);
-            r.z = lds32(cb + ((c4 >> 16) & 0xff) * (R * E) + rep_off);
-            r.w = lds32(cb + (c4 >> 24) * (R * E) + rep_off);
+            r.x = lds32(cb + shared_entry<0>(c4, rep_off));
+            r.y = lds32(cb + shared_entry<1>(c4, rep_off));
+            r.z = lds32(cb + shared_entry<2>(c4, rep_off));
+            r.w = lds32(cb + shared_entry<3>(c4, rep_off));
         } else {
             r.x = lds32(cb + ((b * 256 + (c4 & 0xff)) * 2) * 2);
             r.y = lds32(cb + (((b + 1) * 256 + ((c4 >> 8) & 0xff)) * 2) * 2);
@@ -530,14 +546,19 @@ __device__ __forceinline__ void warp_items_code(const CodeArgs& a, int64_t tb, i
 /// 16-byte load). The k order inside each 32-dim chunk is permuted as on the A side, where lane
 /// g*4+t holds a token's dims 8t .. 8t + 7 of the chunk: k16 half h, k position 2t + e + 8f is
 /// dim 8t + 4h + 2f + e. A group takes dim * 64 bytes, as in A-fragment order.
+/// kLaneMajor (CodeTraits::kLaneMajor, dim 128): the lane's 8 dims of chunk c are 32t + 8c ..
+/// instead, so that k16 half h of chunk c, k position 2t + e + 8f is dim 32t + 8c + 4h + 2f + e.
+template <bool kLaneMajor>
 __host__ __device__ constexpr int wg_b_word(int r, int d) {
     const int s = table_slot(r);
     const int n = ((s >> 1) & 3) * 8 + (s >> 3) * 2 + (s & 1);
-    const int kg = ((d >> 5) * 2 + ((d >> 2) & 1)) * 2 + ((d >> 1) & 1);
-    return kg * 128 + (n >> 3) * 32 + (n & 7) * 4 + ((d >> 3) & 3);
+    const int chunk = kLaneMajor ? (d >> 3) & 3 : d >> 5, t = kLaneMajor ? d >> 5 : (d >> 3) & 3;
+    const int kg = (chunk * 2 + ((d >> 2) & 1)) * 2 + ((d >> 1) & 1);
+    return kg * 128 + (n >> 3) * 32 + (n & 7) * 4 + t;
 }
+template <bool kLaneMajor>
 struct WgBIndex {
-    __device__ __forceinline__ int operator()(int row, int dim) const { return wg_b_word(row, dim); }
+    __device__ __forceinline__ int operator()(int row, int dim) const { return wg_b_word<kLaneMajor>(row, dim); }
 };
 
 /// kWg: the document's score for this group: each accumulator column's maximum over the lanes
@@ -565,7 +586,30 @@ __device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned
                                                int c, int g, int t, const unsigned char* cb, int rep_off,
                                                uint4 (&v)[4]) {
     const unsigned char* const crow[2] = {crow0, crow1};
-    if constexpr (T::kPaired) {
+    if constexpr (T::kLaneMajor) {
+        // Dims 32t + 8c .. 32t + 8c + 15: code bytes (32t + 8c) / kSub .., one word (2-bit
+        // residual: 4 dims a byte) or two (4-bit: 2 dims a byte); each byte one entry.
+        static_assert(T::kShared && (T::kSub == 4 || T::kSub == 2), "lane-major: the shared block, dsub 4 or 2");
+        const int off = (32 * t + 8 * c) / T::kSub;
+        const uint32_t rep = uint32_t(rep_off);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            if constexpr (T::kSub == 4) {
+                const uint32_t w = lds32(crow[i] + off);
+                const uint2 e0 = lds64(cb + shared_entry<0>(w, rep)), e1 = lds64(cb + shared_entry<1>(w, rep));
+                const uint2 e2 = lds64(cb + shared_entry<2>(w, rep)), e3 = lds64(cb + shared_entry<3>(w, rep));
+                v[i] = make_uint4(e0.x, e0.y, e1.x, e1.y);
+                v[2 + i] = make_uint4(e2.x, e2.y, e3.x, e3.y);
+            } else {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint32_t w = lds32(crow[i] + off + 4 * h);
+                    v[2 * h + i] = make_uint4(lds32(cb + shared_entry<0>(w, rep)), lds32(cb + shared_entry<1>(w, rep)),
+                                              lds32(cb + shared_entry<2>(w, rep)), lds32(cb + shared_entry<3>(w, rep)));
+                }
+            }
+        }
+    } else if constexpr (T::kPaired) {
         constexpr int D = T::kSub;
         const int odd = g & 1, r = (g >> 1) & (8 / D - 1);
         int b0, b1;
@@ -752,13 +796,13 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
     const float* src = a.queries + (int64_t(q) * a.q_stride + row0) * a.dim;
     if constexpr (T::kWg) {  // the B operand's layout: 8 values a thread-load, or one
         if (kVector && (reinterpret_cast<uintptr_t>(a.queries) & 15u) == 0) {
-            mma_tile::fill_rows_as<T::kThreads>(WgBIndex{}, src, 0, T::kRows, ql - row0, a.dim, put);
+            mma_tile::fill_rows_as<T::kThreads>(WgBIndex<T::kLaneMajor>{}, src, 0, T::kRows, ql - row0, a.dim, put);
         } else {
             const int n_words = T::kRows * a.dim / 2, half_dim = a.dim / 2;
             for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
                 const int r = w / half_dim, c = (w - r * half_dim) * 2;
                 const bool ok = row0 + r < ql;
-                put(wg_b_word(r, c), ok ? src[int64_t(r) * a.dim + c] : 0.f, ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
+                put(wg_b_word<T::kLaneMajor>(r, c), ok ? src[int64_t(r) * a.dim + c] : 0.f, ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
             }
         }
         wgmma::fence_smem_for_async();  // before the caller's barrier
@@ -800,11 +844,11 @@ __device__ __forceinline__ void write_codebook(const float* __restrict__ codeboo
             *reinterpret_cast<uint2*>(dst + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
         }
     } else if constexpr (kBook == kBookShared) {
-        // Block 0 of the fp32 codebook -> 128 / (2 * kSub) interleaved fp16 copies (32 KB).
-        constexpr int R = 128 / (2 * kSub), E = 2 * kSub;
+        // Block 0 of the fp32 codebook -> 256 / (2 * kSub) interleaved fp16 copies (64 KB).
+        constexpr int E = 2 * kSub, R = kSharedEntryStride / E;
         for (int i = tid; i < 256 * R * kSub; i += n_threads) {
             const int j = i % kSub, r = (i / kSub) % R, e = i / (kSub * R);
-            *reinterpret_cast<__half*>(dst + (e * R + r) * E + j * 2) =
+            *reinterpret_cast<__half*>(dst + e * kSharedEntryStride + r * E + j * 2) =
                 __float2half_rn(__ldg(codebook + e * kSub + j));
         }
     } else if constexpr (kSub != 0) {
