@@ -33,6 +33,7 @@
 //     g and g+8 of the tile, dims 8t..8t+7 of each chunk; residual codecs: 32t..32t+31 over the
 //     4 chunks, kLaneMajor), the query group is the B operand in
 //     shared memory (wg_b_word), and lane g*4+t's accumulator columns are table slots 8t..8t+7.
+//     The per-token scores are folded into the column maxima in fp16 (wg_fold).
 //     The 4 warps of a warpgroup issue their wgmmas together, so they walk the same number of
 //     steps (warp_items_code_wg). wg_step has the pipeline.
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
@@ -562,17 +563,20 @@ struct WgBIndex {
 };
 
 /// kWg: the document's score for this group: each accumulator column's maximum over the lanes
-/// that share it (lane g*4+t, column k of 8 is table slot 8t + k), summed over the columns whose
-/// query row is below rows_valid; every lane returns the sum.
-__device__ __forceinline__ float wg_sum_cols(const float (&cmax)[8], int rows_valid, int t) {
+/// that share it (lane g*4+t, column k of 8 is table slot 8t + k, cmax[k / 2] half k % 2),
+/// summed in fp32 over the columns whose query row is below rows_valid; every lane returns the
+/// sum.
+__device__ __forceinline__ float wg_sum_cols(const __half2 (&cmax)[4], int rows_valid, int t) {
     float sum = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        float v = cmax[k];
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
-        if (table_row(8 * t + k) < rows_valid) sum += v;
+    for (int j = 0; j < 4; ++j) {
+        __half2 v = cmax[j];
+        v = __hmax2(v, __shfl_xor_sync(0xffffffffu, v, 4));
+        v = __hmax2(v, __shfl_xor_sync(0xffffffffu, v, 8));
+        v = __hmax2(v, __shfl_xor_sync(0xffffffffu, v, 16));
+        const float2 f = __half22float2(v);
+        if (table_row(8 * t + 2 * j) < rows_valid) sum += f.x;
+        if (table_row(8 * t + 2 * j + 1) < rows_valid) sum += f.y;
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -637,22 +641,23 @@ __device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned
 
 /// kWg: one tile's accumulators plus the two tokens' centroid scores (table entries e0, e1:
 /// slots 8t .. 8t + 7 = columns k = 2j + e) folded into the running column maxima (tokens row0 =
-/// base + g and row0 + 8 valid when below nv, or all when `full`).
+/// base + g and row0 + 8 valid when below nv, or all when `full`). In fp16, two columns an
+/// instruction: each accumulator is rounded to fp16 and the fp16 centroid score added (rounded),
+/// then the maxima taken; a third of the fp32 fold's instructions (it converted each score to
+/// fp32 first), +4% on the H200. The score a query row contributes is thus within an fp16
+/// rounding of the similarity and one of the sum, like the centroid score itself (the table is
+/// fp16), and assumes |similarity| < 65504 as the table does.
 __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0, const uint4& e1, int row0, int nv,
-                                        bool full, float (&cmax)[8]) {
+                                        bool full, __half2 (&cmax)[4]) {
     const bool ok0 = full || row0 < nv, ok1 = full || row0 + 8 < nv;
     const uint32_t w0[4] = {e0.x, e0.y, e0.z, e0.w}, w1[4] = {e1.x, e1.y, e1.z, e1.w};
+    const __half2 ninf = __float2half2_rn(-INFINITY);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&w0[j]));
-        const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&w1[j]));
-        const float s0[2] = {f0.x, f0.y}, s1[2] = {f1.x, f1.y};
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {  // rows g (acc[4j + e]) and g + 8 (acc[4j + 2 + e])
-            const float c0 = ok0 ? acc[4 * j + e] + s0[e] : -INFINITY;
-            const float c1 = ok1 ? acc[4 * j + 2 + e] + s1[e] : -INFINITY;
-            cmax[2 * j + e] = fmaxf(cmax[2 * j + e], fmaxf(c0, c1));
-        }
+    for (int j = 0; j < 4; ++j) {  // rows g (acc[4j], acc[4j + 1]) and g + 8 (acc[4j + 2], acc[4j + 3])
+        const __half2 s0 = *reinterpret_cast<const __half2*>(&w0[j]), s1 = *reinterpret_cast<const __half2*>(&w1[j]);
+        const __half2 c0 = ok0 ? __hadd2(__floats2half2_rn(acc[4 * j], acc[4 * j + 1]), s0) : ninf;
+        const __half2 c1 = ok1 ? __hadd2(__floats2half2_rn(acc[4 * j + 2], acc[4 * j + 3]), s1) : ninf;
+        cmax[j] = __hmax2(cmax[j], __hmax2(c0, c1));
     }
 }
 
@@ -665,8 +670,8 @@ __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0,
 /// the warp's 16 rows of a wgmma m64n32, scored one after the other into one set of accumulators.
 /// Per 64 dims (a chunk pair) a sub-round decodes 16 A registers (two buffers, used in turn) and
 /// issues 4 wgmmas; the next sub-round's decode runs while they do (wait_group 1), also across
-/// tiles and steps: a tile is folded into the running column maxima after the next tile's first
-/// decode, and an item's score is summed after its last tile's fold. The centroid scores are
+/// tiles and steps: a tile is folded into the running column maxima (fp16, wg_fold) after the
+/// next tile's first decode, and an item's score is summed (fp32) after its last tile's fold. The centroid scores are
 /// added at the fold, gathered from L2 when the tile starts (after the previous fold frees the
 /// registers). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
 /// looped sites pass the A buffers through register moves, and ptxas then serializes the wgmmas.
@@ -694,9 +699,9 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     __syncwarp();  // every lane is done reading the stage (previous batch or group) the first copy overwrites
     if (u < 32) stage_step(a, ub, min(n_tok, T::kStepTokens), stages, lane);
     async_copy::commit();
-    float cmax[8];
+    __half2 cmax[4];  // the running column maxima (wg_fold)
 #pragma unroll
-    for (int k = 0; k < 8; ++k) cmax[k] = -INFINITY;
+    for (int k = 0; k < 4; ++k) cmax[k] = __float2half2_rn(-INFINITY);
     const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
     const uint32_t lo = uint32_t(qdesc), hi = uint32_t(qdesc >> 32);
     float acc[16];
@@ -717,7 +722,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
             const float sc = wg_sum_cols(cmax, rows_valid, t);
             if (lane == f_end) part += sc;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) cmax[j] = -INFINITY;
+            for (int j = 0; j < 4; ++j) cmax[j] = __float2half2_rn(-INFINITY);
         }
     };
     int s0 = 0, cur = 0;

@@ -202,8 +202,10 @@ struct DevCase {
 
 float h16(float x) { return kernels::half_to_float(kernels::float_to_half(x)); }
 
-/// The GPU's computation on the CPU: fp16 inputs, fp32 sums (for the tolerance).
-std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d) {
+/// The GPU's computation on the CPU: fp16 inputs, fp32 sums (for the tolerance); fp16_max (the
+/// warpgroup-MMA kernel): each token's term is the fp16 sum of the fp16-rounded similarity and
+/// the fp16 centroid score, as that kernel's fp16 fold.
+std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d, bool fp16_max) {
     std::vector<double> out;
     const int dim = c.dim, nb = c.n_code_bytes, dsub = nb ? dim / nb : 0, K = c.n_centroids;
     const int64_t n_docs = int64_t(c.doc_lens.size());
@@ -217,12 +219,13 @@ std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d) {
                 const float* qv = d.q.data() + (size_t(qq) * c.q_stride + r) * dim;
                 float best = -INFINITY;
                 for (int64_t t = d.doc_offsets[doc]; t < d.doc_offsets[doc + 1]; ++t) {
-                    float s = h16(d.cs[(size_t(qq) * c.q_stride + r) * K + d.tc[t]]);
+                    const float cs = h16(d.cs[(size_t(qq) * c.q_stride + r) * K + d.tc[t]]);
+                    float dot = 0;
                     for (int b = 0; b < nb; ++b) {
                         const float* e = d.book.data() + (size_t(b) * 256 + d.codes[size_t(t) * nb + b]) * dsub;
-                        for (int j = 0; j < dsub; ++j) s += h16(qv[b * dsub + j]) * h16(e[j]);
+                        for (int j = 0; j < dsub; ++j) dot += h16(qv[b * dsub + j]) * h16(e[j]);
                     }
-                    best = std::max(best, s);
+                    best = std::max(best, fp16_max ? h16(float(double(h16(dot)) + double(cs))) : cs + dot);
                 }
                 if (d.doc_offsets[doc + 1] > d.doc_offsets[doc]) score += best;
             }
@@ -283,8 +286,10 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         const int64_t n = kernels::code_maxsim_num_scores(hp);
         std::vector<double> ref(static_cast<size_t>(n));
         ASSERT_TRUE(kernels::code_maxsim_ref(hp, d.cent.data(), ref.data()).ok());
-        const std::vector<double> naive = naive_same_precision(c, d);
-        ASSERT_EQ(int64_t(naive.size()), n);
+        const std::vector<double> naive32 = naive_same_precision(c, d, false);
+        const std::vector<double> naive16 = naive_same_precision(c, d, true);
+        ASSERT_EQ(int64_t(naive32.size()), n);
+        ASSERT_EQ(int64_t(naive16.size()), n);
 
         const DevCase dev(d);
         DevBuf<float> scores(static_cast<size_t>(n));
@@ -334,6 +339,7 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
             ASSERT_TRUE(st.ok()) << st.ToString();
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             const std::vector<float> got = scores.get();
+            const std::vector<double>& naive = kernels::code_maxsim_cuda_uses_wgmma(p) ? naive16 : naive32;
             int bad = 0;
             for (int64_t i = 0; i < n; ++i) {
                 const double tol = 2 * std::fabs(naive[i] - ref[i]) + 1e-3 * (1 + std::fabs(ref[i]));
