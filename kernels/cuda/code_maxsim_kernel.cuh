@@ -117,8 +117,9 @@ struct CodeTraits {
     /// chunk), so that its accumulators take 8 registers instead of 32 and the step reads no
     /// query rows from shared memory (64 of its ~150-360 shared-load wavefronts). Instantiated
     /// for 2-dim PQ sub-vectors in the per-byte layout only (PQ-64 at dim 128), scores mode:
-    /// +4-7% there on the H200; the other classes measured slower or equal (the freed L1 pipe
-    /// is taken over by MMA dependency stalls with 16 warps an SM; BENCHMARKS.md).
+    /// +4-7% there on the H200 (where the warpgroup-MMA kernel, faster still, does not apply);
+    /// the other classes measured slower or equal (the freed L1 pipe is taken over by MMA
+    /// dependency stalls with 16 warps an SM; BENCHMARKS.md).
     static constexpr bool kQReg = kQReg_;
     static constexpr int kQChunks = 4;
     /// Hopper warpgroup MMA (sm_90a, dim 128, scores mode): the documents are the M side. Each
@@ -134,7 +135,7 @@ struct CodeTraits {
     /// 32t + 8c .. 32t + 8c + 7 as its 8 dims of chunk c (not 32c + 8t ..), so that its code bytes
     /// of a chunk pair are one or two 32-bit words (wg_decode_pair); the B operand follows
     /// (wg_b_word).
-    static constexpr bool kLaneMajor = kWg && kShared;
+    static constexpr bool kLaneMajor = kWg && kShared && kSub != 8;
     static constexpr bool kPaired = kBook == kBookPaired;
     static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
     static constexpr int kReplicas = kSub == 0 ? 0 : 128 / kEntryBytes;  // lanes of one LDS phase

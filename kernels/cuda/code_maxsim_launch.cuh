@@ -43,8 +43,9 @@ inline Status launch_as(const CodeArgs& a, size_t smem, int n_items_dense, bool 
     return pdl::launch_pdl(code_maxsim_kernel<T>, grid, dim3(T::kThreads), smem, st, a);
 }
 
-/// Whether decode class sub with codebook layout book has a warpgroup-MMA instantiation: the
-/// classes it measured faster for on the H200 (BENCHMARKS.md).
+/// Whether decode class sub with codebook layout book has a warpgroup-MMA instantiation: every
+/// class that occurs at dim 128 (each measured faster than mma.sync on the H200 since the fp16
+/// fold; BENCHMARKS.md).
 bool wg_class(int sub, int book);
 
 /// launch_as of the warpgroup-MMA instantiation (CodeTraits::kWg) of decode class sub and codebook

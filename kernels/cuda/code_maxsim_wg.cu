@@ -16,8 +16,10 @@ bool wg_class(int sub, int book) {
         case 4 * 4 + kBookPaired:  // PQ-32
         case 8 * 4 + kBookPerByte:  // PQ-8 (16-dim sub-vectors)
         case 8 * 4 + kBookPaired:  // PQ-16
+        case 2 * 4 + kBookPerByte:  // PQ-64 (+3-8% over mma.sync since the fp16 fold; 0.99-1.05x before)
+        case 8 * 4 + kBookShared:   // 1-bit residual (+3-10%; 0.89-0.98x before)
             return true;
-        default:  // 1-bit residual: 0.89-0.98x; PQ-64 (query fragments in registers): 0.99-1.05x
+        default:
             return false;
     }
 }
@@ -36,6 +38,10 @@ Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool
             return launch_as<CodeTraits<8, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         case 8 * 4 + kBookPaired:
             return launch_as<CodeTraits<8, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 2 * 4 + kBookPerByte:
+            return launch_as<CodeTraits<2, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 8 * 4 + kBookShared:
+            return launch_as<CodeTraits<8, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
         default:
             return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for decode class " +
                                         std::to_string(sub) + ", codebook mode " + std::to_string(book));

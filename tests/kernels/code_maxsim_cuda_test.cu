@@ -243,7 +243,8 @@ std::string describe(const CodeCase& c) {
 }
 
 // The warpgroup-MMA kernel is what scores on an H100 / H200 in a build with sm_90a code (the
-// default architectures), and never in top-k mode, without codes, or when not allowed.
+// default architectures) at dim 128, for every codec, and never in top-k mode, at other dims,
+// without codes, or when not allowed.
 TEST(CodeMaxSimCuda, WarpgroupMmaSelection) {
     SKIP_WITHOUT_GPU();
     cudaDeviceProp prop{};
@@ -269,12 +270,18 @@ TEST(CodeMaxSimCuda, WarpgroupMmaSelection) {
     p.dim = 256;
     p.n_code_bytes = 64;
     EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    // At dim 128 every decode class: PQ-8 .. PQ-64 (general or paired codebook) and 1-, 2- and
+    // 4-bit residual (shared block).
     p.dim = 128;
-    p.n_code_bytes = 16;  // 1-bit residual (shared 8-dim block) and PQ-64 stay on mma.sync (measured)
-    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
-    p.codebook_shared = false;
-    p.n_code_bytes = 64;
-    EXPECT_FALSE(kernels::code_maxsim_cuda_uses_wgmma(p));
+    for (const bool shared : {false, true}) {
+        for (const int n_code_bytes : {8, 16, 32, 64}) {
+            if (shared && n_code_bytes == 8) continue;  // residual codes: 1, 2 or 4 bits a dim
+            p.codebook_shared = shared;
+            p.n_code_bytes = n_code_bytes;
+            EXPECT_EQ(kernels::code_maxsim_cuda_uses_wgmma(p), hopper && kernels::code_maxsim_cuda_built_sm90a())
+                << n_code_bytes << " code bytes, shared " << shared;
+        }
+    }
 }
 
 TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
