@@ -672,9 +672,10 @@ __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0,
 /// Per 64 dims (a chunk pair) a sub-round decodes 16 A registers (two buffers, used in turn) and
 /// issues 4 wgmmas; the next sub-round's decode runs while they do (wait_group 1), also across
 /// tiles and steps: a tile is folded into the running column maxima (fp16, wg_fold) after the
-/// next tile's first decode, and an item's score is summed (fp32) after its last tile's fold. The centroid scores are
-/// added at the fold, gathered from L2 when the tile starts (after the previous fold frees the
-/// registers). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
+/// next tile's first decode, and an item's score is summed (fp32) after its last tile's fold.
+/// The centroid scores are added at the fold, gathered from L2 when the tile starts (after the
+/// previous fold frees the registers; ptxas may move the gather down to the fold: session 10 in
+/// BENCHMARKS.md). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
 /// looped sites pass the A buffers through register moves, and ptxas then serializes the wgmmas.
 template <class T>
 __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb, int64_t te, int n_mine,
