@@ -95,8 +95,8 @@ struct CodeMaxSimParams {
     /// converting `codebook`, which it no longer reads. Prepare it once per codebook.
     const void* codebook_image = nullptr;
     /// CUDA only: score with the Hopper warpgroup-MMA kernel where it applies (a build for
-    /// sm_90a on a compute capability 9.0 device, scores mode, dim 128, the codecs it measured
-    /// faster for: code_maxsim_cuda_uses_wgmma); false: the mma.sync kernel every GPU runs.
+    /// sm_90a on a compute capability 9.0 device, scores mode, dim 128, every codec:
+    /// code_maxsim_cuda_uses_wgmma); false: the mma.sync kernel every GPU runs.
     /// The warpgroup-MMA kernel takes the maximum over a document's tokens in fp16: each query
     /// row's term is within two fp16 roundings (the similarity, then its sum with the fp16
     /// centroid score) of the mma.sync kernel's, which takes it in fp32; the document score is

@@ -34,7 +34,7 @@ size_t code_codebook_image_bytes(const CodeMaxSimParams& p);
 
 /// Writes the image (d_image, code_codebook_image_bytes(p) bytes, 16-byte aligned) from
 /// p.codebook. Pass it as p.codebook_image to the scoring calls with the same dim,
-/// n_code_bytes and codebook_shared: each CTA then copies 64 KB (dim 128; 32 KB for a shared
+/// n_code_bytes and codebook_shared: each CTA then copies 64 KB (dim 128, or a shared
 /// block) in one round trip instead of converting 128 KB of fp32 in dependent loads.
 Status code_codebook_image_cuda(const CodeMaxSimParams& p, void* d_image, void* stream);
 

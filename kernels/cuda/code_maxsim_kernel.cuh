@@ -35,7 +35,7 @@
 //     shared memory (wg_b_word), and lane g*4+t's accumulator columns are table slots 8t..8t+7.
 //     The per-token scores are folded into the column maxima in fp16 (wg_fold).
 //     The 4 warps of a warpgroup issue their wgmmas together, so they walk the same number of
-//     steps (warp_items_code_wg). wg_step has the pipeline.
+//     steps (warp_items_code_wg, which also has the pipeline).
 //   Query tokens are processed 32 at a time (a "group"); longer queries revisit the batch.
 // Shared memory per CTA: the fp16 codebook (n_code_bytes * 256 * dsub * 2 = dim * 512 bytes,
 //   per-byte or paired; kBookShared: 256 entries x 256 bytes), 32 query rows (dim * 64 bytes),

@@ -9,43 +9,46 @@
 
 namespace tms::kernels::code_impl {
 
-bool wg_class(int sub, int book) {
+namespace {
+
+/// f(T{}) for the warpgroup-MMA instantiation T (CodeTraits::kWg) of decode class sub and
+/// codebook layout book; NotSupported when there is none. The one list of those classes:
+/// wg_class and launch_wg both read it.
+template <class F>
+Status with_wg_traits(int sub, int book, F&& f) {
     switch (sub * 4 + book) {
         case 2 * 4 + kBookShared:  // 4-bit residual
+            return f(CodeTraits<2, kBookShared, false, false, true>{});
         case 4 * 4 + kBookShared:  // 2-bit residual
+            return f(CodeTraits<4, kBookShared, false, false, true>{});
+        case 8 * 4 + kBookShared:  // 1-bit residual (+3-10% over mma.sync since the fp16 fold; 0.89-0.98x before)
+            return f(CodeTraits<8, kBookShared, false, false, true>{});
+        case 2 * 4 + kBookPerByte:  // PQ-64 (+3-8% since the fp16 fold; 0.99-1.05x before)
+            return f(CodeTraits<2, kBookPerByte, false, false, true>{});
         case 4 * 4 + kBookPaired:  // PQ-32
-        case 8 * 4 + kBookPerByte:  // PQ-8 (16-dim sub-vectors)
+            return f(CodeTraits<4, kBookPaired, false, false, true>{});
         case 8 * 4 + kBookPaired:  // PQ-16
-        case 2 * 4 + kBookPerByte:  // PQ-64 (+3-8% over mma.sync since the fp16 fold; 0.99-1.05x before)
-        case 8 * 4 + kBookShared:   // 1-bit residual (+3-10%; 0.89-0.98x before)
-            return true;
+            return f(CodeTraits<8, kBookPaired, false, false, true>{});
+        case 8 * 4 + kBookPerByte:  // PQ-8 (16-dim sub-vectors)
+            return f(CodeTraits<8, kBookPerByte, false, false, true>{});
         default:
-            return false;
+            return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for decode class " +
+                                        std::to_string(sub) + ", codebook mode " + std::to_string(book));
     }
+}
+
+}  // namespace
+
+bool wg_class(int sub, int book) {
+    return with_wg_traits(sub, book, [](auto) { return Status::OK(); }).ok();
 }
 
 Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool ragged, int nq, cudaStream_t st,
                  bool plan_only, dim3* grid) {
 #if defined(TMS_CUDA_SM90A)
-    switch (sub * 4 + book) {
-        case 2 * 4 + kBookShared:
-            return launch_as<CodeTraits<2, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 4 * 4 + kBookShared:
-            return launch_as<CodeTraits<4, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 4 * 4 + kBookPaired:
-            return launch_as<CodeTraits<4, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookPerByte:
-            return launch_as<CodeTraits<8, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookPaired:
-            return launch_as<CodeTraits<8, kBookPaired, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 2 * 4 + kBookPerByte:
-            return launch_as<CodeTraits<2, kBookPerByte, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookShared:
-            return launch_as<CodeTraits<8, kBookShared, false, false, true>>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        default:
-            return Status::NotSupported("code_maxsim_cuda: no warpgroup-MMA kernel for decode class " +
-                                        std::to_string(sub) + ", codebook mode " + std::to_string(book));
-    }
+    return with_wg_traits(sub, book, [&](auto traits) {
+        return launch_as<decltype(traits)>(a, smem, nd, ragged, nq, st, plan_only, grid);
+    });
 #else
     return Status::NotSupported("code_maxsim_cuda: this build has no sm_90a code for the warpgroup-MMA kernel");
 #endif
