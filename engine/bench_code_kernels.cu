@@ -182,6 +182,7 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
     p.n_docs = bc.n_docs;
     p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;
     p.cand_docs = bc.n_cand ? d_cdocs.p : nullptr;
+    p.n_candidates = bc.n_cand ? n_pairs : 0;  // as GpuCodeScorer passes it
     p.scores = scores.p;
     // The codebook prepared once in the kernel's fp16 layout, as GpuCodeScorer does at open.
     Dev<unsigned char> book_image;

@@ -367,6 +367,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     p.query_lens = static_cast<const int32_t*>(dl);
     p.centroid_scores = static_cast<const float*>(dcs);
     p.cand_offsets = static_cast<const int64_t*>(dco);
+    p.n_candidates = h_cand_offsets ? n_cand : 0;
     p.cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
                                  : nullptr;
     p.scores = static_cast<float*>(ds);
@@ -539,6 +540,7 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
         p.query_lens = dl;
         p.centroid_scores = dcs;
         p.cand_offsets = doff;
+        p.n_candidates = total;
         p.cand_docs = ddocs;
         TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));
         p.scores = static_cast<float*>(im.g_scores.p);
@@ -590,6 +592,7 @@ Status GpuCodeScorer::ScoreLast(const char* who) {
     p.query_lens = c.dl;
     p.centroid_scores = c.dcs;
     p.cand_offsets = c.d_off;
+    p.n_candidates = total;
     p.cand_docs = c.d_docs;
     TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));
     p.scores = static_cast<float*>(im.g_scores.p);

@@ -107,6 +107,11 @@ struct CodeMaxSimParams {
     int64_t n_docs = 0;
     const int64_t* cand_offsets = nullptr;
     const int32_t* cand_docs = nullptr;
+    /// Optional, CUDA only, with cand_offsets: cand_offsets[n_queries] (all queries' candidates)
+    /// when the caller knows it on the host; 0: not known. The scoring call then sizes its grid
+    /// so that few queries' centroid-score tables are in use at once (they stay in L2). Only the
+    /// speed depends on it.
+    int64_t n_candidates = 0;
     float* scores = nullptr;
 };
 

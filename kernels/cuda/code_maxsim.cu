@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(256) codebook_image_kernel(const float* codebo
     if (book == kBookPaired) {
         if (sub == 8) write_codebook<8, kBookPaired>(codebook, dim, dst, tid, n);
         if (sub == 4) write_codebook<4, kBookPaired>(codebook, dim, dst, tid, n);
+        if (sub == 2) write_codebook<2, kBookPaired>(codebook, dim, dst, tid, n);
     } else if (book == kBookShared) {
         if (sub == 8) write_codebook<8, kBookShared>(codebook, dim, dst, tid, n);
         if (sub == 4) write_codebook<4, kBookShared>(codebook, dim, dst, tid, n);
@@ -113,7 +114,7 @@ int book_mode(const CodeMaxSimParams& p, int sub) {
     const int dsub = p.dim / p.n_code_bytes;
     if (dsub != sub) return kBookPerByte;  // kSub 8 with dsub 16, 24, ...
     if (p.codebook_shared) return kBookShared;
-    if (sub >= 4 && p.dim % 64 == 0) return kBookPaired;  // dsub 2: measured no faster (BENCHMARKS.md)
+    if (p.dim % 64 == 0) return kBookPaired;  // dsub 2 too since session 11: +6-11% (BENCHMARKS.md)
     return kBookPerByte;
 }
 
@@ -172,7 +173,7 @@ bool wg_applies(const CodeMaxSimParams& p) {
 }
 
 Status validate_sizes(const CodeMaxSimParams& p) {
-    if (p.n_queries < 0 || p.q_stride < 0 || p.n_docs < 0 || p.dim <= 0) {
+    if (p.n_queries < 0 || p.q_stride < 0 || p.n_docs < 0 || p.dim <= 0 || p.n_candidates < 0) {
         return Status::InvalidArgument("code_maxsim_cuda: bad size");
     }
     if (p.n_centroids <= 0) return Status::InvalidArgument("code_maxsim_cuda: n_centroids must be positive");
@@ -222,22 +223,17 @@ Status check_smem(const CodeMaxSimParams& p, int k, bool wg) {
     return Status::OK();
 }
 
-/// launch_as of the scoring instantiation, or the top-k one when a.k > 0; 2-dim PQ sub-vectors
-/// in the per-byte layout at dim <= 128 score with the query fragments in registers
+/// launch_as of the scoring instantiation, or the top-k one when a.k > 0; 2-dim sub-vectors in
+/// the per-byte layout (dim 32 or 96) score with the query fragments in registers
 /// (CodeTraits::kQReg).
 template <int kSub, int kBook>
-Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, int n_queries,
-              cudaStream_t st, bool plan_only, dim3* grid_out) {
-    if (a.k > 0) {
-        return launch_as<CodeTraits<kSub, kBook, true>>(a, smem, n_items_dense, ragged, n_queries, st, plan_only,
-                                                        grid_out);
-    }
+Status launch(const CodeArgs& a, size_t smem, const GridShape& gs, cudaStream_t st, bool plan_only, dim3* grid_out) {
+    if (a.k > 0) return launch_as<CodeTraits<kSub, kBook, true>>(a, smem, gs, st, plan_only, grid_out);
     if constexpr (kSub == 2 && kBook == kBookPerByte) {
         using TQ = CodeTraits<kSub, kBook, false, true>;
-        if (a.dim <= 32 * TQ::kQChunks) return launch_as<TQ>(a, smem, n_items_dense, ragged, n_queries, st, plan_only, grid_out);
+        if (a.dim <= 32 * TQ::kQChunks) return launch_as<TQ>(a, smem, gs, st, plan_only, grid_out);
     }
-    return launch_as<CodeTraits<kSub, kBook, false>>(a, smem, n_items_dense, ragged, n_queries, st, plan_only,
-                                                     grid_out);
+    return launch_as<CodeTraits<kSub, kBook, false>>(a, smem, gs, st, plan_only, grid_out);
 }
 
 /// One switch on (decode class, codebook mode); default NotSupported. wg: the warpgroup-MMA
@@ -245,22 +241,20 @@ Status launch(const CodeArgs& a, size_t smem, int n_items_dense, bool ragged, in
 Status dispatch(int sub, bool wg, const CodeArgs& a, size_t smem, const CodeMaxSimParams& p, cudaStream_t st,
                 bool plan_only = false, dim3* grid = nullptr) {
     const bool ragged = p.cand_offsets != nullptr;
-    const int nd = int(std::min<int64_t>(p.n_docs, INT32_MAX));
+    const GridShape gs{ragged ? p.n_candidates : p.n_docs, ragged, p.n_queries};
     const int book = book_mode(p, sub);
-    const int nq = p.n_queries;
-    if (wg) {
-        return launch_wg(sub, book, a, smem, nd, ragged, nq, st, plan_only, grid);
-    }
+    if (wg) return launch_wg(sub, book, a, smem, gs, st, plan_only, grid);
     switch (sub * 4 + book) {
-        case 0: return launch<0, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 2 * 4 + kBookPerByte: return launch<2, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 2 * 4 + kBookShared: return launch<2, kBookShared>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 4 * 4 + kBookPerByte: return launch<4, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 4 * 4 + kBookShared: return launch<4, kBookShared>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 4 * 4 + kBookPaired: return launch<4, kBookPaired>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookPerByte: return launch<8, kBookPerByte>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookShared: return launch<8, kBookShared>(a, smem, nd, ragged, nq, st, plan_only, grid);
-        case 8 * 4 + kBookPaired: return launch<8, kBookPaired>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        case 0: return launch<0, kBookPerByte>(a, smem, gs, st, plan_only, grid);
+        case 2 * 4 + kBookPerByte: return launch<2, kBookPerByte>(a, smem, gs, st, plan_only, grid);
+        case 2 * 4 + kBookShared: return launch<2, kBookShared>(a, smem, gs, st, plan_only, grid);
+        case 2 * 4 + kBookPaired: return launch<2, kBookPaired>(a, smem, gs, st, plan_only, grid);
+        case 4 * 4 + kBookPerByte: return launch<4, kBookPerByte>(a, smem, gs, st, plan_only, grid);
+        case 4 * 4 + kBookShared: return launch<4, kBookShared>(a, smem, gs, st, plan_only, grid);
+        case 4 * 4 + kBookPaired: return launch<4, kBookPaired>(a, smem, gs, st, plan_only, grid);
+        case 8 * 4 + kBookPerByte: return launch<8, kBookPerByte>(a, smem, gs, st, plan_only, grid);
+        case 8 * 4 + kBookShared: return launch<8, kBookShared>(a, smem, gs, st, plan_only, grid);
+        case 8 * 4 + kBookPaired: return launch<8, kBookPaired>(a, smem, gs, st, plan_only, grid);
         default:
             return Status::NotSupported("code_maxsim_cuda: decode class " + std::to_string(sub) + ", codebook mode " +
                                         std::to_string(book));
@@ -428,6 +422,19 @@ Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_id
 }
 
 bool code_maxsim_cuda_uses_wgmma(const CodeMaxSimParams& p) { return code_impl::wg_applies(p); }
+
+Status code_maxsim_cuda_slices(const CodeMaxSimParams& p, int64_t* slices) {
+    TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
+    const bool wg = code_impl::wg_applies(p);
+    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, 0, wg));
+    const int sub = code_impl::sub_class(p);
+    dim3 grid;
+    TMS_RETURN_IF_ERROR(code_impl::dispatch(sub, wg, code_impl::make_args(p, nullptr, sub),
+                                            code_impl::smem_bytes(p, sub, 0, wg), p, nullptr, /*plan_only=*/true,
+                                            &grid));
+    *slices = grid.x;
+    return Status::OK();
+}
 
 bool code_maxsim_cuda_built_sm90a() {
 #if defined(TMS_CUDA_SM90A)

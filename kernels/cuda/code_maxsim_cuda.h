@@ -58,6 +58,10 @@ Status code_maxsim_cuda_supported(int dim, int n_code_bytes);
 /// capability 9.0 device) rather than the mma.sync one. Top-k calls always use mma.sync.
 bool code_maxsim_cuda_uses_wgmma(const CodeMaxSimParams& p);
 
+/// Slices a query (grid.x) of a scoring call with p on the current device (the launch's plan,
+/// for tests and diagnostics; p.n_candidates changes it for ragged calls of many queries).
+Status code_maxsim_cuda_slices(const CodeMaxSimParams& p, int64_t* slices);
+
 /// Whether this build has sm_90a code (CUDA architectures naming 90a).
 bool code_maxsim_cuda_built_sm90a();
 

@@ -23,7 +23,7 @@
 //     registers. The codebook's layout (kBook) keeps those reads free of bank conflicts where
 //     it can: kBookShared (residual codecs: every code byte uses the same block, dsub = kSub)
 //     keeps one block, replicated so that the lanes of a shared-memory phase never share a
-//     bank; kBookPaired (dsub 4 or 8, dim % 64 == 0: PQ) interleaves the blocks so that the
+//     bank; kBookPaired (dsub 2, 4 or 8, dim % 64 == 0: PQ) interleaves the blocks so that the
 //     lanes of a phase, reading chunks and blocks in lane-dependent orders, hit distinct
 //     slots; kBookPerByte (other shapes) keeps [n_code_bytes][256][dsub] as given.
 //     kSub = 0 (centroid-only) skips the residual: no MMAs, no query rows in shared memory.
@@ -95,13 +95,15 @@ enum : int {
     /// the gathers are free of bank conflicts. Entry `code` takes 256 bytes (256 / (2 * dsub)
     /// replicas), so that a lane's offset is one byte permute (shared_entry).
     kBookShared = 1,
-    /// dsub == kSub (4 or 8: PQ with 4- or 8-dim sub-vectors), dim % 64 == 0: the
+    /// dsub == kSub (2, 4 or 8: PQ with 2-, 4- or 8-dim sub-vectors), dim % 64 == 0: the
     /// fp16 entries (2 * dsub bytes) of P = 64 / dsub consecutive blocks share each 128-byte row
     /// (block b in slot b % P), and the lanes of one shared-memory phase (P of them) read P
     /// different blocks: lanes of odd token rows take the chunks of a pair in the other order,
     /// and (dsub < 8) the lane's 8 / dsub blocks of a chunk are read in an order rotated by
     /// (row / 2) % (8 / dsub). No bank conflicts for any codes; select instructions put the
-    /// registers back in order.
+    /// registers back in order. dsub 2 (PQ-64 at dim 128): each 4-byte gather was otherwise
+    /// ~3.4 wavefronts a warp (banks follow the codes) against 1; +8% at B=100K, +13% at B=10K
+    /// on the H200 (BENCHMARKS.md, session 11) for 24 selects a token row and chunk pair.
     kBookPaired = 2,
 };
 
@@ -116,10 +118,10 @@ struct CodeTraits {
     /// per walk, and each step runs tile by tile (the 8 tokens of one n8 tile through every
     /// chunk), so that its accumulators take 8 registers instead of 32 and the step reads no
     /// query rows from shared memory (64 of its ~150-360 shared-load wavefronts). Instantiated
-    /// for 2-dim PQ sub-vectors in the per-byte layout only (PQ-64 at dim 128), scores mode:
-    /// +4-7% there on the H200 (where the warpgroup-MMA kernel, faster still, does not apply);
-    /// the other classes measured slower or equal (the freed L1 pipe is taken over by MMA
-    /// dependency stalls with 16 warps an SM; BENCHMARKS.md).
+    /// for 2-dim sub-vectors in the per-byte layout only (dim 32 or 96; at dim 64 and 128 the
+    /// paired layout is faster), scores mode: +4-7% for PQ-64 at dim 128 on the H200 when it
+    /// still used this layout; the other classes measured slower or equal (the freed L1 pipe is
+    /// taken over by MMA dependency stalls with 16 warps an SM; BENCHMARKS.md).
     static constexpr bool kQReg = kQReg_;
     static constexpr int kQChunks = 4;
     /// Hopper warpgroup MMA (sm_90a, dim 128, scores mode): the documents are the M side. Each
@@ -149,7 +151,7 @@ struct CodeTraits {
     static constexpr int kBatch = 32;
     static_assert(kSub == 0 || kSub == 2 || kSub == 4 || kSub == 8, "dsub class");
     static_assert(!kShared || kSub != 0, "a shared block needs codes");
-    static_assert(!kPaired || kSub >= 4, "paired blocks of 4 or 8 dims");
+    static_assert(!kPaired || kSub >= 2, "paired blocks of 2, 4 or 8 dims");
     static_assert(!kQReg || kSub != 0, "query fragments in registers need codes");
     static_assert(!kWg || (kSub != 0 && !kQReg && !kTopK), "warpgroup MMA: codes, scores mode");
     static_assert(kStepTokens == 32, "one centroid id per lane per step");
@@ -231,8 +233,29 @@ template <int D>
 __device__ __forceinline__ uint4 paired_decode8(const unsigned char* cb, const unsigned char* crow, int b0, int r) {
     if constexpr (D == 8) {
         return lds128(cb + paired_offset<8>(b0, crow[b0]));
+    } else if constexpr (D == 2) {
+        // Blocks b0 .. b0 + 3 (b0 % 4 == 0: one row group, adjacent slots): read j takes block
+        // b0 + ((j + r) & 3), so e[j] holds entry (j + r) & 3; two conditional rotations put them
+        // back in order.
+        const uint32_t c4 = lds32(crow + b0);
+        const int base = paired_offset<2>(b0, 0u);
+        uint32_t e[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int k = (j + r) & 3;
+            e[j] = lds32(cb + base + int(__byte_perm(c4, 0u, 0x4440u | uint32_t(k))) * 128 + 4 * k);
+        }
+        if (r & 1) {  // e[k] = entry (k + 1) & 3 ... -> rotate right by one
+            const uint32_t x = e[3];
+            e[3] = e[2]; e[2] = e[1]; e[1] = e[0]; e[0] = x;
+        }
+        if (r & 2) {
+            uint32_t x = e[0]; e[0] = e[2]; e[2] = x;
+            x = e[1]; e[1] = e[3]; e[3] = x;
+        }
+        return make_uint4(e[0], e[1], e[2], e[3]);
     } else {
-        static_assert(D == 4, "dsub 4 or 8");
+        static_assert(D == 4, "dsub 2, 4 or 8");
         const uint32_t c2 = *reinterpret_cast<const uint16_t*>(crow + b0);
         const int j0 = r, j1 = r ^ 1;
         const uint2 t0 = lds64(cb + paired_offset<4>(b0 + j0, (c2 >> (8 * j0)) & 0xff));
@@ -845,10 +868,14 @@ __device__ __forceinline__ void write_codebook(const float* __restrict__ codeboo
             const float4 v = __ldg(src + i);
             const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
             const int e = (4 * i) / D;  // entry (block * 256 + code) of v.x
-            uint2 w;
-            w.x = *reinterpret_cast<const uint32_t*>(&lo);
-            w.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(dst + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) = w;
+            const uint32_t wl = *reinterpret_cast<const uint32_t*>(&lo), wh = *reinterpret_cast<const uint32_t*>(&hi);
+            if constexpr (D == 2) {  // two entries (codes e, e + 1 of one block): two slots
+                *reinterpret_cast<uint32_t*>(dst + paired_offset<D>(e >> 8, uint32_t(e & 255))) = wl;
+                *reinterpret_cast<uint32_t*>(dst + paired_offset<D>((e + 1) >> 8, uint32_t((e + 1) & 255))) = wh;
+            } else {
+                *reinterpret_cast<uint2*>(dst + paired_offset<D>(e >> 8, uint32_t(e & 255)) + (4 * i) % D * 2) =
+                    make_uint2(wl, wh);
+            }
         }
     } else if constexpr (kBook == kBookShared) {
         // Block 0 of the fp32 codebook -> 256 / (2 * kSub) interleaved fp16 copies (64 KB).

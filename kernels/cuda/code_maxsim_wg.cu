@@ -23,8 +23,8 @@ Status with_wg_traits(int sub, int book, F&& f) {
             return f(CodeTraits<4, kBookShared, false, false, true>{});
         case 8 * 4 + kBookShared:  // 1-bit residual (+3-10% over mma.sync since the fp16 fold; 0.89-0.98x before)
             return f(CodeTraits<8, kBookShared, false, false, true>{});
-        case 2 * 4 + kBookPerByte:  // PQ-64 (+3-8% since the fp16 fold; 0.99-1.05x before)
-            return f(CodeTraits<2, kBookPerByte, false, false, true>{});
+        case 2 * 4 + kBookPaired:  // PQ-64 (per-byte layout before session 11: +3-8% over mma.sync)
+            return f(CodeTraits<2, kBookPaired, false, false, true>{});
         case 4 * 4 + kBookPaired:  // PQ-32
             return f(CodeTraits<4, kBookPaired, false, false, true>{});
         case 8 * 4 + kBookPaired:  // PQ-16
@@ -43,11 +43,11 @@ bool wg_class(int sub, int book) {
     return with_wg_traits(sub, book, [](auto) { return Status::OK(); }).ok();
 }
 
-Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, int nd, bool ragged, int nq, cudaStream_t st,
+Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, const GridShape& gs, cudaStream_t st,
                  bool plan_only, dim3* grid) {
 #if defined(TMS_CUDA_SM90A)
     return with_wg_traits(sub, book, [&](auto traits) {
-        return launch_as<decltype(traits)>(a, smem, nd, ragged, nq, st, plan_only, grid);
+        return launch_as<decltype(traits)>(a, smem, gs, st, plan_only, grid);
     });
 #else
     return Status::NotSupported("code_maxsim_cuda: this build has no sm_90a code for the warpgroup-MMA kernel");

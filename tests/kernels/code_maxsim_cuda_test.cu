@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -81,9 +82,12 @@ std::vector<CodeCase> code_cases() {
     c.push_back({"no_docs_dense", 128, 16, 0, 40, 2, 32, {}, {}, false, {}, 506});
     c.push_back({"two_query_groups", 128, 32, 2, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
                  {40, 40, 40}, 507});
-    // dsub 2 at dim <= 128 scores with the query fragments in registers, loaded per group.
-    c.push_back({"two_query_groups_dsub2", 128, 64, 0, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
+    // dsub 2 at dim 32 or 96 scores with the query fragments in registers (per-byte codebook),
+    // loaded per group; at dim 128 with the paired codebook.
+    c.push_back({"two_query_groups_dsub2", 96, 48, 0, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
                  {40, 40, 40}, 511});
+    c.push_back({"two_query_groups_dsub2_d128", 128, 64, 0, 60, 3, 70, {70, 33, 31}, lens(30, 1, 200, 10), true,
+                 {40, 40, 40}, 512});
     c.push_back({"q_stride1", 128, 16, 0, 60, 3, 1, {}, lens(30, 1, 60, 11), true, {10, 10, 10}, 508});
     c.push_back({"q_stride0", 128, 16, 0, 60, 2, 0, {}, lens(5, 1, 60, 12), false, {}, 509});
     c.push_back({"pq4_d128_dsub32", 128, 4, 0, 30, 2, 32, {}, lens(20, 1, 100, 13), true, {20, 20}, 510});
@@ -302,7 +306,7 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         DevBuf<float> scores(static_cast<size_t>(n));
         CodeMaxSimParams p = dev.params(c, d, scores.d);
         // Residual codebooks have one block for every code byte: score them through the general
-        // layout (paired for dsub 8 with a multiple of 8 blocks) and through the replicated
+        // layout (paired when dim % 64 == 0, else per byte) and through the replicated
         // shared block.
         ASSERT_EQ(kernels::codebook_blocks_equal(d.book.data(), c.dim, c.n_code_bytes),
                   c.n_code_bytes > 0 && c.residual_nbits > 0);
@@ -511,6 +515,49 @@ TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
     ASSERT_TRUE(kernels::code_maxsim_table_cuda(p, table.d, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(s1.get(), s2.get());
+}
+
+/// CodeMaxSimParams::n_candidates only sizes the grid: a ragged call of many queries then runs more
+/// slices a query (the tables of a few queries at a time, in L2), and every candidate's score is
+/// the same bit for bit, through both kernels; a negative count is refused.
+TEST(CodeMaxSimCuda, CandidateCountOnlySizesTheGrid) {
+    SKIP_WITHOUT_GPU();
+    const int nq = 64;
+    const CodeCase c{"pq64_many_queries", 128, 64, 0, 64, nq, 32, lens(nq, 0, 32, 41), lens(300, 1, 6, 42), true,
+                     std::vector<int>(nq, 4096), 602};
+    const CodeData d(c);
+    const DevCase dev(d);
+    const size_t n = d.cand_docs.size();
+    for (const bool wg : {true, false}) {
+        SCOPED_TRACE(wg ? "warpgroup MMA allowed" : "mma.sync");
+        DevBuf<float> s0(n), s1(n);
+        CodeMaxSimParams p = dev.params(c, d, s0.d);
+        p.allow_wgmma = wg;
+        const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+        DevBuf<unsigned char> ws(ws_bytes);
+        int64_t slices0 = 0, slices1 = 0;
+        ASSERT_TRUE(kernels::code_maxsim_cuda_slices(p, &slices0).ok());
+        ASSERT_EQ(cudaMemset(s0.d, 0x7f, n * sizeof(float)), cudaSuccess);
+        ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
+        p.n_candidates = int64_t(n);
+        p.scores = s1.d;
+        ASSERT_TRUE(kernels::code_maxsim_cuda_slices(p, &slices1).ok());
+        EXPECT_GT(slices1, slices0);
+        ASSERT_EQ(cudaMemset(s1.d, 0x7f, n * sizeof(float)), cudaSuccess);
+        ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> a = s0.get(), b = s1.get();
+        EXPECT_EQ(a, b);
+        // Every candidate written (0x7f7f7f7f: a finite float no score here reaches).
+        const uint32_t pattern = 0x7f7f7f7fu;
+        float unset;
+        std::memcpy(&unset, &pattern, sizeof unset);
+        int64_t unwritten = 0;
+        for (const float v : b) unwritten += v == unset;
+        EXPECT_EQ(unwritten, 0);
+        p.n_candidates = -1;
+        EXPECT_EQ(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).code(), Status::Code::kInvalidArgument);
+    }
 }
 
 /// The table against its layout, written out here: slot g*4 + m*2 + h of a group holds row
