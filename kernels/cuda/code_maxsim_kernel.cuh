@@ -245,7 +245,7 @@ __device__ __forceinline__ uint4 paired_decode8(const unsigned char* cb, const u
             const int k = (j + r) & 3;
             e[j] = lds32(cb + base + int(__byte_perm(c4, 0u, 0x4440u | uint32_t(k))) * 128 + 4 * k);
         }
-        if (r & 1) {  // e[k] = entry (k + 1) & 3 ... -> rotate right by one
+        if (r & 1) {  // each value one place up (e[0] <- e[3]): e[j] then holds entry (j + (r & 2)) & 3
             const uint32_t x = e[3];
             e[3] = e[2]; e[2] = e[1]; e[1] = e[0]; e[0] = x;
         }
