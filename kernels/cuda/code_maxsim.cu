@@ -351,6 +351,16 @@ size_t topk_workspace_bytes(const CodeMaxSimParams& p, int slices, int k) {
     return partial_offset(p) + topk_dev::partial_bytes(p.n_queries, slices, k);
 }
 
+/// The scores-mode launch of p from table d_table (the warpgroup-MMA kernel where wg_applies),
+/// after the shared-memory check; plan_only / grid: as dispatch.
+Status dispatch_scores(const CodeMaxSimParams& p, const void* d_table, cudaStream_t st, bool plan_only = false,
+                       dim3* grid = nullptr) {
+    const bool wg = wg_applies(p);
+    TMS_RETURN_IF_ERROR(check_smem(p, 0, wg));
+    const int sub = sub_class(p);
+    return dispatch(sub, wg, make_args(p, d_table, sub), smem_bytes(p, sub, 0, wg), p, st, plan_only, grid);
+}
+
 /// Slices of the top-k launch (grid.x): the partial lists' count.
 Status topk_slices(const CodeMaxSimParams& p, int k, int* slices) {
     const int sub = sub_class(p);
@@ -373,11 +383,7 @@ Status code_maxsim_table_cuda(const CodeMaxSimParams& p, const void* d_table, vo
     }
     if (p.cand_offsets == nullptr && p.n_docs == 0) return Status::OK();
     if (d_table == nullptr && p.q_stride > 0) return Status::InvalidArgument("code_maxsim_cuda: table is null");
-    const bool wg = code_impl::wg_applies(p);
-    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, 0, wg));
-    const int sub = code_impl::sub_class(p);
-    return code_impl::dispatch(sub, wg, code_impl::make_args(p, d_table, sub), code_impl::smem_bytes(p, sub, 0, wg), p,
-                               static_cast<cudaStream_t>(stream));
+    return code_impl::dispatch_scores(p, d_table, static_cast<cudaStream_t>(stream));
 }
 
 size_t code_maxsim_topk_cuda_workspace_bytes(const CodeMaxSimParams& p, int k) {
@@ -425,13 +431,8 @@ bool code_maxsim_cuda_uses_wgmma(const CodeMaxSimParams& p) { return code_impl::
 
 Status code_maxsim_cuda_slices(const CodeMaxSimParams& p, int64_t* slices) {
     TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
-    const bool wg = code_impl::wg_applies(p);
-    TMS_RETURN_IF_ERROR(code_impl::check_smem(p, 0, wg));
-    const int sub = code_impl::sub_class(p);
     dim3 grid;
-    TMS_RETURN_IF_ERROR(code_impl::dispatch(sub, wg, code_impl::make_args(p, nullptr, sub),
-                                            code_impl::smem_bytes(p, sub, 0, wg), p, nullptr, /*plan_only=*/true,
-                                            &grid));
+    TMS_RETURN_IF_ERROR(code_impl::dispatch_scores(p, nullptr, nullptr, /*plan_only=*/true, &grid));
     *slices = grid.x;
     return Status::OK();
 }
