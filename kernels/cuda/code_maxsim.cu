@@ -50,6 +50,11 @@ __global__ void __launch_bounds__(256) centroid_table_kernel(const float* cs, co
     // Rows padded by 4 floats: the 16-byte stores of one phase fill one 128-byte span, and the
     // reads below (4 rows two apart x 8 centroids a warp) hit 32 distinct banks.
     __shared__ __align__(16) float tile[32][kTableTileK + 4];
+    // Launched by pdl::launch_pdl: its CTAs may start while the stream's previous kernel (the
+    // last call's scoring, still reading the table) finishes; the scoring kernel after it may
+    // start its CTAs as these retire (it waits for this grid before it reads the table).
+    pdl::grid_dependency_wait();
+    pdl::trigger_dependents();
     const int64_t n_ktiles = (n_centroids + kTableTileK - 1) / kTableTileK;
     const int64_t n_tiles = int64_t(n_queries) * n_groups * n_ktiles;
     const bool vec = n_centroids % 4 == 0 && reinterpret_cast<uintptr_t>(cs) % 16 == 0;
@@ -283,11 +288,9 @@ Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* 
     const int64_t tiles = int64_t(p.n_queries) * code_impl::n_groups(p) *
                           ((p.n_centroids + code_impl::kTableTileK - 1) / code_impl::kTableTileK);
     const unsigned grid = unsigned(std::min<int64_t>(tiles, 1 << 16));
-    code_impl::centroid_table_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        p.centroid_scores, p.query_lens, p.n_queries, p.q_stride, p.n_centroids, code_impl::n_groups(p),
-        static_cast<__half*>(d_table));
-    TMS_CUDA_CHECK_LAUNCH();
-    return Status::OK();
+    return pdl::launch_pdl(code_impl::centroid_table_kernel, dim3(grid), dim3(256), 0, static_cast<cudaStream_t>(stream),
+                           p.centroid_scores, p.query_lens, p.n_queries, p.q_stride, p.n_centroids,
+                           code_impl::n_groups(p), static_cast<__half*>(d_table));
 }
 
 size_t code_codebook_image_bytes(const CodeMaxSimParams& p) {

@@ -517,6 +517,55 @@ TEST(CodeMaxSimCuda, TableThenScoreEqualsOneCall) {
     EXPECT_EQ(s1.get(), s2.get());
 }
 
+/// The table writer and the scoring kernel are programmatic dependent launches (their CTAs may
+/// start while the stream's previous kernel runs): queries and centroid scores written by that
+/// kernel (two sets in turn, copied in late by a kernel that released its dependents at its
+/// start) must give the scores of synchronised calls on the same inputs, bit for bit.
+TEST(CodeMaxSimCuda, ReadsInputsThePreviousKernelWrites) {
+    SKIP_WITHOUT_GPU();
+    const CodeCase c1{"pdl_a", 128, 16, 0, 4096, 3, 32, {}, lens(3000, 1, 150, 41), false, {}, 41};
+    CodeCase c2 = c1;
+    c2.name = "pdl_b";
+    c2.seed = 42;
+    const CodeData d1(c1), d2(c2);
+    ASSERT_EQ(d1.q.size(), d2.q.size());
+    ASSERT_EQ(d1.cs.size(), d2.cs.size());
+    const DevCase src1(d1), src2(d2), dst(d1);
+    const int64_t n = kernels::code_maxsim_num_scores(d1.host_params(c1, nullptr));
+    const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(dst.params(c1, d1, nullptr));
+    DevBuf<unsigned char> ws(ws_bytes);
+    std::vector<std::vector<float>> want;
+    for (const DevCase* src : {&src1, &src2}) {  // synchronised: copy, then score
+        CUDA_OK(cudaMemcpy(dst.q.d, src->q.d, d1.q.size() * sizeof(float), cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaMemcpy(dst.cs.d, src->cs.d, d1.cs.size() * sizeof(float), cudaMemcpyDeviceToDevice));
+        DevBuf<float> out{size_t(n)};
+        ASSERT_TRUE(kernels::code_maxsim_cuda(dst.params(c1, d1, out.d), ws.d, ws_bytes, nullptr).ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        want.push_back(out.get());
+    }
+    ASSERT_NE(want[0], want[1]);
+    cudaStream_t st = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    constexpr int kRounds = 4;
+    std::vector<std::unique_ptr<DevBuf<float>>> outs;
+    for (int r = 0; r < kRounds; ++r) {
+        const DevCase& src = r % 2 ? src2 : src1;  // dst holds src2's inputs before round 0
+        outs.push_back(std::make_unique<DevBuf<float>>(size_t(n)));
+        test::late_copy<<<4, 256, 0, st>>>(reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d),
+                                           int64_t(d1.q.size()), reinterpret_cast<uint32_t*>(dst.cs.d),
+                                           reinterpret_cast<const uint32_t*>(src.cs.d), int64_t(d1.cs.size()), 100000);
+        CUDA_OK(cudaGetLastError());
+        const Status s = kernels::code_maxsim_cuda(dst.params(c1, d1, outs.back()->d), ws.d, ws_bytes, st);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    CUDA_OK(cudaStreamSynchronize(st));
+    CUDA_OK(cudaStreamDestroy(st));
+    for (int r = 0; r < kRounds; ++r) {
+        SCOPED_TRACE("round " + std::to_string(r));
+        ASSERT_EQ(outs[size_t(r)]->get(), want[size_t(r % 2)]);
+    }
+}
+
 /// CodeMaxSimParams::n_candidates only sizes the grid: a ragged call of many queries then runs more
 /// slices a query (the tables of a few queries at a time, in L2), and every candidate's score is
 /// the same bit for bit, through both kernels; a negative count is refused.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/cuda/pdl.cuh"
 
 /// Skips the test where no CUDA device is present (the gpu tests run but pass on CPU machines).
 #define SKIP_WITHOUT_GPU()                                    \
@@ -42,5 +43,19 @@ struct DevBuf {
         return h;
     }
 };
+
+/// Copies src to dst after `delay` cycles, having let the stream's next programmatic dependent
+/// launch start first (as the MaxSim kernels do): a dependent that read its inputs before
+/// griddepcontrol.wait would see dst's old contents.
+static __global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t n_a, uint32_t* dst_b,
+                                 const uint32_t* src_b, int64_t n_b, long long delay) {
+    kernels::pdl::trigger_dependents();
+    const long long t0 = clock64();
+    while (clock64() - t0 < delay) {
+    }
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_a; i += stride) dst_a[i] = src_a[i];
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_b; i += stride) dst_b[i] = src_b[i];
+}
 
 }  // namespace tms::test

@@ -22,6 +22,7 @@ namespace tms {
 namespace {
 
 using test::DevBuf;
+using test::late_copy;
 using kernels::MaxSimParams;
 using testing::MaxSimCase;
 using testing::MaxSimData;
@@ -176,20 +177,6 @@ TEST(MaxSimCuda, TopKMatchesRefTieAware) {
             }
         }
     }
-}
-
-/// Copies src to dst after `delay` cycles, having let the stream's next programmatic dependent
-/// launch start first (as the MaxSim kernels do): a dependent that read its inputs before
-/// griddepcontrol.wait would see dst's old contents.
-__global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t n_a, uint32_t* dst_b,
-                          const uint32_t* src_b, int64_t n_b, long long delay) {
-    kernels::pdl::trigger_dependents();
-    const long long t0 = clock64();
-    while (clock64() - t0 < delay) {
-    }
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_a; i += stride) dst_a[i] = src_a[i];
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_b; i += stride) dst_b[i] = src_b[i];
 }
 
 /// maxsim_cuda is a programmatic dependent launch: its CTAs may start while the stream's previous
