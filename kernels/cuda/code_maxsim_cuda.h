@@ -25,7 +25,9 @@ namespace tms::kernels {
 size_t code_centroid_table_bytes(const CodeMaxSimParams& p);
 
 /// Writes the table (d_table, code_centroid_table_bytes(p) bytes, 16-byte aligned) from
-/// p.centroid_scores, fp32 [n_queries, q_stride, n_centroids] on the device.
+/// p.centroid_scores, fp32 [n_queries, q_stride, n_centroids] on the device. A programmatic
+/// dependent launch, as the scoring kernels: it starts while the stream's previous kernel ends
+/// and reads nothing before that kernel's writes are visible.
 Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* stream);
 
 /// Bytes of the prepared fp16 codebook image of this shape (dim, n_code_bytes and the
