@@ -543,27 +543,19 @@ TEST(CodeMaxSimCuda, ReadsInputsThePreviousKernelWrites) {
         CUDA_OK(cudaDeviceSynchronize());
         want.push_back(out.get());
     }
-    ASSERT_NE(want[0], want[1]);
-    cudaStream_t st = nullptr;
-    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    constexpr int kRounds = 4;
-    std::vector<std::unique_ptr<DevBuf<float>>> outs;
-    for (int r = 0; r < kRounds; ++r) {
-        const DevCase& src = r % 2 ? src2 : src1;  // dst holds src2's inputs before round 0
-        outs.push_back(std::make_unique<DevBuf<float>>(size_t(n)));
-        test::late_copy<<<4, 256, 0, st>>>(reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d),
-                                           int64_t(d1.q.size()), reinterpret_cast<uint32_t*>(dst.cs.d),
-                                           reinterpret_cast<const uint32_t*>(src.cs.d), int64_t(d1.cs.size()), 100000);
-        CUDA_OK(cudaGetLastError());
-        const Status s = kernels::code_maxsim_cuda(dst.params(c1, d1, outs.back()->d), ws.d, ws_bytes, st);
-        ASSERT_TRUE(s.ok()) << s.ToString();
-    }
-    CUDA_OK(cudaStreamSynchronize(st));
-    CUDA_OK(cudaStreamDestroy(st));
-    for (int r = 0; r < kRounds; ++r) {
-        SCOPED_TRACE("round " + std::to_string(r));
-        ASSERT_EQ(outs[size_t(r)]->get(), want[size_t(r % 2)]);
-    }
+    // dst holds set 1's inputs (the last synchronised copy): round 0 copies set 0 over them.
+    test::expect_reads_late_inputs(
+        want, size_t(n), 4,
+        [&](int r, cudaStream_t st) {
+            const DevCase& src = r % 2 ? src2 : src1;
+            test::late_copy<<<4, 256, 0, st>>>(
+                reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d), int64_t(d1.q.size()),
+                reinterpret_cast<uint32_t*>(dst.cs.d), reinterpret_cast<const uint32_t*>(src.cs.d), int64_t(d1.cs.size()),
+                100000);
+        },
+        [&](int, float* out, cudaStream_t st) {
+            return kernels::code_maxsim_cuda(dst.params(c1, d1, out), ws.d, ws_bytes, st);
+        });
 }
 
 /// CodeMaxSimParams::n_candidates only sizes the grid: a ragged call of many queries then runs more

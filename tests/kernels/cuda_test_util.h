@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/maxsim_cuda.h"
@@ -56,6 +59,34 @@ static __global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_a; i += stride) dst_a[i] = src_a[i];
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_b; i += stride) dst_b[i] = src_b[i];
+}
+
+/// Checks that a call reads the inputs the stream's previous kernel writes (programmatic
+/// dependent launches): `rounds` rounds on one stream, round r first copying input set r % 2 in
+/// late (late_in(r, stream): late_copy launches) and then enqueuing the call (call(r, out,
+/// stream), n outputs); round r's outputs must equal want[r % 2], the outputs of synchronised
+/// calls on set r % 2, bit for bit.
+inline void expect_reads_late_inputs(const std::vector<std::vector<float>>& want, size_t n, int rounds,
+                                     const std::function<void(int, cudaStream_t)>& late_in,
+                                     const std::function<Status(int, float*, cudaStream_t)>& call) {
+    ASSERT_EQ(want.size(), 2u);
+    ASSERT_NE(want[0], want[1]);
+    cudaStream_t st = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    std::vector<std::unique_ptr<DevBuf<float>>> outs;
+    for (int r = 0; r < rounds; ++r) {
+        outs.push_back(std::make_unique<DevBuf<float>>(n));
+        late_in(r, st);
+        CUDA_OK(cudaGetLastError());
+        const Status s = call(r, outs.back()->d, st);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    CUDA_OK(cudaStreamSynchronize(st));
+    CUDA_OK(cudaStreamDestroy(st));
+    for (int r = 0; r < rounds; ++r) {
+        SCOPED_TRACE("round " + std::to_string(r));
+        ASSERT_EQ(outs[size_t(r)]->get(), want[size_t(r % 2)]);
+    }
 }
 
 }  // namespace tms::test
