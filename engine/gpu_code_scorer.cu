@@ -115,6 +115,27 @@ __global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64
     }
 }
 
+// dst [rows, 3 * dim]: each row of src [rows, dim] as three parts in a row, for one tensor-core
+// GEMM (TF32) of fp32 accuracy: hi = x with its low 13 mantissa bits cleared (exact in TF32),
+// lo = x - hi (exact in fp32; TF32 keeps it to 2^-11 of itself, 2^-21 of x). Part s of a row
+// is lo when bit s of lo_parts is set: centroids hi, lo, hi and query rows hi, hi, lo, so that
+// a centroid row times a query row over 3 * dim is hi.hi + lo.hi + hi.lo, which leaves out only
+// lo.lo (2^-20 of the product) and the accumulation's rounding.
+__global__ void split_tf32x3(const float* __restrict__ src, int64_t rows, int dim, unsigned lo_parts,
+                             float* __restrict__ dst) {
+    const int64_t n = rows * dim;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / dim;
+        const int j = int(i - r * dim);
+        const float x = src[i];
+        const float hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+        const float lo = x - hi;
+        float* row = dst + r * 3 * dim + j;
+#pragma unroll
+        for (int part = 0; part < 3; ++part) row[part * dim] = (lo_parts >> part) & 1u ? lo : hi;
+    }
+}
+
 }  // namespace
 
 struct GpuCodeScorer::Impl {
@@ -130,7 +151,8 @@ struct GpuCodeScorer::Impl {
     uint8_t* d_codes = nullptr;
     float* d_book = nullptr;
     void* d_book_image = nullptr;  // d_book in the kernel's fp16 layout (code_codebook_image_cuda)
-    float* d_cent = nullptr;
+    float* d_cent3 = nullptr;  // the centroids [n_centroids, 3 * dim] as hi, lo, hi (split_tf32x3)
+    kernels::DeviceScratch g_rows3;  // CentroidScores: the query rows as hi, hi, lo
     int64_t* d_offsets = nullptr;
     kernels::DeviceScratch arena;  // per-call inputs and workspaces (grows with headroom)
     int64_t* d_ivf_off = nullptr;  // SetIvf
@@ -176,13 +198,13 @@ struct GpuCodeScorer::Impl {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
         if (blas) cublasDestroy(blas);
-        for (kernels::DeviceScratch* b : {&arena, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads,
-                                          &g_new_off, &t_docs, &t_scores, &t_off})
+        for (kernels::DeviceScratch* b : {&arena, &g_rows3, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table,
+                                          &g_heads, &g_new_off, &t_docs, &t_scores, &t_off})
             b->Free();
         cudaFree(d_ivf_off);
         cudaFree(d_ivf_docs);
         cudaFree(d_offsets);
-        cudaFree(d_cent);
+        cudaFree(d_cent3);
         cudaFree(d_book_image);
         cudaFree(d_book);
         cudaFree(d_codes);
@@ -192,12 +214,24 @@ struct GpuCodeScorer::Impl {
 
     Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
 
-    /// out [rows, K] row-major = rows [rows, dim] . centroids^T (fp32 cuBLAS, on the stream):
-    /// column-major K x rows = C^T (K x dim) . Q (dim x rows).
+    /// out [rows, K] row-major = rows [rows, dim] . centroids^T, to fp32 accuracy, on the stream:
+    /// one TF32 tensor-core GEMM over the split operands (split_tf32x3), column-major K x rows =
+    /// C3^T (K x 3dim) . Q3 (3dim x rows): three times the products of an fp32 SGEMM on tensor
+    /// cores instead of fp32 FMAs. Probe of 8,192 rows against 65,536 centroids (dim 128): 8.0 ms
+    /// with an SGEMM, 5.6 ms so, on an H200 (BENCHMARKS.md, session 12).
     Status CentroidScores(const float* d_rows, int64_t rows, float* out) {
+        if (rows == 0) return Status::OK();
+        TMS_RETURN_IF_ERROR(g_rows3.Reserve(size_t(rows) * 3 * dim * sizeof(float), stream, /*headroom=*/true));
+        float* rows3 = static_cast<float*>(g_rows3.p);
+        const int64_t n = rows * dim;
+        split_tf32x3<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(d_rows, rows, dim, 0b100u,
+                                                                                              rows3);
+        TMS_CUDA_CHECK_LAUNCH();
         const float one = 1.f, zero = 0.f;
-        TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, int(rows), dim, &one, d_cent,
-                                               dim, d_rows, dim, &zero, out, n_centroids));
+        TMS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, int(rows), 3 * dim, &one,
+                                                d_cent3, CUDA_R_32F, 3 * dim, rows3, CUDA_R_32F, 3 * dim, &zero, out,
+                                                CUDA_R_32F, n_centroids, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                CUBLAS_GEMM_DEFAULT));
         return Status::OK();
     }
 
@@ -304,7 +338,18 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     TMS_RETURN_IF_ERROR(up(&im.d_tc, h_token_centroids, size_t(n_tokens) * sizeof(uint32_t)));
     TMS_RETURN_IF_ERROR(up(&im.d_codes, h_codes, size_t(n_tokens) * n_code_bytes));
     TMS_RETURN_IF_ERROR(up(&im.d_book, h_codebook, size_t(n_code_bytes) * 256 * (n_code_bytes ? dim / n_code_bytes : 0) * sizeof(float)));
-    TMS_RETURN_IF_ERROR(up(&im.d_cent, h_centroids, size_t(n_centroids) * dim * sizeof(float)));
+    {  // the centroids, uploaded, then kept only as their TF32 parts (CentroidScores)
+        const size_t c_bytes = size_t(n_centroids) * dim * sizeof(float);
+        kernels::DeviceScratch cent;
+        TMS_RETURN_IF_ERROR(cent.Reserve(c_bytes, im.stream));
+        TMS_RETURN_IF_ERROR(uploader.Upload(cent.p, h_centroids, c_bytes));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_cent3, 3 * std::max<size_t>(c_bytes, 256)));
+        const int64_t n = int64_t(n_centroids) * dim;
+        split_tf32x3<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, im.stream>>>(
+            static_cast<const float*>(cent.p), n_centroids, dim, 0b010u, im.d_cent3);
+        TMS_CUDA_CHECK_LAUNCH();
+        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // before cent is freed
+    }
     TMS_RETURN_IF_ERROR(up(&im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
     // The codebook in the kernel's shared-memory layout, made once: every launch's CTAs copy it
     // instead of converting the fp32 codebook.
@@ -315,8 +360,11 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     }
     // cuBLAS loads its kernels on the first GEMM (130 ms measured on an H200): pay that here,
     // at open, rather than in the first search.
-    TMS_RETURN_IF_ERROR(im.Reserve(align256(size_t(n_centroids) * sizeof(float))));
-    TMS_RETURN_IF_ERROR(im.CentroidScores(im.d_cent, 1, static_cast<float*>(im.arena.p)));
+    TMS_RETURN_IF_ERROR(im.Reserve(align256(size_t(dim) * sizeof(float)) + align256(size_t(n_centroids) * sizeof(float))));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(im.arena.p, 0, size_t(dim) * sizeof(float), im.stream));
+    TMS_RETURN_IF_ERROR(im.CentroidScores(static_cast<const float*>(im.arena.p), 1,
+                                          reinterpret_cast<float*>(static_cast<char*>(im.arena.p) +
+                                                                   align256(size_t(dim) * sizeof(float)))));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     *out = std::move(s);
     return Status::OK();

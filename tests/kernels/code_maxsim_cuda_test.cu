@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -785,6 +787,65 @@ TEST(GpuCodeScorerCuda, ProbeMatchesCpuOrder) {
         }
     }
     EXPECT_FALSE(scorer->Probe(q.data(), nq, qt, 65, &probe).ok());
+}
+
+/// Probing against many centroids (65,536, dim 128: the centroid-score GEMM of a large index, 8,192
+/// query rows) ranks them to fp32 accuracy:
+/// - 16 rows whose two best centroids differ by 2^-16 in one coordinate (1 against 1 + 2^-16,
+///   the higher id the better by 4.6e-5 of ~6): the better one first. A GEMM on TF32-rounded
+///   inputs (10-bit mantissas) sees a tie there and puts the lower id first.
+/// - 64 more rows: every pick's score (fp64) equals the fp64 reference's score of its rank.
+/// Prints the call's time.
+TEST(GpuCodeScorerCuda, ProbeAtManyCentroids) {
+    SKIP_WITHOUT_GPU();
+    const int dim = 128, K = 65536, nq = 256, qt = 32, nprobe = 8, n_pairs = 16;
+    std::mt19937 rng(17);
+    std::normal_distribution<float> n01;
+    const float sd = 1.f / std::sqrt(float(dim));
+    std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim);
+    for (auto& v : cent) v = n01(rng) * sd;
+    for (auto& v : q) v = n01(rng) * sd;
+    for (int i = 0; i < n_pairs; ++i) {  // centroids 1000 + 2i and 1001 + 2i; row i's query is 3x the first
+        float* a = cent.data() + size_t(1000 + 2 * i) * dim;
+        float* b = a + dim;
+        a[0] = 1.f;
+        std::copy_n(a, dim, b);
+        b[0] = 1.f + std::ldexp(1.f, -16);
+        for (int j = 0; j < dim; ++j) q[size_t(i) * dim + j] = 3.f * a[j];
+    }
+    const std::vector<uint32_t> tc(1, 0);
+    const std::vector<int64_t> off = {0, 1};
+    std::unique_ptr<engine::GpuCodeScorer> scorer;
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1,
+                                              &scorer)
+                    .ok());
+    std::vector<int32_t> probe;
+    ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("Probe: %d rows x %d centroids, dim %d: %.3f ms\n", nq * qt, K, dim, ms);
+    ASSERT_EQ(probe.size(), size_t(nq) * qt * nprobe);
+    auto dot = [&](int r, int k) {
+        double sc = 0;
+        for (int j = 0; j < dim; ++j) sc += double(q[size_t(r) * dim + j]) * cent[size_t(k) * dim + j];
+        return sc;
+    };
+    for (int i = 0; i < n_pairs; ++i) {
+        EXPECT_EQ(probe[size_t(i) * nprobe], 1001 + 2 * i) << "row " << i;
+        EXPECT_EQ(probe[size_t(i) * nprobe + 1], 1000 + 2 * i) << "row " << i;
+    }
+    for (int r = n_pairs; r < nq * qt; r += (nq * qt) / 64) {
+        std::vector<double> ref(K);
+        for (int k = 0; k < K; ++k) ref[k] = dot(r, k);
+        std::partial_sort(ref.begin(), ref.begin() + nprobe, ref.end(), std::greater<double>());
+        for (int p = 0; p < nprobe; ++p) {
+            const int c = probe[size_t(r) * nprobe + p];
+            ASSERT_GE(c, 0);
+            ASSERT_LT(c, K);
+            EXPECT_NEAR(dot(r, c), ref[p], 2e-5 * (1 + std::fabs(ref[p]))) << "row " << r << " pick " << p;
+        }
+    }
 }
 
 /// A random shard for the GpuCodeScorer tests: n_docs documents of 1..max_len tokens with random
