@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstdint>
 #include <cmath>
 
 namespace tms::kernels {
@@ -52,6 +53,9 @@ __device__ __forceinline__ void top_n_passes(const float* __restrict__ r, int K,
 
 /// One pass (n <= N): each lane keeps its N best in registers (sorted, inserted only when
 /// better than its N-th), then n rounds of a warp-wide best-of-heads; the winning lane pops.
+/// A 16-byte aligned row is read 16 bytes a lane-load, four loads in flight (each lane's
+/// elements are then 4i .. 4i + 3, i = lane mod 32: still read by one lane each). One element
+/// a load, one load in flight, read 8,192 rows x 65,536 at ~1.1 TB/s on an H200.
 template <int N, class Emit>
 __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, int n, int lane, Emit emit) {
     float lv[N];
@@ -61,9 +65,8 @@ __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, 
         lv[j] = -INFINITY;
         li[j] = INT_MAX;
     }
-    for (int k = lane; k < K; k += 32) {
-        const float v = r[k];
-        if (!better(v, k, lv[N - 1], li[N - 1])) continue;
+    const auto consider = [&](float v, int k) {
+        if (!better(v, k, lv[N - 1], li[N - 1])) return;
 #pragma unroll
         for (int j = N - 1; j >= 0; --j) {
             if (better(v, k, lv[j], li[j])) {
@@ -76,13 +79,41 @@ __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, 
                 }
             }
         }
+    };
+    int k_tail = 0;  // elements from here on are read one a load
+    if ((reinterpret_cast<uintptr_t>(r) & 15u) == 0) {
+        const float4* r4 = reinterpret_cast<const float4*>(r);
+        const int n4 = K / 4;
+        int i = lane;
+        for (; i + 96 < n4; i += 128) {
+            float4 x[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) x[u] = __ldg(r4 + i + 32 * u);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int k = 4 * (i + 32 * u);
+                consider(x[u].x, k);
+                consider(x[u].y, k + 1);
+                consider(x[u].z, k + 2);
+                consider(x[u].w, k + 3);
+            }
+        }
+        for (; i < n4; i += 32) {
+            const float4 x = __ldg(r4 + i);
+            consider(x.x, 4 * i);
+            consider(x.y, 4 * i + 1);
+            consider(x.z, 4 * i + 2);
+            consider(x.w, 4 * i + 3);
+        }
+        k_tail = 4 * n4;
     }
+    for (int k = k_tail + lane; k < K; k += 32) consider(r[k], k);
     for (int p = 0; p < n; ++p) {
         float bv = lv[0];
         int bi = li[0];
         warp_best(bv, bi);
         emit(p, bi, bv);
-        if (li[0] == bi) {  // indices are distinct across lanes (k % 32 == lane); the sentinel pops harmlessly
+        if (li[0] == bi) {  // each element is read by one lane: indices are distinct across lanes; the sentinel pops harmlessly
 #pragma unroll
             for (int j = 0; j + 1 < N; ++j) {
                 lv[j] = lv[j + 1];

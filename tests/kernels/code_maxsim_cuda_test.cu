@@ -739,10 +739,13 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
 }
 
 // Probing on the device against fp64 scores: every pick is distinct, in score order up to fp32
-// rounding, and duplicated centroids (exact ties) come out lower id first.
-TEST(GpuCodeScorerCuda, ProbeMatchesCpuOrder) {
+// rounding, and duplicated centroids (exact ties) come out lower id first. K = 300: every score
+// row 16-byte aligned (read 4 elements a load); K = 303: three rows in four are not (read one).
+class GpuCodeScorerProbe : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuCodeScorerProbe, MatchesCpuOrder) {
     SKIP_WITHOUT_GPU();
-    const int dim = 64, K = 300, nq = 5, qt = 7, nprobe = 9;
+    const int dim = 64, K = GetParam(), nq = 5, qt = 7, nprobe = 9;
     std::mt19937 rng(5);
     std::normal_distribution<float> n01;
     std::vector<float> cent(size_t(K) * dim), q(size_t(nq) * qt * dim);
@@ -788,6 +791,8 @@ TEST(GpuCodeScorerCuda, ProbeMatchesCpuOrder) {
     }
     EXPECT_FALSE(scorer->Probe(q.data(), nq, qt, 65, &probe).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(GpuCodeScorerCuda, GpuCodeScorerProbe, ::testing::Values(300, 303));
 
 /// Probing against many centroids (65,536, dim 128: the centroid-score GEMM of a large index, 8,192
 /// query rows) ranks them to fp32 accuracy:
