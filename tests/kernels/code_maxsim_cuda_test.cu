@@ -738,6 +738,13 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
     }
 }
 
+/// A GpuCodeScorer for probing only: the centroids, and one document of one token, no codes.
+Status probe_only_scorer(const std::vector<float>& cent, int K, int dim, std::unique_ptr<engine::GpuCodeScorer>* out) {
+    const std::vector<uint32_t> tc(1, 0);
+    const std::vector<int64_t> off = {0, 1};
+    return engine::GpuCodeScorer::Create(0, tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1, out);
+}
+
 // Probing on the device against fp64 scores: every pick is distinct, in score order up to fp32
 // rounding, and duplicated centroids (exact ties) come out lower id first. K = 300: every score
 // row 16-byte aligned (read 4 elements a load); K = 303: three rows in four are not (read one).
@@ -756,12 +763,8 @@ TEST_P(GpuCodeScorerProbe, MatchesCpuOrder) {
     // Make some duplicated pairs the best of a row: row r's query is centroid r (scaled).
     for (int r = 0; r < 10; ++r)
         for (int j = 0; j < dim; ++j) q[size_t(r) * dim + j] = 3.0f * cent[size_t(r) * dim + j];
-    const std::vector<uint32_t> tc(1, 0);
-    const std::vector<int64_t> off = {0, 1};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1,
-                                              &scorer)
-                    .ok());
+    ASSERT_TRUE(probe_only_scorer(cent, K, dim, &scorer).ok());
     std::vector<int32_t> probe;
     ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());
     ASSERT_EQ(probe.size(), size_t(nq) * qt * nprobe);
@@ -818,12 +821,8 @@ TEST(GpuCodeScorerCuda, ProbeAtManyCentroids) {
         b[0] = 1.f + std::ldexp(1.f, -16);
         for (int j = 0; j < dim; ++j) q[size_t(i) * dim + j] = 3.f * a[j];
     }
-    const std::vector<uint32_t> tc(1, 0);
-    const std::vector<int64_t> off = {0, 1};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1,
-                                              &scorer)
-                    .ok());
+    ASSERT_TRUE(probe_only_scorer(cent, K, dim, &scorer).ok());
     std::vector<int32_t> probe;
     ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());  // warm-up
     const auto t0 = std::chrono::steady_clock::now();
