@@ -62,14 +62,25 @@ static __global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t
 }
 
 /// Checks that a call reads the inputs the stream's previous kernel writes (programmatic
-/// dependent launches): `rounds` rounds on one stream, round r first copying input set r % 2 in
-/// late (late_in(r, stream): late_copy launches) and then enqueuing the call (call(r, out,
-/// stream), n outputs); round r's outputs must equal want[r % 2], the outputs of synchronised
-/// calls on set r % 2, bit for bit.
-inline void expect_reads_late_inputs(const std::vector<std::vector<float>>& want, size_t n, int rounds,
-                                     const std::function<void(int, cudaStream_t)>& late_in,
+/// dependent launches). late_in(r, stream) copies input set r % 2 into the call's inputs
+/// (late_copy launches); call(r, out, stream) enqueues the call (n outputs). First the reference:
+/// each set copied in, the device synchronised, then scored, synchronised (the inputs then hold
+/// set 1). Then `rounds` rounds on one stream, each copy followed at once by the call; round r's
+/// outputs must equal set r % 2's reference, bit for bit (round 0 copies set 0 over set 1, so a
+/// call that read early would see the other set).
+inline void expect_reads_late_inputs(size_t n, int rounds, const std::function<void(int, cudaStream_t)>& late_in,
                                      const std::function<Status(int, float*, cudaStream_t)>& call) {
-    ASSERT_EQ(want.size(), 2u);
+    std::vector<std::vector<float>> want;
+    for (int set = 0; set < 2; ++set) {
+        DevBuf<float> out(n);
+        late_in(set, nullptr);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        const Status s = call(set, out.d, nullptr);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        CUDA_OK(cudaDeviceSynchronize());
+        want.push_back(out.get());
+    }
     ASSERT_NE(want[0], want[1]);
     cudaStream_t st = nullptr;
     CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
