@@ -118,6 +118,7 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
     p.doc_offsets = d_offs.p;
     p.n_docs = bc.n_docs;
     p.n_tokens = o.tma ? n_tok : -1;
+    p.docs_static = true;  // the documents are uploaded once, as GpuExactScorer's are
     int64_t n_pairs = bc.n_docs;
     double bytes_read = double(corpus_bytes);
     std::vector<int64_t> coffs;
@@ -161,6 +162,14 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
         return kernels::maxsim_cuda(pi, nullptr);
     }));
     if (o.diagnose) {
+        if (bc.n_cand == 0) {  // dense: the same call, its first document loads after the previous kernel's end
+            TMS_RETURN_IF_ERROR(timed_row("docs-after-wait", [&](int i) {
+                kernels::MaxSimParams pi = p;
+                pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;
+                pi.docs_static = false;
+                return kernels::maxsim_cuda(pi, nullptr);
+            }));
+        }
         TMS_RETURN_IF_ERROR(timed_row("copy-only", [&](int i) {
             kernels::MaxSimParams pi = p;
             pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;

@@ -78,6 +78,7 @@ struct GpuExactScorer::Impl {
         p->doc_offsets = d_offsets;
         p->n_docs = n_docs;
         p->n_tokens = n_tokens;
+        p->docs_static = true;  // uploaded and synchronised in Create
         p->cand_offsets = static_cast<const int64_t*>(dco);
         p->cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
                                       : nullptr;

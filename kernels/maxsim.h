@@ -48,6 +48,14 @@ struct MaxSimParams {
     /// Output, one score per (query, candidate), laid out like the candidates
     /// (dense: [n_queries, n_docs]).
     float* scores = nullptr;
+
+    /// CUDA only, a promise: doc_tokens and doc_offsets are not written by the kernel that comes
+    /// before this call in the stream (documents uploaded once, as a loaded shard's are). Dense
+    /// calls then load their first document offsets and start their first document copies
+    /// before waiting for that kernel to finish (the call is a programmatic dependent launch),
+    /// so that consecutive calls overlap. Queries, candidate lists and outputs are accessed
+    /// after the wait in any case. Only the speed depends on it.
+    bool docs_static = false;
 };
 
 /// Number of scores a call writes.

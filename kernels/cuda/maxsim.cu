@@ -36,6 +36,7 @@ struct Plan {
     int grid_y = 1;
     bool balance = false;  // MaxSimArgs::balance
     bool tma = false;      // the TMA instantiation, reading doc_tokens through tmap
+    bool docs_early = false;  // MaxSimArgs::docs_early
     CUtensorMap tmap{};
 };
 
@@ -209,6 +210,25 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     // Not for fp32 documents, whose instantiation compiles the balanced walk out (spills).
     plan->balance = p.cand_offsets == nullptr && p.q_stride <= 16 * plan->m_tiles &&
                     p.n_docs >= int64_t(16) * 8 * plan->slices && p.d_dtype != DType::kF32;
+    // Static documents, dense: the first document loads go out before the wait for the previous
+    // kernel where they cannot slow it down: when the grid fills every resident slot (its CTAs
+    // start as that kernel's leave, in its tail), or when they are a warp's whole work (at most
+    // n_stages - 1 units: only the query rows are left after the wait). Otherwise, with the
+    // previous kernel's CTAs still running beside ours, the early copies slowed both (H200,
+    // Nd=128 B=1K: 0.60 -> 0.54 of the read ceiling; BENCHMARKS.md, session 13).
+    if (p.docs_static && p.cand_offsets == nullptr) {
+        const bool full_wave = int64_t(plan->slices) * plan->grid_y >= resident;
+        bool whole = false;
+        if (p.n_tokens > 0 && p.n_docs > 0) {
+            const int64_t per_warp = (p.n_docs + int64_t(plan->slices) * 8 - 1) / (int64_t(plan->slices) * 8);
+            const int64_t tile_dims = p.d_dtype == DType::kF32 ? 32 : 64;
+            const int64_t len = (p.n_tokens + p.n_docs - 1) / p.n_docs;
+            const int64_t units = per_warp * ((len + 63 / plan->m_tiles) / (64 / plan->m_tiles)) *
+                                  ((p.dim + tile_dims - 1) / tile_dims);
+            whole = units <= plan->n_stages - 1;
+        }
+        plan->docs_early = full_wave || whole;
+    }
     // Last, so that a refused map changes nothing the workspace size was planned from.
     if (launch && plan->tma) plan->tma = encode_doc_map(p, 64 / plan->m_tiles, &plan->tmap);
     return Status::OK();
@@ -220,6 +240,7 @@ MaxSimArgs make_args(const MaxSimParams& p, const Plan& plan) {
     a.n_stages = plan.n_stages;
     a.balance = plan.balance ? 1 : 0;
     a.n_tokens = p.n_tokens > 0 ? p.n_tokens : 0;
+    a.docs_early = plan.docs_early ? 1 : 0;
 
     a.queries = p.queries;
     a.q_dtype = int(p.q_dtype);

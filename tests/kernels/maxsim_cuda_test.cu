@@ -84,13 +84,17 @@ TEST(MaxSimCuda, MatchesRefOnEveryCase) {
         std::vector<uint8_t> shifted(4, 0);
         shifted.insert(shifted.end(), d.q_bytes.begin(), d.q_bytes.end());
         const DevBuf<uint8_t> q_shifted(shifted);
-        // Per-thread async copies, bulk tensor copies, bulk tensor copies with unaligned queries.
-        for (int variant : {0, 1, 2}) {
-            SCOPED_TRACE(variant == 0 ? "cp.async" : variant == 1 ? "tma" : "tma, queries not 16-byte aligned");
+        // Per-thread async copies, bulk tensor copies, bulk tensor copies with unaligned queries;
+        // each copy path also with static documents (first document loads before the wait).
+        static const char* const kVariants[] = {"cp.async", "tma", "tma, queries not 16-byte aligned",
+                                                "tma, static documents", "cp.async, static documents"};
+        for (int variant = 0; variant < 5; ++variant) {
+            SCOPED_TRACE(kVariants[variant]);
             std::vector<float> poison(std::max<int64_t>(1, n_out), std::nanf(""));
             DevBuf<float> out(poison);
-            MaxSimParams p = dc.params(c, d, out.d, variant != 0);
+            MaxSimParams p = dc.params(c, d, out.d, variant != 0 && variant != 4);
             if (variant == 2) p.queries = q_shifted.d + 4;
+            p.docs_static = variant >= 3;
             const Status st = kernels::maxsim_cuda(p, nullptr);
             ASSERT_TRUE(st.ok()) << st.ToString();
             CUDA_OK(cudaDeviceSynchronize());
@@ -117,7 +121,8 @@ TEST(MaxSimCuda, TopKMatchesRefTieAware) {
         DeviceCase dc(c, d);
         for (int k : {1, 5, 1000}) {
             SCOPED_TRACE(describe(c) + " k " + std::to_string(k));
-            const MaxSimParams p = dc.params(c, d, nullptr, /*tma=*/k != 5);
+            MaxSimParams p = dc.params(c, d, nullptr, /*tma=*/k != 5);
+            p.docs_static = k == 1000;
             const size_t ws_bytes = kernels::maxsim_topk_cuda_workspace_bytes(p, k);
             DevBuf<uint8_t> ws(ws_bytes + 256);
             DevBuf<int32_t> ids(size_t(c.n_queries) * k);
@@ -207,6 +212,41 @@ TEST(MaxSimCuda, ReadsInputsThePreviousKernelWrites) {
                                          100000);
         },
         [&](int, float* out, cudaStream_t st) { return kernels::maxsim_cuda(dst.params(c1, d1, out), st); });
+}
+
+/// With docs_static, a dense call loads its first document offsets and copies before waiting for
+/// the previous kernel: queries that kernel writes (two sets in turn, copied in late) must still
+/// give the scores of a plain, synchronised launch, bit for bit. Documents of equal lengths (the
+/// kernel's guessed first copies) and of unequal ones (its balanced walk).
+TEST(MaxSimCuda, StaticDocumentsStillWaitForTheQueries) {
+    SKIP_WITHOUT_GPU();
+    for (const bool equal : {true, false}) {
+        SCOPED_TRACE(equal ? "equal lengths" : "unequal lengths");
+        // 36,000 documents: enough for the balanced walk on an H200 (16 a warp of the grid).
+        const std::vector<int> lens = equal ? std::vector<int>(36000, 8) : testing::ragged_lens(36000, 1, 16, 5);
+        MaxSimCase c1{"pdl_static_a", 2, 32, 128, lens, {}, false, DType::kF16, DType::kF16, false, 23};
+        MaxSimCase c2 = c1;
+        c2.name = "pdl_static_b";
+        c2.seed = 24;
+        const MaxSimData d1 = testing::make_data(c1), d2 = testing::make_data(c2);
+        ASSERT_EQ(d1.q_bytes.size(), d2.q_bytes.size());
+        ASSERT_EQ(d1.q_bytes.size() % 4, 0u);
+        DeviceCase src1(c1, d1), src2(c2, d2), dst(c1, d1);  // dst keeps set 1's documents throughout
+        const int64_t n_out = int64_t(c1.n_queries) * int64_t(c1.doc_lens.size());
+        test::expect_reads_late_inputs(
+            size_t(n_out), 4,
+            [&](int r, cudaStream_t st) {
+                const DeviceCase& src = r % 2 ? src2 : src1;
+                late_copy<<<4, 256, 0, st>>>(reinterpret_cast<uint32_t*>(dst.q.d),
+                                             reinterpret_cast<const uint32_t*>(src.q.d), int64_t(d1.q_bytes.size() / 4),
+                                             nullptr, nullptr, 0, 100000);
+            },
+            [&](int, float* out, cudaStream_t st) {
+                MaxSimParams p = dst.params(c1, d1, out);
+                p.docs_static = true;
+                return kernels::maxsim_cuda(p, st);
+            });
+    }
 }
 
 /// The kernels take a stream and never allocate or synchronise: a batch (scores, then the top-k
