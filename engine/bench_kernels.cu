@@ -162,14 +162,6 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
         return kernels::maxsim_cuda(pi, nullptr);
     }));
     if (o.diagnose) {
-        if (bc.n_cand == 0) {  // dense: the same call, its first document loads after the previous kernel's end
-            TMS_RETURN_IF_ERROR(timed_row("docs-after-wait", [&](int i) {
-                kernels::MaxSimParams pi = p;
-                pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;
-                pi.docs_static = false;
-                return kernels::maxsim_cuda(pi, nullptr);
-            }));
-        }
         TMS_RETURN_IF_ERROR(timed_row("copy-only", [&](int i) {
             kernels::MaxSimParams pi = p;
             pi.doc_tokens = docs.p + size_t(i % copies) * corpus_bytes;

@@ -299,9 +299,8 @@ int run(int argc, char** argv) {
     bk->add_flag("--no-tma", bk_no_tma,
                  "Exact kernel: per-thread async copies instead of bulk tensor copies (for A/B runs)");
     bk->add_flag("--diagnose", kbo.diagnose,
-                 "Also time each exact case's copies without the tensor-core work (copy-only), a plain "
-                 "streaming read of the same bytes (read-same-bytes) and, dense, the call with its first "
-                 "document loads after the previous kernel's end (docs-after-wait)");
+                 "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
+                 "streaming read of the same bytes (read-same-bytes)");
 
     tms::tools::IndexBenchOptions ibo;
     std::string ib_json, ib_device = "auto";
