@@ -50,7 +50,9 @@
 // Prologue (one query group): the query rows are copied raw into the rings with cp.async while
 //   the warps load their first items and the balance probe (one round trip for all); when they
 //   fit in the rings' last slot (bulk-copy instantiations) the warps start their first copies
-//   into the other slots before the block converts the rows into the query layout, else after.
+//   into the other slots before the block converts the rows into the query layout, else after;
+//   the rows take the slot's first bytes (Nq=32 d=128 fp16: the last stages of warps 0 and 1), and
+//   the other warps fill their last stage too (Nd=32 B=10K: +1.6-2.2%, copy-only 0.787 -> 0.805).
 //   (Before: one dependent round trip per two query words, eight for Nq=32 d=128, ahead of
 //   everything; +11% of the ceiling at Nd=32 B=10K, +15-25% at B=1K on the H200.)
 //   Static documents (MaxSimArgs::docs_early, from MaxSimParams::docs_static; dense): the item
@@ -288,7 +290,8 @@ __device__ __forceinline__ void issue_unit(const MaxSimArgs& a, const Cursor& k,
 template <class T>
 __device__ __forceinline__ Cursor walk_start(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine, bool issue,
                                              unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars, int lane,
-                                             unsigned& nonempty, Cursor& cur, int* n_issued = nullptr) {
+                                             unsigned& nonempty, Cursor& cur, int* n_issued = nullptr,
+                                             int n_first = 0) {
     const int n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     nonempty = __ballot_sync(0xffffffffu, lane < n_mine && te > tb);
     cur.u = nonempty ? __ffs(nonempty) - 1 : 32;
@@ -299,7 +302,8 @@ __device__ __forceinline__ Cursor walk_start(const MaxSimArgs& a, int64_t tb, in
     Cursor ahead = cur;
     if (cur.u == 32) return ahead;
     __syncwarp();  // every lane is done reading the stages (previous batch) the first copies overwrite
-    for (int i = 0; i < a.n_stages - 1; ++i) {  // the first S - 1 units
+    const int n_units = T::kTma && n_first > 0 ? n_first : a.n_stages - 1;  // cp.async: S - 1 always
+    for (int i = 0; i < n_units; ++i) {  // the first S - 1 units (or n_first)
         if (ahead.u < 32) {
             if (issue) issue_unit<T>(a, ahead, i, stages, tmap, bars, lane);
             if (n_issued) ++*n_issued;
@@ -317,11 +321,12 @@ __device__ __forceinline__ Cursor walk_start(const MaxSimArgs& a, int64_t tb, in
 /// returns how many it started.
 template <class T>
 __device__ __forceinline__ int prime_walk(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
-                                          unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars, int lane) {
+                                          unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars, int lane,
+                                          int n_first = 0) {
     unsigned nonempty;
     Cursor cur;
     int n_issued = 0;
-    (void)walk_start<T>(a, tb, te, n_mine, true, stages, tmap, bars, lane, nonempty, cur, &n_issued);
+    (void)walk_start<T>(a, tb, te, n_mine, true, stages, tmap, bars, lane, nonempty, cur, &n_issued, n_first);
     return n_issued;  // the units started, into stages 0 .. n_issued - 1
 }
 
@@ -330,12 +335,12 @@ __device__ __forceinline__ int prime_walk(const MaxSimArgs& a, int64_t tb, int64
 /// walks its items' units (kStepTokens tokens x one dimension tile) through a ring of
 /// a.n_stages stages: `cur` is scored while the copies of the units up to `ahead` are in
 /// flight. Tokens past a document's end are never copied; their columns are masked. primed:
-/// prime_walk already started the first copies.
+/// prime_walk already started the first copies (S - 1 of them; all_primed: S, one a stage).
 template <class T>
 __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int64_t te, int n_mine,
                                            const unsigned char* q_hi, const unsigned char* q_lo, int rows_valid,
                                            unsigned char* stages, const CUtensorMap* tmap, uint64_t* bars,
-                                           uint32_t& phases, int lane, float& part, bool primed) {
+                                           uint32_t& phases, int lane, float& part, bool primed, bool all_primed) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles, kV = T::kVecs;
     const int g = lane >> 2, t = lane & 3;
     constexpr bool tma = T::kTma;
@@ -350,7 +355,9 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     unsigned nonempty;
     Cursor cur;
-    Cursor ahead = walk_start<T>(a, tb, te, n_mine, !primed, stages, tmap, bars, lane, nonempty, cur);
+    all_primed = tma && all_primed;  // every stage already holds a unit: the first turn issues none
+    Cursor ahead = walk_start<T>(a, tb, te, n_mine, !primed, stages, tmap, bars, lane, nonempty, cur, nullptr,
+                                 all_primed ? S : 0);
     if (cur.u == 32) return;
     float rmax[kM][2];
 #pragma unroll
@@ -359,11 +366,12 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     int slot = 0;
     while (cur.u < 32) {
         __syncwarp();  // every lane is done reading the stage the next copy overwrites
-        if (ahead.u < 32) {
+        if (ahead.u < 32 && !all_primed) {
             const int fill = slot == 0 ? S - 1 : slot - 1;
             issue_unit<T>(a, ahead, fill, stages, tmap, bars, lane);
             advance<T>(ahead, n_tiles, nonempty, tb, te);
         }
+        all_primed = false;
         if constexpr (tma) {
             async_copy::mbar_wait(bars + slot, (phases >> slot) & 1u);
             phases ^= 1u << slot;
@@ -598,6 +606,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                              q_raw_bytes <= a.n_stages * T::kSlotBytes;
     const bool early_copies = T::kTma && staged_fill && a.n_stages >= 2 && q_raw_bytes <= T::kSlotBytes;
     unsigned char* staging = early_copies ? ring + (a.n_stages - 1) * T::kSlotBytes : ring;
+    // The staged rows fill the last slot's first q_raw_bytes (the first warps' last stages): the
+    // other warps start their walks with every stage in flight.
+    const int n_first = early_copies && warp * T::kStageBytes >= q_raw_bytes ? a.n_stages : a.n_stages - 1;
 
     const int64_t s = blockIdx.x, n_slices = gridDim.x;
     const bool dense = a.cand_offsets == nullptr;
@@ -638,7 +649,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         const int64_t guess_len = guess ? a.n_tokens / a.n_docs : 0;
         const int guessed =
             guess ? prime_walk<T>(a, bt.valid ? bt.item * guess_len : 0, bt.valid ? (bt.item + 1) * guess_len : 0,
-                                  bt.n_mine, stages, &tmap, bars, lane)
+                                  bt.n_mine, stages, &tmap, bars, lane, n_first)
                   : 0;
         const bool balance = !T::kDocF32 && a.balance;
         int64_t t_first = 0, t_total = 0;
@@ -681,7 +692,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                 }
             }
         }
-        if (primed && early_copies && !guess_ok) prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane);
+        if (primed && early_copies && !guess_ok) {
+            prime_walk<T>(a, bt.tb, bt.te, bt.n_mine, stages, &tmap, bars, lane, n_first);
+        }
         if (primed) {
             __syncthreads();
             if (staged_fill) {
@@ -713,7 +726,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
                 }
                 const int rows_valid = min(T::kRows, ql - grp * T::kRows);
                 warp_items<T>(a, bt.tb, bt.te, n_mine, q_hi, q_lo, rows_valid, stages, &tmap, bars, phases, lane, part,
-                              primed && b0 == it0);
+                              primed && b0 == it0, early_copies && primed && b0 == it0 && n_first == a.n_stages);
             }
             if (bad) part = __int_as_float(0x7fc00000);
             if (!topk) {
