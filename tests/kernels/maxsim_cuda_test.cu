@@ -231,7 +231,7 @@ TEST(MaxSimCuda, StaticDocumentsStillWaitForTheQueries) {
         const MaxSimData d1 = testing::make_data(c1), d2 = testing::make_data(c2);
         ASSERT_EQ(d1.q_bytes.size(), d2.q_bytes.size());
         ASSERT_EQ(d1.q_bytes.size() % 4, 0u);
-        DeviceCase src1(c1, d1), src2(c2, d2), dst(c1, d1);  // dst keeps set 1's documents throughout
+        DeviceCase src1(c1, d1), src2(c2, d2), dst(c1, d1);  // dst keeps d1's documents throughout
         const int64_t n_out = int64_t(c1.n_queries) * int64_t(c1.doc_lens.size());
         test::expect_reads_late_inputs(
             size_t(n_out), 4,
