@@ -136,6 +136,16 @@ __global__ void split_tf32x3(const float* __restrict__ src, int64_t rows, int di
     }
 }
 
+/// Blocks of 256 threads for a grid-stride loop over n elements (at most 4,096).
+unsigned stride_blocks(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 4096)); }
+
+/// Enqueues split_tf32x3 of src [rows, dim] into dst [rows, 3 * dim] on the stream.
+Status split_tf32x3_async(const float* src, int64_t rows, int dim, unsigned lo_parts, float* dst, cudaStream_t st) {
+    split_tf32x3<<<stride_blocks(rows * dim), 256, 0, st>>>(src, rows, dim, lo_parts, dst);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
 }  // namespace
 
 struct GpuCodeScorer::Impl {
@@ -223,10 +233,7 @@ struct GpuCodeScorer::Impl {
         if (rows == 0) return Status::OK();
         TMS_RETURN_IF_ERROR(g_rows3.Reserve(size_t(rows) * 3 * dim * sizeof(float), stream, /*headroom=*/true));
         float* rows3 = static_cast<float*>(g_rows3.p);
-        const int64_t n = rows * dim;
-        split_tf32x3<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(d_rows, rows, dim, 0b100u,
-                                                                                              rows3);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(split_tf32x3_async(d_rows, rows, dim, 0b100u, rows3, stream));
         const float one = 1.f, zero = 0.f;
         TMS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, int(rows), 3 * dim, &one,
                                                 d_cent3, CUDA_R_32F, 3 * dim, rows3, CUDA_R_32F, 3 * dim, &zero, out,
@@ -266,8 +273,7 @@ struct GpuCodeScorer::Impl {
         if (kept == 0) return Status::OK();
         auto* keys = static_cast<uint64_t*>(g_keys.p);
         auto* sorted = static_cast<uint64_t*>(g_vals.p);
-        score_doc_keys<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(d_scores, d_docs,
-                                                                                                   total, keys);
+        score_doc_keys<<<stride_blocks(total), 256, 0, stream>>>(d_scores, d_docs, total, keys);
         TMS_CUDA_CHECK_LAUNCH();
         size_t temp_bytes = 0;
         TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(nullptr, temp_bytes, keys, sorted, total,
@@ -344,10 +350,8 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
         TMS_RETURN_IF_ERROR(cent.Reserve(c_bytes, im.stream));
         TMS_RETURN_IF_ERROR(uploader.Upload(cent.p, h_centroids, c_bytes));
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_cent3, 3 * std::max<size_t>(c_bytes, 256)));
-        const int64_t n = int64_t(n_centroids) * dim;
-        split_tf32x3<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, im.stream>>>(
-            static_cast<const float*>(cent.p), n_centroids, dim, 0b010u, im.d_cent3);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(
+            split_tf32x3_async(static_cast<const float*>(cent.p), n_centroids, dim, 0b010u, im.d_cent3, im.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // before cent is freed
     }
     TMS_RETURN_IF_ERROR(up(&im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t)));

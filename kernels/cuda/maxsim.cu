@@ -220,11 +220,12 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
         const bool full_wave = int64_t(plan->slices) * plan->grid_y >= resident;
         bool whole = false;
         if (p.n_tokens > 0 && p.n_docs > 0) {
-            const int64_t per_warp = (p.n_docs + int64_t(plan->slices) * 8 - 1) / (int64_t(plan->slices) * 8);
-            const int64_t tile_dims = p.d_dtype == DType::kF32 ? 32 : 64;
+            // A unit is 64 / m_tiles tokens x one 128-byte dimension tile (MaxSimTraits).
+            const int64_t warps = int64_t(plan->slices) * 8, step = 64 / plan->m_tiles;
+            const int64_t tile_dims = 128 / DTypeSize(p.d_dtype);
+            const int64_t per_warp = (p.n_docs + warps - 1) / warps;
             const int64_t len = (p.n_tokens + p.n_docs - 1) / p.n_docs;
-            const int64_t units = per_warp * ((len + 63 / plan->m_tiles) / (64 / plan->m_tiles)) *
-                                  ((p.dim + tile_dims - 1) / tile_dims);
+            const int64_t units = per_warp * ((len + step - 1) / step) * ((p.dim + tile_dims - 1) / tile_dims);
             whole = units <= plan->n_stages - 1;
         }
         plan->docs_early = full_wave || whole;

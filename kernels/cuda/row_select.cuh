@@ -80,6 +80,12 @@ __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, 
             }
         }
     };
+    const auto consider4 = [&](const float4& x, int k) {  // elements k .. k + 3
+        consider(x.x, k);
+        consider(x.y, k + 1);
+        consider(x.z, k + 2);
+        consider(x.w, k + 3);
+    };
     int k_tail = 0;  // elements from here on are read one a load
     if ((reinterpret_cast<uintptr_t>(r) & 15u) == 0) {
         const float4* r4 = reinterpret_cast<const float4*>(r);
@@ -90,21 +96,9 @@ __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, 
 #pragma unroll
             for (int u = 0; u < 4; ++u) x[u] = __ldg(r4 + i + 32 * u);
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int k = 4 * (i + 32 * u);
-                consider(x[u].x, k);
-                consider(x[u].y, k + 1);
-                consider(x[u].z, k + 2);
-                consider(x[u].w, k + 3);
-            }
+            for (int u = 0; u < 4; ++u) consider4(x[u], 4 * (i + 32 * u));
         }
-        for (; i < n4; i += 32) {
-            const float4 x = __ldg(r4 + i);
-            consider(x.x, 4 * i);
-            consider(x.y, 4 * i + 1);
-            consider(x.z, 4 * i + 2);
-            consider(x.w, 4 * i + 3);
-        }
+        for (; i < n4; i += 32) consider4(__ldg(r4 + i), 4 * i);
         k_tail = 4 * n4;
     }
     for (int k = k_tail + lane; k < K; k += 32) consider(r[k], k);
