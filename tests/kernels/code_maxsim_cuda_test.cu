@@ -728,6 +728,13 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
     }
 }
 
+/// <a, b> over dim floats, accumulated in fp64 in index order: the probe tests' reference scores.
+double dot64(const float* a, const float* b, int dim) {
+    double s = 0;
+    for (int j = 0; j < dim; ++j) s += double(a[j]) * b[j];
+    return s;
+}
+
 /// A GpuCodeScorer for probing only: the centroids, and one document of one token, no codes.
 Status probe_only_scorer(const std::vector<float>& cent, int K, int dim, std::unique_ptr<engine::GpuCodeScorer>* out) {
     const std::vector<uint32_t> tc(1, 0);
@@ -760,11 +767,7 @@ TEST_P(GpuCodeScorerProbe, MatchesCpuOrder) {
     ASSERT_EQ(probe.size(), size_t(nq) * qt * nprobe);
     for (int r = 0; r < nq * qt; ++r) {
         std::vector<std::pair<double, int>> ref(K);
-        for (int k = 0; k < K; ++k) {
-            double sc = 0;
-            for (int j = 0; j < dim; ++j) sc += double(q[size_t(r) * dim + j]) * cent[size_t(k) * dim + j];
-            ref[k] = {-sc, k};
-        }
+        for (int k = 0; k < K; ++k) ref[k] = {-dot64(&q[size_t(r) * dim], &cent[size_t(k) * dim], dim), k};
         std::sort(ref.begin(), ref.end());
         std::set<int> seen;
         for (int p = 0; p < nprobe; ++p) {
@@ -772,8 +775,7 @@ TEST_P(GpuCodeScorerProbe, MatchesCpuOrder) {
             ASSERT_GE(c, 0);
             ASSERT_LT(c, K);
             EXPECT_TRUE(seen.insert(c).second) << "row " << r << " picks " << c << " twice";
-            double sc = 0;
-            for (int j = 0; j < dim; ++j) sc += double(q[size_t(r) * dim + j]) * cent[size_t(c) * dim + j];
+            const double sc = dot64(&q[size_t(r) * dim], &cent[size_t(c) * dim], dim);
             EXPECT_NEAR(sc, -ref[p].first, 1e-3 * (1 + std::fabs(sc))) << "row " << r << " pick " << p;
             if (c >= 200 && c < 220) EXPECT_TRUE(seen.count(c - 200)) << "row " << r << ": duplicate " << c << " before " << c - 200;
         }
@@ -820,11 +822,7 @@ TEST(GpuCodeScorerCuda, ProbeAtManyCentroids) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("Probe: %d rows x %d centroids, dim %d: %.3f ms\n", nq * qt, K, dim, ms);
     ASSERT_EQ(probe.size(), size_t(nq) * qt * nprobe);
-    auto dot = [&](int r, int k) {
-        double sc = 0;
-        for (int j = 0; j < dim; ++j) sc += double(q[size_t(r) * dim + j]) * cent[size_t(k) * dim + j];
-        return sc;
-    };
+    auto dot = [&](int r, int k) { return dot64(&q[size_t(r) * dim], &cent[size_t(k) * dim], dim); };
     for (int i = 0; i < n_pairs; ++i) {
         EXPECT_EQ(probe[size_t(i) * nprobe], 1001 + 2 * i) << "row " << i;
         EXPECT_EQ(probe[size_t(i) * nprobe + 1], 1000 + 2 * i) << "row " << i;
@@ -905,8 +903,7 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
         for (int i = 0; i < qt; ++i) {
             std::vector<std::pair<double, int>> sc(K);
             for (int k = 0; k < K; ++k) {
-                double v = 0;
-                for (int j = 0; j < dim; ++j) v += double(q[(size_t(qi) * qt + i) * dim + j]) * cent[size_t(k) * dim + j];
+                const double v = dot64(&q[(size_t(qi) * qt + i) * dim], &cent[size_t(k) * dim], dim);
                 sc[k] = {-v, k};
                 cs[(size_t(qi) * qt + i) * K + k] = float(v);
             }
