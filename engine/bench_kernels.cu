@@ -224,7 +224,19 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     cublasHandle_t blas = nullptr;
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
     std::vector<std::string> rows;
-    for (const BenchCase& bc : bench_cases()) {
+    std::vector<BenchCase> cases = bench_cases();
+    if (o.docs > 0) {  // the dense exact cases at B = o.docs (one per shape), named for it
+        std::vector<BenchCase> at;
+        for (BenchCase bc : cases) {
+            const size_t b = bc.name.find("_b"), e = bc.name.find('_', b + 2);
+            if (bc.n_cand != 0 || b == std::string::npos || e == std::string::npos) continue;
+            bc.name = bc.name.substr(0, b + 2) + std::to_string(o.docs) + bc.name.substr(e);
+            bc.n_docs = o.docs;
+            if (std::none_of(at.begin(), at.end(), [&](const BenchCase& x) { return x.name == bc.name; })) at.push_back(bc);
+        }
+        cases = at;
+    }
+    for (const BenchCase& bc : cases) {
         if (!o.cases.empty() && bc.name.find(o.cases) == std::string::npos) continue;
         const Status case_st = run_case(bc, o, prop, ceiling, blas, &rows);
         if (!case_st.ok()) {

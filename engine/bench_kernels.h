@@ -12,6 +12,7 @@ struct KernelBenchOptions {
     bool baseline = true;   // the cuBLAS GEMM + reduce baseline rows
     bool diagnose = false;  // rows that bound each dense exact case (see RunKernelBench)
     bool tma = true;        // false: n_tokens left unknown, so the exact kernel uses per-thread copies
+    int64_t docs = 0;       // > 0: the dense exact cases with this many documents instead of the table's B
 };
 
 /// Runs the exact-kernel benchmark cases and returns the result JSON. With o.diagnose, each

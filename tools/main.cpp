@@ -298,6 +298,10 @@ int run(int argc, char** argv) {
     bk->add_flag("--no-baseline", bk_no_baseline, "Skip the cuBLAS GEMM + reduce baseline");
     bk->add_flag("--no-tma", bk_no_tma,
                  "Exact kernel: per-thread async copies instead of bulk tensor copies (for A/B runs)");
+    bk->add_option("--docs", kbo.docs,
+                   "Run the dense exact cases with this many documents instead of the table's B (e.g. to see "
+                   "how the split of documents over the warps bounds a case)")
+        ->check(CLI::Range(int64_t(1), int64_t(2000000000)));
     bk->add_flag("--diagnose", kbo.diagnose,
                  "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
                  "streaming read of the same bytes (read-same-bytes)");
