@@ -34,6 +34,10 @@
 //              that the swizzled phases stay conflict-free. One instruction per 4 KB unit
 //              instead of 8 cp.async per lane: +1-3% of the ceiling at B >= 10K, +13% at
 //              Nd=256 B=500K, +5-10% for fp32 (H200, BENCHMARKS.md).
+//              Whole rows (MaxSimTraits::kPair: 16-bit documents of dim 128): a unit is instead
+//              kStepTokens = 4*kNTiles whole rows, one contiguous 4 KB block (a [2*n_tokens, 64]
+//              view of the buffer, each row two 128-byte halves in the stage), scored and folded
+//              at once: +3-4% of the ceiling at B >= 10K, +5-10% at Nd=32 and B=1K.
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers; the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -113,7 +117,7 @@ struct MaxSimArgs {
 /// Most stages of a warp's copy ring (one barrier each in TMA mode).
 constexpr int kMaxStages = 6;
 
-template <typename TD, bool kSplitQ_, int kMTiles_, bool kTma_ = false>
+template <typename TD, bool kSplitQ_, int kMTiles_, bool kTma_ = false, bool kPair_ = false>
 struct MaxSimTraits {
     using Doc = TD;
     static constexpr bool kDocF32 = std::is_same_v<TD, float>;
@@ -128,9 +132,17 @@ struct MaxSimTraits {
     static constexpr int kMinBlocksPerSM = 2;
     static constexpr int kMTiles = kMTiles_;
     static constexpr int kRows = 16 * kMTiles;      // query rows per group
-    static constexpr int kNTiles = 8 / kMTiles;     // n8 tiles of doc tokens per step
+    /// Whole rows (16-bit documents of dim 128, TMA only; the launcher picks it): a unit is
+    /// kStepTokens whole 256-byte rows, one contiguous 4 KB block (Nq <= 32) that one bulk copy
+    /// reads, instead of one 128-byte half of twice as many rows. The rows arrive as 128-byte
+    /// halves, token j's at stage rows 2j and 2j + 1 (the tensor map views the buffer as
+    /// [2 * n_tokens, 64]). Each unit is a whole step: its 16 x 4 accumulators are folded at
+    /// once. H200, against half rows (BENCHMARKS.md, session 14): Nd=128 B=10K 0.88 -> 0.92 of
+    /// the read ceiling, B=100K 0.95 -> 0.975, variable lengths 0.925 -> 0.95.
+    static constexpr bool kPair = kPair_;
+    static constexpr int kNTiles = (kPair ? 4 : 8) / kMTiles;  // n8 tiles of doc tokens per step
     static constexpr int kStepTokens = 8 * kNTiles;
-    static constexpr int kTileBytes = 128;          // bytes of one token per dimension tile
+    static constexpr int kTileBytes = kPair ? 256 : 128;  // bytes of one token per dimension tile
     static constexpr int kTileDims = kTileBytes / int(sizeof(TD));
     static constexpr int kChunks = kTileDims / 32;  // 32-dim chunks per tile (2 MMAs each)
     static constexpr int kVecs = int(sizeof(TD)) / 2;  // 16-byte loads per lane per chunk
@@ -147,7 +159,8 @@ struct MaxSimTraits {
 
     static_assert(std::is_same_v<TD, __half> || kDocBF16 || kDocF32, "doc type");
     static_assert(kMTiles == 2 || kMTiles == 4, "query groups of 32 or 64 rows");
-    static_assert(kMTiles * kNTiles == 8, "32 fp32 accumulators per lane");
+    static_assert(kMTiles * kNTiles == (kPair ? 4 : 8), "32 (whole rows: 16) fp32 accumulators per lane");
+    static_assert(!kPair || (kTma && !kDocF32), "whole rows: bulk copies of 16-bit documents");
     static_assert(kTileDims % 32 == 0 && kChunks >= 1, "tile is whole 32-dim chunks");
     static_assert(kVecs * 16 == 8 * int(sizeof(TD)), "a lane covers 8 dims per chunk");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
@@ -276,8 +289,12 @@ __device__ __forceinline__ void issue_unit(const MaxSimArgs& a, const Cursor& k,
     if constexpr (T::kTma) {
         if (lane == 0) {
             async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
-            async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
-                                    bars + stage);
+            if constexpr (T::kPair) {  // rows 2r, 2r + 1 of the [2 * n_tokens, 64] view: token r
+                async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, 0, 2 * int(k.ub + k.s0), bars + stage);
+            } else {
+                async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
+                                        bars + stage);
+            }
         }
     } else {
         copy_unit<T>(k, static_cast<const unsigned char*>(a.doc_tokens), a.dim, stages + stage * T::kSlotBytes, lane);
@@ -350,8 +367,14 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     // phase is conflict-free; the accumulator columns 2t, 2t+1 then hold tokens t, t+4. fp32
     // (pieces 2t + v): rows g, whose phase pairs differ in bit 0. cp.async stages flip piece
     // bit 2 (16-bit) or 0 (fp32) on odd rows instead (stage_offset).
-    constexpr bool kTokPerm = tma && !T::kDocF32;
-    const int brow = kTokPerm ? (((g & 1) << 2) | (g >> 1)) : g;  // TMA only
+    // Whole rows (kPair): token j's half h is stage row 2j + h, and the two tokens of a phase
+    // (g = 2p, 2p + 1) must differ in bit 1 (bit 2 of the stage row): tokens
+    // (g & 4) | (g & 1) << 1 | (g >> 1) & 1, so that the accumulator columns 2t, 2t+1 hold
+    // tokens (t & 2) << 1 | (t & 1) and that + 2.
+    constexpr int kTokPerm = T::kPair ? mma_tile::kTokPairRows : (tma && !T::kDocF32) ? mma_tile::kTokHalves : 0;
+    const int brow = T::kPair ? ((g & 4) | ((g & 1) << 1) | ((g >> 1) & 1))
+                     : kTokPerm ? (((g & 1) << 2) | (g >> 1))
+                                : g;  // TMA only
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     unsigned nonempty;
     Cursor cur;
@@ -409,7 +432,10 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
                 uint4 dr[kV];
 #pragma unroll
                 for (int v = 0; v < kV; ++v) {
-                    if constexpr (tma) {
+                    if constexpr (T::kPair) {  // stage row 2j + ch / 2, piece (ch % 2) * 4 + t, swizzled by the row
+                        const int row = 2 * (n * 8 + brow) + (ch >> 1);
+                        dr[v] = lds128(st + row * 128 + (((((ch & 1) << 2) + t) ^ (row & 7)) << 4));
+                    } else if constexpr (tma) {
                         dr[v] = lds128(st + (n * 8 + brow) * T::kRowBytes + (((ch * 4 + t * kV + v) ^ brow) << 4));
                     } else {
                         dr[v] = lds128(st + stage_offset<T>(n * 8 + g, ch * 4 + t * kV + v));
@@ -769,28 +795,36 @@ struct MaxSimKernel {
 
 // The instantiations that exist (kernels/cuda/instances/, generated by generate.py).
 #define TMS_MAXSIM_FOR_EACH_INSTANCE(X)  \
-    X(__half, false, 2, false)           \
-    X(__half, false, 4, false)           \
-    X(__half, true, 2, false)            \
-    X(__half, true, 4, false)            \
-    X(__half, false, 2, true)            \
-    X(__half, false, 4, true)            \
-    X(__half, true, 2, true)             \
-    X(__half, true, 4, true)             \
-    X(__nv_bfloat16, false, 2, false)    \
-    X(__nv_bfloat16, false, 4, false)    \
-    X(__nv_bfloat16, true, 2, false)     \
-    X(__nv_bfloat16, true, 4, false)     \
-    X(__nv_bfloat16, false, 2, true)     \
-    X(__nv_bfloat16, false, 4, true)     \
-    X(__nv_bfloat16, true, 2, true)      \
-    X(__nv_bfloat16, true, 4, true)      \
-    X(float, true, 2, false)             \
-    X(float, true, 4, false)             \
-    X(float, true, 2, true)              \
-    X(float, true, 4, true)
+    X(__half, false, 2, false, false) \
+    X(__half, false, 4, false, false) \
+    X(__half, true, 2, false, false) \
+    X(__half, true, 4, false, false) \
+    X(__half, false, 2, true, false) \
+    X(__half, false, 4, true, false) \
+    X(__half, true, 2, true, false) \
+    X(__half, true, 4, true, false) \
+    X(__nv_bfloat16, false, 2, false, false) \
+    X(__nv_bfloat16, false, 4, false, false) \
+    X(__nv_bfloat16, true, 2, false, false) \
+    X(__nv_bfloat16, true, 4, false, false) \
+    X(__nv_bfloat16, false, 2, true, false) \
+    X(__nv_bfloat16, false, 4, true, false) \
+    X(__nv_bfloat16, true, 2, true, false) \
+    X(__nv_bfloat16, true, 4, true, false) \
+    X(float, true, 2, false, false) \
+    X(float, true, 4, false, false) \
+    X(float, true, 2, true, false) \
+    X(float, true, 4, true, false) \
+    X(__half, false, 2, true, true) \
+    X(__half, false, 4, true, true) \
+    X(__half, true, 2, true, true) \
+    X(__half, true, 4, true, true) \
+    X(__nv_bfloat16, false, 2, true, true) \
+    X(__nv_bfloat16, false, 4, true, true) \
+    X(__nv_bfloat16, true, 2, true, true) \
+    X(__nv_bfloat16, true, 4, true, true)
 
-#define TMS_MAXSIM_EXTERN(TD, SPLIT, MT, TMA) \
-    extern template struct MaxSimKernel<MaxSimTraits<TD, SPLIT, MT, TMA>>;
+#define TMS_MAXSIM_EXTERN(TD, SPLIT, MT, TMA, PAIR) \
+    extern template struct MaxSimKernel<MaxSimTraits<TD, SPLIT, MT, TMA, PAIR>>;
 
 }  // namespace tms::kernels::cuda_impl

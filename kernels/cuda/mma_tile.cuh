@@ -151,11 +151,16 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
     }
 }
 
+/// Which tokens of an n8 tile a lane's two accumulator columns hold (fold_step_max): 2t and
+/// 2t + 1 (B fragments read in token order), t and t + 4 (kTokHalves: in the order
+/// g/2 + 4*(g%2)), or (t & 2) * 2 + (t & 1) and that + 2 (kTokPairRows: in the order
+/// (g & 4) | (g & 1) * 2 | (g / 2) & 1).
+enum : int { kTokInOrder = 0, kTokHalves = 1, kTokPairRows = 2 };
+
 /// Folds one step's accumulators (document tokens s0 .. s0 + 8*kN) into the running row maxima;
-/// columns at or past n_tok are ignored unless the step is `full`. The lane's two accumulator
-/// columns of each n8 tile hold tokens 2t and 2t + 1 of the tile, or (kTokPerm: B fragments
-/// read in the order g/2 + 4*(g%2)) tokens t and t + 4.
-template <int kM, int kN, bool kTokPerm = false>
+/// columns at or past n_tok are ignored unless the step is `full`. kTokPerm: which tokens the
+/// lane's two columns of each n8 tile hold (kTokInOrder, kTokHalves, kTokPairRows).
+template <int kM, int kN, int kTokPerm = kTokInOrder>
 __device__ __forceinline__ void fold_step_max(float (&rmax)[kM][2], const float (&acc)[kM][kN][4], int s0, int n_tok,
                                               int t, bool full) {
     if (full) {  // warp-uniform: no masks on a step of whole tiles
@@ -170,8 +175,10 @@ __device__ __forceinline__ void fold_step_max(float (&rmax)[kM][2], const float 
     }
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
-        const int col = s0 + n * 8 + (kTokPerm ? t : 2 * t);
-        const bool ok0 = full || col < n_tok, ok1 = full || col + (kTokPerm ? 4 : 1) < n_tok;
+        const int first = kTokPerm == kTokHalves ? t : kTokPerm == kTokPairRows ? ((t & 2) << 1) | (t & 1) : 2 * t;
+        const int col = s0 + n * 8 + first;
+        const int next = kTokPerm == kTokHalves ? 4 : kTokPerm == kTokPairRows ? 2 : 1;
+        const bool ok0 = full || col < n_tok, ok1 = full || col + next < n_tok;
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
             const float c0 = ok0 ? acc[m][n][0] : -INFINITY, c1 = ok1 ? acc[m][n][1] : -INFINITY;

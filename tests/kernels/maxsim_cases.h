@@ -69,6 +69,12 @@ inline std::vector<MaxSimCase> maxsim_cases() {
     std::vector<int> alternating(40000);
     for (size_t i = 0; i < alternating.size(); ++i) alternating[i] = i % 2 ? 3 : 1;
     c.push_back({"alternating_docs_balanced", 2, 32, 32, alternating, {}, false, DType::kF16, DType::kF16, false, 19});
+    // dim 128 in 16-bit reads whole rows on the CUDA path (MaxSimTraits::kPair): queries of
+    // two row groups (64 + 36 rows: 8-token steps), and bf16 queries and documents.
+    c.push_back({"groups_d128", 2, 100, 128, ragged_lens(30, 1, 90, 25), {100, 37}, false, DType::kF16, DType::kF16,
+                 false, 25});
+    c.push_back({"bf16_both_d128", 2, 32, 128, ragged_lens(40, 1, 70, 26), {}, false, DType::kBF16, DType::kBF16,
+                 false, 26});
     for (int dim : {32, 64, 96, 128, 160, 256, 384, 512, 768, 1024}) {
         c.push_back({"dim" + std::to_string(dim), 2, 32, dim, ragged_lens(8, 1, 70, 11 + dim), {}, true,
                      DType::kF32, DType::kF16, false, uint32_t(11 + dim)});
