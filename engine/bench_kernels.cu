@@ -225,13 +225,16 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
     std::vector<std::string> rows;
     std::vector<BenchCase> cases = bench_cases();
-    if (o.docs > 0) {  // the dense exact cases at B = o.docs (one per shape), named for it
+    if (o.docs > 0 || o.dim > 0) {  // the dense exact cases at B = o.docs, dim = o.dim (one per shape), named for them
+        const auto set_field = [](std::string& name, const std::string& key, int64_t v) {
+            const size_t b = name.find(key), e = name.find('_', b + key.size());
+            if (b != std::string::npos && e != std::string::npos) name = name.substr(0, b + key.size()) + std::to_string(v) + name.substr(e);
+        };
         std::vector<BenchCase> at;
         for (BenchCase bc : cases) {
-            const size_t b = bc.name.find("_b"), e = bc.name.find('_', b + 2);
-            if (bc.n_cand != 0 || b == std::string::npos || e == std::string::npos) continue;
-            bc.name = bc.name.substr(0, b + 2) + std::to_string(o.docs) + bc.name.substr(e);
-            bc.n_docs = o.docs;
+            if (bc.n_cand != 0) continue;
+            if (o.docs > 0) set_field(bc.name, "_b", bc.n_docs = o.docs);
+            if (o.dim > 0) set_field(bc.name, "_d", bc.dim = o.dim);
             if (std::none_of(at.begin(), at.end(), [&](const BenchCase& x) { return x.name == bc.name; })) at.push_back(bc);
         }
         cases = at;

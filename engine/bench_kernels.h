@@ -13,6 +13,7 @@ struct KernelBenchOptions {
     bool diagnose = false;  // rows that bound each dense exact case (see RunKernelBench)
     bool tma = true;        // false: n_tokens left unknown, so the exact kernel uses per-thread copies
     int64_t docs = 0;       // > 0: the dense exact cases with this many documents instead of the table's B
+    int dim = 0;            // > 0: ... and this dimension instead of the table's
 };
 
 /// Runs the exact-kernel benchmark cases and returns the result JSON. With o.diagnose, each

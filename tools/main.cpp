@@ -302,6 +302,8 @@ int run(int argc, char** argv) {
                    "Run the dense exact cases with this many documents instead of the table's B (e.g. to see "
                    "how the split of documents over the warps bounds a case)")
         ->check(CLI::Range(int64_t(1), int64_t(2000000000)));
+    bk->add_option("--dim", kbo.dim, "Run the dense exact cases at this dimension instead of the table's")
+        ->check(CLI::Range(32, 1024));
     bk->add_flag("--diagnose", kbo.diagnose,
                  "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
                  "streaming read of the same bytes (read-same-bytes)");
