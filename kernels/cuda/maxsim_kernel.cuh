@@ -37,8 +37,8 @@
 //              Whole rows (MaxSimTraits::kPair: 16-bit documents of dim 128): a unit is instead
 //              kStepTokens = 4*kNTiles whole rows, one contiguous 4 KB block (a [2*n_tokens, 64]
 //              view of the buffer, each row two 128-byte halves in the stage), scored and folded
-//              at once: +3-4% of the ceiling at B >= 10K, +5-10% at Nd=32 and B=1K.
-//              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers; the running max per
+//              at once: +2.5-3.5% of the ceiling at B >= 10K, +6% at Nd=32 B=10K, +10% at B=1K.
+//              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers (whole rows: 16); the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
 //   Query tokens are processed kRows = 16*kMTiles at a time (a "group"); queries longer than
@@ -137,8 +137,8 @@ struct MaxSimTraits {
     /// reads, instead of one 128-byte half of twice as many rows. The rows arrive as 128-byte
     /// halves, token j's at stage rows 2j and 2j + 1 (the tensor map views the buffer as
     /// [2 * n_tokens, 64]). Each unit is a whole step: its 16 x 4 accumulators are folded at
-    /// once. H200, against half rows (BENCHMARKS.md, session 14): Nd=128 B=10K 0.88 -> 0.92 of
-    /// the read ceiling, B=100K 0.95 -> 0.975, variable lengths 0.925 -> 0.95.
+    /// once. H200, against half rows (BENCHMARKS.md, session 14): Nd=128 B=10K 0.879 -> 0.909 of
+    /// the read ceiling, B=100K 0.943 -> 0.973, variable lengths 0.93 -> 0.955.
     static constexpr bool kPair = kPair_;
     static constexpr int kNTiles = (kPair ? 4 : 8) / kMTiles;  // n8 tiles of doc tokens per step
     static constexpr int kStepTokens = 8 * kNTiles;
