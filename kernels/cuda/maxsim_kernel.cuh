@@ -449,9 +449,11 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
                                          __uint_as_float(dr[kV - 1].z), __uint_as_float(dr[kV - 1].w)};
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
-                        const float h0 = __bfloat162float(__float2bfloat16_rn(xs[2 * j]));
-                        const float h1 = __bfloat162float(__float2bfloat16_rn(xs[2 * j + 1]));
-                        bh[n][j] = pack_bf16(h0, h1);
+                        // One packed conversion rounds both hi parts; they are read back as
+                        // floats by bit placement (bf16 is the top half of an fp32).
+                        const uint32_t hp = pack_bf16(xs[2 * j], xs[2 * j + 1]);
+                        const float h0 = __uint_as_float(hp << 16), h1 = __uint_as_float(hp & 0xffff0000u);
+                        bh[n][j] = hp;
                         bl[n][j] = pack_bf16(xs[2 * j] - h0, xs[2 * j + 1] - h1);
                     }
                 } else {
