@@ -103,4 +103,15 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, int x, 
 #endif
 }
 
+/// The 3-D form of tma_load_2d: box at coordinates (x, y, z) of the map.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, int x, int y, int z, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+            smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+        : "memory");
+#endif
+}
+
 }  // namespace tms::kernels::async_copy

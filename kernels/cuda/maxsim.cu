@@ -36,7 +36,7 @@ struct Plan {
     int grid_y = 1;
     bool balance = false;  // MaxSimArgs::balance
     bool tma = false;      // the TMA instantiation, reading doc_tokens through tmap
-    bool pair = false;     // (TMA) its whole-row units (MaxSimTraits::kPair: 16-bit documents of dim 128)
+    bool pair = false;     // (TMA) its 256-byte units (MaxSimTraits::kPair: 16-bit documents, dim % 128 == 0)
     bool docs_early = false;  // MaxSimArgs::docs_early
     CUtensorMap tmap{};
 };
@@ -54,12 +54,12 @@ size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma
 
 /// p.doc_tokens as a 2-D tensor map [n_tokens, dim] for units of `rows` tokens x 128 bytes
 /// (64 16-bit or 32 fp32 elements, 128-byte swizzle; columns past dim read as zeros), or (pair:
-/// 16-bit, dim 128) [2 * n_tokens, 64] for units of `rows` whole rows, 2 * rows 128-byte halves;
-/// false when the driver has no encoder or rejects the shape. L2 promotion: a unit of half rows
-/// has each 128-byte piece promoted to 256 bytes, which brings the other half into L2 for the
-/// next unit; units of whole rows read contiguous blocks and take none (H200, session 14:
-/// dim 64, whole rows, 0.90 -> 0.97 of the read ceiling without promotion; dim 128, half rows,
-/// 0.91 -> 0.95 with it).
+/// 16-bit, dim % 128 == 0) a 3-D one [n_tokens, dim / 64, 64] for units of `rows` tokens x two
+/// 128-byte pieces (256 bytes: whole rows at dim 128); false when the driver has no encoder or
+/// rejects the shape. L2 promotion: a unit of 128-byte pieces has each promoted to 256 bytes,
+/// which brings the next piece into L2 for the next unit; units of 256-byte pieces or whole rows
+/// take none (H200, session 14: dim 64, whole rows, 0.90 -> 0.97 of the read ceiling without
+/// promotion; dim 128, half rows, 0.91 -> 0.95 with it).
 bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map) {
     using Encode = PFN_cuTensorMapEncodeTiled_v12000;
     static const Encode encode = [] {
@@ -75,17 +75,22 @@ bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map
     }();
     if (encode == nullptr) return false;
     const int esize = DTypeSize(p.d_dtype);
-    const cuuint64_t dims[2] = {cuuint64_t(pair ? 64 : p.dim), cuuint64_t(pair ? 2 * p.n_tokens : p.n_tokens)};
-    const cuuint64_t strides[1] = {pair ? cuuint64_t(128) : cuuint64_t(p.dim) * esize};
-    const cuuint32_t box[2] = {cuuint32_t(128 / esize), cuuint32_t(pair ? 2 * rows : rows)};
-    const bool whole_rows = pair || p.dim * esize == 128;
-    const cuuint32_t elem_strides[2] = {1, 1};
+    const cuuint64_t row_bytes = cuuint64_t(p.dim) * esize;
+    const cuuint64_t dims3[3] = {64, cuuint64_t(p.dim / 64), cuuint64_t(p.n_tokens)};
+    const cuuint64_t strides3[2] = {128, row_bytes};
+    const cuuint32_t box3[3] = {64, 2, cuuint32_t(rows)};
+    const cuuint64_t dims2[2] = {cuuint64_t(p.dim), cuuint64_t(p.n_tokens)};
+    const cuuint64_t strides2[1] = {row_bytes};
+    const cuuint32_t box2[2] = {cuuint32_t(128 / esize), cuuint32_t(rows)};
+    const bool no_promotion = pair || row_bytes == 128;
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
     const CUtensorMapDataType type = p.d_dtype == DType::kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : p.d_dtype == DType::kF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    return encode(map, type, 2, const_cast<void*>(p.doc_tokens), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  whole_rows ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    return encode(map, type, pair ? 3 : 2, const_cast<void*>(p.doc_tokens), pair ? dims3 : dims2,
+                  pair ? strides3 : strides2, pair ? box3 : box2, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B,
+                  no_promotion ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -180,8 +185,8 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     // Documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor copies.
     plan->tma = dev.cc_major >= 9 && p.n_tokens > 0 && p.n_tokens <= INT32_MAX &&
                 reinterpret_cast<uintptr_t>(p.doc_tokens) % 16 == 0;
-    // 16-bit documents of dim 128: units of whole rows (MaxSimTraits::kPair; 2 * n_tokens halves).
-    plan->pair = plan->tma && p.dim == 128 && p.d_dtype != DType::kF32 && p.n_tokens <= INT32_MAX / 2;
+    // 16-bit documents, dim % 128 == 0: units of 256-byte pieces (MaxSimTraits::kPair).
+    plan->pair = plan->tma && p.dim % 128 == 0 && p.d_dtype != DType::kF32;
     const auto bytes = [&](int m_tiles, int stages) {
         return smem_bytes(m_tiles, terms, p.dim, k, stages, plan->tma);
     };
@@ -232,9 +237,9 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
         bool whole = false;
         if (p.n_tokens > 0 && p.n_docs > 0) {
             // A unit is 64 / m_tiles tokens x one 128-byte dimension tile, or (pair) 32 / m_tiles
-            // whole rows (MaxSimTraits).
+            // tokens x 256 bytes (MaxSimTraits).
             const int64_t warps = int64_t(plan->slices) * 8, step = (plan->pair ? 32 : 64) / plan->m_tiles;
-            const int64_t tile_dims = plan->pair ? p.dim : 128 / DTypeSize(p.d_dtype);
+            const int64_t tile_dims = (plan->pair ? 256 : 128) / DTypeSize(p.d_dtype);
             const int64_t per_warp = (p.n_docs + warps - 1) / warps;
             const int64_t len = (p.n_tokens + p.n_docs - 1) / p.n_docs;
             const int64_t units = per_warp * ((len + step - 1) / step) * ((p.dim + tile_dims - 1) / tile_dims);

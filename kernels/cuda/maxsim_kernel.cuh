@@ -34,10 +34,11 @@
 //              that the swizzled phases stay conflict-free. One instruction per 4 KB unit
 //              instead of 8 cp.async per lane: +1-3% of the ceiling at B >= 10K, +13% at
 //              Nd=256 B=500K, +5-10% for fp32 (H200, BENCHMARKS.md).
-//              Whole rows (MaxSimTraits::kPair: 16-bit documents of dim 128): a unit is instead
-//              kStepTokens = 4*kNTiles whole rows, one contiguous 4 KB block (a [2*n_tokens, 64]
-//              view of the buffer, each row two 128-byte halves in the stage), scored and folded
-//              at once: +2.5-3.5% of the ceiling at B >= 10K, +6% at Nd=32 B=10K, +10% at B=1K.
+//              256-byte units (MaxSimTraits::kPair: 16-bit documents, dim % 128 == 0): a unit is
+//              instead kStepTokens = 4*kNTiles tokens x 256 bytes (128 dims), whole rows at dim
+//              128 (one contiguous 4 KB block), read through a 3-D tensor map [n_tokens, dim / 64,
+//              64] as two 128-byte pieces a token: +2.5-3.5% of the ceiling at B >= 10K, +6% at
+//              Nd=32 B=10K, +10% at B=1K (dim 128).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers (whole rows: 16); the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -132,13 +133,13 @@ struct MaxSimTraits {
     static constexpr int kMinBlocksPerSM = 2;
     static constexpr int kMTiles = kMTiles_;
     static constexpr int kRows = 16 * kMTiles;      // query rows per group
-    /// Whole rows (16-bit documents of dim 128, TMA only; the launcher picks it): a unit is
-    /// kStepTokens whole 256-byte rows, one contiguous 4 KB block (Nq <= 32) that one bulk copy
-    /// reads, instead of one 128-byte half of twice as many rows. The rows arrive as 128-byte
-    /// halves, token j's at stage rows 2j and 2j + 1 (the tensor map views the buffer as
-    /// [2 * n_tokens, 64]). Each unit is a whole step: its 16 x 4 accumulators are folded at
-    /// once. H200, against half rows (BENCHMARKS.md, session 14): Nd=128 B=10K 0.879 -> 0.909 of
-    /// the read ceiling, B=100K 0.943 -> 0.973, variable lengths 0.93 -> 0.955.
+    /// 256-byte units (16-bit documents, dim % 128 == 0, TMA only; the launcher picks it): a unit
+    /// is kStepTokens tokens x 256 bytes (128 dims), at dim 128 whole rows, one contiguous 4 KB
+    /// block (Nq <= 32) that one bulk copy reads, instead of 128 bytes of twice as many tokens.
+    /// Token j's two 128-byte pieces land in stage rows 2j and 2j + 1 (a 3-D tensor map
+    /// [n_tokens, dim / 64, 64], box 2 pieces x kStepTokens tokens). 16 x 4 accumulators. H200,
+    /// dim 128, against 128-byte units (BENCHMARKS.md, session 14): Nd=128 B=10K 0.879 -> 0.909
+    /// of the read ceiling, B=100K 0.943 -> 0.973, variable lengths 0.93 -> 0.955.
     static constexpr bool kPair = kPair_;
     static constexpr int kNTiles = (kPair ? 4 : 8) / kMTiles;  // n8 tiles of doc tokens per step
     static constexpr int kStepTokens = 8 * kNTiles;
@@ -160,7 +161,7 @@ struct MaxSimTraits {
     static_assert(std::is_same_v<TD, __half> || kDocBF16 || kDocF32, "doc type");
     static_assert(kMTiles == 2 || kMTiles == 4, "query groups of 32 or 64 rows");
     static_assert(kMTiles * kNTiles == (kPair ? 4 : 8), "32 (whole rows: 16) fp32 accumulators per lane");
-    static_assert(!kPair || (kTma && !kDocF32), "whole rows: bulk copies of 16-bit documents");
+    static_assert(!kPair || (kTma && !kDocF32), "256-byte units: bulk copies of 16-bit documents");
     static_assert(kTileDims % 32 == 0 && kChunks >= 1, "tile is whole 32-dim chunks");
     static_assert(kVecs * 16 == 8 * int(sizeof(TD)), "a lane covers 8 dims per chunk");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
@@ -289,8 +290,8 @@ __device__ __forceinline__ void issue_unit(const MaxSimArgs& a, const Cursor& k,
     if constexpr (T::kTma) {
         if (lane == 0) {
             async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
-            if constexpr (T::kPair) {  // rows 2r, 2r + 1 of the [2 * n_tokens, 64] view: token r
-                async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, 0, 2 * int(k.ub + k.s0), bars + stage);
+            if constexpr (T::kPair) {  // 128-byte pieces 2c, 2c + 1 of tokens ub + s0 ..
+                async_copy::tma_load_3d(stages + stage * T::kSlotBytes, tmap, 0, 2 * k.c, int(k.ub + k.s0), bars + stage);
             } else {
                 async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
                                         bars + stage);
@@ -367,7 +368,7 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     // phase is conflict-free; the accumulator columns 2t, 2t+1 then hold tokens t, t+4. fp32
     // (pieces 2t + v): rows g, whose phase pairs differ in bit 0. cp.async stages flip piece
     // bit 2 (16-bit) or 0 (fp32) on odd rows instead (stage_offset).
-    // Whole rows (kPair): token j's half h is stage row 2j + h, and the two tokens of a phase
+    // 256-byte units (kPair): token j's piece h is stage row 2j + h, and the two tokens of a phase
     // (g = 2p, 2p + 1) must differ in bit 1 (bit 2 of the stage row): tokens
     // (g & 4) | (g & 1) << 1 | (g >> 1) & 1, so that the accumulator columns 2t, 2t+1 hold
     // tokens (t & 2) << 1 | (t & 1) and that + 2.
