@@ -38,8 +38,8 @@
 //              instead kStepTokens = 4*kNTiles tokens x 256 bytes (128 dims), whole rows at dim
 //              128 (one contiguous 4 KB block), read through a 3-D tensor map [n_tokens, dim / 64,
 //              64] as two 128-byte pieces a token: +2.5-3.5% of the ceiling at B >= 10K, +6% at
-//              Nd=32 B=10K, +10% at B=1K (dim 128).
-//              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers (whole rows: 16); the running max per
+//              Nd=32 B=10K, +10% at B=1K (dim 128); +2% at d=256 B=10K and d=768 (H200).
+//              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers (256-byte units: 16); the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
 //   Query tokens are processed kRows = 16*kMTiles at a time (a "group"); queries longer than
@@ -160,7 +160,7 @@ struct MaxSimTraits {
 
     static_assert(std::is_same_v<TD, __half> || kDocBF16 || kDocF32, "doc type");
     static_assert(kMTiles == 2 || kMTiles == 4, "query groups of 32 or 64 rows");
-    static_assert(kMTiles * kNTiles == (kPair ? 4 : 8), "32 (whole rows: 16) fp32 accumulators per lane");
+    static_assert(kMTiles * kNTiles == (kPair ? 4 : 8), "32 (256-byte units: 16) fp32 accumulators per lane");
     static_assert(!kPair || (kTma && !kDocF32), "256-byte units: bulk copies of 16-bit documents");
     static_assert(kTileDims % 32 == 0 && kChunks >= 1, "tile is whole 32-dim chunks");
     static_assert(kVecs * 16 == 8 * int(sizeof(TD)), "a lane covers 8 dims per chunk");
