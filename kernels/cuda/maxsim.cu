@@ -39,6 +39,11 @@ struct Plan {
     bool pair = false;     // (TMA) its 256-byte units (MaxSimTraits::kPair: 16-bit documents, dim % 128 == 0)
     bool docs_early = false;  // MaxSimArgs::docs_early
     CUtensorMap tmap{};
+
+    /// The copy unit of the instantiation (MaxSimTraits::kStepTokens x kTileDims): 64 / m_tiles
+    /// tokens x 128 bytes, or (pair) 32 / m_tiles tokens x 256 bytes.
+    int unit_tokens() const { return (pair ? 32 : 64) / m_tiles; }
+    int unit_dims() const { return (pair ? 256 : 128) / DTypeSize(d_dtype); }
 };
 
 /// Query rows, top-k lists (k > 0) and counts, (TMA) the stage barriers and the slack to a
@@ -236,10 +241,8 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
         const bool full_wave = int64_t(plan->slices) * plan->grid_y >= resident;
         bool whole = false;
         if (p.n_tokens > 0 && p.n_docs > 0) {
-            // A unit is 64 / m_tiles tokens x one 128-byte dimension tile, or (pair) 32 / m_tiles
-            // tokens x 256 bytes (MaxSimTraits).
-            const int64_t warps = int64_t(plan->slices) * 8, step = (plan->pair ? 32 : 64) / plan->m_tiles;
-            const int64_t tile_dims = (plan->pair ? 256 : 128) / DTypeSize(p.d_dtype);
+            const int64_t warps = int64_t(plan->slices) * 8, step = plan->unit_tokens();
+            const int64_t tile_dims = plan->unit_dims();
             const int64_t per_warp = (p.n_docs + warps - 1) / warps;
             const int64_t len = (p.n_tokens + p.n_docs - 1) / p.n_docs;
             const int64_t units = per_warp * ((len + step - 1) / step) * ((p.dim + tile_dims - 1) / tile_dims);
@@ -249,7 +252,7 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     }
     // Last, so that a refused map changes nothing the workspace size was planned from.
     if (launch && plan->tma) {
-        plan->tma = encode_doc_map(p, (plan->pair ? 32 : 64) / plan->m_tiles, plan->pair, &plan->tmap);
+        plan->tma = encode_doc_map(p, plan->unit_tokens(), plan->pair, &plan->tmap);
         plan->pair = plan->pair && plan->tma;
     }
     return Status::OK();
