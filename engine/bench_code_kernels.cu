@@ -235,7 +235,8 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
 
 }  // namespace
 
-Status RunCodeKernelBench(const std::string& filter, std::string* json_rows) {
+Status RunCodeKernelBench(const std::string& filter, std::string* json_rows, double cooldown_s) {
+    bench::cooldown_seconds() = std::max(0.0, cooldown_s);
     cudaDeviceProp prop{};
     double ceiling = 0;
     TMS_RETURN_IF_ERROR(bench::device_and_ceiling(&prop, &ceiling));

@@ -3,7 +3,7 @@
 
 namespace tms::engine {
 
-Status RunCodeKernelBench(const std::string&, std::string*) {
+Status RunCodeKernelBench(const std::string&, std::string*, double) {
     return Status::NotSupported("bench kernels: this build has no CUDA");
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -20,6 +21,15 @@ namespace tms::engine::bench {
 
 constexpr int kSamples = 15;  // timing samples; the median is reported
 constexpr double kWarmupSeconds = 0.25;  // minimum warm-up before the samples of one timing
+
+/// Idle seconds before each timing (`tms bench kernels --cooldown`; 0: none). The H200's power
+/// cap limits average power: a timing right after heavy ones runs at lower clocks than the same
+/// one alone (up to 6% at B=100K, BENCHMARKS.md, session 14), so a pause makes each row
+/// independent of the rows before it.
+inline double& cooldown_seconds() {
+    static double s = 0;
+    return s;
+}
 
 /// A 32-bit hash of element i (murmur-like finalizer): deterministic random data.
 __device__ __forceinline__ uint32_t mix(uint64_t i, uint32_t seed) {
@@ -109,8 +119,13 @@ struct Timer {
     }
     /// Median seconds per call of fn(i) over kSamples samples of `per_sample` calls, after a
     /// warm-up of at least two calls and kWarmupSeconds: an idle GPU runs at low clocks and
-    /// takes a while to reach its working clocks, so a short warm-up times the ramp.
+    /// takes a while to reach its working clocks, so a short warm-up times the ramp. First
+    /// cooldown_seconds() of idle.
     Status median(int per_sample, const std::function<Status(int)>& fn, double* sec) {
+        if (cooldown_seconds() > 0) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+            std::this_thread::sleep_for(std::chrono::duration<double>(cooldown_seconds()));
+        }
         const auto t0 = std::chrono::steady_clock::now();
         for (int w = 0;; ++w) {
             TMS_RETURN_IF_ERROR(fn(w));

@@ -19,6 +19,7 @@
 
 #include "engine/bench_common.cuh"
 #include "engine/bench_kernels.h"
+#include "engine/json_escape.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
 
@@ -218,6 +219,7 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
 }  // namespace
 
 Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
+    bench::cooldown_seconds() = std::max(0.0, o.cooldown);
     cudaDeviceProp prop{};
     double ceiling = 0;
     TMS_RETURN_IF_ERROR(bench::device_and_ceiling(&prop, &ceiling));
@@ -252,7 +254,7 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
     std::string j = "{\"gpu\":\"" + std::string(prop.name) + "\",\"date\":\"" + date +
-                    "\",\"command\":\"tms bench kernels\",\"read_ceiling_gbps\":" + fmt(ceiling) + ",\"cases\":[\n";
+                    "\",\"command\":\"" + json_escape(o.command) + "\",\"read_ceiling_gbps\":" + fmt(ceiling) + ",\"cases\":[\n";
     j += row("read_ceiling", "read-ceiling", 0, ceiling, ceiling);
     for (const std::string& r : rows) j += ",\n" + r;
     j += "\n]}\n";

@@ -14,6 +14,8 @@ struct KernelBenchOptions {
     bool tma = true;        // false: n_tokens left unknown, so the exact kernel uses per-thread copies
     int64_t docs = 0;       // > 0: the dense exact cases with this many documents instead of the table's B
     int dim = 0;            // > 0: ... and this dimension instead of the table's
+    double cooldown = 0;    // idle seconds before each timing (power-cap independence); 0: none
+    std::string command = "tms bench kernels";  // the JSON's "command" (the command line that ran)
 };
 
 /// Runs the exact-kernel benchmark cases and returns the result JSON. With o.diagnose, each

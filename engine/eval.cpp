@@ -28,6 +28,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/json_escape.h"
+
 namespace tms {
 namespace {
 
@@ -503,23 +505,6 @@ std::string format_double_exact(double v) {
     return std::string(buf, ptr);
 }
 
-std::string json_escape(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-            out += buf;
-        } else {
-            out += c;
-        }
-    }
-    return out;
-}
-
 }  // namespace
 
 Status ReadRun(const std::string& path, Run* run) {
@@ -545,7 +530,7 @@ std::string FormatEval(const EvalResult& result, bool json) {
     if (json) {
         out = "{\"n_queries\": " + std::to_string(result.n_queries);
         for (const auto& [name, value] : result.metrics) {
-            out += ", \"" + json_escape(name) + "\": " + format_double_exact(value);
+            out += ", \"" + engine::json_escape(name) + "\": " + format_double_exact(value);
         }
         out += "}\n";
         return out;

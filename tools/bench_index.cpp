@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "tilemaxsim/tilemaxsim.h"
+#include "engine/json_escape.h"
 
 namespace fs = std::filesystem;
 
@@ -156,7 +157,7 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
     std::ostringstream j;
     j << "{\"date\": \"" << date << "\", \"host\": \"" << host << "\", \"cpus\": " << sysconf(_SC_NPROCESSORS_ONLN)
       << ", \"device\": \"" << DeviceName(o.device) << "\", \"input_bytes\": " << input_bytes
-      << ", \"command\": \"" << o.command << "\", \"cases\": [\n" << rows.str() << "\n]}";
+      << ", \"command\": \"" << tms::engine::json_escape(o.command) << "\", \"cases\": [\n" << rows.str() << "\n]}";
     *json = j.str();
     if (o.dir.empty()) fs::remove_all(dir);
     return Status::OK();

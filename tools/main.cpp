@@ -304,6 +304,11 @@ int run(int argc, char** argv) {
         ->check(CLI::Range(int64_t(1), int64_t(2000000000)));
     bk->add_option("--dim", kbo.dim, "Run the dense exact cases at this dimension instead of the table's")
         ->check(CLI::Range(32, 1024));
+    bk->add_option("--cooldown", kbo.cooldown,
+                   "Idle seconds before each timing: the GPU's power cap limits average power, so without a "
+                   "pause a row runs slower after heavy rows than alone (0: none)")
+        ->check(CLI::Range(0.0, 60.0))
+        ->capture_default_str();
     bk->add_flag("--diagnose", kbo.diagnose,
                  "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
                  "streaming read of the same bytes (read-same-bytes)");
@@ -416,11 +421,13 @@ int run(int argc, char** argv) {
     if (bk->parsed()) {
         std::string json, code_rows;
         kbo.cases = bench_filter;
+        kbo.command.clear();
+        for (int i = 0; i < argc; ++i) kbo.command += (i ? " " : "") + std::string(argv[i]);
         kbo.baseline = !bk_no_baseline;
         kbo.tma = !bk_no_tma;
         tms::Status st = tms::engine::RunKernelBench(kbo, &json);
         if (!st.ok()) return fail("bench kernels", st);
-        st = tms::engine::RunCodeKernelBench(bench_filter, &code_rows);
+        st = tms::engine::RunCodeKernelBench(bench_filter, &code_rows, kbo.cooldown);
         if (!st.ok()) return fail("bench kernels", st);
         if (!code_rows.empty()) {  // splice the compressed rows into "cases": [...]
             const auto pos = json.rfind(']');

@@ -36,7 +36,7 @@ struct Plan {
     int grid_y = 1;
     bool balance = false;  // MaxSimArgs::balance
     bool tma = false;      // the TMA instantiation, reading doc_tokens through tmap
-    bool pair = false;     // (TMA) its 256-byte units (MaxSimTraits::kPair: 16-bit documents, dim % 128 == 0)
+    bool pair = false;     // (TMA) its 256-byte units (MaxSimTraits::kPair: rows of a multiple of 256 bytes; fp32 at two CTAs an SM)
     bool docs_early = false;  // MaxSimArgs::docs_early
     CUtensorMap tmap{};
 
@@ -59,8 +59,9 @@ size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma
 
 /// p.doc_tokens as a 2-D tensor map [n_tokens, dim] for units of `rows` tokens x 128 bytes
 /// (64 16-bit or 32 fp32 elements, 128-byte swizzle; columns past dim read as zeros), or (pair:
-/// 16-bit, dim % 128 == 0) a 3-D one [n_tokens, dim / 64, 64] for units of `rows` tokens x two
-/// 128-byte pieces (256 bytes: whole rows at dim 128); false when the driver has no encoder or
+/// rows of a multiple of 256 bytes) a 3-D one [n_tokens, row / 128 bytes, 128 bytes] for units of
+/// `rows` tokens x two 128-byte pieces (256 bytes: whole rows at 16-bit dim 128); false when the
+/// driver has no encoder or
 /// rejects the shape. L2 promotion: a unit of 128-byte pieces has each promoted to 256 bytes,
 /// which brings the next piece into L2 for the next unit; units of 256-byte pieces or whole rows
 /// take none (H200, session 14: dim 64, whole rows, 0.90 -> 0.97 of the read ceiling without
@@ -81,9 +82,10 @@ bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map
     if (encode == nullptr) return false;
     const int esize = DTypeSize(p.d_dtype);
     const cuuint64_t row_bytes = cuuint64_t(p.dim) * esize;
-    const cuuint64_t dims3[3] = {64, cuuint64_t(p.dim / 64), cuuint64_t(p.n_tokens)};
+    const cuuint32_t piece_elems = cuuint32_t(128 / esize);
+    const cuuint64_t dims3[3] = {piece_elems, row_bytes / 128, cuuint64_t(p.n_tokens)};
     const cuuint64_t strides3[2] = {128, row_bytes};
-    const cuuint32_t box3[3] = {64, 2, cuuint32_t(rows)};
+    const cuuint32_t box3[3] = {piece_elems, 2, cuuint32_t(rows)};
     const cuuint64_t dims2[2] = {cuuint64_t(p.dim), cuuint64_t(p.n_tokens)};
     const cuuint64_t strides2[1] = {row_bytes};
     const cuuint32_t box2[2] = {cuuint32_t(128 / esize), cuuint32_t(rows)};
@@ -123,9 +125,7 @@ Status dispatch_tma(const Plan& plan, bool occupancy, const MaxSimArgs& a, dim3 
     using False = std::false_type;
     using True = std::true_type;
     if (!plan.tma) return go(False{}, False{});
-    if constexpr (!std::is_same_v<TD, float>) {
-        if (plan.pair) return go(True{}, True{});
-    }
+    if (plan.pair) return go(True{}, True{});
     return go(True{}, False{});
 }
 
@@ -190,8 +190,9 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     // Documents in a buffer of known length, 16-byte aligned, on sm_90+: bulk tensor copies.
     plan->tma = dev.cc_major >= 9 && p.n_tokens > 0 && p.n_tokens <= INT32_MAX &&
                 reinterpret_cast<uintptr_t>(p.doc_tokens) % 16 == 0;
-    // 16-bit documents, dim % 128 == 0: units of 256-byte pieces (MaxSimTraits::kPair).
-    plan->pair = plan->tma && p.dim % 128 == 0 && p.d_dtype != DType::kF32;
+    // Rows of a multiple of 256 bytes (16-bit dim % 128 == 0, fp32 dim % 64 == 0): units of
+    // 256-byte pieces (MaxSimTraits::kPair).
+    plan->pair = plan->tma && p.dim * DTypeSize(p.d_dtype) % 256 == 0;
     const auto bytes = [&](int m_tiles, int stages) {
         return smem_bytes(m_tiles, terms, p.dim, k, stages, plan->tma);
     };
@@ -203,6 +204,11 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     for (int st = 6; st >= 2 && plan->n_stages == 0; --st) {
         if (2 * (bytes(plan->m_tiles, st) + smem_reserved) <= size_t(smem_sm)) plan->n_stages = st;
     }
+    // fp32 documents in 256-byte units load each query fragment for 16 tokens instead of 32:
+    // with two CTAs an SM that is hidden (H200, Nd=128: d=64 0.875 -> 0.922 of the read
+    // ceiling, d=128 0.93 -> 0.96, d=256 0.92 -> 0.96), with one (a large split query: fp32
+    // dim >= 384 at Nq=32) not (d=768 0.900 -> 0.886); BENCHMARKS.md, session 15.
+    if (plan->d_dtype == DType::kF32 && plan->n_stages == 0) plan->pair = false;
     for (int st = 6; st >= 1 && plan->n_stages == 0; --st) {
         if (bytes(plan->m_tiles, st) <= size_t(smem_optin)) plan->n_stages = st;
     }

@@ -34,11 +34,12 @@
 //              that the swizzled phases stay conflict-free. One instruction per 4 KB unit
 //              instead of 8 cp.async per lane: +1-3% of the ceiling at B >= 10K, +13% at
 //              Nd=256 B=500K, +5-10% for fp32 (H200, BENCHMARKS.md).
-//              256-byte units (MaxSimTraits::kPair: 16-bit documents, dim % 128 == 0): a unit is
-//              instead kStepTokens = 4*kNTiles tokens x 256 bytes (128 dims), whole rows at dim
-//              128 (one contiguous 4 KB block), read through a 3-D tensor map [n_tokens, dim / 64,
-//              64] as two 128-byte pieces a token: +2.5-3.5% of the ceiling at B >= 10K, +6% at
-//              Nd=32 B=10K, +10% at B=1K (dim 128); +2% at d=256 B=10K and d=768 (H200).
+//              256-byte units (MaxSimTraits::kPair: rows of a multiple of 256 bytes, i.e. 16-bit
+//              dim % 128 == 0 or fp32 dim % 64 == 0): a unit is instead kStepTokens = 4*kNTiles
+//              tokens x 256 bytes (128 16-bit or 64 fp32 dims), whole rows at 16-bit dim 128 (one
+//              contiguous 4 KB block), read through a 3-D tensor map [n_tokens, row / 128 bytes,
+//              128 bytes] as two 128-byte pieces a token: +2.5-3.5% of the ceiling at B >= 10K,
+//              +6% at Nd=32 B=10K, +10% at B=1K (dim 128); +2% at d=256 B=10K and d=768 (H200).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers (256-byte units: 16); the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -137,7 +138,8 @@ struct MaxSimTraits {
     /// is kStepTokens tokens x 256 bytes (128 dims), at dim 128 whole rows, one contiguous 4 KB
     /// block (Nq <= 32) that one bulk copy reads, instead of 128 bytes of twice as many tokens.
     /// Token j's two 128-byte pieces land in stage rows 2j and 2j + 1 (a 3-D tensor map
-    /// [n_tokens, dim / 64, 64], box 2 pieces x kStepTokens tokens). 16 x 4 accumulators. H200,
+    /// [n_tokens, dim / 64, 64], box 2 pieces x kStepTokens tokens; fp32: 64 dims, pieces of 32).
+    /// 16 x 4 accumulators. H200,
     /// dim 128, against 128-byte units (BENCHMARKS.md, session 14): Nd=128 B=10K 0.879 -> 0.909
     /// of the read ceiling, B=100K 0.943 -> 0.973, variable lengths 0.93 -> 0.955.
     static constexpr bool kPair = kPair_;
@@ -161,7 +163,11 @@ struct MaxSimTraits {
     static_assert(std::is_same_v<TD, __half> || kDocBF16 || kDocF32, "doc type");
     static_assert(kMTiles == 2 || kMTiles == 4, "query groups of 32 or 64 rows");
     static_assert(kMTiles * kNTiles == (kPair ? 4 : 8), "32 (256-byte units: 16) fp32 accumulators per lane");
-    static_assert(!kPair || (kTma && !kDocF32), "256-byte units: bulk copies of 16-bit documents");
+    static_assert(!kPair || kTma, "256-byte units: bulk copies");
+    /// The query layout (mma_tile): the B fragments of fp32 documents in 256-byte units hold dims
+    /// 4t..4t+3 and 16+4t..16+4t+3 of a chunk in lane t (pieces t and t + 4 of a stage row, the
+    /// phase pattern of the 16-bit units); every other instantiation dims 8t..8t+7.
+    using QIndex = std::conditional_t<kPair && kDocF32, mma_tile::AFragIndexQuads, mma_tile::AFragIndex>;
     static_assert(kTileDims % 32 == 0 && kChunks >= 1, "tile is whole 32-dim chunks");
     static_assert(kVecs * 16 == 8 * int(sizeof(TD)), "a lane covers 8 dims per chunk");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
@@ -433,9 +439,12 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
                 uint4 dr[kV];
 #pragma unroll
                 for (int v = 0; v < kV; ++v) {
-                    if constexpr (T::kPair) {  // stage row 2j + ch / 2, piece (ch % 2) * 4 + t, swizzled by the row
-                        const int row = 2 * (n * 8 + brow) + (ch >> 1);
-                        dr[v] = lds128(st + row * 128 + (((((ch & 1) << 2) + t) ^ (row & 7)) << 4));
+                    if constexpr (T::kPair) {
+                        // 16-bit: stage row 2j + ch / 2, piece (ch % 2) * 4 + t; fp32: row 2j + ch,
+                        // piece 4v + t (dims 4t.., 16 + 4t..: T::QIndex); swizzled by the row.
+                        const int row = 2 * (n * 8 + brow) + (T::kDocF32 ? ch : ch >> 1);
+                        const int piece = T::kDocF32 ? 4 * v + t : ((ch & 1) << 2) + t;
+                        dr[v] = lds128(st + row * 128 + ((piece ^ (row & 7)) << 4));
                     } else if constexpr (tma) {
                         dr[v] = lds128(st + (n * 8 + brow) * T::kRowBytes + (((ch * 4 + t * kV + v) ^ brow) << 4));
                     } else {
@@ -535,11 +544,18 @@ __device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int
     const QueryPut<T> put{q_hi, q_lo};
     const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
     for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
-        int r, c;
-        mma_tile::a_frag_word(w, n_chunks, r, c);
+        int r, c, word = w;
+        if constexpr (std::is_same_v<typename T::QIndex, mma_tile::AFragIndex>) {
+            mma_tile::a_frag_word(w, n_chunks, r, c);  // layout order: consecutive words
+        } else {
+            r = w / (a.dim >> 1);  // row-major, into the other layout
+            c = 2 * (w - r * (a.dim >> 1));
+            word = typename T::QIndex{n_chunks}(r, c);
+        }
         const int row = row0 + r;
         const int64_t i = (int64_t(q) * a.q_stride + row) * a.dim + c;
-        put(w, row < ql ? load_q(a.queries, a.q_dtype, i) : 0.f, row < ql ? load_q(a.queries, a.q_dtype, i + 1) : 0.f);
+        put(word, row < ql ? load_q(a.queries, a.q_dtype, i) : 0.f,
+            row < ql ? load_q(a.queries, a.q_dtype, i + 1) : 0.f);
     }
 }
 
@@ -557,7 +573,7 @@ __device__ __forceinline__ void convert_staged_query(const MaxSimArgs& a, int ql
             raw[0] = lds128(staged + (r * a.dim + c) * esize);
             if (esize == 4) raw[1] = lds128(staged + (r * a.dim + c) * esize + 16);
         }
-        mma_tile::put_raw8(r, c, raw, a.q_dtype, n_chunks, put);
+        mma_tile::put_raw8_as(typename T::QIndex{n_chunks}, r, c, raw, a.q_dtype, put);
     }
 }
 
@@ -825,7 +841,9 @@ struct MaxSimKernel {
     X(__nv_bfloat16, false, 2, true, true) \
     X(__nv_bfloat16, false, 4, true, true) \
     X(__nv_bfloat16, true, 2, true, true) \
-    X(__nv_bfloat16, true, 4, true, true)
+    X(__nv_bfloat16, true, 4, true, true) \
+    X(float, true, 2, true, true) \
+    X(float, true, 4, true, true)
 
 #define TMS_MAXSIM_EXTERN(TD, SPLIT, MT, TMA, PAIR) \
     extern template struct MaxSimKernel<MaxSimTraits<TD, SPLIT, MT, TMA, PAIR>>;

@@ -48,6 +48,17 @@ __device__ __forceinline__ int a_frag_word_index(int row, int dim, int n_chunks)
     return ((m * n_chunks + c) * 2 + h) * 128 + (g * 4 + t) * 4 + jhi * 2 + jlo;
 }
 
+/// The A-fragment layout for B fragments whose lane t holds dims 4t..4t+3 and 16+4t..16+4t+3
+/// of each 32-dim chunk (fp32 documents in 256-byte units: pieces t and t + 4 of a 128-byte
+/// row, so that the two tokens of a shared-memory phase fall in different banks): the same
+/// 512-byte blocks and lanes as a_frag_word_index, with k half h = bit 4 of the dim inside the
+/// chunk and t = its bits 2-3 (a0 / a2: row g, dims 16h + 4t + {0,1} / {2,3}).
+__device__ __forceinline__ int a_frag_word_index_quads(int row, int dim, int n_chunks) {
+    const int m = row >> 4, g = row & 7, jlo = (row >> 3) & 1;
+    const int c = dim >> 5, t = (dim >> 2) & 3, h = (dim >> 4) & 1, jhi = (dim >> 1) & 1;
+    return ((m * n_chunks + c) * 2 + h) * 128 + (g * 4 + t) * 4 + jhi * 2 + jlo;
+}
+
 /// The value of element e (0..7) of 8 consecutive query elements held raw in r[0] (16-bit:
 /// all 8) or r[0], r[1] (fp32); dtype as tms::DType (0 fp32, 1 fp16, 2 bf16).
 __device__ __forceinline__ float raw_elem(const uint4 (&r)[2], int e, int dtype) {
@@ -67,6 +78,14 @@ __device__ __forceinline__ float raw_elem(const uint4 (&r)[2], int e, int dtype)
 struct AFragIndex {
     int n_chunks;
     __device__ __forceinline__ int operator()(int row, int dim) const { return a_frag_word_index(row, dim, n_chunks); }
+};
+
+/// a_frag_word_index_quads as a function object.
+struct AFragIndexQuads {
+    int n_chunks;
+    __device__ __forceinline__ int operator()(int row, int dim) const {
+        return a_frag_word_index_quads(row, dim, n_chunks);
+    }
 };
 
 /// put_raw8 into any layout: index(row, dim) is the word that holds `row` at dims dim, dim + 1.

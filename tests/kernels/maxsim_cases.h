@@ -80,6 +80,19 @@ inline std::vector<MaxSimCase> maxsim_cases() {
                      DType::kF32, DType::kF16, false, uint32_t(11 + dim)});
     }
     c.push_back({"f32_docs", 2, 32, 128, ragged_lens(10, 1, 80, 12), {}, true, DType::kF32, DType::kF32, false, 12});
+    // fp32 documents: rows of a multiple of 256 bytes (dim % 64 == 0) read in 256-byte units on
+    // the CUDA path, with their own query layout (MaxSimTraits::QIndex): every dim class, two
+    // row groups, fp16 queries, and equal dense documents (the guessed first copies).
+    for (int dim : {64, 96, 256, 768}) {
+        c.push_back({"f32_docs_dim" + std::to_string(dim), 2, 32, dim, ragged_lens(9, 1, 70, 40 + dim), {}, true,
+                     DType::kF32, DType::kF32, false, uint32_t(40 + dim)});
+    }
+    c.push_back({"f32_docs_groups", 2, 100, 128, ragged_lens(20, 1, 90, 41), {100, 37}, false, DType::kF32,
+                 DType::kF32, false, 41});
+    c.push_back({"f32_docs_f16_queries", 2, 32, 192, ragged_lens(12, 1, 80, 42), {}, true, DType::kF16,
+                 DType::kF32, false, 42});
+    c.push_back({"f32_docs_equal_dense", 2, 32, 128, std::vector<int>(600, 32), {32, 5}, false, DType::kF32,
+                 DType::kF32, false, 43});
     c.push_back({"bf16_docs", 2, 32, 128, ragged_lens(10, 1, 80, 13), {}, true, DType::kBF16, DType::kBF16, false,
                  13});
     c.push_back({"f16_queries", 2, 32, 96, ragged_lens(10, 1, 80, 14), {}, false, DType::kF16, DType::kF16, false,

@@ -2,10 +2,11 @@
 """Flash-MaxSim 0.3.0 (PyPI `flash-maxsim`) on the cases of `tms bench kernels`, same JSON
 row schema, impl "flash-maxsim-0.3.0". Needs torch + triton + flash-maxsim on a CUDA machine.
 Data: random fp16/bf16/fp32 tensors on the device, rotated over copies totalling >= 4x L2;
-times are medians of 15 CUDA-event samples after warm-up. Ragged: one launch per query (the
+times are medians of 15 CUDA-event samples after warm-up (and --cooldown seconds of idle
+before each, as `tms bench kernels --cooldown`). Ragged: one launch per query (the
 package has no per-query candidate lists), over the gathered candidates of that query.
 
-    python3 tools/bench/flash_maxsim_bench.py --json out.json [--ceiling GBPS] [--filter SUBSTR]
+    python3 tools/bench/flash_maxsim_bench.py --json out.json [--ceiling GBPS] [--filter SUBSTR] [--cooldown S]
 """
 import argparse
 import json
@@ -19,6 +20,7 @@ from flash_maxsim import flash_maxsim_packed
 
 IMPL = "flash-maxsim-" + flash_maxsim.__version__
 NQ = 32
+COOLDOWN_S = 0.0  # idle seconds before each timing (--cooldown)
 
 
 def cases():
@@ -37,7 +39,10 @@ def cases():
 
 def median_time(fn, per_sample, samples=15, warmup_s=0.25):
     # Warm-up: at least two calls and warmup_s seconds (an idle GPU ramps its clocks up),
-    # the same as `tms bench kernels`.
+    # the same as `tms bench kernels`; after COOLDOWN_S seconds of idle.
+    torch.cuda.synchronize()
+    if COOLDOWN_S > 0:
+        time.sleep(COOLDOWN_S)
     t0, i = time.perf_counter(), 0
     while True:
         fn(i)
@@ -107,7 +112,12 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--ceiling", type=float, default=0.0, help="read ceiling GB/s from tms bench kernels")
     ap.add_argument("--filter", default="")
+    ap.add_argument("--cooldown", type=float, default=0.0,
+                    help="idle seconds before each timing, so that no row runs under the power cap that the "
+                         "rows before it built up (as tms bench kernels --cooldown)")
     a = ap.parse_args()
+    global COOLDOWN_S
+    COOLDOWN_S = max(0.0, a.cooldown)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for c in cases():

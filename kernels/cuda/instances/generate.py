@@ -17,7 +17,7 @@ namespace tms::kernels::cuda_impl {
 
 # Every document dtype also has the bulk-tensor-copy (TMA) variant, in files of their own.
 TMAS = {"f16": ["false", "true"], "bf16": ["false", "true"], "f32": ["false", "true"]}
-PAIRS = ["f16", "bf16"]
+PAIRS = ["f16", "bf16", "f32"]
 
 def main():
     here = pathlib.Path(__file__).resolve().parent
@@ -30,7 +30,7 @@ def main():
                 body += "}  // namespace tms::kernels::cuda_impl\n"
                 suffix = "_tma" if tma == "true" else ""
                 (here / f"maxsim_{name}_m{mt}{suffix}.cu").write_text(body)
-            # Whole-row units (MaxSimTraits::kPair: 16-bit documents of dim 128, bulk copies).
+            # 256-byte units (MaxSimTraits::kPair: rows of a multiple of 256 bytes, bulk copies).
             if name in PAIRS:
                 body = HEADER
                 for split in SPLITS[name]:
