@@ -23,9 +23,9 @@ constexpr int kSamples = 15;  // timing samples; the median is reported
 constexpr double kWarmupSeconds = 0.25;  // minimum warm-up before the samples of one timing
 
 /// Idle seconds before each timing (`tms bench kernels --cooldown`; 0: none). The H200's power
-/// cap limits average power: a timing right after heavy ones runs at lower clocks than the same
-/// one alone (up to 6% at B=100K, BENCHMARKS.md, session 14), so a pause makes each row
-/// independent of the rows before it.
+/// cap limits average power: a timing right after heavy ones can run at lower clocks than the
+/// same one alone (Nd=128 B=100K 0.88 against 0.97 of the read ceiling on one unit, BENCHMARKS.md,
+/// session 15), so a pause makes each row independent of the rows before it.
 inline double& cooldown_seconds() {
     static double s = 0;
     return s;

@@ -61,11 +61,10 @@ size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma
 /// (64 16-bit or 32 fp32 elements, 128-byte swizzle; columns past dim read as zeros), or (pair:
 /// rows of a multiple of 256 bytes) a 3-D one [n_tokens, row / 128 bytes, 128 bytes] for units of
 /// `rows` tokens x two 128-byte pieces (256 bytes: whole rows at 16-bit dim 128); false when the
-/// driver has no encoder or
-/// rejects the shape. L2 promotion: a unit of 128-byte pieces has each promoted to 256 bytes,
-/// which brings the next piece into L2 for the next unit; units of 256-byte pieces or whole rows
-/// take none (H200, session 14: dim 64, whole rows, 0.90 -> 0.97 of the read ceiling without
-/// promotion; dim 128, half rows, 0.91 -> 0.95 with it).
+/// driver has no encoder or rejects the shape. L2 promotion: a unit of 128-byte pieces has each
+/// promoted to 256 bytes, which brings the next piece into L2 for the next unit; units of
+/// 256-byte pieces or whole rows take none (H200, session 14: dim 64, whole rows, 0.90 -> 0.97 of
+/// the read ceiling without promotion; dim 128, half rows, 0.91 -> 0.95 with it).
 bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map) {
     using Encode = PFN_cuTensorMapEncodeTiled_v12000;
     static const Encode encode = [] {

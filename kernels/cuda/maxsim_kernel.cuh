@@ -134,14 +134,15 @@ struct MaxSimTraits {
     static constexpr int kMinBlocksPerSM = 2;
     static constexpr int kMTiles = kMTiles_;
     static constexpr int kRows = 16 * kMTiles;      // query rows per group
-    /// 256-byte units (16-bit documents, dim % 128 == 0, TMA only; the launcher picks it): a unit
-    /// is kStepTokens tokens x 256 bytes (128 dims), at dim 128 whole rows, one contiguous 4 KB
-    /// block (Nq <= 32) that one bulk copy reads, instead of 128 bytes of twice as many tokens.
-    /// Token j's two 128-byte pieces land in stage rows 2j and 2j + 1 (a 3-D tensor map
-    /// [n_tokens, dim / 64, 64], box 2 pieces x kStepTokens tokens; fp32: 64 dims, pieces of 32).
-    /// 16 x 4 accumulators. H200,
-    /// dim 128, against 128-byte units (BENCHMARKS.md, session 14): Nd=128 B=10K 0.879 -> 0.909
-    /// of the read ceiling, B=100K 0.943 -> 0.973, variable lengths 0.93 -> 0.955.
+    /// 256-byte units (rows of a multiple of 256 bytes: 16-bit dim % 128 == 0, fp32 dim % 64 ==
+    /// 0; TMA only; the launcher picks it): a unit is kStepTokens tokens x 256 bytes (128 16-bit
+    /// or 64 fp32 dims), at 16-bit dim 128 whole rows, one contiguous 4 KB block (Nq <= 32) that
+    /// one bulk copy reads, instead of 128 bytes of twice as many tokens. Token j's two 128-byte
+    /// pieces land in stage rows 2j and 2j + 1 (a 3-D tensor map [n_tokens, row / 128 bytes, 128
+    /// bytes], box 2 pieces x kStepTokens tokens). 16 x 4 accumulators. H200, against 128-byte
+    /// units (BENCHMARKS.md): dim 128 Nd=128 B=10K 0.879 -> 0.909 of the read ceiling, B=100K
+    /// 0.943 -> 0.973, variable lengths 0.93 -> 0.955 (session 14); fp32 Nd=128 B=100K 0.93 ->
+    /// 0.96 (session 15).
     static constexpr bool kPair = kPair_;
     static constexpr int kNTiles = (kPair ? 4 : 8) / kMTiles;  // n8 tiles of doc tokens per step
     static constexpr int kStepTokens = 8 * kNTiles;
