@@ -165,6 +165,7 @@ struct GpuCodeScorer::Impl {
     kernels::DeviceScratch g_rows3;  // CentroidScores: the query rows as hi, hi, lo
     int64_t* d_offsets = nullptr;
     kernels::DeviceScratch arena;  // per-call inputs and workspaces (grows with headroom)
+    std::unique_ptr<kernels::StagedUploader> inputs_up;  // per-call inputs, through pinned stages
     int64_t* d_ivf_off = nullptr;  // SetIvf
     int32_t* d_ivf_docs = nullptr;
     // Candidates' second phase (sized once the candidate counts are known).
@@ -207,6 +208,7 @@ struct GpuCodeScorer::Impl {
     ~Impl() {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
+        inputs_up.reset();
         if (blas) cublasDestroy(blas);
         for (kernels::DeviceScratch* b : {&arena, &g_rows3, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table,
                                           &g_heads, &g_new_off, &t_docs, &t_scores, &t_off})
@@ -336,6 +338,7 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&im.blas));
     TMS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(im.blas, im.stream));
+    TMS_RETURN_IF_ERROR(kernels::MakeQueryUploader(im.stream, &im.inputs_up));
     kernels::StagedUploader uploader(im.stream);
     auto up = [&](auto** d, const void* h, size_t bytes) -> Status {
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(d), std::max<size_t>(bytes, 256)));
@@ -398,7 +401,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     char* cur = static_cast<char*>(im.arena.p);
     auto put = [&](const void* h, size_t bytes, void** d) -> Status {
         *d = bytes ? cur : nullptr;
-        if (bytes && h) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, h, bytes, cudaMemcpyHostToDevice, im.stream));
+        if (bytes && h) TMS_RETURN_IF_ERROR(im.inputs_up->Upload(cur, h, bytes));
         cur += align256(bytes);
         return Status::OK();
     };
@@ -454,7 +457,7 @@ Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride,
     float* dq = reinterpret_cast<float*>(base);
     float* ds = reinterpret_cast<float*>(base + align256(q_bytes));
     int32_t* dp = reinterpret_cast<int32_t*>(base + align256(q_bytes) + align256(s_bytes));
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dq, h_queries, q_bytes, cudaMemcpyHostToDevice, im.stream));
+    TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         const int nr = static_cast<int>(std::min<int64_t>(block, rows - r0));
         TMS_RETURN_IF_ERROR(im.CentroidScores(dq + r0 * im.dim, nr, ds));
@@ -550,8 +553,8 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     int64_t* dcount = reinterpret_cast<int64_t*>(take(c_bytes));
     int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
     trace("reserve");
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dq, h_queries, q_bytes, cudaMemcpyHostToDevice, im.stream));
-    if (dl) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dl, h_query_lens, l_bytes, cudaMemcpyHostToDevice, im.stream));
+    TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));
+    if (dl) TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dl, h_query_lens, l_bytes));
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
     TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));

@@ -28,10 +28,12 @@ struct GpuExactScorer::Impl {
     void* d_tokens = nullptr;
     int64_t* d_offsets = nullptr;
     kernels::DeviceScratch arena;  // per-call inputs and outputs (grows with headroom)
+    std::unique_ptr<kernels::StagedUploader> inputs_up;  // per-call inputs, through pinned stages
 
     ~Impl() {
         DeviceGuard g(device);
         if (stream) cudaStreamSynchronize(stream);
+        inputs_up.reset();
         arena.Free();
         cudaFree(d_offsets);
         cudaFree(d_tokens);
@@ -57,7 +59,7 @@ struct GpuExactScorer::Impl {
         char* cur = static_cast<char*>(arena.p);
         auto put = [&](const void* h, size_t bytes, void** d) -> Status {
             *d = bytes ? cur : nullptr;
-            if (bytes) TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, h, bytes, cudaMemcpyHostToDevice, stream));
+            if (bytes) TMS_RETURN_IF_ERROR(inputs_up->Upload(cur, h, bytes));
             cur += align256(bytes);
             return Status::OK();
         };
@@ -109,6 +111,7 @@ Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t 
     im.n_docs = n_docs;
     im.n_tokens = n_tokens;
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
+    TMS_RETURN_IF_ERROR(kernels::MakeQueryUploader(im.stream, &im.inputs_up));
     const size_t tok_bytes = size_t(n_tokens) * dim * sizeof(uint16_t);
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_tokens, std::max<size_t>(tok_bytes, 256)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_offsets, size_t(n_docs + 1) * sizeof(int64_t)));

@@ -2,6 +2,7 @@
 #include "kernels/cpu/parallel_copy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -27,6 +28,16 @@ void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads) {
     for (int i = 1; i < t; ++i) pool.emplace_back(copy, i);
     copy(0);
     for (auto& th : pool) th.join();
+}
+
+void TeamMemcpy(void* dst, const void* src, size_t bytes) {
+    constexpr size_t kPiece = size_t(64) << 10;
+    const int64_t n = int64_t((bytes + kPiece - 1) / kPiece);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) {
+        const size_t o = size_t(i) * kPiece;
+        std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(kPiece, bytes - o));
+    }
 }
 
 }  // namespace tms::kernels

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <memory>
 
 #include "tilemaxsim/status.h"
 
@@ -17,17 +18,34 @@ namespace tms::kernels {
 /// from another stream). One uploader per thread.
 class StagedUploader {
 public:
-    explicit StagedUploader(cudaStream_t stream) : stream_(stream) {}
+    /// Each of the two pinned buffers takes stage_bytes; copies of at least min_staged bytes
+    /// go through them, smaller ones straight from pageable memory. Each staging memcpy runs on
+    /// ParallelMemcpy's new threads, or (team_copy) on the caller's OpenMP team (TeamMemcpy).
+    /// The defaults suit index loading (hundreds of MB to GB); a scorer keeps one with small
+    /// stages for its per-call inputs (MakeQueryUploader).
+    explicit StagedUploader(cudaStream_t stream, size_t stage_bytes = kLoadStage, size_t min_staged = 2 * kLoadStage,
+                            bool team_copy = false)
+        : stream_(stream), stage_(stage_bytes), min_staged_(min_staged), team_copy_(team_copy) {}
+    static constexpr size_t kLoadStage = size_t(64) << 20;
+    /// Allocates the pinned buffers now (else the first staged upload does).
+    Status Reserve();
     ~StagedUploader();
     StagedUploader(const StagedUploader&) = delete;
     StagedUploader& operator=(const StagedUploader&) = delete;
     Status Upload(void* d_dst, const void* h_src, size_t bytes);
 
 private:
-    static constexpr size_t kStage = size_t(64) << 20;
     cudaStream_t stream_;
+    size_t stage_, min_staged_;
+    bool team_copy_;
     void* pinned_[2] = {nullptr, nullptr};
     cudaEvent_t done_[2] = {nullptr, nullptr};
 };
+
+/// The uploader a scorer keeps for its per-call inputs (query batches, candidate lists): two
+/// pinned stages of 1 MB, allocated now, for copies of 1 MB or more (a batch of 256 queries of
+/// 32 fp32 rows of 128 dims is 4 MB), filled by the caller's OpenMP team; smaller ones go
+/// straight from pageable memory.
+Status MakeQueryUploader(cudaStream_t stream, std::unique_ptr<StagedUploader>* out);
 
 }  // namespace tms::kernels

@@ -403,5 +403,60 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
     }
 }
 
+// Batches large enough to go through the scorer's pinned stages (kernels::MakeQueryUploader:
+// copies of 1 MB or more, in 4 MB pieces): 700 queries of 32 x 128 fp32 rows (11.5 MB, three
+// pieces, both stages reused) and 140,000 candidates (0.56 MB, straight). Two batches in a row
+// with different queries: the second must not score the first's rows.
+TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
+    SKIP_WITHOUT_GPU();
+    const uint32_t seed = 78;
+    std::mt19937 rng(seed);
+    const int dim = 128, n_docs = 800, nq = 700, q_stride = 32, per_query = 200;
+    const std::vector<int> lens = testing::ragged_lens(n_docs, 1, 20, seed);
+    std::vector<int64_t> offs{0};
+    for (int l : lens) offs.push_back(offs.back() + l);
+    std::vector<float> df;
+    testing::fill_rows(&df, offs.back(), dim, &rng);
+    std::vector<uint8_t> dbytes;
+    testing::encode(&df, DType::kF16, &dbytes);
+    std::vector<int64_t> cand_offs{0};
+    std::vector<int32_t> cand;
+    std::uniform_int_distribution<int> pick(0, n_docs - 1);
+    for (int q = 0; q < nq; ++q) {
+        for (int i = 0; i < per_query; ++i) cand.push_back(pick(rng));
+        cand_offs.push_back(static_cast<int64_t>(cand.size()));
+    }
+    std::unique_ptr<engine::GpuExactScorer> scorer;
+    Status st = engine::GpuExactScorer::Create(0, reinterpret_cast<const uint16_t*>(dbytes.data()), offs.back(), dim,
+                                               offs.data(), n_docs, &scorer);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (int batch = 0; batch < 2; ++batch) {
+        SCOPED_TRACE("batch " + std::to_string(batch));
+        std::vector<float> qf;
+        testing::fill_rows(&qf, int64_t(nq) * q_stride, dim, &rng);
+        kernels::MaxSimParams p;
+        p.queries = qf.data();
+        p.q_dtype = DType::kF32;
+        p.n_queries = nq;
+        p.q_stride = q_stride;
+        p.dim = dim;
+        p.doc_tokens = dbytes.data();
+        p.d_dtype = DType::kF16;
+        p.doc_offsets = offs.data();
+        p.n_docs = n_docs;
+        p.cand_offsets = cand_offs.data();
+        p.cand_docs = cand.data();
+        std::vector<float> cpu(kernels::maxsim_num_scores(p));
+        p.scores = cpu.data();
+        ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
+        std::vector<float> gpu;
+        const Status st_score =
+            scorer->Score(qf.data(), nq, q_stride, nullptr, cand_offs.data(), cand.data(), &gpu);
+        ASSERT_TRUE(st_score.ok()) << st_score.ToString();
+        ASSERT_EQ(gpu.size(), cpu.size());
+        for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 2e-4 * (1 + std::fabs(cpu[i]))) << i;
+    }
+}
+
 }  // namespace
 }  // namespace tms

@@ -1,5 +1,6 @@
-// Copyright TileMaxSim authors. kernels::ParallelMemcpy: every byte lands, whatever the size
-// and thread count (pieces of uneven length, copies below the per-thread minimum).
+// Copyright TileMaxSim authors. kernels::ParallelMemcpy and TeamMemcpy: every byte lands,
+// whatever the size and thread count (pieces of uneven length, copies below the per-thread
+// minimum or one 64 KB piece).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -23,6 +24,19 @@ TEST(ParallelMemcpy, CopiesEveryByte) {
             ASSERT_EQ(dst.back(), 0xEE) << "wrote past the destination";
             ASSERT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin() + 1)) << n << " bytes, " << threads << " threads";
         }
+    }
+}
+
+TEST(TeamMemcpy, CopiesEveryByte) {
+    std::mt19937 rng(4);
+    std::vector<uint8_t> src((size_t(5) << 20) + 11);
+    for (auto& b : src) b = static_cast<uint8_t>(rng());
+    for (const size_t n : {size_t(0), size_t(1), size_t(65535), size_t(65536), size_t(65537), size_t(1) << 20, src.size()}) {
+        std::vector<uint8_t> dst(n + 2, 0xEE);
+        kernels::TeamMemcpy(dst.data() + 1, src.data(), n);
+        ASSERT_EQ(dst.front(), 0xEE) << "wrote before the destination";
+        ASSERT_EQ(dst.back(), 0xEE) << "wrote past the destination";
+        ASSERT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin() + 1)) << n << " bytes";
     }
 }
 
