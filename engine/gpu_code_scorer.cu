@@ -21,6 +21,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
+#include "kernels/cuda/raw_to_float.cuh"
 #include "kernels/cuda/row_select.cuh"
 #include "kernels/cuda/topk_device.cuh"
 
@@ -497,8 +498,9 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
     return Status::OK();
 }
 
-Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
-                                 int nprobe, int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
+Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                                 const int32_t* h_query_lens, int nprobe, int ncandidates, std::vector<int64_t>* off,
+                                 std::vector<int32_t>* docs) {
     Impl& im = *impl_;
     im.last.valid = false;
     if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
@@ -537,8 +539,10 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     const size_t b_bytes = size_t(n_queries) * size_t(std::max<int64_t>(words, 1)) * sizeof(uint32_t);
     const size_t c_bytes = size_t(n_queries) * sizeof(int64_t);
     const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t);
+    // 16-bit queries travel as they are and become fp32 on the device.
+    const size_t raw_bytes = q_dtype == DType::kF32 ? 0 : size_t(rows) * im.dim * DTypeSize(q_dtype);
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(p_bytes) +
-                                   align256(b_bytes) + align256(c_bytes) + align256(o_bytes)));
+                                   align256(b_bytes) + align256(c_bytes) + align256(o_bytes) + align256(raw_bytes)));
     char* cur = static_cast<char*>(im.arena.p);
     auto take = [&](size_t bytes) {
         char* p = cur;
@@ -552,8 +556,17 @@ Status GpuCodeScorer::Candidates(const float* h_queries, int n_queries, int q_st
     uint32_t* dbits = reinterpret_cast<uint32_t*>(take(b_bytes));
     int64_t* dcount = reinterpret_cast<int64_t*>(take(c_bytes));
     int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
+    void* draw = raw_bytes ? take(raw_bytes) : nullptr;
     trace("reserve");
-    TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));
+    if (draw) {
+        TMS_RETURN_IF_ERROR(im.inputs_up->Upload(draw, h_queries, raw_bytes));
+        const int64_t n = rows * im.dim;
+        kernels::raw_to_float<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, im.stream>>>(
+            draw, static_cast<int>(q_dtype), n, dq, nullptr);
+        TMS_CUDA_CHECK_LAUNCH();
+    } else {
+        TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));
+    }
     if (dl) TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dl, h_query_lens, l_bytes));
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.

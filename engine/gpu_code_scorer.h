@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
 
 namespace tms::engine {
 
@@ -48,9 +49,14 @@ public:
     /// ncandidates best by centroid-only score (score descending, lower id first on ties).
     /// Output on the host: off [n_queries + 1] and docs, in id order when nothing was pruned,
     /// in score order when it was; docs may be null (the lists stay on the device only, for
-    /// ScoreCandidates / ScoreCandidatesTop). Needs SetIvf first.
+    /// ScoreCandidates / ScoreCandidatesTop). Needs SetIvf first. h_queries [n_queries, q_stride,
+    /// dim] of q_dtype: 16-bit ones are uploaded as they are and converted on the device.
+    Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
+                      int nprobe, int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
-                      int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs);
+                      int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
+        return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, off, docs);
+    }
 
     /// Compressed scores of the candidate lists the last Candidates call returned (scores[i]
     /// for its docs[i]), from that call's device state: its query rows, centroid scores and

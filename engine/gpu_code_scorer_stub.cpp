@@ -23,7 +23,7 @@ Status GpuCodeScorer::Probe(const float*, int, int, int, std::vector<int32_t>*) 
 
 Status GpuCodeScorer::SetIvf(const int64_t*, const int32_t*) { return Status::NotSupported("this build has no CUDA"); }
 
-Status GpuCodeScorer::Candidates(const float*, int, int, const int32_t*, int, int, std::vector<int64_t>*,
+Status GpuCodeScorer::Candidates(const void*, DType, int, int, const int32_t*, int, int, std::vector<int64_t>*,
                                  std::vector<int32_t>*) {
     return Status::NotSupported("this build has no CUDA");
 }

@@ -43,13 +43,13 @@ struct GpuExactScorer::Impl {
     Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
 
     /// Uploads the per-call inputs into the arena (plus `extra` bytes after them) and fills p.
-    Status Upload(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+    Status Upload(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                   const int64_t* h_cand_offsets, const int32_t* h_cand_docs, size_t extra_bytes,
                   kernels::MaxSimParams* p, char** extra) {
         int64_t n_cand = 0;
         TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuExactScorer", n_queries, q_stride, h_queries, h_query_lens,
                                                             h_cand_offsets, h_cand_docs, n_docs, &n_cand));
-        const size_t q_bytes = size_t(n_queries) * q_stride * dim * sizeof(float);
+        const size_t q_bytes = size_t(n_queries) * q_stride * dim * DTypeSize(q_dtype);
         const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
         const size_t co_bytes = h_cand_offsets ? size_t(n_queries + 1) * sizeof(int64_t) : 0;
         const size_t cd_bytes = size_t(n_cand) * sizeof(int32_t);
@@ -70,7 +70,7 @@ struct GpuExactScorer::Impl {
         TMS_RETURN_IF_ERROR(put(h_cand_docs, cd_bytes, &dcd));
         *extra = cur;
         p->queries = dq;
-        p->q_dtype = DType::kF32;
+        p->q_dtype = q_dtype;
         p->n_queries = n_queries;
         p->q_stride = q_stride;
         p->dim = dim;
@@ -126,15 +126,16 @@ Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t 
     return Status::OK();
 }
 
-Status GpuExactScorer::Score(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
-                             const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores) {
+Status GpuExactScorer::Score(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                             const int32_t* h_query_lens, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
+                             std::vector<float>* scores) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
     const int64_t n_out = h_cand_offsets ? (n_queries > 0 ? h_cand_offsets[n_queries] : 0)
                                          : int64_t(std::max(0, n_queries)) * im.n_docs;
     kernels::MaxSimParams p;
     char* extra = nullptr;
-    TMS_RETURN_IF_ERROR(im.Upload(h_queries, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
+    TMS_RETURN_IF_ERROR(im.Upload(h_queries, q_dtype, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
                                   size_t(n_out) * sizeof(float), &p, &extra));
     p.scores = reinterpret_cast<float*>(extra);
     TMS_RETURN_IF_ERROR(kernels::maxsim_cuda(p, im.stream));
@@ -147,9 +148,10 @@ Status GpuExactScorer::Score(const float* h_queries, int n_queries, int q_stride
     return Status::OK();
 }
 
-Status GpuExactScorer::ScoreTopK(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
-                                 const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k,
-                                 std::vector<int32_t>* ids, std::vector<float>* scores) {
+Status GpuExactScorer::ScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                                 const int32_t* h_query_lens, const int64_t* h_cand_offsets,
+                                 const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
+                                 std::vector<float>* scores) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
     if (k < 1 || k > kernels::kMaxTopKCuda) {
@@ -161,7 +163,7 @@ Status GpuExactScorer::ScoreTopK(const float* h_queries, int n_queries, int q_st
     sizes.q_stride = q_stride;
     sizes.dim = im.dim;
     sizes.n_docs = im.n_docs;
-    sizes.q_dtype = DType::kF32;
+    sizes.q_dtype = q_dtype;
     sizes.d_dtype = DType::kF16;
     // Only sizes and the nullness of pointers matter here (nothing is read).
     sizes.queries = im.d_tokens;
@@ -175,7 +177,7 @@ Status GpuExactScorer::ScoreTopK(const float* h_queries, int n_queries, int q_st
     const size_t sc_bytes = align256(out_n * sizeof(float));
     kernels::MaxSimParams p;
     char* extra = nullptr;
-    TMS_RETURN_IF_ERROR(im.Upload(h_queries, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
+    TMS_RETURN_IF_ERROR(im.Upload(h_queries, q_dtype, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
                                   ws + ids_bytes + sc_bytes, &p, &extra));
     int32_t* d_ids = reinterpret_cast<int32_t*>(extra);
     float* d_sc = reinterpret_cast<float*>(extra + ids_bytes);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
 
 namespace tms::engine {
 
@@ -18,13 +19,25 @@ public:
     static Status Create(int device, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
                          const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out);
     ~GpuExactScorer();
-    /// Top-k per query (doc indices, -1 padded) and scores, on the host.
-    Status ScoreTopK(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+    /// Top-k per query (doc indices, -1 padded) and scores, on the host. h_queries
+    /// [n_queries, q_stride, dim] of q_dtype, uploaded as they are (fp16 queries against the
+    /// fp16 documents take one MMA a tile; fp32 and bf16 ones are split into two fp16 terms).
+    Status ScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                      const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
                      std::vector<float>* scores);
+    Status ScoreTopK(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                     const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
+                     std::vector<float>* scores) {
+        return ScoreTopK(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs, k,
+                         ids, scores);
+    }
     /// Scores only, laid out like kernels::MaxSimParams::scores.
-    Status Score(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+    Status Score(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                  const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores);
+    Status Score(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                 const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores) {
+        return Score(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs, scores);
+    }
 
 private:
     GpuExactScorer() = default;

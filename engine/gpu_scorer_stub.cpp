@@ -17,12 +17,12 @@ Status GpuExactScorer::Create(int, const uint16_t*, int64_t, int, const int64_t*
     return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
 }
 
-Status GpuExactScorer::ScoreTopK(const float*, int, int, const int32_t*, const int64_t*, const int32_t*, int,
+Status GpuExactScorer::ScoreTopK(const void*, DType, int, int, const int32_t*, const int64_t*, const int32_t*, int,
                                  std::vector<int32_t>*, std::vector<float>*) {
     return Status::NotSupported("this build has no CUDA");
 }
 
-Status GpuExactScorer::Score(const float*, int, int, const int32_t*, const int64_t*, const int32_t*,
+Status GpuExactScorer::Score(const void*, DType, int, int, const int32_t*, const int64_t*, const int32_t*,
                              std::vector<float>*) {
     return Status::NotSupported("this build has no CUDA");
 }

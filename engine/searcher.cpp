@@ -34,8 +34,10 @@ public:
     Status SearchChunk(const QueryBatch& queries, const SearchOptions& opts,
                        std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
 
-    /// One search of 256 synthetic queries of 32 tokens (centroids as tokens), results dropped:
-    /// loads the kernels and sizes the scratch buffers of the default batch shape.
+    /// One search of 256 synthetic queries of 32 tokens (centroids as tokens), results dropped,
+    /// as fp32 and as fp16 (the GPU scorers take 16-bit queries as they are, through other
+    /// kernel instances): loads the kernels and sizes the scratch buffers of the default batch
+    /// shape.
     Status WarmUp() const {
         const int nq = 256, qt = 32, dim = data_.info.dim, K = data_.model.n_centroids;
         std::vector<float> q(size_t(nq) * qt * dim);
@@ -49,6 +51,11 @@ public:
         b.q_tokens = qt;
         b.dim = dim;
         std::vector<std::vector<SearchHit>> res;
+        TMS_RETURN_IF_ERROR(Search(b, SearchOptions{}, &res, nullptr));
+        std::vector<uint16_t> h(q.size());
+        for (size_t i = 0; i < q.size(); ++i) h[i] = kernels::float_to_half(q[i]);
+        b.data = h.data();
+        b.dtype = DType::kF16;
         return Search(b, SearchOptions{}, &res, nullptr);
     }
 
@@ -79,6 +86,7 @@ private:
         p.n_docs = data_.info.n_docs;
         return p;
     }
+    // qf: the queries as fp32 on the host; read only without a GPU (which takes q as it is).
     Status exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                             const std::vector<int32_t>& docs, std::vector<float>* scores) const;
 };
@@ -140,7 +148,7 @@ Status SearcherImpl::code_scores(const kernels::CodeMaxSimParams& p, bool centro
 
 Status SearcherImpl::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
-    if (gpu_) return gpu_->Score(qf, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
+    if (gpu_) return gpu_->Score(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
     scores->resize(docs.size());
     kernels::MaxSimParams p = exact_params(qf, q.n_queries, q.q_tokens, q.lengths);
     p.cand_offsets = off.data();
@@ -329,22 +337,27 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
         std::fprintf(stderr, "search %s: %.3f ms\n", what, secs(tlast, now) * 1e3);
         tlast = now;
     };
-    // fp32 queries are used in place; fp16 / bf16 ones are converted once.
+    // fp32 queries are used in place; fp16 / bf16 ones are converted once, and only for the
+    // steps that read them on the host: the GPU scorers take them as they are (H200, 256 fp16
+    // queries of 32 x 128: the host conversion took 0.5-2.3 ms of a ~5 ms batch).
     std::vector<float> qconv;
-    const float* qf = static_cast<const float*>(q.data);
-    if (q.dtype != DType::kF32) {
-        qconv.resize(size_t(nq) * qt * dim);
-        kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
-        qf = qconv.data();
-    }
-    trace("queries to fp32");
+    bool converted = q.dtype == DType::kF32;
+    const auto host_f32 = [&]() -> const float* {
+        if (!converted) {
+            qconv.resize(size_t(nq) * qt * dim);
+            kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
+            converted = true;
+            trace("queries to fp32");
+        }
+        return q.dtype == DType::kF32 ? static_cast<const float*>(q.data) : qconv.data();
+    };
 
     std::vector<int32_t> top_ids;
     std::vector<float> top_scores;
     SearchTimings t;
     if (opts.exhaustive) {
         const auto t0 = Clock::now();
-        TMS_RETURN_IF_ERROR(exhaustive(qf, q, k, &top_ids, &top_scores));
+        TMS_RETURN_IF_ERROR(exhaustive(host_f32(), q, k, &top_ids, &top_scores));
         t.scoring = secs(t0, Clock::now());
     } else {
         // 1. Centroid scores and probing.
@@ -359,11 +372,12 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
             // The lists stay on the device (ScoreCandidatesTop below brings back the best).
-            TMS_RETURN_IF_ERROR(code_gpu_->Candidates(qf, nq, qt, q.lengths, nprobe, opts.ncandidates, &off, nullptr));
+            TMS_RETURN_IF_ERROR(
+                code_gpu_->Candidates(q.data, q.dtype, nq, qt, q.lengths, nprobe, opts.ncandidates, &off, nullptr));
             gpu_candidates = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
-            index::CentroidScores(qf, int64_t(nq) * qt, data_.model, cs.data());
+            index::CentroidScores(host_f32(), int64_t(nq) * qt, data_.model, cs.data());
             std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
             {
                 std::vector<float> ps(probe.size());
@@ -373,7 +387,7 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
             union_ivf(probe, nq, qt, nprobe, q.lengths, &off, &docs);
         }
         kernels::CodeMaxSimParams cp;
-        cp.queries = qf;
+        cp.queries = gpu_candidates ? nullptr : host_f32();  // ScoreCandidatesTop has them on the device
         cp.n_queries = nq;
         cp.q_stride = qt;
         cp.dim = dim;
@@ -422,7 +436,7 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
             t0 = Clock::now();
             if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &off, &docs, &scores));
             trace("rerank selection");
-            TMS_RETURN_IF_ERROR(exact_candidates(qf, q, off, docs, &scores));
+            TMS_RETURN_IF_ERROR(exact_candidates(gpu_ ? nullptr : host_f32(), q, off, docs, &scores));
             t.rerank = secs(t0, Clock::now());
             trace("exact rerank");
         }

@@ -13,6 +13,7 @@
 #include "index/index_data.h"
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/raw_to_float.cuh"
 #include "kernels/cuda/row_select.cuh"
 #include "kernels/maxsim.h"
 
@@ -167,25 +168,6 @@ namespace tms::index {
 namespace {
 
 constexpr int kMaxPqSub = 64;  // widest PQ sub-vector encoded on the GPU
-
-// Raw rows -> fp32, and the index of the first non-finite value into *bad (atomicMin; the
-// caller sets it to ~0 first): the input check of the build, fused into the conversion.
-__global__ void raw_to_float(const void* __restrict__ raw, int dtype, int64_t n, float* __restrict__ out,
-                             unsigned long long* __restrict__ bad) {
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v;
-        if (dtype == static_cast<int>(DType::kF16)) {
-            v = __half2float(static_cast<const __half*>(raw)[i]);
-        } else if (dtype == static_cast<int>(DType::kBF16)) {
-            v = __bfloat162float(static_cast<const __nv_bfloat16*>(raw)[i]);
-        } else {
-            v = static_cast<const float*>(raw)[i];
-        }
-        out[i] = v;
-        if (!isfinite(v)) atomicMin(bad, static_cast<unsigned long long>(i));
-    }
-}
 
 struct Cutoffs {
     float v[16];
@@ -401,7 +383,7 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         {
             const int64_t cnt = nb * m.dim;
             const int blocks = static_cast<int>(std::min<int64_t>((cnt + threads - 1) / threads, 8192));
-            raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt, im.d_x, im.d_bad);
+            kernels::raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt, im.d_x, im.d_bad);
             TMS_CUDA_CHECK_LAUNCH();
         }
         const float* x = im.d_x;

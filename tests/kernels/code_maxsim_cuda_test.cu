@@ -29,6 +29,7 @@
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/maxsim.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/maxsim_cases.h"
 
 namespace tms {
 namespace {
@@ -945,6 +946,22 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
             EXPECT_GE(s, kth - 0.05 * (1 + std::fabs(kth))) << "query " << qi << " keeps a doc below the cut";
             EXPECT_LE(s, prev + 0.05 * (1 + std::fabs(s))) << "query " << qi << ": not in score order";
             prev = s;
+        }
+    }
+    // fp16 and bf16 queries, converted on the device, against the same values given as fp32:
+    // the same lists, pruned or not.
+    for (const DType t : {DType::kF16, DType::kBF16}) {
+        SCOPED_TRACE(t == DType::kF16 ? "fp16 queries" : "bf16 queries");
+        std::vector<float> qr = q;
+        std::vector<uint8_t> raw;
+        testing::encode(&qr, t, &raw);  // qr: the values rounded to t; raw: their bytes
+        for (const int nc : {0, keep}) {
+            std::vector<int64_t> off32, off16;
+            std::vector<int32_t> docs32, docs16;
+            ASSERT_TRUE(scorer->Candidates(qr.data(), nq, qt, qlens.data(), nprobe, nc, &off32, &docs32).ok());
+            ASSERT_TRUE(scorer->Candidates(raw.data(), t, nq, qt, qlens.data(), nprobe, nc, &off16, &docs16).ok());
+            EXPECT_EQ(off16, off32) << "ncandidates " << nc;
+            EXPECT_EQ(docs16, docs32) << "ncandidates " << nc;
         }
     }
 }

@@ -401,6 +401,25 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
             EXPECT_NEAR(got_sc[j], want_sc[j], 2e-4 * (1 + std::fabs(want_sc[j]))) << j;
         }
     }
+    // fp16 and bf16 queries, uploaded as they are, against the same values given as fp32: the
+    // same scores (fp16 queries take the one-MMA path, the fp32 ones the split path, whose low
+    // terms are then 0) and the same top-k.
+    for (const DType t : {DType::kF16, DType::kBF16}) {
+        SCOPED_TRACE(t == DType::kF16 ? "fp16 queries" : "bf16 queries");
+        std::vector<float> qr = qf;
+        std::vector<uint8_t> raw;
+        testing::encode(&qr, t, &raw);
+        std::vector<float> s32, s16;
+        ASSERT_TRUE(scorer->Score(qr.data(), nq, q_stride, qlens.data(), cand_offs.data(), cand.data(), &s32).ok());
+        ASSERT_TRUE(scorer->Score(raw.data(), t, nq, q_stride, qlens.data(), cand_offs.data(), cand.data(), &s16).ok());
+        ASSERT_EQ(s16.size(), s32.size());
+        for (size_t i = 0; i < s32.size(); ++i) ASSERT_NEAR(s16[i], s32[i], 1e-6 * (1 + std::fabs(s32[i]))) << i;
+        std::vector<int32_t> i32, i16;
+        std::vector<float> t32, t16;
+        ASSERT_TRUE(scorer->ScoreTopK(qr.data(), nq, q_stride, qlens.data(), nullptr, nullptr, k, &i32, &t32).ok());
+        ASSERT_TRUE(scorer->ScoreTopK(raw.data(), t, nq, q_stride, qlens.data(), nullptr, nullptr, k, &i16, &t16).ok());
+        EXPECT_EQ(i16, i32);
+    }
 }
 
 // Batches large enough to go through the scorer's pinned stages (kernels::MakeQueryUploader:
