@@ -68,6 +68,7 @@ private:
     // Union of the probed IVF lists of each query (rows past its length ignored), in id order.
     void union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
                    std::vector<int64_t>* off, std::vector<int32_t>* docs) const;
+    // qf: as for exact_candidates.
     Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
     Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
@@ -165,7 +166,7 @@ Status SearcherImpl::exhaustive(const float* qf, const QueryBatch& q, int k, std
     // candidate lists of live documents and the CPU selects.
     constexpr int kGpuMaxTopK = 1024;
     if (gpu_ && n_deleted == 0 && k <= kGpuMaxTopK) {
-        return gpu_->ScoreTopK(qf, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
+        return gpu_->ScoreTopK(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
     }
     if (gpu_) {
         std::vector<int32_t> live;
@@ -186,17 +187,18 @@ Status SearcherImpl::exhaustive(const float* qf, const QueryBatch& q, int k, std
                 cand.insert(cand.end(), live.begin(), live.end());
                 off.push_back(static_cast<int64_t>(cand.size()));
             }
-            const float* qb = qf + size_t(q0) * q.q_tokens * q.dim;
+            const void* qb = static_cast<const char*>(q.data) + size_t(q0) * q.q_tokens * q.dim * DTypeSize(q.dtype);
             const int32_t* lb = q.lengths ? q.lengths + q0 : nullptr;
             if (k <= kGpuMaxTopK) {
                 std::vector<int32_t> bi;
                 std::vector<float> bs;
-                TMS_RETURN_IF_ERROR(gpu_->ScoreTopK(qb, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
+                TMS_RETURN_IF_ERROR(
+                    gpu_->ScoreTopK(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
                 std::copy(bi.begin(), bi.end(), ids->begin() + size_t(q0) * k);
                 std::copy(bs.begin(), bs.end(), scores->begin() + size_t(q0) * k);
                 continue;
             }
-            TMS_RETURN_IF_ERROR(gpu_->Score(qb, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
+            TMS_RETURN_IF_ERROR(gpu_->Score(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
             TMS_RETURN_IF_ERROR(select_topk(s.data(), off.data(), 0, nq, cand.data(), k, ids->data() + size_t(q0) * k,
                                             scores->data() + size_t(q0) * k));
         }
@@ -357,8 +359,9 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
     SearchTimings t;
     if (opts.exhaustive) {
         const auto t0 = Clock::now();
-        TMS_RETURN_IF_ERROR(exhaustive(host_f32(), q, k, &top_ids, &top_scores));
+        TMS_RETURN_IF_ERROR(exhaustive(gpu_ ? nullptr : host_f32(), q, k, &top_ids, &top_scores));
         t.scoring = secs(t0, Clock::now());
+        trace("exhaustive");
     } else {
         // 1. Centroid scores and probing.
         auto t0 = Clock::now();

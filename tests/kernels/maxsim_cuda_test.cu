@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -326,6 +327,33 @@ TEST(MaxSimCuda, DeviceCountNeverFails) {
     EXPECT_GE(n, 0);
 }
 
+/// fp16 documents of the given lengths (random rows) on a GpuExactScorer, and nq random
+/// candidate lists of n_cand(q) documents each.
+struct ExactShard {
+    std::vector<int64_t> offs, cand_offs;
+    std::vector<int32_t> cand;
+    std::vector<uint8_t> dbytes;
+    std::unique_ptr<engine::GpuExactScorer> scorer;
+};
+
+Status make_exact_shard(const std::vector<int>& lens, int dim, int nq, const std::function<int(int)>& n_cand,
+                        std::mt19937* rng, ExactShard* s) {
+    s->offs.assign(1, 0);
+    for (int l : lens) s->offs.push_back(s->offs.back() + l);
+    std::vector<float> df;
+    testing::fill_rows(&df, s->offs.back(), dim, rng);
+    testing::encode(&df, DType::kF16, &s->dbytes);
+    s->cand_offs.assign(1, 0);
+    s->cand.clear();
+    std::uniform_int_distribution<int> pick(0, int(lens.size()) - 1);
+    for (int q = 0; q < nq; ++q) {
+        for (int i = 0, n = n_cand(q); i < n; ++i) s->cand.push_back(pick(*rng));
+        s->cand_offs.push_back(static_cast<int64_t>(s->cand.size()));
+    }
+    return engine::GpuExactScorer::Create(0, reinterpret_cast<const uint16_t*>(s->dbytes.data()), s->offs.back(), dim,
+                                          s->offs.data(), int64_t(lens.size()), &s->scorer);
+}
+
 TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
     SKIP_WITHOUT_GPU();
     const uint32_t seed = 77;
@@ -333,26 +361,17 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
     const int dim = 128, n_docs = 3000, nq = 5, q_stride = 32, k = 10;
     std::vector<int> lens = testing::ragged_lens(n_docs, 1, 200, seed);
     lens[7] = 0;
-    std::vector<int64_t> offs{0};
-    for (int l : lens) offs.push_back(offs.back() + l);
-    std::vector<float> df, qf;
-    testing::fill_rows(&df, offs.back(), dim, &rng);
-    testing::fill_rows(&qf, int64_t(nq) * q_stride, dim, &rng);
-    std::vector<uint8_t> dbytes;
-    testing::encode(&df, DType::kF16, &dbytes);
-    std::vector<int32_t> qlens{32, 1, 0, 17, 32};
-    std::vector<int64_t> cand_offs{0};
-    std::vector<int32_t> cand;
-    std::uniform_int_distribution<int> pick(0, n_docs - 1);
-    for (int q = 0; q < nq; ++q) {
-        const int n = q == 2 ? 0 : 500 + 300 * q;
-        for (int i = 0; i < n; ++i) cand.push_back(pick(rng));
-        cand_offs.push_back(static_cast<int64_t>(cand.size()));
-    }
-    std::unique_ptr<engine::GpuExactScorer> scorer;
-    Status st = engine::GpuExactScorer::Create(0, reinterpret_cast<const uint16_t*>(dbytes.data()), offs.back(), dim,
-                                               offs.data(), n_docs, &scorer);
+    ExactShard sh;
+    const Status st = make_exact_shard(lens, dim, nq, [](int q) { return q == 2 ? 0 : 500 + 300 * q; }, &rng, &sh);
     ASSERT_TRUE(st.ok()) << st.ToString();
+    const std::vector<int64_t>& offs = sh.offs;
+    const std::vector<int64_t>& cand_offs = sh.cand_offs;
+    const std::vector<int32_t>& cand = sh.cand;
+    const std::vector<uint8_t>& dbytes = sh.dbytes;
+    engine::GpuExactScorer* scorer = sh.scorer.get();
+    std::vector<float> qf;
+    testing::fill_rows(&qf, int64_t(nq) * q_stride, dim, &rng);
+    std::vector<int32_t> qlens{32, 1, 0, 17, 32};
     for (bool ragged : {true, false}) {
         SCOPED_TRACE(std::string("seed 77 ragged ") + (ragged ? "yes" : "no"));
         const int64_t* co = ragged ? cand_offs.data() : nullptr;
@@ -431,24 +450,12 @@ TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
     const uint32_t seed = 78;
     std::mt19937 rng(seed);
     const int dim = 128, n_docs = 800, nq = 700, q_stride = 32, per_query = 200;
-    const std::vector<int> lens = testing::ragged_lens(n_docs, 1, 20, seed);
-    std::vector<int64_t> offs{0};
-    for (int l : lens) offs.push_back(offs.back() + l);
-    std::vector<float> df;
-    testing::fill_rows(&df, offs.back(), dim, &rng);
-    std::vector<uint8_t> dbytes;
-    testing::encode(&df, DType::kF16, &dbytes);
-    std::vector<int64_t> cand_offs{0};
-    std::vector<int32_t> cand;
-    std::uniform_int_distribution<int> pick(0, n_docs - 1);
-    for (int q = 0; q < nq; ++q) {
-        for (int i = 0; i < per_query; ++i) cand.push_back(pick(rng));
-        cand_offs.push_back(static_cast<int64_t>(cand.size()));
-    }
-    std::unique_ptr<engine::GpuExactScorer> scorer;
-    Status st = engine::GpuExactScorer::Create(0, reinterpret_cast<const uint16_t*>(dbytes.data()), offs.back(), dim,
-                                               offs.data(), n_docs, &scorer);
+    ExactShard sh;
+    const Status st = make_exact_shard(testing::ragged_lens(n_docs, 1, 20, seed), dim, nq,
+                                       [](int) { return per_query; }, &rng, &sh);
     ASSERT_TRUE(st.ok()) << st.ToString();
+    const std::vector<int64_t>& cand_offs = sh.cand_offs;
+    const std::vector<int32_t>& cand = sh.cand;
     for (int batch = 0; batch < 2; ++batch) {
         SCOPED_TRACE("batch " + std::to_string(batch));
         std::vector<float> qf;
@@ -459,9 +466,9 @@ TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
         p.n_queries = nq;
         p.q_stride = q_stride;
         p.dim = dim;
-        p.doc_tokens = dbytes.data();
+        p.doc_tokens = sh.dbytes.data();
         p.d_dtype = DType::kF16;
-        p.doc_offsets = offs.data();
+        p.doc_offsets = sh.offs.data();
         p.n_docs = n_docs;
         p.cand_offsets = cand_offs.data();
         p.cand_docs = cand.data();
@@ -470,7 +477,7 @@ TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
         ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
         std::vector<float> gpu;
         const Status st_score =
-            scorer->Score(qf.data(), nq, q_stride, nullptr, cand_offs.data(), cand.data(), &gpu);
+            sh.scorer->Score(qf.data(), nq, q_stride, nullptr, cand_offs.data(), cand.data(), &gpu);
         ASSERT_TRUE(st_score.ok()) << st_score.ToString();
         ASSERT_EQ(gpu.size(), cpu.size());
         for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 2e-4 * (1 + std::fabs(cpu[i]))) << i;
