@@ -334,6 +334,25 @@ struct ExactShard {
     std::vector<int32_t> cand;
     std::vector<uint8_t> dbytes;
     std::unique_ptr<engine::GpuExactScorer> scorer;
+    /// The host parameters of fp32 queries qf [nq, q_stride, dim] against these documents (the
+    /// CPU reference's input), over the candidate lists or (ragged false) all documents.
+    kernels::MaxSimParams params(const std::vector<float>& qf, int nq, int q_stride, int dim, const int32_t* qlens,
+                                 bool ragged) const {
+        kernels::MaxSimParams p;
+        p.queries = qf.data();
+        p.q_dtype = DType::kF32;
+        p.n_queries = nq;
+        p.q_stride = q_stride;
+        p.dim = dim;
+        p.query_lens = qlens;
+        p.doc_tokens = dbytes.data();
+        p.d_dtype = DType::kF16;
+        p.doc_offsets = offs.data();
+        p.n_docs = int64_t(offs.size()) - 1;
+        p.cand_offsets = ragged ? cand_offs.data() : nullptr;
+        p.cand_docs = ragged ? cand.data() : nullptr;
+        return p;
+    }
 };
 
 Status make_exact_shard(const std::vector<int>& lens, int dim, int nq, const std::function<int(int)>& n_cand,
@@ -364,10 +383,8 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
     ExactShard sh;
     const Status st = make_exact_shard(lens, dim, nq, [](int q) { return q == 2 ? 0 : 500 + 300 * q; }, &rng, &sh);
     ASSERT_TRUE(st.ok()) << st.ToString();
-    const std::vector<int64_t>& offs = sh.offs;
     const std::vector<int64_t>& cand_offs = sh.cand_offs;
     const std::vector<int32_t>& cand = sh.cand;
-    const std::vector<uint8_t>& dbytes = sh.dbytes;
     engine::GpuExactScorer* scorer = sh.scorer.get();
     std::vector<float> qf;
     testing::fill_rows(&qf, int64_t(nq) * q_stride, dim, &rng);
@@ -376,19 +393,7 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
         SCOPED_TRACE(std::string("seed 77 ragged ") + (ragged ? "yes" : "no"));
         const int64_t* co = ragged ? cand_offs.data() : nullptr;
         const int32_t* cd = ragged ? cand.data() : nullptr;
-        kernels::MaxSimParams p;
-        p.queries = qf.data();
-        p.q_dtype = DType::kF32;
-        p.n_queries = nq;
-        p.q_stride = q_stride;
-        p.dim = dim;
-        p.query_lens = qlens.data();
-        p.doc_tokens = dbytes.data();
-        p.d_dtype = DType::kF16;
-        p.doc_offsets = offs.data();
-        p.n_docs = n_docs;
-        p.cand_offsets = co;
-        p.cand_docs = cd;
+        kernels::MaxSimParams p = sh.params(qf, nq, q_stride, dim, qlens.data(), ragged);
         std::vector<float> cpu(kernels::maxsim_num_scores(p));
         p.scores = cpu.data();
         ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
@@ -442,7 +447,7 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
 }
 
 // Batches large enough to go through the scorer's pinned stages (kernels::MakeQueryUploader:
-// copies of 1 MB or more, in 4 MB pieces): 700 queries of 32 x 128 fp32 rows (11.5 MB, three
+// copies of 1 MB or more, in 1 MB pieces): 700 queries of 32 x 128 fp32 rows (11.5 MB, twelve
 // pieces, both stages reused) and 140,000 candidates (0.56 MB, straight). Two batches in a row
 // with different queries: the second must not score the first's rows.
 TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
@@ -460,18 +465,7 @@ TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
         SCOPED_TRACE("batch " + std::to_string(batch));
         std::vector<float> qf;
         testing::fill_rows(&qf, int64_t(nq) * q_stride, dim, &rng);
-        kernels::MaxSimParams p;
-        p.queries = qf.data();
-        p.q_dtype = DType::kF32;
-        p.n_queries = nq;
-        p.q_stride = q_stride;
-        p.dim = dim;
-        p.doc_tokens = sh.dbytes.data();
-        p.d_dtype = DType::kF16;
-        p.doc_offsets = sh.offs.data();
-        p.n_docs = n_docs;
-        p.cand_offsets = cand_offs.data();
-        p.cand_docs = cand.data();
+        kernels::MaxSimParams p = sh.params(qf, nq, q_stride, dim, nullptr, /*ragged=*/true);
         std::vector<float> cpu(kernels::maxsim_num_scores(p));
         p.scores = cpu.data();
         ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
