@@ -561,8 +561,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     if (draw) {
         TMS_RETURN_IF_ERROR(im.inputs_up->Upload(draw, h_queries, raw_bytes));
         const int64_t n = rows * im.dim;
-        kernels::raw_to_float<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, im.stream>>>(
-            draw, static_cast<int>(q_dtype), n, dq, nullptr);
+        kernels::raw_to_float<<<stride_blocks(n), 256, 0, im.stream>>>(draw, static_cast<int>(q_dtype), n, dq, nullptr);
         TMS_CUDA_CHECK_LAUNCH();
     } else {
         TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));

@@ -338,6 +338,9 @@ int run(int argc, char** argv) {
     demo->add_option("--device", demo_device, "auto, cpu or gpu")->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
+    // The command line as it ran, for the benchmarks' JSON.
+    std::string command_line;
+    for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
 
     if (synth->parsed()) {
         const auto t0 = Clock::now();
@@ -406,7 +409,7 @@ int run(int argc, char** argv) {
     }
     if (bi->parsed()) {
         tms::Status st = parse_device(ib_device, &ibo.device);
-        for (int i = 0; i < argc; ++i) ibo.command += (i ? " " : "") + std::string(argv[i]);
+        ibo.command = command_line;
         std::string json;
         if (st.ok()) st = tms::tools::RunIndexBench(ibo, &json);
         if (!st.ok()) return fail("bench index", st);
@@ -421,8 +424,7 @@ int run(int argc, char** argv) {
     if (bk->parsed()) {
         std::string json, code_rows;
         kbo.cases = bench_filter;
-        kbo.command.clear();
-        for (int i = 0; i < argc; ++i) kbo.command += (i ? " " : "") + std::string(argv[i]);
+        kbo.command = command_line;
         kbo.baseline = !bk_no_baseline;
         kbo.tma = !bk_no_tma;
         tms::Status st = tms::engine::RunKernelBench(kbo, &json);

@@ -87,7 +87,7 @@ bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map
     const cuuint32_t box3[3] = {piece_elems, 2, cuuint32_t(rows)};
     const cuuint64_t dims2[2] = {cuuint64_t(p.dim), cuuint64_t(p.n_tokens)};
     const cuuint64_t strides2[1] = {row_bytes};
-    const cuuint32_t box2[2] = {cuuint32_t(128 / esize), cuuint32_t(rows)};
+    const cuuint32_t box2[2] = {piece_elems, cuuint32_t(rows)};
     const bool no_promotion = pair || row_bytes == 128;
     const cuuint32_t elem_strides[3] = {1, 1, 1};
     const CUtensorMapDataType type = p.d_dtype == DType::kBF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
