@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "engine/json_escape.h"
+#include "index/index_data.h"
 
 namespace tms {
 namespace {
@@ -289,8 +290,11 @@ Status read_qrels_impl(const std::string& path, Qrels* qrels) {
     return Status::OK();
 }
 
+// Non-empty, no whitespace and no control characters (a NUL would cut the field short).
 bool is_valid_field(const std::string& s) {
-    return !s.empty() && std::none_of(s.begin(), s.end(), is_space);
+    return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
+        return is_space(c) || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
 }
 
 Status validate_run_to_write(const std::vector<std::string>& qids,
@@ -302,14 +306,14 @@ Status validate_run_to_write(const std::vector<std::string>& qids,
     }
     if (!is_valid_field(tag)) {
         return Status::InvalidArgument("WriteRun: tag " + quote_field(tag) +
-                                       " is empty or contains whitespace");
+                                       " is empty or contains whitespace or a control character");
     }
     std::unordered_set<std::string_view> seen_qids;
     std::unordered_set<std::string_view> seen_docids;
     for (size_t q = 0; q < qids.size(); ++q) {
         if (!is_valid_field(qids[q])) {
             return Status::InvalidArgument("WriteRun: qid " + quote_field(qids[q]) +
-                                           " is empty or contains whitespace");
+                                           " is empty or contains whitespace or a control character");
         }
         if (!seen_qids.insert(qids[q]).second) {
             return Status::InvalidArgument("WriteRun: qid " + quote_field(qids[q]) +
@@ -320,7 +324,7 @@ Status validate_run_to_write(const std::vector<std::string>& qids,
             if (!is_valid_field(docid)) {
                 return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
                                                ": docid " + quote_field(docid) +
-                                               " is empty or contains whitespace");
+                                               " is empty or contains whitespace or a control character");
             }
             if (!seen_docids.insert(docid).second) {
                 return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
@@ -340,40 +344,20 @@ Status write_run_impl(const std::string& path, const std::vector<std::string>& q
                       const std::vector<std::vector<std::pair<std::string, float>>>& results,
                       const std::string& tag) {
     TMS_RETURN_IF_ERROR(validate_run_to_write(qids, results, tag));
-    const std::string tmp_path = path + ".tmp";
-    std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
-    if (f == nullptr) {
-        return Status::IOError(tmp_path + ": cannot open for writing: " + errno_message(errno));
-    }
-    auto fail = [&](const std::string& what, int err) {
-        if (f != nullptr) std::fclose(f);
-        std::remove(tmp_path.c_str());
-        return Status::IOError(tmp_path + ": " + what + ": " + errno_message(err));
-    };
-    for (size_t q = 0; q < qids.size(); ++q) {
-        int64_t rank = 0;
-        for (const auto& [docid, score] : results[q]) {
-            ++rank;
-            // %.9g prints every float exactly, so reading it back keeps the ranking.
-            if (std::fprintf(f, "%s Q0 %s %lld %.9g %s\n", qids[q].c_str(), docid.c_str(),
-                             static_cast<long long>(rank), static_cast<double>(score),
-                             tag.c_str()) < 0) {
-                return fail("write failed", errno);
+    return index::WriteFileAtomically(path, [&](std::FILE* f) {
+        for (size_t q = 0; q < qids.size(); ++q) {
+            int64_t rank = 0;
+            for (const auto& [docid, score] : results[q]) {
+                ++rank;
+                // %.9g prints every float exactly, so reading it back keeps the ranking.
+                if (std::fprintf(f, "%s Q0 %s %lld %.9g %s\n", qids[q].c_str(), docid.c_str(),
+                                 static_cast<long long>(rank), static_cast<double>(score), tag.c_str()) < 0) {
+                    return false;
+                }
             }
         }
-    }
-    if (std::fflush(f) != 0) return fail("write failed", errno);
-    if (::fsync(::fileno(f)) != 0) return fail("fsync failed", errno);
-    const int close_rc = std::fclose(f);
-    f = nullptr;
-    if (close_rc != 0) return fail("close failed", errno);
-    if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        std::remove(tmp_path.c_str());
-        return Status::IOError(path + ": cannot rename " + tmp_path +
-                               " to it: " + errno_message(err));
-    }
-    return Status::OK();
+        return true;
+    });
 }
 
 /// Per-query values, in the order of the metric names.

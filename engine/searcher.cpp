@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <omp.h>
 
 #include "engine/backend.h"
@@ -30,6 +31,9 @@ public:
     Device device() const override { return device_; }
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override;
+    /// Search of a validated batch with options capped by the index's size.
+    Status SearchCapped(const QueryBatch& queries, const SearchOptions& opts,
+                        std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
     /// Search of one chunk of a validated batch (Search splits batches by max_batch_queries).
     Status SearchChunk(const QueryBatch& queries, const SearchOptions& opts,
                        std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
@@ -61,6 +65,9 @@ public:
 
     index::IndexData data_;
     Device device_ = Device::kCpu;
+    // The GPU scorers keep per-call state (device lists between Candidates and
+    // ScoreCandidatesTop) and scratch buffers: one search at a time uses them.
+    mutable std::mutex gpu_mu_;
     std::unique_ptr<engine::GpuExactScorer> gpu_;
     std::unique_ptr<engine::GpuCodeScorer> code_gpu_;  // compressed scoring on the GPU
 
@@ -290,6 +297,21 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
     if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
     if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
     if (opts.max_batch_queries < 0) return Status::InvalidArgument("max_batch_queries must be >= 0");
+    // No request asks for more than the index holds: k, rerank and candidates beyond the
+    // number of documents would only size buffers (k = 10^8 over 300 documents: gigabytes).
+    const int64_t n_docs = std::max<int64_t>(1, info.n_docs);
+    SearchOptions capped = opts;
+    capped.k = int(std::min<int64_t>(opts.k, n_docs));
+    capped.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
+    capped.ncandidates = int(std::min<int64_t>(opts.ncandidates, n_docs));
+    return SearchCapped(q, capped, results, timings);
+}
+
+Status SearcherImpl::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
+                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
+    std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
+    if (gpu_ || code_gpu_) gpu_lock.lock();
+    const IndexInfo& info = data_.info;
     // Chunks bound the per-batch centroid scores [queries, tokens, centroids], fp32 (on the host
     // or the device); exhaustive search bounds its [queries, documents] scores itself.
     int64_t chunk = opts.max_batch_queries;
@@ -470,6 +492,10 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
 Searcher::~Searcher() = default;
 
 Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std::unique_ptr<Searcher>* out) {
+    if (opts.threads < 0 || opts.threads > kMaxThreads) {
+        return Status::InvalidArgument("threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
+                                       std::to_string(opts.threads));
+    }
     auto s = std::make_unique<SearcherImpl>();
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     index::SingleThreadedBlas();

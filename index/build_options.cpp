@@ -39,11 +39,29 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
             return Status::InvalidArgument("key '" + k + "' has the wrong type");
         }
     }
-    if (o->n_centroids < 0) return Status::InvalidArgument("n_centroids must be >= 0");
-    if (o->kmeans_iters <= 0) return Status::InvalidArgument("kmeans_iters must be > 0");
-    if (o->chunk_docs <= 0) return Status::InvalidArgument("chunk_docs must be > 0");
-    if (o->pq_m < 0) return Status::InvalidArgument("pq_m must be >= 0");
-    if (o->ivf_memory_entries <= 0) return Status::InvalidArgument("ivf_memory_entries must be > 0");
+    return ValidateBuildOptions(*o);
+}
+
+Status ValidateBuildOptions(const IndexBuildOptions& o) {
+    const auto range = [](const char* name, int64_t v, int64_t lo, int64_t hi) {
+        if (v >= lo && v <= hi) return Status::OK();
+        return Status::InvalidArgument(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                                       std::to_string(hi) + "], got " + std::to_string(v));
+    };
+    if (o.codec != "pq" && o.codec != "residual") {
+        return Status::InvalidArgument("unknown codec '" + o.codec + "' (expected pq or residual)");
+    }
+    TMS_RETURN_IF_ERROR(range("n_centroids", o.n_centroids, 0, 1 << 24));
+    TMS_RETURN_IF_ERROR(range("kmeans_iters", o.kmeans_iters, 1, 1000));
+    TMS_RETURN_IF_ERROR(range("max_train_tokens", o.max_train_tokens, 0, int64_t(1) << 40));
+    TMS_RETURN_IF_ERROR(range("pq_m", o.pq_m, 0, 1024));
+    TMS_RETURN_IF_ERROR(range("pq_nbits", o.pq_nbits, 8, 8));
+    if (o.residual_nbits != 1 && o.residual_nbits != 2 && o.residual_nbits != 4) {
+        return Status::InvalidArgument("residual_nbits must be 1, 2 or 4, got " + std::to_string(o.residual_nbits));
+    }
+    TMS_RETURN_IF_ERROR(range("chunk_docs", o.chunk_docs, 1, 1 << 20));
+    TMS_RETURN_IF_ERROR(range("threads", o.threads, 0, kMaxThreads));
+    TMS_RETURN_IF_ERROR(range("ivf_memory_entries", o.ivf_memory_entries, 1, int64_t(1) << 40));
     return Status::OK();
 }
 

@@ -143,23 +143,6 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     return Status::OK();
 }
 
-Status check_lens(const std::vector<int64_t>& lens, int64_t rows, const std::string& lens_path, const std::string& docs_path) {
-    if (lens.empty()) return Status::InvalidArgument(lens_path + ": no documents");
-    int64_t sum = 0;
-    for (size_t i = 0; i < lens.size(); ++i) {
-        if (lens[i] <= 0) {
-            return Status::InvalidArgument(lens_path + ": document " + std::to_string(i) + " has " +
-                                           std::to_string(lens[i]) + " tokens (must be >= 1)");
-        }
-        sum += lens[i];
-    }
-    if (sum != rows) {
-        return Status::InvalidArgument(lens_path + ": lengths sum to " + std::to_string(sum) + " tokens but " + docs_path +
-                                       " has " + std::to_string(rows) + " rows");
-    }
-    return Status::OK();
-}
-
 // A memory-mapped input: its views point into the mappings it owns.
 struct Inputs {
     std::vector<std::unique_ptr<index::MappedNpy>> maps;  // one per shard
@@ -184,7 +167,7 @@ Status add_npy_pair(const std::string& docs, const std::string& doclens, Inputs*
     TMS_RETURN_IF_ERROR(LoadNpy(doclens, &lens));
     std::vector<int64_t> l;
     TMS_RETURN_IF_ERROR(IntegersFromArray(lens, doclens, &l));
-    TMS_RETURN_IF_ERROR(check_lens(l, v.rows, doclens, docs));
+    TMS_RETURN_IF_ERROR(index::CheckDocLens(l, v.rows, doclens, docs));
     in->maps.push_back(std::move(m));
     in->shards.push_back(v);
     in->names.push_back(docs);
@@ -235,15 +218,34 @@ Status add_safetensors(const std::string& path, Inputs* in) {
                       int64_t* b1) -> Status {
         for (const auto& name : names) {
             if (!j.contains(name)) continue;
+            // Integers only, each below 2^62: nlohmann converts 5724.0 or 2^63 + 5 to int64 silently.
+            const auto uint_of = [&](const nlohmann::json& v, int64_t* out) {
+                if (!v.is_number_unsigned() || v.get<uint64_t>() > (uint64_t(1) << 62)) return false;
+                *out = static_cast<int64_t>(v.get<uint64_t>());
+                return true;
+            };
+            const std::string what = path + ": tensor '" + name + "'";
+            int64_t o0 = 0, o1 = 0;
             try {
-                *dtype = j[name].at("dtype").get<std::string>();
-                *shape = j[name].at("shape").get<std::vector<int64_t>>();
-                *b0 = j[name].at("data_offsets").at(0).get<int64_t>() + base;
-                *b1 = j[name].at("data_offsets").at(1).get<int64_t>() + base;
+                const auto& t = j.at(name);
+                *dtype = t.at("dtype").get<std::string>();
+                shape->clear();
+                for (const auto& v : t.at("shape")) {
+                    int64_t d = 0;
+                    if (!uint_of(v, &d)) return Status::InvalidArgument(what + ": shape entries must be non-negative integers");
+                    shape->push_back(d);
+                }
+                const auto& offs = t.at("data_offsets");
+                if (offs.size() != 2 || !uint_of(offs[0], &o0) || !uint_of(offs[1], &o1)) {
+                    return Status::InvalidArgument(what + ": data_offsets must be two non-negative integers");
+                }
             } catch (const std::exception& e) {
-                return Status::InvalidArgument(path + ": tensor '" + name + "': " + e.what());
+                return Status::InvalidArgument(what + ": " + e.what());
             }
-            if (*b0 < base || *b1 < *b0 || *b1 > size) return Status::InvalidArgument(path + ": tensor '" + name + "' outside the file");
+            TMS_RETURN_IF_ERROR(index::CheckShape(*shape, 8, what));
+            *b0 = o0 + base;
+            *b1 = o1 + base;
+            if (*b1 < *b0 || *b1 > size) return Status::InvalidArgument(what + " outside the file");
             return Status::OK();
         }
         return Status::InvalidArgument(path + ": no tensor named '" + names[0] + "'");
@@ -278,7 +280,7 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     TMS_RETURN_IF_ERROR(index::MappedNpy::OpenRange(path, size_t(d0), size_t(d1 - d0), dh, &m));
     EmbeddingView v;
     TMS_RETURN_IF_ERROR(index::EmbeddingsFromRaw(m->header(), m->data(), 2, path + " (embeddings)", &v, false));
-    TMS_RETURN_IF_ERROR(check_lens(l, v.rows, path + " (doclens)", path + " (embeddings)"));
+    TMS_RETURN_IF_ERROR(index::CheckDocLens(l, v.rows, path + " (doclens)", path + " (embeddings)"));
     in->maps.push_back(std::move(m));
     in->shards.push_back(v);
     in->names.push_back(path + " (embeddings)");
@@ -293,12 +295,7 @@ IndexBuilder::~IndexBuilder() = default;
 
 Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& path, std::unique_ptr<IndexBuilder>* out) {
     if (path.empty()) return Status::InvalidArgument("index path is empty");
-    if (opts.codec != "pq" && opts.codec != "residual") {
-        return Status::InvalidArgument("unknown codec '" + opts.codec + "' (expected pq or residual)");
-    }
-    if (opts.n_centroids < 0) return Status::InvalidArgument("n_centroids must be >= 0");
-    if (opts.chunk_docs <= 0) return Status::InvalidArgument("chunk_docs must be > 0");
-    if (opts.kmeans_iters <= 0) return Status::InvalidArgument("kmeans_iters must be > 0");
+    TMS_RETURN_IF_ERROR(ValidateBuildOptions(opts));
     out->reset(new IndexBuilder(opts, path));
     return Status::OK();
 }

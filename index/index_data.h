@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "index/index_dir.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
@@ -70,8 +72,10 @@ struct IndexData {
 
 /// Write `data` as a RocksDB index at `path`. The index is built in a sibling temporary
 /// directory and renamed into place only when complete; an existing index at `path` is
-/// replaced only with `overwrite` (and only after the new one is complete).
-Status WriteIndex(const std::string& path, const IndexData& data, const IndexBuildOptions& opts);
+/// replaced only with `overwrite` (and only after the new one is complete). `target_lock`: the
+/// writer lock of the index at `path`, when the caller holds it already (compaction).
+Status WriteIndex(const std::string& path, const IndexData& data, const IndexBuildOptions& opts,
+                  std::unique_ptr<FileLock> target_lock = nullptr);
 
 /// Read an index. Fails with a one-line message on anything that is not a complete index
 /// of a supported format, or on a checksum mismatch.
@@ -88,6 +92,26 @@ Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& d
 /// Input checks shared by every build path: dim range, lengths >= 1 summing to the rows,
 /// ids unique and whitespace-free (filled with "0".."n-1" when empty).
 Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids);
+
+/// Writes `path` through `fill` (false: a write failed) so that no reader sees a partial file:
+/// a temporary sibling, synced, then renamed over it. A symbolic link is followed (the file it
+/// names is replaced, the link stays); a device or FIFO is written in place, never replaced.
+Status WriteFileAtomically(const std::string& path, const std::function<bool(std::FILE*)>& fill);
+
+/// A shape read from a file header: every dimension >= 0 and the byte count (with
+/// `elem_size`-byte elements) below 2^50, computed without overflow. Messages name `what`.
+Status CheckShape(const std::vector<int64_t>& shape, int64_t elem_size, const std::string& what);
+
+/// Document lengths against the token rows they split: each >= 1, summing to `rows` exactly
+/// (checked step by step, so that no sum of huge lengths wraps around). Messages name
+/// `lens_what` and `rows_what`.
+Status CheckDocLens(const std::vector<int64_t>& lens, int64_t rows, const std::string& lens_what,
+                    const std::string& rows_what);
+
+/// A document or query id as runs and metadata store it: non-empty, at most 1,024 bytes, no
+/// whitespace or control characters (TREC runs separate fields by whitespace; a NUL would cut
+/// the id short). Messages start with `what`.
+Status CheckId(const std::string& id, const std::string& what);
 
 /// `release(shard, rows)`: the first `rows` rows of a memory-mapped shard are done with (their
 /// pages may be dropped).
@@ -145,12 +169,13 @@ std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
 
 /// Writes a new index chunk by chunk into a sibling temporary directory of `path`; Finish()
-/// marks it complete and renames it into place (replacing an old index only with
-/// opts.overwrite). Destroying an unfinished writer removes the temporary directory.
+/// marks it complete and puts it in place (replacing an old index only with opts.overwrite,
+/// holding the old one's writer lock from Create on: `target_lock` when the caller has it).
+/// Destroying an unfinished writer removes the temporary directory.
 class IndexWriter {
 public:
     static Status Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
-                         std::unique_ptr<IndexWriter>* out);
+                         std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock = nullptr);
     ~IndexWriter();
     /// Appends n documents (the next internal ids): lengths, per-token centroid ids and codes,
     /// fp16 vectors (nullptr unless the index keeps them) and external ids.

@@ -26,6 +26,13 @@ Status parse_header(const std::string& path, const std::string& h, HostArray* ou
     static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')");
     static const std::regex fortran_re(R"('fortran_order'\s*:\s*(True|False))");
     static const std::regex shape_re(R"('shape'\s*:\s*\(([^)]*)\))");
+    // numpy's own parser (ast.literal_eval of a dict) keeps the last of a repeated key; a reader
+    // that kept the first would see another array: refuse the ambiguity.
+    for (const char* key : {"'descr'", "'fortran_order'", "'shape'"}) {
+        size_t n = 0;
+        for (size_t at = h.find(key); at != std::string::npos; at = h.find(key, at + 1)) ++n;
+        if (n > 1) return bad(std::string("key ") + key + " given twice");
+    }
     if (!std::regex_search(h, m, descr_re)) return bad("no 'descr'");
     out->descr = m[1];
     if (!std::regex_search(h, m, fortran_re)) return bad("no 'fortran_order'");
@@ -39,6 +46,7 @@ Status parse_header(const std::string& path, const std::string& h, HostArray* ou
         if (b == std::string::npos) continue;
         tok = tok.substr(b, e - b + 1);
         if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos) return bad("shape '" + std::string(m[1]) + "'");
+        if (tok.size() > 15) return bad("dimension " + tok + " is too large");
         out->shape.push_back(std::stoll(tok));
     }
     return Status::OK();
@@ -62,6 +70,23 @@ std::string shape_str(const std::vector<int64_t>& s) {
     for (size_t i = 0; i < s.size(); ++i) r += (i ? "x" : "") + std::to_string(s[i]);
     return s.empty() ? "scalar" : r;
 }
+
+}  // namespace
+
+Status index::CheckShape(const std::vector<int64_t>& shape, int64_t elem_size, const std::string& what) {
+    constexpr int64_t kMaxBytes = int64_t(1) << 50;  // 1 PiB: larger is a corrupt header
+    int64_t n = 1;
+    for (const int64_t d : shape) {
+        if (d < 0 || d > kMaxBytes) return Status::InvalidArgument(what + ": dimension " + std::to_string(d) + " out of range");
+        if (d != 0 && n > kMaxBytes / elem_size / d) {
+            return Status::InvalidArgument(what + ": shape " + shape_str(shape) + " is larger than any file (corrupt header?)");
+        }
+        n *= d;
+    }
+    return Status::OK();
+}
+
+namespace {
 
 // Reads and checks the header; on success *data_offset is where the payload starts and the
 // file size matches the header's shape exactly.
@@ -99,6 +124,7 @@ Status read_header(const std::string& path, HostArray* out, int64_t* data_offset
     const int es = descr_size(out->descr);
     if (es < 0) return Status::InvalidArgument(path + ": big-endian dtype '" + out->descr + "' is not supported");
     if (es == 0) return Status::InvalidArgument(path + ": unsupported dtype '" + out->descr + "' (expected float16, float32 or an integer type)");
+    TMS_RETURN_IF_ERROR(index::CheckShape(out->shape, es, path));
     const int64_t need = out->numel() * es;
     const int64_t have = file_size - pre - hlen;
     if (have != need) {
@@ -177,19 +203,35 @@ Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out)
 
 }  // namespace index
 
-// Writes PATH.tmp with `fill`, then renames it to PATH: readers never see a partial file.
-static Status write_atomically(const std::string& path, const std::function<void(std::ofstream&)>& fill) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) return Status::IOError(tmp + ": cannot create: " + std::strerror(errno));
-        fill(f);
-        f.flush();
-        if (!f) return Status::IOError(tmp + ": write failed (disk full?)");
-    }
+Status index::WriteFileAtomically(const std::string& path, const std::function<bool(std::FILE*)>& fill) {
+    namespace fs = std::filesystem;
+    fs::path target;
+    TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target).WithContext("output"));
     std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) return Status::IOError(path + ": rename failed: " + ec.message());
+    const fs::file_status st = fs::status(target, ec);
+    if (fs::is_directory(st)) return Status::InvalidArgument(path + ": is a directory");
+    const bool in_place = fs::exists(st) && !fs::is_regular_file(st);  // a device, a FIFO
+    const std::string out = in_place ? target.string() : target.string() + ".tmp-" + std::to_string(::getpid());
+    std::FILE* f = std::fopen(out.c_str(), "wb");
+    if (f == nullptr) return Status::IOError(out + ": cannot open for writing: " + std::strerror(errno));
+    const auto fail = [&](const std::string& what, int err) {
+        std::fclose(f);
+        if (!in_place) std::remove(out.c_str());
+        return Status::IOError(out + ": " + what + ": " + std::strerror(err));
+    };
+    if (!fill(f) || std::fflush(f) != 0) return fail("write failed", errno);
+    if (!in_place && ::fsync(::fileno(f)) != 0) return fail("fsync failed", errno);
+    if (std::fclose(f) != 0) {
+        const int err = errno;
+        if (!in_place) std::remove(out.c_str());
+        return Status::IOError(out + ": close failed: " + std::strerror(err));
+    }
+    if (in_place) return Status::OK();
+    if (std::rename(out.c_str(), target.c_str()) != 0) {
+        const int err = errno;
+        std::remove(out.c_str());
+        return Status::IOError(path + ": cannot rename " + out + " to it: " + std::strerror(err));
+    }
     return Status::OK();
 }
 
@@ -210,9 +252,9 @@ std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shap
 Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
                size_t nbytes) {
     const std::string header = NpyHeader(descr, shape);
-    return write_atomically(path, [&](std::ofstream& f) {
-        f.write(header.data(), static_cast<std::streamsize>(header.size()));
-        f.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
+    return index::WriteFileAtomically(path, [&](std::FILE* f) {
+        return std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
+               std::fwrite(data, 1, nbytes, f) == nbytes;
     });
 }
 
@@ -278,15 +320,45 @@ Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vec
             (*out)[i] = static_cast<int64_t>(v);
         }
     };
+    // int32 and int64 only (narrower types overflow on real corpora; uint64 wraps past 2^63).
     if (d == "<i4") get(int32_t{});
     else if (d == "<i8") get(int64_t{});
-    else if (d == "<u4") get(uint32_t{});
-    else if (d == "<u8") get(uint64_t{});
-    else if (d == "<i2") get(int16_t{});
-    else if (d == "<u2") get(uint16_t{});
-    else if (d == "|i1") get(int8_t{});
-    else if (d == "|u1") get(uint8_t{});
-    else return Status::InvalidArgument(what + ": dtype '" + d + "' is not an integer type (expected int32 or int64)");
+    else return Status::InvalidArgument(what + ": dtype '" + d + "' not supported (expected int32 or int64)");
+    return Status::OK();
+}
+
+Status index::CheckDocLens(const std::vector<int64_t>& lens, int64_t rows, const std::string& lens_what,
+                           const std::string& rows_what) {
+    if (lens.empty()) return Status::InvalidArgument(lens_what + ": no documents");
+    int64_t sum = 0;
+    for (size_t i = 0; i < lens.size(); ++i) {
+        if (lens[i] <= 0) {
+            return Status::InvalidArgument(lens_what + ": document " + std::to_string(i) + " has " +
+                                           std::to_string(lens[i]) + " tokens (must be >= 1)");
+        }
+        if (lens[i] > rows - sum) {  // sum <= rows throughout: no overflow
+            return Status::InvalidArgument(lens_what + ": lengths sum to more than the " + std::to_string(rows) +
+                                           " rows of " + rows_what + " (at document " + std::to_string(i) + ")");
+        }
+        sum += lens[i];
+    }
+    if (sum != rows) {
+        return Status::InvalidArgument(lens_what + ": lengths sum to " + std::to_string(sum) + " tokens but " +
+                                       rows_what + " has " + std::to_string(rows) + " rows");
+    }
+    return Status::OK();
+}
+
+Status index::CheckId(const std::string& id, const std::string& what) {
+    if (id.empty()) return Status::InvalidArgument(what + ": empty id");
+    if (id.size() > 1024) return Status::InvalidArgument(what + ": id longer than 1024 bytes");
+    for (const char ch : id) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c <= 0x20 || c == 0x7f) {
+            return Status::InvalidArgument(what + ": id contains " + (c == ' ' || c == '\t' ? "whitespace" :
+                                           "a control character (byte " + std::to_string(c) + ")"));
+        }
+    }
     return Status::OK();
 }
 
@@ -308,8 +380,11 @@ Status ReadLines(const std::string& path, std::vector<std::string>* lines, bool 
 }
 
 Status WriteLines(const std::string& path, const std::vector<std::string>& lines) {
-    return write_atomically(path, [&](std::ofstream& f) {
-        for (const auto& l : lines) f << l << '\n';
+    return index::WriteFileAtomically(path, [&](std::FILE* f) {
+        for (const auto& l : lines) {
+            if (std::fwrite(l.data(), 1, l.size(), f) != l.size() || std::fputc('\n', f) == EOF) return false;
+        }
+        return true;
     });
 }
 

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <functional>
+#include <thread>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
@@ -15,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "index/index_data.h"
+#include "index/index_dir.h"
 #include "index/progress.h"
 #include "tilemaxsim/version.h"
 
@@ -140,10 +144,12 @@ Status decode_ids(const std::string& what, const rocksdb::Slice& v, size_t n, st
 
 Status from_rocks(const rocksdb::Status& s, const std::string& path) {
     if (s.ok()) return Status::OK();
-    if (s.IsCorruption()) return Status::Corruption(path + ": " + s.ToString());
-    if (s.IsNotFound()) return Status::NotFound(path + ": " + s.ToString());
-    if (s.IsNoSpace()) return Status::IOError(path + ": disk full: " + s.ToString());
-    return Status::IOError(path + ": " + s.ToString());
+    std::string m = s.ToString();
+    while (!m.empty() && (m.back() == ' ' || m.back() == ':')) m.pop_back();  // "NotFound: " alone
+    if (s.IsCorruption()) return Status::Corruption(path + ": damaged index file (" + m + ")");
+    if (s.IsNotFound()) return Status::NotFound(path + ": " + m);
+    if (s.IsNoSpace()) return Status::IOError(path + ": disk full: " + m);
+    return Status::IOError(path + ": " + m);
 }
 
 std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs) {
@@ -187,10 +193,19 @@ Status open_db(const std::string& path, bool read_only, Db* out, bool updating =
     dbo.info_log_level = rocksdb::InfoLogLevel::ERROR_LEVEL;
     dbo.keep_log_file_num = 1;
     dbo.max_background_jobs = 4;  // memtable flushes (blob writes) keep up with a GPU build
+    if (updating) {
+        // An update writes no WAL (every write has disableWAL): it is durable exactly when the
+        // commit's flush of every column family, atomic across them, returns. A damaged or lost
+        // *.log therefore never takes a committed update with it, and a crash before the flush
+        // leaves the old state.
+        dbo.atomic_flush = true;
+        dbo.allow_fallocate = false;  // no 100+ MB preallocated log on a nearly full disk
+    }
     std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
     for (const auto& n : kColumnFamilies) {
         rocksdb::ColumnFamilyOptions co;
         co.disable_auto_compactions = updating;
+        if (updating) co.write_buffer_size = size_t(64) << 20;
         if (n == "docs" || n == "vectors") {
             co.enable_blob_files = true;
             co.min_blob_size = 4096;
@@ -308,11 +323,22 @@ Status check_is_index_dir(const std::string& path) {
     std::error_code ec;
     if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such index");
     if (!fs::is_directory(path, ec)) return Status::InvalidArgument(path + ": not a directory (expected an index directory)");
-    if (!fs::exists(fs::path(path) / "CURRENT", ec)) {
-        return Status::InvalidArgument(path + ": not a TileMaxSim index (no RocksDB database here)");
-    }
+    if (!IsIndexDir(path)) return Status::InvalidArgument(path + ": not a TileMaxSim index");
     return Status::OK();
 }
+
+}  // namespace
+
+bool IsUnmarkedIndex(const fs::path& dir) {
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / "CURRENT", ec)) return false;
+    Db db;
+    if (!open_db(dir.string(), true, &db).ok()) return false;  // another program's database
+    std::string v;
+    return db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "format_version", &v).ok();
+}
+
+namespace {
 
 // A delta + varint doc-id list (encode_ivf), checked against n_docs; appended to *out.
 Status decode_ivf(const std::string& what, const std::string& v, int64_t n_docs, std::vector<int32_t>* out) {
@@ -348,10 +374,12 @@ Status decode_ivf(const std::string& what, const std::string& v, int64_t n_docs,
 Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std::vector<int32_t>* out) {
     const std::string what = path + ": ivf list " + std::to_string(k);
     rocksdb::ReadOptions ro;
-    ro.verify_checksums = false;  // sealed with our CRC-32C
+    ro.verify_checksums = true;  // a damaged block must not read as a missing key
     ro.fill_cache = false;
     std::string v;
-    TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v), what));
+    const rocksdb::Status s = db.db->Get(ro, db.cf[kIvf], be32(static_cast<uint32_t>(k)), &v);
+    if (s.IsNotFound()) return Status::Corruption(what + ": missing (the index is damaged)");
+    TMS_RETURN_IF_ERROR(from_rocks(s, what));
     TMS_RETURN_IF_ERROR(unseal(what, &v));
     out->clear();
     return decode_ivf(what, v, n_docs, out);
@@ -392,6 +420,8 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
 
 struct IndexUpdaterImpl {
     std::string path;
+    fs::path dir;
+    std::unique_ptr<FileLock> writer;  // the whole command; declared first, released last
     Db db;
     IndexInfo info;
     nlohmann::json stats;
@@ -407,19 +437,45 @@ struct IndexUpdaterImpl {
     std::vector<int64_t> tombstones;
 };
 
-void UpdaterDeleter::operator()(IndexUpdaterImpl* u) const { delete u; }
+// Closing a read-write database replaces files (a new MANIFEST, logs): not while a reader loads.
+void close_updating(Db* db, const fs::path& dir) {
+    if (!db->db) return;
+    std::unique_ptr<FileLock> readers;
+    (void)AcquireMarkerLock(dir, true, &readers);
+    db->Close();
+}
+
+void UpdaterDeleter::operator()(IndexUpdaterImpl* u) const {
+    close_updating(&u->db, u->dir);
+    delete u;
+}
+
+// Space an update needs on the index's file system before it starts: RocksDB aborts, rather
+// than failing, on some write paths that run out of space.
+Status check_free_space(const IndexUpdaterImpl& u, int64_t need_bytes) {
+    constexpr int64_t kMargin = int64_t(16) << 20;
+    const int64_t free = FreeBytes(u.dir);
+    if (free >= 0 && free < need_bytes + kMargin) {
+        return Status::IOError(u.path + ": disk full: " + std::to_string(free >> 20) + " MB free on its file system, the " +
+                               "update needs about " + std::to_string((need_bytes + kMargin + (1 << 20) - 1) >> 20) + " MB");
+    }
+    return Status::OK();
+}
 
 Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
-    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
     UpdaterPtr u(new IndexUpdaterImpl());
     u->path = path;
-    Status st = open_db(path, false, &u->db, /*updating=*/true);
-    if (!st.ok()) {
-        if (st.message().find("lock") != std::string::npos || st.message().find("LOCK") != std::string::npos) {
-            return Status::IOError(path + ": another process is writing this index (RocksDB LOCK held); try again when it has finished");
-        }
-        return st;
+    TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &u->dir));
+    RecoverLeftovers(u->dir);
+    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
+    TMS_RETURN_IF_ERROR(AcquireWriterLock(u->dir, &u->writer));
+    TMS_RETURN_IF_ERROR(check_free_space(*u, 0));
+    {
+        std::unique_ptr<FileLock> readers;
+        TMS_RETURN_IF_ERROR(AcquireMarkerLock(u->dir, true, &readers));
+        TMS_RETURN_IF_ERROR(open_db(u->dir.string(), false, &u->db, /*updating=*/true));
     }
+    CrashPoint("update:opened");
     TMS_RETURN_IF_ERROR(read_meta(u->db, path, &u->info, &u->stats));
     IndexModel& m = u->model;
     m.dim = u->info.dim;
@@ -489,9 +545,13 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             u->ids.erase(it);
         }
     }
+    const int nb = u->model.n_code_bytes, dim = u->info.dim;
+    // Chunks are written once to memtables and once flushed (blob files), and the commit
+    // rewrites the IVF lists they touch.
+    TMS_RETURN_IF_ERROR(check_free_space(*u, 2 * tokens.rows * (4 + nb + (u->info.has_vectors ? 2 * dim : 0)) +
+                                                 8 * tokens.rows));
     std::unique_ptr<Encoder> enc;
     TMS_RETURN_IF_ERROR(Encoder::Create(u->model, Device::kAuto, &enc));
-    const int nb = u->model.n_code_bytes, dim = u->info.dim;
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;
     std::vector<uint16_t> vecs;
@@ -536,7 +596,10 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             }
             t += doclens[d];
         }
-        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(rocksdb::WriteOptions(), &b), u->path));
+        rocksdb::WriteOptions wo;
+        wo.disableWAL = true;  // durable with the commit's flush (open_db)
+        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
+        CrashPoint("update:chunk");
         u->info.n_docs += int64_t(d1 - d0);
         u->info.n_tokens += n;
         u->info.n_chunks += 1;
@@ -562,8 +625,9 @@ Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_id
     return Status::OK();
 }
 
-// One atomic, synced batch: IVF lists, tombstones, metadata (the new chunks and their ids were
-// written before, past the committed chunk count, so invisible until now).
+// One atomic batch: IVF lists, tombstones, metadata (the new chunks and their ids were written
+// before, past the committed chunk count, so invisible until now), made durable by one atomic
+// flush of every column family before Commit returns.
 Status UpdaterCommit(IndexUpdaterImpl* u) {
     rocksdb::WriteBatch b;
     for (int k = 0; k < u->model.n_centroids; ++k) {
@@ -574,9 +638,20 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     for (int64_t doc : u->tombstones) b.Put(u->db.cf[kDeleted], be64(doc), "");
     u->info.n_deleted += static_cast<int64_t>(u->tombstones.size());
     b.Put(u->db.cf[kMeta], "stats", info_json(u->info, u->model, u->chunk_docs));
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
+    TMS_RETURN_IF_ERROR(check_free_space(*u, int64_t(b.GetDataSize())));
+    CrashPoint("update:commit");
+    {
+        std::unique_ptr<FileLock> readers;  // the flush replaces logs that a reader may be listing
+        TMS_RETURN_IF_ERROR(AcquireMarkerLock(u->dir, true, &readers));
+        rocksdb::WriteOptions wo;
+        wo.disableWAL = true;
+        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
+        CrashPoint("update:written");
+        rocksdb::FlushOptions fo;
+        fo.wait = true;
+        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Flush(fo, u->db.cf), u->path));
+    }
+    CrashPoint("update:committed");
     u->tombstones.clear();
     std::fill(u->ivf_dirty.begin(), u->ivf_dirty.end(), 0);
     u->committed_docs = u->info.n_docs;
@@ -586,8 +661,9 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
 const IndexInfo& UpdaterInfo(const IndexUpdaterImpl* u) { return u->info; }
 
 Status CompactIndex(const std::string& path, bool progress) {
-    UpdaterPtr lock;  // holds the writer lock while the new index is written
+    UpdaterPtr lock;  // its writer lock is held until the new copy has replaced the old one
     TMS_RETURN_IF_ERROR(OpenUpdater(path, &lock));
+    CrashPoint("compact:opened");
     const int chunk_docs = lock->chunk_docs;
     IndexBuildOptions opts;
     TMS_RETURN_IF_ERROR(ParseBuildOptionsJson(lock->info.build_config_json, &opts).WithContext(path + ": stored config"));
@@ -615,8 +691,8 @@ Status CompactIndex(const std::string& path, bool progress) {
     opts.overwrite = true;
     opts.chunk_docs = chunk_docs;
     opts.progress = progress;
-    lock.reset();  // the new index replaces the old directory: release its lock first
-    return WriteIndex(path, c, opts);
+    close_updating(&lock->db, lock->dir);
+    return WriteIndex(lock->dir.string(), c, opts, std::move(lock->writer));
 }
 
 namespace {
@@ -668,6 +744,8 @@ uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
 struct IndexWriter::Impl {
     std::string path;
     fs::path target, tmp;
+    std::unique_ptr<FileLock> target_lock;  // writer lock of an index being replaced
+    std::unique_ptr<FileLock> tmp_lock;     // marks tmp as alive for RecoverLeftovers
     IndexBuildOptions opts;
     const IndexModel* model = nullptr;
     Db db;
@@ -795,25 +873,30 @@ IndexWriter::~IndexWriter() {
     if (!impl_->finished) {
         impl_->db.Close();
         std::error_code ec;
-        if (!impl_->tmp.empty()) fs::remove_all(impl_->tmp, ec);
+        if (!impl_->tmp.empty()) fs::remove_all(impl_->tmp, ec);  // created by Create, ours
     }
 }
 
 Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
-                           std::unique_ptr<IndexWriter>* out) {
+                           std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock) {
+    fs::path target;
+    TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target));
+    RecoverLeftovers(target);
     std::error_code ec;
-    const fs::path target = fs::absolute(path, ec);
-    if (fs::exists(target, ec)) {
+    const bool exists = fs::exists(fs::symlink_status(target, ec));
+    if (exists) {
         if (!opts.overwrite) {
             return Status::AlreadyExists(path + ": already exists (pass --overwrite to replace it)");
         }
-        // Only ever replace an index (complete or not) or an empty directory.
-        if (!fs::is_directory(target, ec) || (!fs::is_empty(target, ec) && !fs::exists(target / "CURRENT", ec))) {
-            return Status::InvalidArgument(path + ": exists and is not an index; refusing to overwrite it");
+        // Only ever replace an index this project wrote, or an empty directory.
+        if (!fs::is_directory(target, ec) || (!fs::is_empty(target, ec) && !IsIndexDir(target))) {
+            return Status::InvalidArgument(path + ": exists and is not an index written by tms; refusing to overwrite it");
         }
+        // No other writer may change the old index while the new one is built: it would be lost.
+        if (!target_lock && !fs::is_empty(target, ec)) TMS_RETURN_IF_ERROR(AcquireWriterLock(target, &target_lock));
     }
     const fs::path parent = target.parent_path();
-    if (!parent.empty() && !fs::exists(parent, ec)) {
+    if (!fs::exists(parent, ec)) {
         fs::create_directories(parent, ec);
         if (ec) return Status::IOError(parent.string() + ": cannot create: " + ec.message());
     }
@@ -821,12 +904,15 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
     Impl& im = *w->impl_;
     im.path = path;
     im.target = target;
-    im.tmp = parent / (target.filename().string() + ".tmp-build-" + std::to_string(getpid()));
+    im.target_lock = std::move(target_lock);
+    TMS_RETURN_IF_ERROR(MakeBuildDir(target, &im.tmp));
+    TMS_RETURN_IF_ERROR(WriteMarker(im.tmp));
+    TMS_RETURN_IF_ERROR(FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
     im.opts = opts;
     im.model = &model;
     im.ivf.resize(model.n_centroids);
-    fs::remove_all(im.tmp, ec);
-    TMS_RETURN_IF_ERROR(open_db(im.tmp.string(), false, &im.db).WithContext(path));
+    CrashPoint("build:created");
+    TMS_RETURN_IF_ERROR(open_db(im.tmp.string(), false, &im.db));
     rocksdb::WriteBatch b;
     b.Put(im.db.cf[kModel], "centroids", encode_floats(model.centroids));
     b.Put(im.db.cf[kModel], "codebook", encode_floats(model.codebook));
@@ -893,32 +979,18 @@ Status IndexWriter::Finish(IndexInfo info) {
     TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Put(sync, im.db.cf[kMeta], "complete", "1"), im.path));
     TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Flush(fo, im.db.cf), im.path));
     im.db.Close();  // before the rename
-    std::error_code ec;
-    const fs::path parent = im.target.parent_path();
-    if (fs::exists(im.target, ec)) {
-        const fs::path old = parent / (im.target.filename().string() + ".old-" + std::to_string(getpid()));
-        fs::rename(im.target, old, ec);
-        if (ec) return Status::IOError(im.path + ": cannot move the old index aside: " + ec.message());
-        fs::rename(im.tmp, im.target, ec);
-        if (ec) {
-            std::error_code ec2;
-            fs::rename(old, im.target, ec2);
-            return Status::IOError(im.path + ": cannot move the new index into place: " + ec.message());
-        }
-        fs::remove_all(old, ec);
-    } else {
-        fs::rename(im.tmp, im.target, ec);
-        if (ec) return Status::IOError(im.path + ": cannot move the new index into place: " + ec.message());
-    }
+    CrashPoint("build:complete");
+    TMS_RETURN_IF_ERROR(ReplaceIndexDir(im.tmp, im.target));
     im.finished = true;
     return Status::OK();
 }
 
-Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildOptions& opts) {
+Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildOptions& opts,
+                  std::unique_ptr<FileLock> target_lock) {
     IndexBuildOptions o = opts;
     o.keep_vectors = !d.vectors.empty();
     std::unique_ptr<IndexWriter> w;
-    TMS_RETURN_IF_ERROR(IndexWriter::Create(path, o, d.model, &w));
+    TMS_RETURN_IF_ERROR(IndexWriter::Create(path, o, d.model, &w, std::move(target_lock)));
     const int64_t n = d.info.n_docs;
     std::vector<int64_t> lens(n);
     for (int64_t i = 0; i < n; ++i) lens[i] = d.doc_offsets[i + 1] - d.doc_offsets[i];
@@ -927,19 +999,50 @@ Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildO
     return w->Finish(d.info);
 }
 
+namespace {
+
+// Opens the index at `path` read-only and runs `read` on it, holding the marker shared so that
+// no writer replaces the files being loaded. An in-place writer's background flushes may still
+// move files under a reader: a failure of RocksDB while a writer is active is retried, and if it
+// persists it is reported as what it most likely is.
+Status with_read_db(const std::string& path, const std::function<Status(Db&)>& read) {
+    fs::path dir;
+    TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &dir));
+    RecoverLeftovers(dir);  // an interrupted replacement may have left the index aside
+    constexpr int kAttempts = 6;
+    for (int attempt = 1;; ++attempt) {
+        TMS_RETURN_IF_ERROR(check_is_index_dir(path));
+        Status st;
+        {
+            std::unique_ptr<FileLock> shared;
+            TMS_RETURN_IF_ERROR(AcquireMarkerLock(dir, false, &shared));
+            Db db;
+            st = open_db(dir.string(), true, &db);
+            if (st.ok()) st = read(db);
+        }
+        if (st.ok() || st.code() == Status::Code::kInvalidArgument || st.code() == Status::Code::kNotSupported ||
+            st.code() == Status::Code::kResourceExhausted || !WriterActive(dir)) {
+            return st;
+        }
+        if (attempt == kAttempts) {
+            return Status::IOError(path + ": another process is updating the index and its files changed while it "
+                                   "was being opened; try again (" + st.message() + ")");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20 << attempt));
+    }
+}
+
+}  // namespace
+
 Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
-    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
-    Db db;
-    TMS_RETURN_IF_ERROR(open_db(path, true, &db));
-    nlohmann::json stats;
-    return read_meta(db, path, info, &stats);
+    return with_read_db(path, [&](Db& db) {
+        nlohmann::json stats;
+        return read_meta(db, path, info, &stats);
+    });
 }
 
 Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* d) {
-    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
-    Db db;
-    TMS_RETURN_IF_ERROR(open_db(path, true, &db));
-    return read_index_db(db, path, load_vectors, progress, d);
+    return with_read_db(path, [&](Db& db) { return read_index_db(db, path, load_vectors, progress, d); });
 }
 
 Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool progress, IndexData* d) {

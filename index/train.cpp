@@ -200,18 +200,7 @@ Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& d
         return Status::NotSupported("doclens: " + std::to_string(doclens.size()) +
                                     " documents; one index holds at most 2^31 - 1 (split the corpus into shards)");
     }
-    int64_t sum = 0;
-    for (size_t i = 0; i < doclens.size(); ++i) {
-        if (doclens[i] <= 0) {
-            return Status::InvalidArgument("doclens: document " + std::to_string(i) + " has " +
-                                           std::to_string(doclens[i]) + " tokens (must be >= 1)");
-        }
-        sum += doclens[i];
-    }
-    if (sum != tokens.rows) {
-        return Status::InvalidArgument("doclens: lengths sum to " + std::to_string(sum) + " tokens but docs has " +
-                                       std::to_string(tokens.rows) + " rows");
-    }
+    TMS_RETURN_IF_ERROR(CheckDocLens(doclens, tokens.rows, "doclens", "docs"));
     if (doc_ids->empty()) {
         doc_ids->resize(doclens.size());
         for (size_t i = 0; i < doclens.size(); ++i) (*doc_ids)[i] = std::to_string(i);
@@ -224,10 +213,7 @@ Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& d
     seen.reserve(doc_ids->size());
     for (size_t i = 0; i < doc_ids->size(); ++i) {
         const std::string& id = (*doc_ids)[i];
-        if (id.empty() || id.find_first_of(" \t\r\n") != std::string::npos) {
-            return Status::InvalidArgument("doc-ids: line " + std::to_string(i + 1) + ": id '" + id +
-                                           "' is empty or contains whitespace");
-        }
+        TMS_RETURN_IF_ERROR(CheckId(id, "doc-ids: line " + std::to_string(i + 1)));
         if (!seen.insert(id).second) {
             return Status::InvalidArgument("doc-ids: line " + std::to_string(i + 1) + ": duplicate id '" + id + "'");
         }

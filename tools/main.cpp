@@ -53,8 +53,12 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                                                 std::to_string(nq) + " queries in " + a.queries);
         }
         for (size_t i = 0; i < qids.size(); ++i) {
-            if (qids[i].find_first_of(" \t") != std::string::npos) {
-                return tms::Status::InvalidArgument(a.query_ids + ":" + std::to_string(i + 1) + ": id contains whitespace");
+            const bool bad = std::any_of(qids[i].begin(), qids[i].end(), [](char c) {
+                return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
+            });
+            if (bad) {
+                return tms::Status::InvalidArgument(a.query_ids + ":" + std::to_string(i + 1) +
+                                                    ": id contains whitespace or a control character");
             }
         }
     } else {
@@ -107,16 +111,23 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
 }
 
 void add_search_options(CLI::App* c, SearchArgs* a) {
-    c->add_option("--k", a->opts.k, "Results per query")->capture_default_str();
+    c->add_option("--k", a->opts.k, "Results per query (more than the index's documents: all of them)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000000));
     c->add_flag("--exhaustive", a->opts.exhaustive,
                 "Exact MaxSim over every document (needs an index built with --keep-vectors)");
     c->add_option("--device", a->device, "Where to score: auto, cpu or gpu")->capture_default_str();
-    c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")->capture_default_str();
-    c->add_option("--ncandidates", a->opts.ncandidates,
-                  "Candidates kept after centroid pruning (0: all)")->capture_default_str();
+    c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 24));
+    c->add_option("--ncandidates", a->opts.ncandidates, "Candidates kept after centroid pruning (0: all)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
     c->add_option("--rerank", a->opts.rerank,
-                  "Top compressed candidates rescored exactly when vectors are stored (0: none)")->capture_default_str();
-    c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::PositiveNumber);
+                  "Top compressed candidates rescored exactly when vectors are stored (0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::Range(1, 1 << 20));
 }
 
 tms::Status print_info(const std::string& path) {
@@ -206,6 +217,10 @@ int run(int argc, char** argv) {
     CLI::App app{"tms: TileMaxSim, a late-interaction (ColBERT-style) search engine.\n"
                  "Run `tms demo` for an end-to-end example on a synthetic corpus."};
     app.require_subcommand(1);
+    // Usage errors in one line, like every other failure.
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+        return "tms: error: " + std::string(e.what()) + " (see --help)\n";
+    });
     app.set_version_flag("--version", std::string("tms ") + tms::VersionString());
 
     // synth
@@ -234,14 +249,16 @@ int run(int argc, char** argv) {
     idx->add_option("--out", index_out, "Index directory to create")->required();
     idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
     idx->add_option("--codec", codec, "Token codec: pq or residual (default pq)");
-    idx->add_option("--centroids", n_centroids, "k-means centroids (default: power of two near 16*sqrt(tokens))");
-    idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (default dim/8, at most 32)");
-    idx->add_option("--nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)");
+    idx->add_option("--centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
+        ->check(CLI::Range(0, 1 << 24));
+    idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
+    idx->add_option("--nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)")
+        ->check(CLI::IsMember({1, 2, 4}));
     bool keep_vectors = false, overwrite = false, no_progress = false;
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
-    idx->add_option("--threads", io.threads, "Threads (0: all cores)");
+    idx->add_option("--threads", io.threads, "Threads (0: all cores)")->check(CLI::Range(0, tms::kMaxThreads));
     std::string index_device = "auto";
     idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
 

@@ -24,7 +24,7 @@ Status SaveNpy(const std::string& path, const std::string& descr, const std::vec
 /// embeddings; checks dtype, rank, dim in [32, 1024] and that every value is finite.
 /// `what` names the file in messages.
 Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out);
-/// Integer array of rank 1 (int32/int64/uint32/uint64... any integer dtype) as int64 values.
+/// Integer array of rank 1, int32 or int64 (other dtypes are refused), as int64 values.
 Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vector<int64_t>* out);
 
 /// Read one non-empty string per line (trailing '\r' stripped). Empty lines are an error

@@ -41,7 +41,7 @@ struct IndexBuildOptions {
     bool overwrite = false;
     /// Show progress bars on stderr when it is a terminal. Default: true
     bool progress = true;
-    /// Threads for OpenMP work (0: all cores). Default: 0
+    /// Threads for OpenMP work (0: all cores; at most kMaxThreads). Default: 0
     int threads = 0;
     /// IVF entries (document, centroid pairs; 4 bytes each) held in memory while building; past
     /// this a sorted run is spilled to the index and the runs are merged at the end, so the
@@ -60,7 +60,7 @@ struct SearcherOptions {
     bool load_vectors = true;
     /// Show progress on stderr when it is a terminal. Default: true
     bool progress = true;
-    /// Threads for OpenMP work (0: all cores). Default: 0
+    /// Threads for OpenMP work (0: all cores; at most kMaxThreads). Default: 0
     int threads = 0;
     /// On a GPU, run one search of a synthetic batch (256 queries x 32 tokens) at open, so
     /// that the first real search does not pay for loading kernels (CUDA loads them on first
@@ -71,7 +71,8 @@ struct SearcherOptions {
 
 /// Per-call search parameters.
 struct SearchOptions {
-    /// Results per query; must be > 0. Default: 10
+    /// Results per query; must be > 0 (more than the index's documents returns them all).
+    /// Default: 10
     int k = 10;
     /// Score every document with exact MaxSim on stored vectors (needs --keep-vectors). Default: false
     bool exhaustive = false;
@@ -89,6 +90,12 @@ struct SearchOptions {
     /// of the centroid GEMM, whose kernel cuBLAS picks by shape). Default: 0
     int max_batch_queries = 0;
 };
+
+/// Threads any option may ask for (OpenMP aborts far above a machine's cores).
+inline constexpr int kMaxThreads = 1024;
+
+/// Every field of `opts` in its documented range; the message names the field.
+Status ValidateBuildOptions(const IndexBuildOptions& opts);
 
 /// Parse an options JSON document (keys are the field names above, e.g. "codec",
 /// "n_centroids", "pq_m"). Unknown keys are an error naming the key.

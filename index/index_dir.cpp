@@ -1,0 +1,292 @@
+// Copyright TileMaxSim authors. Index directories: marker, locks, replacement, leftovers.
+#include "index/index_dir.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace tms::index {
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// fsync of a directory, so that a rename in it is durable.
+void sync_dir(const fs::path& dir) {
+    const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)::fsync(fd);
+    ::close(fd);
+}
+
+bool same_inode(int fd, const fs::path& file) {
+    struct stat a {}, b {};
+    if (::fstat(fd, &a) != 0 || ::stat(file.c_str(), &b) != 0) return false;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// TARGET.tmp-build-PID-N / TARGET.old-PID: the leftover kinds, by name.
+enum class Leftover { kNone, kBuild, kOld };
+Leftover leftover_kind(const std::string& name, const std::string& base) {
+    auto digits_after = [&](const std::string& prefix) {
+        if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return false;
+        return name.find_first_not_of("0123456789-", prefix.size()) == std::string::npos;
+    };
+    if (digits_after(base + ".tmp-build-")) return Leftover::kBuild;
+    if (digits_after(base + ".old-")) return Leftover::kOld;
+    return Leftover::kNone;
+}
+
+}  // namespace
+
+FileLock::~FileLock() {
+    if (fd_ >= 0) {
+        ::flock(fd_, LOCK_UN);
+        ::close(fd_);
+    }
+}
+
+Status FileLock::Acquire(const fs::path& file, bool exclusive, double wait_s, bool create, const std::string& busy,
+                         std::unique_ptr<FileLock>* out) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+    for (;;) {
+        int fd = ::open(file.c_str(), (create ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0644);
+        if (fd < 0 && !create && errno == EACCES) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return Status::IOError(file.string() + ": cannot open lock file: " + errno_text(errno));
+        for (;;) {
+            if (::flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) break;
+            if (errno != EWOULDBLOCK && errno != EINTR) {
+                const int e = errno;
+                ::close(fd);
+                return Status::IOError(file.string() + ": cannot lock: " + errno_text(e));
+            }
+            if (std::chrono::steady_clock::now() >= deadline) {
+                ::close(fd);
+                return Status::IOError(busy);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        // The directory may have been swapped between the open and the lock: the lock must be
+        // on the file the path names now.
+        if (same_inode(fd, file)) {
+            out->reset(new FileLock(fd));
+            return Status::OK();
+        }
+        ::flock(fd, LOCK_UN);
+        ::close(fd);
+        if (std::chrono::steady_clock::now() >= deadline && !fs::exists(file)) {
+            return Status::NotFound(file.parent_path().string() + ": no such index");
+        }
+    }
+}
+
+Status ResolveTargetPath(const std::string& path, fs::path* out) {
+    if (path.empty()) return Status::InvalidArgument("index path is empty");
+    std::error_code ec;
+    fs::path p = fs::absolute(fs::path(path), ec);
+    if (ec) return Status::InvalidArgument(path + ": bad path: " + ec.message());
+    p = p.lexically_normal();
+    while (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "idx/" -> "idx"
+    // Follow symbolic links (a chain of them), so that the index is replaced where it lives.
+    for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+        fs::path t = fs::read_symlink(p, ec);
+        if (ec) return Status::IOError(path + ": cannot read the symbolic link: " + ec.message());
+        p = (t.is_absolute() ? t : p.parent_path() / t).lexically_normal();
+        while (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+    }
+    if (p == p.root_path()) return Status::InvalidArgument(path + ": the root directory cannot be replaced");
+    *out = p;
+    return Status::OK();
+}
+
+Status WriteMarker(const fs::path& dir) {
+    const fs::path f = dir / kMarkerFile;
+    const int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::IOError(f.string() + ": cannot create: " + errno_text(errno));
+    static const char kText[] = "TileMaxSim index directory: written and removed only by tms.\n";
+    const bool ok = ::write(fd, kText, sizeof(kText) - 1) == ssize_t(sizeof(kText) - 1) && ::fsync(fd) == 0;
+    const int e = errno;
+    ::close(fd);
+    if (!ok) return Status::IOError(f.string() + ": write failed: " + errno_text(e));
+    return Status::OK();
+}
+
+bool IsIndexDir(const fs::path& dir) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return false;
+    return fs::is_regular_file(dir / kMarkerFile, ec) || IsUnmarkedIndex(dir);
+}
+
+Status AcquireWriterLock(const fs::path& dir, std::unique_ptr<FileLock>* out) {
+    std::error_code ec;
+    if (!fs::exists(dir / kMarkerFile, ec)) TMS_RETURN_IF_ERROR(WriteMarker(dir));  // an index from before markers
+    return FileLock::Acquire(dir / kWriterLockFile, true, 2.0, true,
+                             dir.string() + ": another process is writing this index (index --overwrite, add, "
+                                            "delete or compact); try again when it has finished",
+                             out);
+}
+
+Status AcquireMarkerLock(const fs::path& dir, bool exclusive, std::unique_ptr<FileLock>* out) {
+    out->reset();
+    std::error_code ec;
+    if (!fs::exists(dir / kMarkerFile, ec)) return Status::OK();
+    // Readers wait for a commit or a swap (short); writers wait for readers still loading.
+    const double wait = exclusive ? 600.0 : 120.0;
+    return FileLock::Acquire(dir / kMarkerFile, exclusive, wait, false,
+                             dir.string() + (exclusive ? ": timed out waiting for searchers still opening the index"
+                                                       : ": timed out waiting for a writer to finish replacing files"),
+                             out);
+}
+
+bool WriterActive(const fs::path& dir) {
+    const int fd = ::open((dir / kWriterLockFile).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool busy = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+    ::close(fd);  // closing drops the probe's lock
+    return busy;
+}
+
+Status MakeBuildDir(const fs::path& target, fs::path* out) {
+    static std::atomic<int> seq{0};
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+        const fs::path p = target.parent_path() / (target.filename().string() + ".tmp-build-" +
+                                                   std::to_string(::getpid()) + "-" + std::to_string(seq++));
+        if (::mkdir(p.c_str(), 0755) == 0) {
+            *out = p;
+            return Status::OK();
+        }
+        if (errno != EEXIST) return Status::IOError(p.string() + ": cannot create: " + errno_text(errno));
+    }
+    return Status::IOError(target.string() + ": cannot create a temporary build directory");
+}
+
+Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
+    const fs::path parent = target.parent_path();
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(target, ec))) {
+        // Never onto something that appeared meanwhile (rename would replace an empty directory).
+        int rc = ::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE);
+        if (rc != 0 && (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)) rc = ::rename(fresh.c_str(), target.c_str());
+        if (rc != 0) {
+            return Status::IOError(target.string() + ": cannot move the new index into place: " + errno_text(errno));
+        }
+        sync_dir(parent);
+        return Status::OK();
+    }
+    // No reader is loading the old copy from here on; readers that wait re-check the marker,
+    // find the new copy and load that.
+    std::unique_ptr<FileLock> readers;
+    TMS_RETURN_IF_ERROR(AcquireMarkerLock(target, true, &readers));
+    CrashPoint("swap:locked");
+    if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        sync_dir(parent);
+        CrashPoint("swap:exchanged");
+        fs::remove_all(fresh, ec);  // now the old copy
+        return Status::OK();
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+        return Status::IOError(target.string() + ": cannot exchange the new index with the old: " + errno_text(errno));
+    }
+    const fs::path old = parent / (target.filename().string() + ".old-" + std::to_string(::getpid()));
+    fs::rename(target, old, ec);
+    if (ec) return Status::IOError(target.string() + ": cannot move the old index aside: " + ec.message());
+    CrashPoint("swap:aside");
+    fs::rename(fresh, target, ec);
+    if (ec) {
+        std::error_code ec2;
+        fs::rename(old, target, ec2);
+        return Status::IOError(target.string() + ": cannot move the new index into place: " + ec.message());
+    }
+    sync_dir(parent);
+    fs::remove_all(old, ec);
+    return Status::OK();
+}
+
+void RecoverLeftovers(const fs::path& target) {
+    std::error_code ec;
+    const fs::path parent = target.parent_path();
+    const std::string base = target.filename().string();
+    std::vector<std::pair<Leftover, fs::path>> found;
+    for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+        const Leftover k = leftover_kind(it->path().filename().string(), base);
+        if (k != Leftover::kNone && !fs::is_symlink(it->symlink_status(ec)) && fs::is_directory(it->path(), ec) &&
+            fs::is_regular_file(it->path() / kMarkerFile, ec)) {
+            found.emplace_back(k, it->path());
+        }
+    }
+    // Old copies first: one of them may become the index again.
+    std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (const auto& [kind, dir] : found) {
+        // A live writer holds the directory's writer lock: leave its work alone.
+        std::unique_ptr<FileLock> lock;
+        if (!FileLock::Acquire(dir / kWriterLockFile, true, 0, true, "busy", &lock).ok()) continue;
+        if (kind == Leftover::kOld && !fs::exists(fs::symlink_status(target, ec))) {
+            fs::rename(dir, target, ec);
+            if (!ec) {
+                sync_dir(parent);
+                std::fprintf(stderr, "tms: %s: restored from %s (an interrupted replacement)\n", target.c_str(),
+                             dir.filename().c_str());
+                continue;
+            }
+        }
+        fs::remove_all(dir, ec);
+        if (!ec) {
+            std::fprintf(stderr, "tms: removed %s, left by an interrupted %s\n", dir.c_str(),
+                         kind == Leftover::kBuild ? "build" : "replacement");
+        }
+    }
+}
+
+void CrashPoint(const char* name) {
+    static const char* crash = std::getenv("TMS_CRASH_POINT");
+    static const char* pause = std::getenv("TMS_PAUSE_POINT");
+    static const bool list = std::getenv("TMS_LIST_POINTS") != nullptr;
+    if (!crash && !pause && !list) return;
+    static std::mutex mu;
+    static std::map<std::string, int> hits;
+    std::lock_guard<std::mutex> g(mu);
+    const int n = ++hits[name];
+    if (list) std::fprintf(stderr, "crash-point %s\n", name);
+    if (crash) {
+        const std::string c(crash);
+        const auto at = c.find('@');
+        const std::string want = c.substr(0, at);
+        const int nth = at == std::string::npos ? 1 : std::atoi(c.c_str() + at + 1);
+        if (want == name && n == nth) ::kill(::getpid(), SIGKILL);
+    }
+    if (pause) {
+        const std::string p(pause);
+        const auto colon = p.rfind(':');
+        if (p.substr(0, colon) == name && n == 1) {
+            std::fprintf(stderr, "paused-at %s\n", name);
+            std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(p.c_str() + colon + 1)));
+        }
+    }
+}
+
+int64_t FreeBytes(const fs::path& path) {
+    struct statvfs s {};
+    fs::path p = path;
+    std::error_code ec;
+    while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+    if (::statvfs(p.empty() ? "." : p.c_str(), &s) != 0) return -1;
+    return int64_t(s.f_bavail) * int64_t(s.f_frsize);
+}
+
+}  // namespace tms::index
