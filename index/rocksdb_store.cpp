@@ -906,8 +906,9 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
     im.target = target;
     im.target_lock = std::move(target_lock);
     TMS_RETURN_IF_ERROR(MakeBuildDir(target, &im.tmp));
-    TMS_RETURN_IF_ERROR(WriteMarker(im.tmp));
+    // Locked before it carries the marker: RecoverLeftovers never takes it for a dead build's.
     TMS_RETURN_IF_ERROR(FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
+    TMS_RETURN_IF_ERROR(WriteMarker(im.tmp));
     im.opts = opts;
     im.model = &model;
     im.ivf.resize(model.n_centroids);
@@ -1016,6 +1017,7 @@ Status with_read_db(const std::string& path, const std::function<Status(Db&)>& r
         {
             std::unique_ptr<FileLock> shared;
             TMS_RETURN_IF_ERROR(AcquireMarkerLock(dir, false, &shared));
+            CrashPoint("read:locked");
             Db db;
             st = open_db(dir.string(), true, &db);
             if (st.ok()) st = read(db);

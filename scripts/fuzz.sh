@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The parsers under a coverage-guided fuzzer, and the CPU unit tests under ASan and UBSan.
+# Builds build-fuzz/ with clang (-DTMS_FUZZ=ON: libFuzzer coverage, address and
+# undefined-behaviour sanitizers), runs tms_tests there, then each fuzz target for SECONDS
+# (default 10) from its seeds in tests/fuzz/corpus/ (new inputs it finds go to
+# build-fuzz/corpus/; a crash leaves crash-* in build-fuzz/ and fails the script).
+#   scripts/fuzz.sh          what CI runs (scripts/test.sh): 10 s a target
+#   scripts/fuzz.sh 1800     a longer hunt: half an hour a target
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTMS_ENABLE_CUDA=OFF -DTMS_FUZZ=ON \
+  -DTMS_BUILD_TOOLS=ON >/dev/null
+cmake --build build-fuzz -j"$(nproc)"
+# Leaks are checked; ODR reports are off (FAISS and its BLAS define symbols twice in Debian).
+export ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+echo "fuzz.sh: CPU unit tests under ASan + UBSan"
+build-fuzz/tests/tms_tests --gtest_brief=1 2>&1 | grep -v "^WARNING clustering"
+for t in npy safetensors text config; do
+  mkdir -p build-fuzz/corpus/$t
+  echo "fuzz.sh: fuzz_$t for ${secs}s"
+  (cd build-fuzz && TMPDIR=/dev/shm ./tests/fuzz/fuzz_$t -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
+     -print_final_stats=1 corpus/$t ../tests/fuzz/corpus/$t 2>&1 | grep -E "^stat::number_of_executed_units|ERROR|SUMMARY|crash" || true)
+  if ls build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* >/dev/null 2>&1; then
+    echo "fuzz.sh: fuzz_$t found an input that fails: $(ls build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* 2>/dev/null)"
+    exit 1
+  fi
+done
