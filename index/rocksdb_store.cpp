@@ -407,7 +407,7 @@ Status read_floats(Db& db, const std::string& path, const char* key, std::vector
     TMS_RETURN_IF_ERROR(unseal(path + ": model/" + key, &v));
     if (v.size() % 4) return Status::Corruption(path + ": model/" + key + ": bad size");
     out->resize(v.size() / 4);
-    std::memcpy(out->data(), v.data(), v.size());
+    if (!v.empty()) std::memcpy(out->data(), v.data(), v.size());
     return Status::OK();
 }
 

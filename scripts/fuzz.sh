@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The parsers under a coverage-guided fuzzer, and the CPU unit tests under ASan and UBSan.
 # Builds build-fuzz/ with clang (-DTMS_FUZZ=ON: libFuzzer coverage, address and
-# undefined-behaviour sanitizers), runs tms_tests there, then each fuzz target for SECONDS
+# undefined-behaviour sanitizers), runs unit and CLI tests there, then each fuzz target for SECONDS
 # (default 10) from its seeds in tests/fuzz/corpus/ (new inputs it finds go to
 # build-fuzz/corpus/; a crash leaves crash-* in build-fuzz/ and fails the script).
 #   scripts/fuzz.sh          what CI runs (scripts/test.sh): 10 s a target
@@ -15,8 +15,14 @@ cmake --build build-fuzz -j"$(nproc)"
 # Leaks are checked; ODR reports are off (FAISS and its BLAS define symbols twice in Debian).
 export ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-echo "fuzz.sh: CPU unit tests under ASan + UBSan"
-build-fuzz/tests/tms_tests --gtest_brief=1 2>&1 | grep -v "^WARNING clustering"
+# The store, parsers, updates and search paths; the kernels' compute-heavy cases (MaxSim*,
+# CodeMaxSim*, the concurrent and recall searches) run 20x slower instrumented and stay in the
+# plain run.
+echo "fuzz.sh: CPU unit tests and CLI tests under ASan + UBSan"
+build-fuzz/tests/tms_tests --gtest_brief=1 \
+  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*' \
+  2>&1 | grep -v "^WARNING clustering"
+TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_cli.py
 for t in npy safetensors text config; do
   mkdir -p build-fuzz/corpus/$t
   echo "fuzz.sh: fuzz_$t for ${secs}s"

@@ -13,24 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TMS = os.environ.get("TMS_BIN")
+from cli_util import TMS, expect_error, tms
 pytestmark = pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
-
-
-def tms(*args, check=False):
-    p = subprocess.run([TMS, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if check:
-        assert p.returncode == 0, p.stderr
-    return p
-
-
-def expect_error(p, *needles):
-    assert p.returncode != 0, f"expected failure, got success: {p.stdout}"
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, f"expected one line on stderr, got: {p.stderr!r}"
-    for n in needles:
-        assert n in lines[0], f"{n!r} not in {lines[0]!r}"
-    assert "terminate" not in p.stderr and "Segmentation" not in p.stderr
 
 
 def save_npy(path, arr):
