@@ -296,6 +296,11 @@ IndexBuilder::~IndexBuilder() = default;
 Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& path, std::unique_ptr<IndexBuilder>* out) {
     if (path.empty()) return Status::InvalidArgument("index path is empty");
     TMS_RETURN_IF_ERROR(ValidateBuildOptions(opts));
+    // Refuse before training, not after it, when the index to replace is being written (the
+    // writer lock itself is taken when the new copy is created).
+    fs::path target;
+    TMS_RETURN_IF_ERROR(index::ResolveTargetPath(path, &target));
+    if (opts.overwrite && index::WriterActive(target)) return index::WriterBusyError(target);
     out->reset(new IndexBuilder(opts, path));
     return Status::OK();
 }

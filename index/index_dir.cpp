@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -137,10 +138,12 @@ Status AcquireWriterLock(const fs::path& dir, std::unique_ptr<FileLock>* out) {
     std::error_code ec;
     if (!fs::exists(dir / kMarkerFile, ec)) TMS_RETURN_IF_ERROR(WriteMarker(dir));  // an index from before markers
     // A short wait: a reader's probe (WriterActive) holds the lock for microseconds.
-    return FileLock::Acquire(dir / kWriterLockFile, true, 0.5, true,
-                             dir.string() + ": another process is writing this index (index --overwrite, add, "
-                                            "delete or compact); try again when it has finished",
-                             out);
+    return FileLock::Acquire(dir / kWriterLockFile, true, 0.5, true, WriterBusyError(dir).message(), out);
+}
+
+Status WriterBusyError(const fs::path& dir) {
+    return Status::IOError(dir.string() + ": another process is writing this index (index --overwrite, add, delete or "
+                           "compact); try again when it has finished");
 }
 
 Status AcquireMarkerLock(const fs::path& dir, bool exclusive, std::unique_ptr<FileLock>* out) {
@@ -278,8 +281,15 @@ void CrashPoint(const char* name) {
         const std::string p(pause);
         const auto colon = p.rfind(':');
         if (p.substr(0, colon) == name && n == 1) {
+            // SIGUSR1 ends the pause early (the test has done what it paused the process for).
+            static volatile sig_atomic_t resumed = 0;
+            std::signal(SIGUSR1, [](int) { resumed = 1; });
             std::fprintf(stderr, "paused-at %s\n", name);
-            std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(p.c_str() + colon + 1)));
+            const auto until = std::chrono::steady_clock::now() +
+                               std::chrono::duration<double>(std::atof(p.c_str() + colon + 1));
+            while (!resumed && std::chrono::steady_clock::now() < until) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
         }
     }
 }

@@ -64,6 +64,8 @@ Status AcquireWriterLock(const std::filesystem::path& dir, std::unique_ptr<FileL
 /// The marker of `dir`, shared (a reader's open) or exclusive (a change of files a reader may
 /// be loading). No lock (nullptr, OK) for an index without a marker.
 Status AcquireMarkerLock(const std::filesystem::path& dir, bool exclusive, std::unique_ptr<FileLock>* out);
+/// "DIR: another process is writing this index ...": a writer's refusal.
+Status WriterBusyError(const std::filesystem::path& dir);
 /// True when some process holds the writer lock of `dir` now.
 bool WriterActive(const std::filesystem::path& dir);
 
@@ -82,7 +84,8 @@ void RecoverLeftovers(const std::filesystem::path& target);
 
 /// Test hook: with TMS_CRASH_POINT=NAME (or NAME@N, the N-th time) in the environment the
 /// process kills itself (SIGKILL) at the named point; TMS_PAUSE_POINT=NAME:SECONDS sleeps
-/// there; TMS_LIST_POINTS=1 prints each point reached ("crash-point NAME") on stderr.
+/// there (printing "paused-at NAME"; SIGUSR1 ends the sleep early); TMS_LIST_POINTS=1 prints
+/// each point reached ("crash-point NAME") on stderr.
 void CrashPoint(const char* name);
 
 /// Bytes free to unprivileged users on the file system holding `path` (-1 when unknown).

@@ -165,11 +165,12 @@ def race(corpus, base_dir, a, b):
     index = base_dir / f"{a}-{b}"
     shutil.copytree(corpus / "base", index)
     prepare(corpus, index, a)
-    pa = start(*WRITERS[a](corpus, index), env={"TMS_PAUSE_POINT": PAUSE_AT[a] + ":4"})
+    pa = start(*WRITERS[a](corpus, index), env={"TMS_PAUSE_POINT": PAUSE_AT[a] + ":120"})
     try:
         wait_for_line(pa, "paused-at")
         pb = tms(*WRITERS[b](corpus, index))
     finally:
+        pa.send_signal(signal.SIGUSR1)  # B is done: let A finish
         out, err = pa.communicate(timeout=120)
     return index, pa.returncode, err, pb
 
