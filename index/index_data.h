@@ -233,7 +233,10 @@ using UpdaterPtr = std::unique_ptr<IndexUpdaterImpl, UpdaterDeleter>;
 Status OpenUpdater(const std::string& path, UpdaterPtr* out);
 Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                   std::vector<std::string> doc_ids, bool replace, bool progress);
-Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what);
+/// Ids of documents deleted before (and not added again) are skipped and counted in
+/// *already_deleted; an id the index never held is an error naming its line.
+Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what,
+                     int64_t* already_deleted = nullptr);
 Status UpdaterCommit(IndexUpdaterImpl* u);
 const IndexInfo& UpdaterInfo(const IndexUpdaterImpl* u);
 /// Rewrites the index without its deleted documents (atomically replacing it).

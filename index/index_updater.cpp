@@ -46,8 +46,8 @@ Status IndexUpdater::AddFromFiles(const std::string& docs_npy, const std::string
     return st;
 }
 
-Status IndexUpdater::Delete(const std::vector<std::string>& doc_ids) {
-    return index::UpdaterDelete(impl_->u.get(), doc_ids, "doc-ids");
+Status IndexUpdater::Delete(const std::vector<std::string>& doc_ids, int64_t* already_deleted) {
+    return index::UpdaterDelete(impl_->u.get(), doc_ids, "doc-ids", already_deleted);
 }
 
 Status IndexUpdater::Commit() { return index::UpdaterCommit(impl_->u.get()); }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -428,6 +429,7 @@ struct IndexUpdaterImpl {
     IndexModel model;
     int chunk_docs = 2048;
     std::unordered_map<std::string, int64_t> ids;  // live external id -> internal id
+    std::unordered_set<std::string> deleted_ids;    // external ids with no live document
     // IVF lists are read when an added token first touches them (ivf_loaded), not at open:
     // adding a few documents to a large index reads a few lists, not every posting.
     std::vector<std::vector<int32_t>> ivf;
@@ -507,12 +509,14 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
             // Documents per chunk: chunk_docs, except for the last chunk of a build or an add.
             TMS_RETURN_IF_ERROR(for_each_id(what, v, [&](std::string_view id) {
                 if (doc >= u->info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
-                if (!deleted[doc]) u->ids.emplace(std::string(id), doc);
+                if (!deleted[doc]) u->ids[std::string(id)] = doc;
+                else u->deleted_ids.emplace(id);
                 ++doc;
                 return Status::OK();
             }));
         }
         if (doc != u->info.n_docs) return Status::Corruption(path + ": document ids missing");
+        for (const auto& [id, d] : u->ids) u->deleted_ids.erase(id);  // replaced: live again
     }
     u->ivf.resize(m.n_centroids);
     u->ivf_loaded.assign(m.n_centroids, 0);
@@ -582,6 +586,7 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         for (size_t d = d0; d < d1; ++d) {
             const int64_t doc = first + int64_t(d - d0);
             u->ids[doc_ids[d]] = doc;
+            u->deleted_ids.erase(doc_ids[d]);
             for (int64_t j = t; j < t + doclens[d]; ++j) {
                 const uint32_t k = cids[j];
                 if (!u->ivf_loaded[k]) {  // the committed list (ids below the committed n_docs)
@@ -609,19 +614,26 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
     return Status::OK();
 }
 
-Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what) {
+Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what,
+                     int64_t* already_deleted) {
+    int64_t already = 0;
     for (size_t i = 0; i < doc_ids.size(); ++i) {
-        if (u->ids.find(doc_ids[i]) == u->ids.end()) {
-            return Status::NotFound(what + ": line " + std::to_string(i + 1) + ": no document '" + doc_ids[i] +
-                                    "' in the index");
+        if (u->ids.count(doc_ids[i])) continue;
+        if (u->deleted_ids.count(doc_ids[i])) {
+            ++already;
+            continue;
         }
+        return Status::NotFound(what + ": line " + std::to_string(i + 1) + ": no document '" + doc_ids[i] +
+                                "' in the index");
     }
     for (const auto& id : doc_ids) {
         auto it = u->ids.find(id);
-        if (it == u->ids.end()) continue;  // listed twice
+        if (it == u->ids.end()) continue;  // deleted before, or listed twice
         u->tombstones.push_back(it->second);
+        u->deleted_ids.insert(id);
         u->ids.erase(it);
     }
+    if (already_deleted) *already_deleted = already;
     return Status::OK();
 }
 

@@ -35,6 +35,7 @@ struct SearchArgs {
     std::string index, queries, query_ids, out, device = "auto", tag = "tms";
     tms::SearchOptions opts;
     int batch = 256;
+    bool no_progress = false;
 };
 
 // Loads queries, searches in batches, writes the run. Prints a summary to stderr.
@@ -68,6 +69,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     tms::SearcherOptions so;
     TMS_RETURN_IF_ERROR(parse_device(a.device, &so.device));
     so.load_vectors = true;
+    so.progress = !quiet && !a.no_progress;
     std::unique_ptr<tms::Searcher> searcher;
     TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &searcher));
     if (view.dim != searcher->info().dim) {
@@ -76,7 +78,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     }
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     tms::SearchTimings phase;
-    tms::Progress prog("searching", nq, !quiet, " q");
+    tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
     const auto t0 = Clock::now();
     const size_t row_bytes = size_t(qt) * view.dim * tms::DTypeSize(view.dtype);
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
@@ -128,6 +130,7 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 30));
     c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    c->add_flag("--no-progress", a->no_progress, "No progress bars");
 }
 
 tms::Status print_info(const std::string& path) {
@@ -138,10 +141,15 @@ tms::Status print_info(const std::string& path) {
                 i.codec.c_str());
     if (i.codec == "pq") std::printf("pq_m\t%d\npq_nbits\t%d\n", i.pq_m, i.pq_nbits);
     else std::printf("residual_nbits\t%d\n", i.residual_nbits);
-    std::printf("deleted\t%lld\n", (long long)i.n_deleted);
+    std::printf("live_documents\t%lld\ndeleted\t%lld\n", (long long)(i.n_docs - i.n_deleted), (long long)i.n_deleted);
     std::printf("code_bytes_per_token\t%.2f\nvectors\t%s\nvector_bytes_per_token\t%.2f\nchunks\t%lld\nbuild_config\t%s\n",
                 i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
                 i.build_config_json.c_str());
+    // The build config keeps what was asked (0: the default rule); these are what it resolved to.
+    std::printf("build_resolved\t{\"codec\": \"%s\", \"n_centroids\": %d, \"pq_m\": %d, \"pq_nbits\": %d, "
+                "\"residual_nbits\": %d}\n",
+                i.codec.c_str(), i.n_centroids, i.codec == "pq" ? i.pq_m : 0, i.codec == "pq" ? i.pq_nbits : 0,
+                i.codec == "residual" ? i.residual_nbits : 0);
     return tms::Status::OK();
 }
 
@@ -403,17 +411,22 @@ int run(int argc, char** argv) {
         std::unique_ptr<tms::IndexUpdater> u;
         tms::Status st = tms::IndexUpdater::Open(upd_index, true, &u);
         const int64_t before_docs = st.ok() ? u->info().n_docs : 0, before_del = st.ok() ? u->info().n_deleted : 0;
+        int64_t already_deleted = 0;
         if (st.ok() && add->parsed()) st = u->AddFromFiles(upd_docs, upd_doclens, upd_ids, upd_replace);
         if (st.ok() && del->parsed()) {
             std::vector<std::string> ids;
             st = tms::ReadLines(upd_ids, &ids);
-            if (st.ok()) st = u->Delete(ids);
+            if (st.ok()) st = u->Delete(ids, &already_deleted);
             if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0) st = tms::Status(st.code(), upd_ids + st.message().substr(7));
         }
         if (st.ok()) st = u->Commit();
         if (!st.ok()) return fail(cmd, st);
-        std::fprintf(stderr, "tms %s: %lld added, %lld deleted in %.2f s; index has %lld live documents -> %s\n",
-                     cmd.c_str(), (long long)(u->info().n_docs - before_docs), (long long)(u->info().n_deleted - before_del),
+        const long long added = u->info().n_docs - before_docs, removed = u->info().n_deleted - before_del;
+        std::string what = add->parsed() ? std::to_string(added) + " added" +
+                                               (removed ? " (" + std::to_string(removed) + " replaced)" : "")
+                                         : std::to_string(removed) + " deleted";
+        if (already_deleted) what += ", " + std::to_string(already_deleted) + " already deleted (skipped)";
+        std::fprintf(stderr, "tms %s: %s in %.2f s; index has %lld live documents -> %s\n", cmd.c_str(), what.c_str(),
                      since(t0), (long long)(u->info().n_docs - u->info().n_deleted), upd_index.c_str());
         return 0;
     }

@@ -27,9 +27,10 @@ public:
     /// Add from files (docs .npy, doclens .npy, ids one per line).
     Status AddFromFiles(const std::string& docs_npy, const std::string& doclens_npy, const std::string& doc_ids_txt,
                         bool replace);
-    /// Tombstone documents by external id (every id must exist). Deleted documents vanish from
-    /// every search path at once; Compact reclaims their space.
-    Status Delete(const std::vector<std::string>& doc_ids);
+    /// Tombstone documents by external id. An id deleted before is skipped (counted in
+    /// *already_deleted when given); an id the index never held is an error. Deleted documents
+    /// vanish from every search path at once; Compact reclaims their space.
+    Status Delete(const std::vector<std::string>& doc_ids, int64_t* already_deleted = nullptr);
     /// Apply the pending changes atomically and durably.
     Status Commit();
     /// The index as it will be after Commit.

@@ -134,6 +134,18 @@ TEST(UpdateCpu, AddDeleteEqualsFreshBuild) {
         EXPECT_EQ(before.n_docs, 540);
         EXPECT_EQ(before.n_deleted, 0);
         ASSERT_TRUE(u->Commit().ok());
+        // Deleted ids again: skipped and counted, in the same session and the next.
+        int64_t already = -1;
+        ASSERT_TRUE(u->Delete(del, &already).ok());
+        EXPECT_EQ(already, int64_t(del.size()));
+    }
+    {
+        std::unique_ptr<IndexUpdater> u2;
+        ASSERT_TRUE(IndexUpdater::Open(upd, false, &u2).ok());
+        int64_t already = -1;
+        ASSERT_TRUE(u2->Delete({all.ids[removed[0]]}, &already).ok());
+        EXPECT_EQ(already, 1);
+        EXPECT_EQ(u2->Delete({all.ids[removed[0]], "no-such-doc"}).code(), Status::Code::kNotFound);
     }
     IndexInfo after;
     ASSERT_TRUE(ReadIndexInfo(upd, &after).ok());

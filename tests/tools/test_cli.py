@@ -53,10 +53,13 @@ def test_synth_outputs(corpus):
 def test_end_to_end(corpus, index, tmp_path):
     info = tms("info", "--index", index, check=True).stdout
     assert "documents\t300" in info and "dim\t64" in info and "codec\tpq" in info
-    assert "format_version\t3" in info and "vectors\tyes" in info
+    assert "format_version\t3" in info and "vectors\tyes" in info and "live_documents\t300" in info
+    # The stored config says what was asked (pq_m 0: the default rule); build_resolved what it became.
+    resolved = json.loads([l for l in info.splitlines() if l.startswith("build_resolved\t")][0].split("\t")[1])
+    assert resolved == {"codec": "pq", "n_centroids": 64, "pq_m": 8, "pq_nbits": 8, "residual_nbits": 0}
     run = tmp_path / "run.trec"
     tms("search", "--index", index, "--queries", corpus / "queries.npy", "--query-ids", corpus / "query_ids.txt",
-        "--out", run, "--k", 10, check=True)
+        "--out", run, "--k", 10, "--no-progress", check=True)
     lines = run.read_text().splitlines()
     assert len(lines) == 200
     f = lines[0].split()
@@ -328,8 +331,13 @@ def test_add_delete_compact(corpus, tmp_path):
     (tmp_path / "del.txt").write_text("\n".join(ids[:30]) + "\n")
     tms("delete", "--index", out, "--doc-ids", tmp_path / "del.txt", check=True)
     info = tms("info", "--index", out, check=True).stdout
-    assert "documents\t300" in info and "deleted\t30" in info
-    expect_error(tms("delete", "--index", out, "--doc-ids", tmp_path / "del.txt"), "del.txt", "no document")
+    assert "documents\t300" in info and "deleted\t30" in info and "live_documents\t270" in info
+    # Deleting them again is reported, not an error; an id the index never held still is.
+    p = tms("delete", "--index", out, "--doc-ids", tmp_path / "del.txt", check=True)
+    assert "0 deleted, 30 already deleted (skipped)" in p.stderr and "added" not in p.stderr
+    (tmp_path / "del2.txt").write_text(ids[0] + "\nnever-added\n")
+    expect_error(tms("delete", "--index", out, "--doc-ids", tmp_path / "del2.txt"), "del2.txt", "line 2",
+                 "no document 'never-added'")
     run = tmp_path / "r.trec"
     tms("search", "--index", out, "--queries", corpus / "queries.npy", "--out", run, "--k", 300, "--exhaustive",
         check=True)
