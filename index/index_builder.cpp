@@ -194,7 +194,7 @@ Status add_shard_dir(const std::string& dir, Inputs* in) {
     return Status::OK();
 }
 
-// safetensors: tensors "embeddings" (or "docs") F16/F32 [n_tokens, dim] and "doclens" I32/I64 [n_docs].
+// safetensors: tensors "embeddings" (or "docs") F16/BF16/F32 [n_tokens, dim] and "doclens" I32/I64 [n_docs].
 Status add_safetensors(const std::string& path, Inputs* in) {
     std::ifstream f(path, std::ios::binary);
     if (!f) return Status::NotFound(path + ": no such file");
@@ -258,9 +258,11 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     HostArray dh;
     dh.shape = ds;
     if (dt == "F16") dh.descr = "<f2";
+    else if (dt == "BF16") dh.descr = "<V2";
     else if (dt == "F32") dh.descr = "<f4";
-    else return Status::InvalidArgument(path + ": embeddings dtype " + dt + " not supported (F16 or F32)");
-    if ((d1 - d0) != dh.numel() * (dt == "F16" ? 2 : 4)) return Status::InvalidArgument(path + ": embeddings size does not match its shape");
+    else return Status::InvalidArgument(path + ": embeddings dtype " + dt + " not supported (F16, BF16 or F32)");
+    const int64_t esize = dt == "F32" ? 4 : 2;
+    if ((d1 - d0) != dh.numel() * esize) return Status::InvalidArgument(path + ": embeddings size does not match its shape");
     HostArray lh;
     lh.shape = ls;
     if (lt == "I32") lh.descr = "<i4";
@@ -273,7 +275,7 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     std::vector<int64_t> l;
     TMS_RETURN_IF_ERROR(IntegersFromArray(lh, path + " (doclens)", &l));
     // Embeddings: memory-mapped like .npy input (the mapping starts at the file's first page).
-    if (d0 % (dt == "F16" ? 2 : 4) != 0) {
+    if (d0 % esize != 0) {
         return Status::InvalidArgument(path + ": embeddings are not aligned to their element size in the file");
     }
     std::unique_ptr<index::MappedNpy> m;

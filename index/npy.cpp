@@ -57,6 +57,7 @@ int descr_size(const std::string& d) {
     const char order = d[0];
     if (order != '<' && order != '|' && order != '=') return -1;  // big-endian not supported
     const char kind = d[1];
+    if (kind == 'V') return d == "<V2" || d == "|V2" ? 2 : 0;  // bfloat16 (ml_dtypes) as numpy saves it
     if (kind != 'f' && kind != 'i' && kind != 'u') return 0;
     try {
         return std::stoi(d.substr(2));
@@ -264,8 +265,10 @@ Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& wh
 
 Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank, const std::string& what,
                                 EmbeddingView* out, bool check_finite) {
-    if (arr.descr != "<f2" && arr.descr != "<f4") {
-        return Status::InvalidArgument(what + ": dtype '" + arr.descr + "' not supported; expected float16 (<f2) or float32 (<f4)");
+    const bool bf16 = arr.descr == "<V2" || arr.descr == "|V2";
+    if (arr.descr != "<f2" && arr.descr != "<f4" && !bf16) {
+        return Status::InvalidArgument(what + ": dtype '" + arr.descr + "' not supported; expected float16 (<f2), "
+                                       "float32 (<f4) or bfloat16 (ml_dtypes, saved as <V2)");
     }
     if (static_cast<int>(arr.shape.size()) != rank) {
         return Status::InvalidArgument(what + ": expected a rank-" + std::to_string(rank) + " array (" +
@@ -276,7 +279,7 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
     if (dim < 32 || dim > 1024) {
         return Status::InvalidArgument(what + ": dimension " + std::to_string(dim) + " outside the supported range [32, 1024]");
     }
-    out->dtype = arr.descr == "<f2" ? DType::kF16 : DType::kF32;
+    out->dtype = bf16 ? DType::kBF16 : arr.descr == "<f2" ? DType::kF16 : DType::kF32;
     out->data = data;
     out->dim = static_cast<int>(dim);
     out->rows = arr.numel() / dim;
@@ -285,11 +288,12 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
     // first offender is reported.
     const int64_t n = arr.numel();
     int64_t first_bad = n;
-    if (out->dtype == DType::kF16) {
+    if (out->dtype != DType::kF32) {
         const auto* h = static_cast<const uint16_t*>(data);
+        const uint16_t exp = out->dtype == DType::kF16 ? 0x7c00u : 0x7f80u;
 #pragma omp parallel for reduction(min : first_bad) schedule(static)
         for (int64_t i = 0; i < n; ++i)
-            if ((h[i] & 0x7c00u) == 0x7c00u && i < first_bad) first_bad = i;
+            if ((h[i] & exp) == exp && i < first_bad) first_bad = i;
     } else {
         const auto* f = static_cast<const uint32_t*>(data);
 #pragma omp parallel for reduction(min : first_bad) schedule(static)

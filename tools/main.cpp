@@ -250,7 +250,7 @@ int run(int argc, char** argv) {
     std::string codec;
     auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
     idx->add_option("--docs", docs,
-                    "Token embeddings: .npy [n_tokens, dim] (float16/float32), a directory of shards "
+                    "Token embeddings: .npy [n_tokens, dim] (float16/bfloat16/float32), a directory of shards "
                     "docs_*.npy + doclens_*.npy, or .safetensors (tensors 'embeddings', 'doclens')")->required();
     idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64 (with a .npy --docs)");
     idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");

@@ -20,7 +20,8 @@ std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shap
 Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                const void* data, size_t nbytes);
 
-/// View a float16/float32 array of rank `rank` (2: [rows, dim], 3: [n, tokens, dim]) as
+/// View a float16/bfloat16/float32 array (bfloat16: ml_dtypes's, which numpy saves as descr <V2)
+/// of rank `rank` (2: [rows, dim], 3: [n, tokens, dim]) as
 /// embeddings; checks dtype, rank, dim in [32, 1024] and that every value is finite.
 /// `what` names the file in messages.
 Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out);

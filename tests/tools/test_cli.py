@@ -379,3 +379,50 @@ def test_bench_index_small(tmp_path):
     (case,) = r["cases"]
     assert case["case"].startswith("build_res2_d128_t") and case["tokens"] > 30000
     assert case["tokens_per_s"] > 0 and case["index_bytes_per_token"] > 36 and case["load_gbps"] > 0
+
+
+def test_bfloat16_npy_equals_float32_of_the_same_values(corpus, tmp_path):
+    """ml_dtypes' bfloat16, which numpy saves as descr <V2: documents and queries in bf16 index and
+    search exactly as float32 arrays holding the same values."""
+    def bf16_bits(a):
+        return (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+    docs, queries = np.load(corpus / "docs.npy"), np.load(corpus / "queries.npy")
+    runs = {}
+    for kind in ("bf16", "f32"):
+        d, q = bf16_bits(docs), bf16_bits(queries)
+        if kind == "bf16":
+            d, q = d.view(np.dtype("V2")), q.view(np.dtype("V2"))
+        else:
+            d, q = (d.astype(np.uint32) << 16).view(np.float32), (q.astype(np.uint32) << 16).view(np.float32)
+        np.save(tmp_path / f"d_{kind}.npy", d)
+        np.save(tmp_path / f"q_{kind}.npy", q)
+        assert kind == "f32" or b"V2" in (tmp_path / f"d_{kind}.npy").read_bytes()[:64]
+        out = tmp_path / f"idx_{kind}"
+        tms("index", "--docs", tmp_path / f"d_{kind}.npy", "--doclens", corpus / "doclens.npy", "--out", out,
+            "--keep-vectors", "--centroids", 64, "--device", "cpu", check=True)
+        for mode in ("default", "exhaustive"):
+            run = tmp_path / f"{kind}_{mode}.trec"
+            tms("search", "--index", out, "--queries", tmp_path / f"q_{kind}.npy", "--out", run, "--k", 10,
+                "--device", "cpu", *(["--exhaustive"] if mode == "exhaustive" else []), check=True)
+            runs[kind, mode] = run.read_text()
+    assert runs["bf16", "exhaustive"] == runs["f32", "exhaustive"]
+    assert runs["bf16", "default"] == runs["f32", "default"]
+    # The same documents as a safetensors BF16 tensor.
+    d, l = bf16_bits(docs).tobytes(), np.load(corpus / "doclens.npy").astype(np.int64).tobytes()
+    h = json.dumps({"embeddings": {"dtype": "BF16", "shape": list(docs.shape), "data_offsets": [0, len(d)]},
+                    "doclens": {"dtype": "I64", "shape": [len(l) // 8], "data_offsets": [len(d), len(d) + len(l)]}})
+    h = h.encode() + b" " * (-len(h) % 8)
+    st = tmp_path / "bf16.safetensors"
+    st.write_bytes(len(h).to_bytes(8, "little") + h + d + l)
+    tms("index", "--docs", st, "--out", tmp_path / "idx_st", "--keep-vectors", "--centroids", 64, "--device", "cpu",
+        check=True)
+    run = tmp_path / "st.trec"
+    tms("search", "--index", tmp_path / "idx_st", "--queries", tmp_path / "q_f32.npy", "--out", run, "--k", 10,
+        "--device", "cpu", "--exhaustive", check=True)
+    assert run.read_text() == runs["f32", "exhaustive"]
+    bad = bf16_bits(docs)
+    bad[3, 5] = 0x7FC0  # NaN
+    np.save(tmp_path / "nan.npy", bad.view(np.dtype("V2")))
+    expect_error(tms("index", "--docs", tmp_path / "nan.npy", "--doclens", corpus / "doclens.npy", "--out",
+                     tmp_path / "nan_idx", "--device", "cpu"), "nan.npy", "NaN", "row 3")
