@@ -98,7 +98,7 @@ Status FileLock::Acquire(const fs::path& file, bool exclusive, double wait_s, bo
 }
 
 Status ResolveTargetPath(const std::string& path, fs::path* out) {
-    if (path.empty()) return Status::InvalidArgument("index path is empty");
+    if (path.empty()) return Status::InvalidArgument("empty path");
     std::error_code ec;
     fs::path p = fs::absolute(fs::path(path), ec);
     if (ec) return Status::InvalidArgument(path + ": bad path: " + ec.message());
