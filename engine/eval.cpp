@@ -9,8 +9,6 @@
 //   - the ideal DCG walks the query's judged grades >= 1 from the highest down.
 #include "tilemaxsim/eval.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>

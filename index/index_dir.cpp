@@ -36,6 +36,9 @@ void sync_dir(const fs::path& dir) {
     ::close(fd);
 }
 
+// renameat2's flags are not supported by this file system (or kernel): fall back to rename.
+bool renameat2_unsupported(int e) { return e == EINVAL || e == ENOSYS || e == ENOTSUP; }
+
 bool same_inode(int fd, const fs::path& file) {
     struct stat a {}, b {};
     if (::fstat(fd, &a) != 0 || ::stat(file.c_str(), &b) != 0) return false;
@@ -67,8 +70,7 @@ Status FileLock::Acquire(const fs::path& file, bool exclusive, double wait_s, bo
                          std::unique_ptr<FileLock>* out) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
     for (;;) {
-        int fd = ::open(file.c_str(), (create ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0644);
-        if (fd < 0 && !create && errno == EACCES) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+        const int fd = ::open(file.c_str(), (create ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0644);
         if (fd < 0) return Status::IOError(file.string() + ": cannot open lock file: " + errno_text(errno));
         for (;;) {
             if (::flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) break;
@@ -186,7 +188,7 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
     if (!fs::exists(fs::symlink_status(target, ec))) {
         // Never onto something that appeared meanwhile (rename would replace an empty directory).
         int rc = ::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE);
-        if (rc != 0 && (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)) rc = ::rename(fresh.c_str(), target.c_str());
+        if (rc != 0 && renameat2_unsupported(errno)) rc = ::rename(fresh.c_str(), target.c_str());
         if (rc != 0) {
             return Status::IOError(target.string() + ": cannot move the new index into place: " + errno_text(errno));
         }
@@ -200,15 +202,16 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
     CrashPoint("swap:locked");
     // TMS_TEST_NO_RENAME_EXCHANGE: the path of file systems without the exchange, for tests.
     static const bool exchange = std::getenv("TMS_TEST_NO_RENAME_EXCHANGE") == nullptr;
-    if (!exchange) errno = EINVAL;
-    if (exchange && ::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-        sync_dir(parent);
-        CrashPoint("swap:exchanged");
-        fs::remove_all(fresh, ec);  // now the old copy
-        return Status::OK();
-    }
-    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
-        return Status::IOError(target.string() + ": cannot exchange the new index with the old: " + errno_text(errno));
+    if (exchange) {
+        if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+            sync_dir(parent);
+            CrashPoint("swap:exchanged");
+            fs::remove_all(fresh, ec);  // now the old copy
+            return Status::OK();
+        }
+        if (!renameat2_unsupported(errno)) {
+            return Status::IOError(target.string() + ": cannot exchange the new index with the old: " + errno_text(errno));
+        }
     }
     const fs::path old = parent / (target.filename().string() + ".old-" + std::to_string(::getpid()));
     fs::rename(target, old, ec);

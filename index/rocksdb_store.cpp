@@ -509,7 +509,7 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
             // Documents per chunk: chunk_docs, except for the last chunk of a build or an add.
             TMS_RETURN_IF_ERROR(for_each_id(what, v, [&](std::string_view id) {
                 if (doc >= u->info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
-                if (!deleted[doc]) u->ids[std::string(id)] = doc;
+                if (!deleted[doc]) u->ids.emplace(std::string(id), doc);
                 else u->deleted_ids.emplace(id);
                 ++doc;
                 return Status::OK();
@@ -901,11 +901,12 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
             return Status::AlreadyExists(path + ": already exists (pass --overwrite to replace it)");
         }
         // Only ever replace an index this project wrote, or an empty directory.
-        if (!fs::is_directory(target, ec) || (!fs::is_empty(target, ec) && !IsIndexDir(target))) {
+        const bool empty_dir = fs::is_directory(target, ec) && fs::is_empty(target, ec);
+        if (!empty_dir && !IsIndexDir(target)) {
             return Status::InvalidArgument(path + ": exists and is not an index written by tms; refusing to overwrite it");
         }
         // No other writer may change the old index while the new one is built: it would be lost.
-        if (!target_lock && !fs::is_empty(target, ec)) TMS_RETURN_IF_ERROR(AcquireWriterLock(target, &target_lock));
+        if (!target_lock && !empty_dir) TMS_RETURN_IF_ERROR(AcquireWriterLock(target, &target_lock));
     }
     const fs::path parent = target.parent_path();
     if (!fs::exists(parent, ec)) {
