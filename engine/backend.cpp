@@ -1,7 +1,10 @@
 // Copyright TileMaxSim authors.
 #include "engine/backend.h"
 
+#include <algorithm>
+
 #include "engine/gpu_scorer.h"
+#include "tilemaxsim/options.h"
 
 namespace tms::engine {
 
@@ -23,3 +26,33 @@ Status ResolveDevice(Device requested, Device* resolved) {
 }
 
 }  // namespace tms::engine
+
+namespace tms {
+
+Status ParseDeviceList(const std::string& list, SearcherOptions* opts) {
+    opts->gpus.clear();
+    if (list == "auto") opts->device = Device::kAuto;
+    else if (list == "cpu") opts->device = Device::kCpu;
+    else if (list == "gpu" || list == "all") opts->device = Device::kGpu;
+    else {
+        opts->device = Device::kGpu;
+        size_t p = 0;
+        while (p <= list.size()) {
+            const size_t e = std::min(list.find(',', p), list.size());
+            const std::string t = list.substr(p, e - p);
+            if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos) {
+                return Status::InvalidArgument("devices '" + list +
+                                               "': expected cpu, gpu, all, auto or GPU numbers like 0,1");
+            }
+            const int g = std::stoi(t);
+            if (std::find(opts->gpus.begin(), opts->gpus.end(), g) != opts->gpus.end()) {
+                return Status::InvalidArgument("devices '" + list + "': GPU " + t + " is listed twice");
+            }
+            opts->gpus.push_back(g);
+            p = e + 1;
+        }
+    }
+    return Status::OK();
+}
+
+}  // namespace tms

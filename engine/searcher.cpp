@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <omp.h>
+#include <thread>
 
 #include "engine/backend.h"
 #include "engine/gpu_code_scorer.h"
@@ -25,12 +27,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-class SearcherImpl final : public Searcher {
+// One shard's pipeline, on the CPU or on one GPU. Hits carry global internal ids.
+class ShardSearcher {
 public:
-    const IndexInfo& info() const override { return data_.info; }
-    Device device() const override { return device_; }
+    const IndexInfo& info() const { return data_.info; }
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
-                  SearchTimings* timings) const override;
+                  SearchTimings* timings) const;
     /// Search of a validated batch with options capped by the index's size.
     Status SearchCapped(const QueryBatch& queries, const SearchOptions& opts,
                         std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
@@ -63,8 +65,12 @@ public:
         return Search(b, SearchOptions{}, &res, nullptr);
     }
 
+    /// Puts the shard on `gpu` (< 0: it stays on the host) and warms it up.
+    Status Place(int gpu, bool warm_up);
+
     index::IndexData data_;
     Device device_ = Device::kCpu;
+    int gpu_id_ = -1;
     // The GPU scorers keep per-call state (device lists between Candidates and
     // ScoreCandidatesTop) and scratch buffers: one search at a time uses them.
     mutable std::mutex gpu_mu_;
@@ -139,7 +145,7 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
 
 // Compressed (or centroid-only) scores of p's candidates into p.scores, on the GPU when the
 // shard's codes live there.
-Status SearcherImpl::code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const {
+Status ShardSearcher::code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const {
     if (code_gpu_) {
         std::vector<float> out;
         // Centroid scores are recomputed on the device (a cuBLAS GEMM) rather than uploaded:
@@ -154,7 +160,7 @@ Status SearcherImpl::code_scores(const kernels::CodeMaxSimParams& p, bool centro
     return kernels::code_maxsim_cpu(c);
 }
 
-Status SearcherImpl::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
+Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
     if (gpu_) return gpu_->Score(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
     scores->resize(docs.size());
@@ -165,7 +171,7 @@ Status SearcherImpl::exact_candidates(const float* qf, const QueryBatch& q, cons
     return kernels::maxsim_cpu(p);
 }
 
-Status SearcherImpl::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                 std::vector<float>* scores) const {
     const int64_t n_docs = data_.info.n_docs;
     const int64_t n_deleted = data_.info.n_deleted;
@@ -236,7 +242,7 @@ Status SearcherImpl::exhaustive(const float* qf, const QueryBatch& q, int k, std
 
 // Queries in parallel: each thread marks documents in its own bitmap (n_docs bits), emitting them
 // in increasing id order.
-void SearcherImpl::union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
+void ShardSearcher::union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
                              std::vector<int64_t>* off, std::vector<int32_t>* docs) const {
     std::vector<std::vector<int32_t>> per_query(nq);
 #pragma omp parallel
@@ -276,7 +282,7 @@ void SearcherImpl::union_ivf(const std::vector<int32_t>& probe, int nq, int qt, 
     for (int qi = 0; qi < nq; ++qi) std::copy(per_query[qi].begin(), per_query[qi].end(), docs->begin() + (*off)[qi]);
 }
 
-Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                             SearchTimings* timings) const {
     const IndexInfo& info = data_.info;
     if (opts.k <= 0) return Status::InvalidArgument("k must be > 0, got " + std::to_string(opts.k));
@@ -307,7 +313,7 @@ Status SearcherImpl::Search(const QueryBatch& q, const SearchOptions& opts, std:
     return SearchCapped(q, capped, results, timings);
 }
 
-Status SearcherImpl::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
+Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
                                   std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
     std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
     if (gpu_ || code_gpu_) gpu_lock.lock();
@@ -341,7 +347,7 @@ Status SearcherImpl::SearchCapped(const QueryBatch& q, const SearchOptions& opts
     return Status::OK();
 }
 
-Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
+Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
     const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
@@ -478,13 +484,145 @@ Status SearcherImpl::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
         for (int j = 0; j < k; ++j) {
             const int32_t id = top_ids[size_t(qi) * k + j];
             if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)
-            r.push_back({data_.doc_ids[id], id, top_scores[size_t(qi) * k + j]});
+            r.push_back({data_.doc_ids[id], data_.first_doc + id, top_scores[size_t(qi) * k + j]});
         }
     }
     trace("results");
     t.total = secs(t_start, Clock::now());
     if (timings) *timings = t;
     return Status::OK();
+}
+
+Status ShardSearcher::Place(int gpu, bool warm_up) {
+    if (gpu < 0) return Status::OK();
+    device_ = Device::kGpu;
+    gpu_id_ = gpu;
+    const auto& d = data_;
+    Status st = engine::GpuCodeScorer::Create(gpu, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
+                                              d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
+                                              d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs,
+                                              &code_gpu_);
+    // Shapes the fused kernel does not cover (code_maxsim_cuda_supported) stay on the CPU path.
+    if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
+    // The IVF lists go with the codes: candidates are generated on the GPU too.
+    if (code_gpu_) TMS_RETURN_IF_ERROR(code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
+    if (!data_.vectors.empty()) {
+        TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(gpu, data_.vectors.data(), data_.info.n_tokens,
+                                                           data_.info.dim, data_.doc_offsets.data(),
+                                                           data_.info.n_docs, &gpu_));
+        index::PodVector<uint16_t>().swap(data_.vectors);  // the device copy is the one used
+    }
+    if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
+    return Status::OK();
+}
+
+// Bytes a shard holds once loaded: codes and centroid ids, IVF lists, vectors.
+int64_t shard_bytes(const index::IndexData& d) {
+    return int64_t(d.token_centroids.size()) * 4 + int64_t(d.codes.size()) + int64_t(d.ivf_docs.size()) * 4 +
+           int64_t(d.vectors.size()) * 2 + int64_t(d.doc_offsets.size()) * 8;
+}
+
+// The exact global top-k of per-shard top-k lists: score descending, lower internal id first.
+void merge_hits(std::vector<std::vector<std::vector<SearchHit>>>& parts, int nq, int k,
+                std::vector<std::vector<SearchHit>>* out) {
+    out->assign(size_t(nq), {});
+#pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
+    for (int q = 0; q < nq; ++q) {
+        auto& r = (*out)[q];
+        for (auto& p : parts) std::move(p[q].begin(), p[q].end(), std::back_inserter(r));
+        const size_t keep = std::min(r.size(), size_t(k));
+        std::partial_sort(r.begin(), r.begin() + keep, r.end(), [](const SearchHit& a, const SearchHit& b) {
+            return a.score > b.score || (a.score == b.score && a.internal_id < b.internal_id);
+        });
+        r.resize(keep);
+    }
+}
+
+// The public Searcher: shards placed on devices; a batch runs on every device at once (one host
+// thread per GPU shard), then the per-shard top-k lists are merged.
+class ShardedSearcher final : public Searcher {
+public:
+    const IndexInfo& info() const override { return info_; }
+    Device device() const override { return device_; }
+    const std::vector<ShardPlacement>& placement() const override { return placement_; }
+    Status Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                  SearchTimings* timings) const override {
+        if (shards_.size() == 1) return shards_[0]->Search(q, opts, results, timings);
+        const auto t0 = Clock::now();
+        const size_t n = shards_.size();
+        std::vector<std::vector<std::vector<SearchHit>>> parts(n);
+        std::vector<SearchTimings> ts(n);
+        std::vector<Status> sts(n);
+        auto one = [&](size_t s) { sts[s] = shards_[s]->Search(q, opts, &parts[s], &ts[s]); };
+        if (device_ == Device::kGpu) {
+            std::vector<std::thread> workers;
+            for (size_t s = 1; s < n; ++s) workers.emplace_back(one, s);
+            one(0);
+            for (auto& w : workers) w.join();
+        } else {
+            for (size_t s = 0; s < n; ++s) one(s);  // each shard's steps use every core already
+        }
+        for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
+        const int k = int(std::min<int64_t>(opts.k, std::max<int64_t>(1, info_.n_docs)));
+        merge_hits(parts, q.n_queries, k, results);
+        if (timings) {
+            // Shards run side by side on GPUs (the slowest bounds each step), one after the
+            // other on the CPU.
+            SearchTimings t;
+            for (const SearchTimings& x : ts) {
+                const bool par = device_ == Device::kGpu;
+                t.candidates = par ? std::max(t.candidates, x.candidates) : t.candidates + x.candidates;
+                t.scoring = par ? std::max(t.scoring, x.scoring) : t.scoring + x.scoring;
+                t.rerank = par ? std::max(t.rerank, x.rerank) : t.rerank + x.rerank;
+            }
+            t.total = secs(t0, Clock::now());
+            *timings = t;
+        }
+        return Status::OK();
+    }
+
+    IndexInfo info_;
+    Device device_ = Device::kCpu;
+    std::vector<ShardPlacement> placement_;
+    std::vector<std::unique_ptr<ShardSearcher>> shards_;
+};
+
+// GPUs for the shards: opts.gpus (each present) or every visible one.
+Status choose_gpus(const SearcherOptions& opts, std::vector<int>* gpus) {
+    int n = 0;
+    TMS_RETURN_IF_ERROR(engine::GpuDeviceCount(&n));
+    gpus->clear();
+    if (opts.gpus.empty()) {
+        for (int g = 0; g < n; ++g) gpus->push_back(g);
+        return Status::OK();
+    }
+    for (int g : opts.gpus) {
+        if (g < 0 || g >= n) {
+            return Status::InvalidArgument("GPU " + std::to_string(g) + " is not present (" + std::to_string(n) +
+                                           " visible: " + (n ? "0-" + std::to_string(n - 1) : std::string("none")) + ")");
+        }
+        if (std::find(gpus->begin(), gpus->end(), g) != gpus->end()) {
+            return Status::InvalidArgument("GPU " + std::to_string(g) + " is listed twice");
+        }
+        gpus->push_back(g);
+    }
+    return Status::OK();
+}
+
+// Largest shard first onto the GPU holding the fewest bytes so far (ties: the earlier GPU of
+// the list): each GPU ends with about the same bytes.
+std::vector<int> place_by_size(const std::vector<int64_t>& bytes, const std::vector<int>& gpus) {
+    std::vector<size_t> order(bytes.size());
+    for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+    std::vector<int64_t> load(gpus.size(), 0);
+    std::vector<int> out(bytes.size(), -1);
+    for (size_t s : order) {
+        const size_t g = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+        out[s] = gpus[g];
+        load[g] += bytes[s];
+    }
+    return out;
 }
 
 }  // namespace
@@ -496,36 +634,55 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         return Status::InvalidArgument("threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
                                        std::to_string(opts.threads));
     }
-    auto s = std::make_unique<SearcherImpl>();
+    auto s = std::make_unique<ShardedSearcher>();
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     index::SingleThreadedBlas();
     PhaseTrace trace;
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));
+    std::vector<int> gpus;
+    if (s->device_ == Device::kGpu) TMS_RETURN_IF_ERROR(choose_gpus(opts, &gpus));
     trace.Mark("device");
-    TMS_RETURN_IF_ERROR(index::ReadIndex(path, opts.load_vectors, opts.progress, &s->data_));
+    std::vector<index::IndexData> data;
+    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data));
     trace.Mark("read (total)");
-    if (s->device_ == Device::kGpu) {
-        const auto& d = s->data_;
-        Status st = engine::GpuCodeScorer::Create(0, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
-                                                  d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
-                                                  d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs,
-                                                  &s->code_gpu_);
-        // Shapes the fused kernel does not cover (code_maxsim_cuda_supported) stay on the CPU path.
-        if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
-        // The IVF lists go with the codes: candidates are generated on the GPU too.
-        if (s->code_gpu_) TMS_RETURN_IF_ERROR(s->code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
+    IndexInfo& info = s->info_;
+    info = data[0].info;
+    info.n_docs = info.n_tokens = info.n_chunks = info.n_deleted = 0;
+    info.shards.clear();
+    std::vector<int64_t> bytes;
+    for (auto& d : data) {
+        info.n_docs += d.info.n_docs;
+        info.n_tokens += d.info.n_tokens;
+        info.n_chunks += d.info.n_chunks;
+        info.n_deleted += d.info.n_deleted;
+        info.shards.push_back(d.info.shards.at(0));
+        bytes.push_back(shard_bytes(d));
     }
-    if (s->device_ == Device::kGpu && !s->data_.vectors.empty()) {
-        TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(0, s->data_.vectors.data(), s->data_.info.n_tokens,
-                                                           s->data_.info.dim, s->data_.doc_offsets.data(),
-                                                           s->data_.info.n_docs, &s->gpu_));
-        index::PodVector<uint16_t>().swap(s->data_.vectors);  // the device copy is the one used
+    const std::vector<int> where = s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
+    for (size_t i = 0; i < data.size(); ++i) {
+        auto sh = std::make_unique<ShardSearcher>();
+        sh->data_ = std::move(data[i]);
+        ShardPlacement p;
+        p.shard = int(i);
+        p.device = s->device_;
+        p.gpu = where[i];
+        p.first_doc = sh->data_.first_doc;
+        p.n_docs = sh->data_.info.n_docs;
+        p.bytes = bytes[i];
+        s->placement_.push_back(p);
+        s->shards_.push_back(std::move(sh));
     }
-    if (s->device_ == Device::kGpu) trace.Mark("gpu upload");
-    if (s->device_ == Device::kGpu && opts.warm_up && s->data_.info.n_docs > 0) {
-        TMS_RETURN_IF_ERROR(s->WarmUp());
-        trace.Mark("gpu warm-up");
+    // Shards go up to their GPUs side by side (one thread each).
+    std::vector<Status> sts(s->shards_.size());
+    {
+        std::vector<std::thread> up;
+        for (size_t i = 0; i < s->shards_.size(); ++i) {
+            up.emplace_back([&, i] { sts[i] = s->shards_[i]->Place(where[i], opts.warm_up); });
+        }
+        for (auto& t : up) t.join();
     }
+    for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
+    if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
     *out = std::move(s);
     return Status::OK();
 }

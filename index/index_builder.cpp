@@ -53,7 +53,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     if (restart) restart();
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<index::IndexWriter> writer;
-    TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer));
+    TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer, nullptr,
+                                                   index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows))));
     std::unique_ptr<index::Encoder> enc;
     TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, &enc));
     // Two chunk buffers: the writer appends chunk k (RocksDB, IVF lists) on its own thread while
@@ -130,7 +131,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     t0 = std::chrono::steady_clock::now();
     IndexInfo info;
     index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
-    TMS_RETURN_IF_ERROR(writer->Finish(info));
+    TMS_RETURN_IF_ERROR(writer->Finish());
     phases.emplace_back("finish", seconds_since(t0));
     if (stats) {
         stats->n_docs = info.n_docs;

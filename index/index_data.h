@@ -68,6 +68,8 @@ struct IndexData {
     std::vector<int32_t> ivf_docs;          ///< doc ids per centroid, sorted, unique
     std::vector<std::string> doc_ids;       ///< external ids [n_docs]
     std::vector<char> deleted;              ///< [n_docs] tombstones (read only; IVF lists skip them)
+    /// Global internal id of document 0: ids above are local to this shard (0 unsharded).
+    int64_t first_doc = 0;
 };
 
 /// Write `data` as a RocksDB index at `path`. The index is built in a sibling temporary
@@ -77,9 +79,16 @@ struct IndexData {
 Status WriteIndex(const std::string& path, const IndexData& data, const IndexBuildOptions& opts,
                   std::unique_ptr<FileLock> target_lock = nullptr);
 
-/// Read an index. Fails with a one-line message on anything that is not a complete index
-/// of a supported format, or on a checksum mismatch.
+/// Read an index as one IndexData (the shards of a sharded index concatenated). Fails with a
+/// one-line message on anything that is not a complete index of a supported format, or on a
+/// checksum mismatch.
 Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* data);
+/// Read an index shard by shard (in parallel): one IndexData each, ids local to the shard
+/// (first_doc its global offset), info its own counts (info.shards its one entry), every
+/// shard's tombstones applied. An unsharded index reads as one shard.
+Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards);
+/// The shards as one IndexData with global ids (moved from, then cleared).
+void ConcatShards(std::vector<IndexData>* shards, IndexData* out);
 
 /// Read only the metadata.
 Status ReadIndexInfo(const std::string& path, IndexInfo* info);
@@ -168,21 +177,38 @@ std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);
 /// Rows [row0, row0 + n) as fp16.
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
 
+/// The shard count for `requested` (0: one per kTokensPerShard tokens, within [1, kMaxShards]).
+int ResolveShardCount(int requested, int64_t n_tokens);
+/// Documents per shard: `shards` contiguous ranges of about equal tokens, each at least one
+/// document (fewer shards when there are fewer documents).
+std::vector<int64_t> SplitShards(const std::vector<int64_t>& doclens, int shards);
+/// "shard-0003": the directory of shard 3 inside a sharded index.
+std::string ShardDirName(int shard);
+/// A sharded index's manifest, DIR/SHARDS: JSON {"format_version", "shards": [dir, ...],
+/// "model_crc"}, written last (atomically) into the build directory.
+inline constexpr const char* kManifestFile = "SHARDS";
+/// CRC-32C of a model's centroids and codec parameters: every shard of an index has the same.
+uint32_t ModelCrc(const IndexModel& model);
+
 /// Writes a new index chunk by chunk into a sibling temporary directory of `path`; Finish()
 /// marks it complete and puts it in place (replacing an old index only with opts.overwrite,
 /// holding the old one's writer lock from Create on: `target_lock` when the caller has it).
+/// `shard_docs`: documents per shard (SplitShards); empty or one entry: an unsharded index (one
+/// store); more: shard directories, each a store of the same model, and a manifest.
 /// Destroying an unfinished writer removes the temporary directory.
 class IndexWriter {
 public:
     static Status Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
-                         std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock = nullptr);
+                         std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock = nullptr,
+                         std::vector<int64_t> shard_docs = {});
     ~IndexWriter();
     /// Appends n documents (the next internal ids): lengths, per-token centroid ids and codes,
     /// fp16 vectors (nullptr unless the index keeps them) and external ids.
     Status AppendDocs(const int64_t* doclens, int64_t n, const uint32_t* token_centroids, const uint8_t* codes,
                       const uint16_t* vectors, const std::string* ids);
-    /// Writes the IVF lists and metadata, marks the index complete, renames it into place.
-    Status Finish(IndexInfo info);
+    /// Writes the IVF lists and metadata (and the manifest), marks the index complete, renames
+    /// it into place.
+    Status Finish();
 
 private:
     IndexWriter();

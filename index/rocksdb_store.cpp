@@ -153,8 +153,10 @@ Status from_rocks(const rocksdb::Status& s, const std::string& path) {
     return Status::IOError(path + ": " + m);
 }
 
-std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs) {
+// `first_doc`: the global id of a shard's first document (0 for an unsharded index).
+std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs, int64_t first_doc) {
     nlohmann::json j;
+    if (first_doc != 0) j["first_doc"] = first_doc;
     j["n_docs"] = info.n_docs;
     j["n_tokens"] = info.n_tokens;
     j["dim"] = info.dim;
@@ -170,6 +172,13 @@ std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs
     j["chunk_docs"] = chunk_docs;
     return j.dump();
 }
+
+// Where an index's stores are: the index directory itself, or the shards of its manifest.
+struct Layout {
+    bool sharded = false;
+    std::vector<fs::path> stores;
+    uint32_t model_crc = 0;  // the manifest's
+};
 
 struct Db {
     std::unique_ptr<rocksdb::DB> db;
@@ -324,7 +333,16 @@ Status check_is_index_dir(const std::string& path) {
     std::error_code ec;
     if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such index");
     if (!fs::is_directory(path, ec)) return Status::InvalidArgument(path + ": not a directory (expected an index directory)");
-    if (!IsIndexDir(path)) return Status::InvalidArgument(path + ": not a TileMaxSim index");
+    if (!IsIndexDir(path)) {
+        fs::path self = fs::path(path).lexically_normal();
+        if (self.filename().empty()) self = self.parent_path();  // "DIR/"
+        const fs::path parent = self.parent_path().empty() ? fs::path(".") : self.parent_path();
+        if (fs::exists(parent / kManifestFile, ec)) {
+            return Status::InvalidArgument(path + ": a shard of the index " + parent.string() + ", not an index (open " +
+                                           parent.string() + ")");
+        }
+        return Status::InvalidArgument(path + ": not a TileMaxSim index");
+    }
     return Status::OK();
 }
 
@@ -336,13 +354,15 @@ bool IsUnmarkedIndex(const fs::path& dir) {
     Db db;
     if (!open_db(dir.string(), true, &db).ok()) return false;  // another program's database
     std::string v;
-    return db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "format_version", &v).ok();
+    // A shard's store is part of its index, never an index of its own.
+    return db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "format_version", &v).ok() &&
+           db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "shard", &v).IsNotFound();
 }
 
 namespace {
 
-// A delta + varint doc-id list (encode_ivf), checked against n_docs; appended to *out.
-Status decode_ivf(const std::string& what, const std::string& v, int64_t n_docs, std::vector<int32_t>* out) {
+// A delta + varint doc-id list (encode_ivf), every id checked to be in [lo, hi); appended to *out.
+Status decode_ivf(const std::string& what, const std::string& v, int64_t lo, int64_t hi, std::vector<int32_t>* out) {
     Reader r(what, v);
     uint64_t n;
     TMS_RETURN_IF_ERROR(r.varint(&n));
@@ -364,15 +384,15 @@ Status decode_ivf(const std::string& what, const std::string& v, int64_t n_docs,
             shift += 7;
         }
         prev += static_cast<int64_t>(delta);
-        if (prev >= n_docs) return Status::Corruption(what + ": document id out of range");
+        if (prev < lo || prev >= hi) return Status::Corruption(what + ": document id out of range");
         dst[i] = static_cast<int32_t>(prev);
     }
     if (p != end) return Status::Corruption(what + ": trailing bytes");
     return Status::OK();
 }
 
-// IVF list k.
-Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std::vector<int32_t>* out) {
+// IVF list k: global ids in [lo, hi).
+Status read_ivf_list(Db& db, const std::string& path, int k, int64_t lo, int64_t hi, std::vector<int32_t>* out) {
     const std::string what = path + ": ivf list " + std::to_string(k);
     rocksdb::ReadOptions ro;
     ro.verify_checksums = true;  // a damaged block must not read as a missing key
@@ -383,12 +403,13 @@ Status read_ivf_list(Db& db, const std::string& path, int k, int64_t n_docs, std
     TMS_RETURN_IF_ERROR(from_rocks(s, what));
     TMS_RETURN_IF_ERROR(unseal(what, &v));
     out->clear();
-    return decode_ivf(what, v, n_docs, out);
+    return decode_ivf(what, v, lo, hi, out);
 }
 
-// deleted[doc] = 1 for every tombstone.
-Status read_tombstones(Db& db, const std::string& path, int64_t n_docs, std::vector<char>* deleted) {
-    deleted->assign(size_t(n_docs), 0);
+// The tombstones a store holds: global ids, each below `limit` (those of an updated shard's
+// store may name documents of any shard: an update commits to one store).
+Status read_tombstones(Db& db, const std::string& path, int64_t limit, std::vector<int64_t>* ids) {
+    ids->clear();
     rocksdb::ReadOptions ro;
     ro.verify_checksums = true;
     std::unique_ptr<rocksdb::Iterator> it(db.db->NewIterator(ro, db.cf[kDeleted]));
@@ -396,8 +417,8 @@ Status read_tombstones(Db& db, const std::string& path, int64_t n_docs, std::vec
         const rocksdb::Slice k = it->key();
         uint64_t id = 0;
         for (size_t i = 0; i < k.size(); ++i) id = (id << 8) | static_cast<uint8_t>(k[i]);
-        if (k.size() != 8 || int64_t(id) >= n_docs) return Status::Corruption(path + ": bad tombstone key");
-        (*deleted)[id] = 1;
+        if (k.size() != 8 || id >= uint64_t(limit)) return Status::Corruption(path + ": bad tombstone key");
+        ids->push_back(int64_t(id));
     }
     return from_rocks(it->status(), path);
 }
@@ -412,31 +433,75 @@ Status read_floats(Db& db, const std::string& path, const char* key, std::vector
     return Status::OK();
 }
 
+// A store's model (centroids, codec parameters), its shape from the store's metadata.
+Status read_model(Db& db, const std::string& path, const IndexInfo& info, const nlohmann::json& stats, IndexModel* m) {
+    m->dim = info.dim;
+    m->n_centroids = info.n_centroids;
+    m->codec = info.codec;
+    m->pq_m = info.pq_m;
+    m->pq_nbits = info.pq_nbits;
+    m->residual_nbits = info.residual_nbits;
+    m->n_code_bytes = stats.value("n_code_bytes", 0);
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "centroids", &m->centroids));
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "codebook", &m->codebook));
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_cutoffs", &m->residual_cutoffs));
+    TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_weights", &m->residual_weights));
+    if (m->centroids.size() != size_t(m->n_centroids) * m->dim ||
+        (m->n_code_bytes > 0 && m->codebook.size() != size_t(m->n_code_bytes) * 256 * (m->dim / m->n_code_bytes))) {
+        return Status::Corruption(path + ": model sizes do not match the metadata");
+    }
+    return Status::OK();
+}
+
 }  // namespace
 
 
 // ---- updates ---------------------------------------------------------------------------
 
-Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool progress, IndexData* d);
+namespace {  // the reading side, defined below
+Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,
+                        std::vector<IndexInfo>* infos, std::vector<nlohmann::json>* stats);
+Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
+                   bool progress, std::vector<IndexData>* shards);
+Status read_layout(const fs::path& dir, const std::string& path, Layout* out);
+IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos);
+}  // namespace
 
+// An update writes to one store only, the last shard's (the head): new documents get the next
+// global ids there, and tombstones of any shard's documents go there too, so that one commit
+// applies all of it.
 struct IndexUpdaterImpl {
     std::string path;
     fs::path dir;
     std::unique_ptr<FileLock> writer;  // the whole command; declared first, released last
-    Db db;
-    IndexInfo info;
+    Layout layout;
+    std::vector<Db> dbs;  // every store; the head (back) read-write, the others read-only
+    Db& db() { return dbs.back(); }
+    IndexInfo info;       // the head store's own metadata (its documents, chunks, tombstones)
+    IndexInfo view;       // the whole index as it will be after Commit (UpdaterInfo)
+    int64_t first_doc = 0;       // global id of the head's first document
+    int64_t others_deleted = 0;  // tombstones held by the other stores
     nlohmann::json stats;
     IndexModel model;
     int chunk_docs = 2048;
-    std::unordered_map<std::string, int64_t> ids;  // live external id -> internal id
+    std::unordered_map<std::string, int64_t> ids;  // live external id -> global internal id
     std::unordered_set<std::string> deleted_ids;    // external ids with no live document
-    // IVF lists are read when an added token first touches them (ivf_loaded), not at open:
-    // adding a few documents to a large index reads a few lists, not every posting.
+    // IVF lists of the head (global ids) are read when an added token first touches them
+    // (ivf_loaded), not at open: adding a few documents to a large index reads a few lists.
     std::vector<std::vector<int32_t>> ivf;
     std::vector<char> ivf_loaded;
-    int64_t committed_docs = 0;  // documents the stored lists may name
+    int64_t committed_docs = 0;  // head documents the stored lists may name
     std::vector<char> ivf_dirty;
-    std::vector<int64_t> tombstones;
+    std::vector<int64_t> tombstones;  // global ids
+    void update_view() {
+        view.n_docs = first_doc + info.n_docs;
+        view.n_tokens = info.n_tokens;
+        for (size_t s = 0; s + 1 < view.shards.size(); ++s) view.n_tokens += view.shards[s].n_tokens;
+        view.n_chunks = info.n_chunks;
+        view.n_deleted = others_deleted + info.n_deleted;
+        view.shards.back().n_docs = info.n_docs;
+        view.shards.back().n_tokens = info.n_tokens;
+    }
 };
 
 // Closing a read-write database replaces files (a new MANIFEST, logs): not while a reader loads.
@@ -448,7 +513,7 @@ void close_updating(Db* db, const fs::path& dir) {
 }
 
 void UpdaterDeleter::operator()(IndexUpdaterImpl* u) const {
-    close_updating(&u->db, u->dir);
+    if (!u->dbs.empty()) close_updating(&u->db(), u->dir);
     delete u;
 }
 
@@ -464,6 +529,29 @@ Status check_free_space(const IndexUpdaterImpl& u, int64_t need_bytes) {
     return Status::OK();
 }
 
+// emit(external id, global id) for every document of one store, in id order.
+template <typename Emit>
+Status for_each_store_id(Db& db, const std::string& path, const IndexInfo& info, int64_t first_doc, Emit emit) {
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = false;  // sealed
+    rocksdb::PinnableSlice v;
+    int64_t doc = 0;
+    for (int64_t c = 0; c < info.n_chunks; ++c) {
+        const std::string what = path + ": ids of chunk " + std::to_string(c);
+        v.Reset();
+        TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(ro, db.cf[kIds], ids_key(c), &v), what));
+        TMS_RETURN_IF_ERROR(check_seal(what, v));
+        // Documents per chunk: chunk_docs, except for the last chunk of a build or an add.
+        TMS_RETURN_IF_ERROR(for_each_id(what, v, [&](std::string_view id) {
+            if (doc >= info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
+            emit(id, first_doc + doc++);
+            return Status::OK();
+        }));
+    }
+    if (doc != info.n_docs) return Status::Corruption(path + ": document ids missing");
+    return Status::OK();
+}
+
 Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     UpdaterPtr u(new IndexUpdaterImpl());
     u->path = path;
@@ -472,55 +560,48 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     TMS_RETURN_IF_ERROR(check_is_index_dir(path));
     TMS_RETURN_IF_ERROR(AcquireWriterLock(u->dir, &u->writer));
     TMS_RETURN_IF_ERROR(check_free_space(*u, 0));
+    TMS_RETURN_IF_ERROR(read_layout(u->dir, path, &u->layout));
+    const size_t n = u->layout.stores.size();
+    u->dbs = std::vector<Db>(n);
+    // The other stores are only read: the writer lock keeps every other writer away.
+    for (size_t s = 0; s + 1 < n; ++s) TMS_RETURN_IF_ERROR(open_db(u->layout.stores[s].string(), true, &u->dbs[s]));
     {
         std::unique_ptr<FileLock> readers;
         TMS_RETURN_IF_ERROR(AcquireMarkerLock(u->dir, true, &readers));
-        TMS_RETURN_IF_ERROR(open_db(u->dir.string(), false, &u->db, /*updating=*/true));
+        TMS_RETURN_IF_ERROR(open_db(u->layout.stores.back().string(), false, &u->db(), /*updating=*/true));
     }
     CrashPoint("update:opened");
-    TMS_RETURN_IF_ERROR(read_meta(u->db, path, &u->info, &u->stats));
-    IndexModel& m = u->model;
-    m.dim = u->info.dim;
-    m.n_centroids = u->info.n_centroids;
-    m.codec = u->info.codec;
-    m.pq_m = u->info.pq_m;
-    m.pq_nbits = u->info.pq_nbits;
-    m.residual_nbits = u->info.residual_nbits;
-    m.n_code_bytes = u->stats.value("n_code_bytes", 0);
+    std::vector<IndexInfo> infos;
+    std::vector<nlohmann::json> stats;
+    TMS_RETURN_IF_ERROR(read_shard_metas(u->layout, u->dbs, path, &infos, &stats));
+    u->info = infos.back();
+    u->stats = stats.back();
+    u->first_doc = u->stats.value("first_doc", int64_t{0});
+    u->view = combine_infos(u->layout, infos);
+    u->others_deleted = u->view.n_deleted - u->info.n_deleted;
     u->chunk_docs = u->stats.value("chunk_docs", 2048);
-    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "centroids", &m.centroids));
-    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "codebook", &m.codebook));
-    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "residual_cutoffs", &m.residual_cutoffs));
-    TMS_RETURN_IF_ERROR(read_floats(u->db, path, "residual_weights", &m.residual_weights));
-    // Live external ids: every chunk's ids, less the tombstoned documents.
-    std::vector<char> deleted;
-    TMS_RETURN_IF_ERROR(read_tombstones(u->db, path, u->info.n_docs, &deleted));
-    {
-        rocksdb::ReadOptions ro;
-        ro.verify_checksums = false;  // sealed
-        rocksdb::PinnableSlice v;
-        int64_t doc = 0;
-        u->ids.reserve(size_t(u->info.n_docs));
-        for (int64_t c = 0; c < u->info.n_chunks; ++c) {
-            const std::string what = path + ": ids of chunk " + std::to_string(c);
-            v.Reset();
-            TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Get(ro, u->db.cf[kIds], ids_key(c), &v), what));
-            TMS_RETURN_IF_ERROR(check_seal(what, v));
-            // Documents per chunk: chunk_docs, except for the last chunk of a build or an add.
-            TMS_RETURN_IF_ERROR(for_each_id(what, v, [&](std::string_view id) {
-                if (doc >= u->info.n_docs) return Status::Corruption(what + ": more documents than the metadata says");
-                if (!deleted[doc]) u->ids.emplace(std::string(id), doc);
-                else u->deleted_ids.emplace(id);
-                ++doc;
-                return Status::OK();
-            }));
-        }
-        if (doc != u->info.n_docs) return Status::Corruption(path + ": document ids missing");
-        for (const auto& [id, d] : u->ids) u->deleted_ids.erase(id);  // replaced: live again
+    const std::string head = u->layout.sharded ? u->layout.stores.back().string() : path;
+    TMS_RETURN_IF_ERROR(read_model(u->db(), head, u->info, u->stats, &u->model));
+    // Live external ids: every store's ids, less the tombstoned documents.
+    std::vector<char> deleted(size_t(u->view.n_docs), 0);
+    for (size_t s = 0; s < n; ++s) {
+        std::vector<int64_t> t;
+        TMS_RETURN_IF_ERROR(read_tombstones(u->dbs[s], u->layout.stores[s].string(), u->view.n_docs, &t));
+        for (int64_t g : t) deleted[g] = 1;
     }
-    u->ivf.resize(m.n_centroids);
-    u->ivf_loaded.assign(m.n_centroids, 0);
-    u->ivf_dirty.assign(m.n_centroids, 0);
+    u->ids.reserve(size_t(u->view.n_docs));
+    for (size_t s = 0; s < n; ++s) {
+        const std::string sp = u->layout.sharded ? u->layout.stores[s].string() : path;
+        TMS_RETURN_IF_ERROR(for_each_store_id(u->dbs[s], sp, infos[s], u->view.shards[s].first_doc,
+                                              [&](std::string_view id, int64_t g) {
+                                                  if (!deleted[g]) u->ids.emplace(std::string(id), g);
+                                                  else u->deleted_ids.emplace(id);
+                                              }));
+    }
+    for (const auto& [id, d] : u->ids) u->deleted_ids.erase(id);  // replaced: live again
+    u->ivf.resize(u->model.n_centroids);
+    u->ivf_loaded.assign(u->model.n_centroids, 0);
+    u->ivf_dirty.assign(u->model.n_centroids, 0);
     u->committed_docs = u->info.n_docs;
     *out = std::move(u);
     return Status::OK();
@@ -534,7 +615,7 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
     }
     if (doc_ids.empty()) return Status::InvalidArgument("doc-ids: adding documents needs explicit ids (--doc-ids)");
     TMS_RETURN_IF_ERROR(ValidateInput(tokens, doclens, &doc_ids));
-    if (u->info.n_docs + int64_t(doclens.size()) > INT32_MAX) return Status::NotSupported("index would exceed 2^31 documents");
+    if (u->view.n_docs + int64_t(doclens.size()) > INT32_MAX) return Status::NotSupported("index would exceed 2^31 documents");
     for (size_t i = 0; i < doc_ids.size(); ++i) {
         auto it = u->ids.find(doc_ids[i]);
         if (it != u->ids.end() && !replace) {
@@ -568,10 +649,10 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         cids.resize(n);
         codes.resize(size_t(n) * nb);
         TMS_RETURN_IF_ERROR(enc->Encode(tokens, row, n, cids.data(), codes.data()));
-        const int64_t first = u->info.n_docs, chunk = u->info.n_chunks;
+        const int64_t first = u->first_doc + u->info.n_docs, chunk = u->info.n_chunks;
         // Chunks past meta's n_chunks are invisible to readers until Commit.
         rocksdb::WriteBatch b;
-        b.Put(u->db.cf[kDocs], be64(chunk), encode_chunk(first, doclens.data() + d0, int64_t(d1 - d0), cids.data(),
+        b.Put(u->db().cf[kDocs], be64(chunk), encode_chunk(first, doclens.data() + d0, int64_t(d1 - d0), cids.data(),
                                                           codes.data(), n, nb));
         if (u->info.has_vectors) {
             vecs.resize(size_t(n) * dim);
@@ -579,9 +660,9 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             std::string v;
             put(&v, vecs.data(), vecs.size());
             seal(&v);
-            b.Put(u->db.cf[kVectors], be64(chunk), v);
+            b.Put(u->db().cf[kVectors], be64(chunk), v);
         }
-        b.Put(u->db.cf[kIds], ids_key(chunk), encode_ids(doc_ids.data() + d0, d1 - d0));
+        b.Put(u->db().cf[kIds], ids_key(chunk), encode_ids(doc_ids.data() + d0, d1 - d0));
         int64_t t = 0;
         for (size_t d = d0; d < d1; ++d) {
             const int64_t doc = first + int64_t(d - d0);
@@ -590,7 +671,8 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             for (int64_t j = t; j < t + doclens[d]; ++j) {
                 const uint32_t k = cids[j];
                 if (!u->ivf_loaded[k]) {  // the committed list (ids below the committed n_docs)
-                    TMS_RETURN_IF_ERROR(read_ivf_list(u->db, u->path, int(k), u->committed_docs, &u->ivf[k]));
+                    TMS_RETURN_IF_ERROR(read_ivf_list(u->db(), u->path, int(k), u->first_doc,
+                                                      u->first_doc + u->committed_docs, &u->ivf[k]));
                     u->ivf_loaded[k] = 1;
                 }
                 auto& l = u->ivf[k];
@@ -603,11 +685,12 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         }
         rocksdb::WriteOptions wo;
         wo.disableWAL = true;  // durable with the commit's flush (open_db)
-        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
+        TMS_RETURN_IF_ERROR(from_rocks(u->db().db->Write(wo, &b), u->path));
         CrashPoint("update:chunk");
         u->info.n_docs += int64_t(d1 - d0);
         u->info.n_tokens += n;
         u->info.n_chunks += 1;
+        u->update_view();
         row += n;
         prog.Add(n);
     }
@@ -643,13 +726,14 @@ Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_id
 Status UpdaterCommit(IndexUpdaterImpl* u) {
     rocksdb::WriteBatch b;
     for (int k = 0; k < u->model.n_centroids; ++k) {
-        if (u->ivf_dirty[k]) b.Put(u->db.cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(u->ivf[k]));
+        if (u->ivf_dirty[k]) b.Put(u->db().cf[kIvf], be32(static_cast<uint32_t>(k)), encode_ivf(u->ivf[k]));
     }
     std::sort(u->tombstones.begin(), u->tombstones.end());
     u->tombstones.erase(std::unique(u->tombstones.begin(), u->tombstones.end()), u->tombstones.end());
-    for (int64_t doc : u->tombstones) b.Put(u->db.cf[kDeleted], be64(doc), "");
+    for (int64_t doc : u->tombstones) b.Put(u->db().cf[kDeleted], be64(doc), "");
     u->info.n_deleted += static_cast<int64_t>(u->tombstones.size());
-    b.Put(u->db.cf[kMeta], "stats", info_json(u->info, u->model, u->chunk_docs));
+    u->update_view();
+    b.Put(u->db().cf[kMeta], "stats", info_json(u->info, u->model, u->chunk_docs, u->first_doc));
     TMS_RETURN_IF_ERROR(check_free_space(*u, int64_t(b.GetDataSize())));
     CrashPoint("update:commit");
     {
@@ -657,11 +741,11 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
         TMS_RETURN_IF_ERROR(AcquireMarkerLock(u->dir, true, &readers));
         rocksdb::WriteOptions wo;
         wo.disableWAL = true;
-        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Write(wo, &b), u->path));
+        TMS_RETURN_IF_ERROR(from_rocks(u->db().db->Write(wo, &b), u->path));
         CrashPoint("update:written");
         rocksdb::FlushOptions fo;
         fo.wait = true;
-        TMS_RETURN_IF_ERROR(from_rocks(u->db.db->Flush(fo, u->db.cf), u->path));
+        TMS_RETURN_IF_ERROR(from_rocks(u->db().db->Flush(fo, u->db().cf), u->path));
     }
     CrashPoint("update:committed");
     u->tombstones.clear();
@@ -670,7 +754,7 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     return Status::OK();
 }
 
-const IndexInfo& UpdaterInfo(const IndexUpdaterImpl* u) { return u->info; }
+const IndexInfo& UpdaterInfo(const IndexUpdaterImpl* u) { return u->view; }
 
 Status CompactIndex(const std::string& path, bool progress) {
     UpdaterPtr lock;  // its writer lock is held until the new copy has replaced the old one
@@ -680,7 +764,11 @@ Status CompactIndex(const std::string& path, bool progress) {
     IndexBuildOptions opts;
     TMS_RETURN_IF_ERROR(ParseBuildOptionsJson(lock->info.build_config_json, &opts).WithContext(path + ": stored config"));
     IndexData d;
-    TMS_RETURN_IF_ERROR(read_index_db(lock->db, path, true, progress, &d));
+    {
+        std::vector<IndexData> shards;
+        TMS_RETURN_IF_ERROR(read_shards(lock->layout, lock->dbs, path, true, progress, &shards));
+        ConcatShards(&shards, &d);
+    }
     const int64_t n = d.info.n_docs;
     const int nb = d.model.n_code_bytes, dim = d.model.dim;
     IndexData c;
@@ -703,7 +791,8 @@ Status CompactIndex(const std::string& path, bool progress) {
     opts.overwrite = true;
     opts.chunk_docs = chunk_docs;
     opts.progress = progress;
-    close_updating(&lock->db, lock->dir);
+    opts.shards = int(lock->layout.stores.size());  // as many shards as before
+    close_updating(&lock->db(), lock->dir);
     return WriteIndex(lock->dir.string(), c, opts, std::move(lock->writer));
 }
 
@@ -753,19 +842,48 @@ uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
     return ~c;
 }
 
-struct IndexWriter::Impl {
-    std::string path;
-    fs::path target, tmp;
-    std::unique_ptr<FileLock> target_lock;  // writer lock of an index being replaced
-    std::unique_ptr<FileLock> tmp_lock;     // marks tmp as alive for RecoverLeftovers
+namespace {
+
+// One store being written: a whole unsharded index, or one shard. Its documents are the
+// global internal ids [first_doc, first_doc + n_docs): chunk headers and IVF lists hold global
+// ids, so that a tombstone names a document the same way in every shard.
+struct StoreWriter {
+    std::string path;  // for messages
     IndexBuildOptions opts;
     const IndexModel* model = nullptr;
     Db db;
-    bool finished = false;
+    int64_t first_doc = 0;
     int64_t n_docs = 0, n_tokens = 0, n_chunks = 0;
     std::vector<std::vector<int32_t>> ivf;
     int64_t ivf_entries = 0;  // held in `ivf`
     uint32_t ivf_runs = 0;    // spilled runs, keys be32(centroid) + be32(run) in the ivf family
+    // The chunk being filled.
+    std::vector<int64_t> lens;
+    std::vector<uint32_t> cids;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> vectors;
+    std::vector<std::string> ids;
+
+    Status Open(const fs::path& dir, const IndexBuildOptions& o, const IndexModel& m, int64_t first) {
+        path = dir.string();
+        opts = o;
+        model = &m;
+        first_doc = first;
+        ivf.resize(m.n_centroids);
+        TMS_RETURN_IF_ERROR(open_db(path, false, &db));
+        rocksdb::WriteBatch b;
+        b.Put(db.cf[kModel], "centroids", encode_floats(m.centroids));
+        b.Put(db.cf[kModel], "codebook", encode_floats(m.codebook));
+        b.Put(db.cf[kModel], "residual_cutoffs", encode_floats(m.residual_cutoffs));
+        b.Put(db.cf[kModel], "residual_weights", encode_floats(m.residual_weights));
+        return write(b);
+    }
+
+    Status write(rocksdb::WriteBatch& b) {
+        rocksdb::WriteOptions wo;
+        wo.disableWAL = true;  // the whole DB is flushed before it is marked complete
+        return from_rocks(db.db->Write(wo, &b), path);
+    }
 
     // Spill the in-memory lists as one sorted run (documents only grow, so runs concatenate).
     Status spill_ivf() {
@@ -827,7 +945,7 @@ struct IndexWriter::Impl {
                 for (std::string& v : runs[i]) {
                     const std::string what = path + ": ivf run of centroid " + std::to_string(k0 + i);
                     st = unseal(what, &v);
-                    if (st.ok()) st = decode_ivf(what, v, n_docs, &list);
+                    if (st.ok()) st = decode_ivf(what, v, first_doc, first_doc + n_docs, &list);
                     if (!st.ok()) break;
                 }
                 sts[i] = st;
@@ -841,22 +959,10 @@ struct IndexWriter::Impl {
         }
         return Status::OK();
     }
-    // The chunk being filled.
-    std::vector<int64_t> lens;
-    std::vector<uint32_t> cids;
-    std::vector<uint8_t> codes;
-    std::vector<uint16_t> vectors;
-    std::vector<std::string> ids;
-
-    Status write(rocksdb::WriteBatch& b) {
-        rocksdb::WriteOptions wo;
-        wo.disableWAL = true;  // the whole DB is flushed before it is marked complete
-        return from_rocks(db.db->Write(wo, &b), path);
-    }
 
     Status flush_chunk() {
         if (lens.empty()) return Status::OK();
-        const int64_t first = n_docs - static_cast<int64_t>(lens.size());
+        const int64_t first = first_doc + n_docs - static_cast<int64_t>(lens.size());
         rocksdb::WriteBatch b;
         b.Put(db.cf[kDocs], be64(n_chunks),
               encode_chunk(first, lens.data(), static_cast<int64_t>(lens.size()), cids.data(), codes.data(),
@@ -877,20 +983,151 @@ struct IndexWriter::Impl {
         ids.clear();
         return Status::OK();
     }
+
+    // One document: `len` tokens' centroid ids, codes and vectors (null unless kept).
+    Status Append(int64_t len, const uint32_t* tc, const uint8_t* cd, const uint16_t* vec, const std::string& id) {
+        const int nb = model->n_code_bytes, dim = model->dim;
+        const int32_t doc = static_cast<int32_t>(first_doc + n_docs);
+        for (int64_t j = 0; j < len; ++j) {
+            auto& l = ivf[tc[j]];
+            if (l.empty() || l.back() != doc) {
+                l.push_back(doc);
+                ++ivf_entries;
+            }
+        }
+        lens.push_back(len);
+        cids.insert(cids.end(), tc, tc + len);
+        codes.insert(codes.end(), cd, cd + len * nb);
+        if (opts.keep_vectors) vectors.insert(vectors.end(), vec, vec + len * dim);
+        ids.push_back(id);
+        ++n_docs;
+        n_tokens += len;
+        if (static_cast<int>(lens.size()) == std::max(1, opts.chunk_docs)) TMS_RETURN_IF_ERROR(flush_chunk());
+        if (ivf_entries >= opts.ivf_memory_entries) TMS_RETURN_IF_ERROR(spill_ivf());
+        return Status::OK();
+    }
+
+    // The IVF lists and the metadata, flushed; then marked complete, durably, and closed.
+    Status Finish(const nlohmann::json& shard_meta) {
+        PhaseTrace tr;  // TMS_TRACE_LOAD=1 also times the end of a build
+        TMS_RETURN_IF_ERROR(flush_chunk());
+        TMS_RETURN_IF_ERROR(write_ivf());
+        std::vector<std::vector<int32_t>>().swap(ivf);
+        tr.Mark("finish: ivf lists");
+        IndexInfo info;
+        FillInfo(*model, n_docs, n_tokens, opts, &info);
+        info.n_chunks = n_chunks;
+        {
+            rocksdb::WriteBatch b;
+            b.Put(db.cf[kMeta], "format_version", std::to_string(kIndexFormatVersion));
+            b.Put(db.cf[kMeta], "config", BuildOptionsToJson(opts));
+            b.Put(db.cf[kMeta], "stats", info_json(info, *model, std::max(1, opts.chunk_docs), first_doc));
+            if (!shard_meta.is_null()) b.Put(db.cf[kMeta], "shard", shard_meta.dump());
+            TMS_RETURN_IF_ERROR(write(b));
+        }
+        rocksdb::FlushOptions fo;
+        fo.wait = true;
+        TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
+        tr.Mark("finish: flush");
+        // Marked complete last, durably (WAL on, synced).
+        rocksdb::WriteOptions sync;
+        sync.sync = true;
+        TMS_RETURN_IF_ERROR(from_rocks(db.db->Put(sync, db.cf[kMeta], "complete", "1"), path));
+        TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
+        db.Close();
+        return Status::OK();
+    }
+};
+
+}  // namespace
+
+uint32_t ModelCrc(const IndexModel& m) {
+    uint32_t c = Crc32(m.centroids.data(), m.centroids.size() * sizeof(float));
+    c = Crc32(m.codebook.data(), m.codebook.size() * sizeof(float), c);
+    c = Crc32(m.residual_cutoffs.data(), m.residual_cutoffs.size() * sizeof(float), c);
+    return Crc32(m.residual_weights.data(), m.residual_weights.size() * sizeof(float), c);
+}
+
+int ResolveShardCount(int requested, int64_t n_tokens) {
+    if (requested > 0) return requested;
+    return int(std::clamp<int64_t>((n_tokens + kTokensPerShard - 1) / kTokensPerShard, 1, kMaxShards));
+}
+
+std::vector<int64_t> SplitShards(const std::vector<int64_t>& doclens, int shards) {
+    const int64_t n = static_cast<int64_t>(doclens.size());
+    shards = int(std::clamp<int64_t>(shards, 1, std::max<int64_t>(1, n)));
+    int64_t total = 0;
+    for (int64_t l : doclens) total += l;
+    std::vector<int64_t> out;
+    int64_t doc = 0, tok = 0;
+    for (int s = 1; s < shards; ++s) {
+        // The first document past s / shards of the tokens starts the next shard; every shard
+        // keeps at least one document.
+        const int64_t goal = int64_t(double(total) * s / shards);
+        const int64_t start = doc;
+        while (doc < n - (shards - s) && (doc == start || tok < goal)) tok += doclens[doc++];
+        out.push_back(doc - start);
+    }
+    out.push_back(n - doc);
+    return out;
+}
+
+std::string ShardDirName(int shard) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "shard-%04d", shard);
+    return b;
+}
+
+struct IndexWriter::Impl {
+    std::string path;
+    fs::path target, tmp;
+    std::unique_ptr<FileLock> target_lock;  // writer lock of an index being replaced
+    std::unique_ptr<FileLock> tmp_lock;     // marks tmp as alive for RecoverLeftovers
+    IndexBuildOptions opts;
+    const IndexModel* model = nullptr;
+    bool finished = false;
+    // Documents of each shard; one entry: an unsharded index (one store, in tmp itself).
+    std::vector<int64_t> shard_docs;
+    std::vector<std::unique_ptr<StoreWriter>> done;  // finished stores, in order
+    std::unique_ptr<StoreWriter> cur;                // the shard being written
+    bool sharded() const { return shard_docs.size() > 1; }
+    fs::path store_dir(size_t s) const { return sharded() ? tmp / ShardDirName(int(s)) : tmp; }
+
+    Status open_next() {
+        const size_t s = done.size();
+        const int64_t first = done.empty() ? 0 : done.back()->first_doc + done.back()->n_docs;
+        cur = std::make_unique<StoreWriter>();
+        if (sharded()) {
+            std::error_code ec;
+            fs::create_directory(store_dir(s), ec);
+            if (ec) return Status::IOError(store_dir(s).string() + ": cannot create: " + ec.message());
+        }
+        return cur->Open(store_dir(s), opts, *model, first);
+    }
+    Status finish_cur() {
+        nlohmann::json meta;
+        if (sharded()) meta = {{"shard", done.size()}, {"n_shards", shard_docs.size()}};
+        TMS_RETURN_IF_ERROR(cur->Finish(meta));
+        CrashPoint("build:shard");
+        done.push_back(std::move(cur));
+        return Status::OK();
+    }
 };
 
 IndexWriter::IndexWriter() : impl_(std::make_unique<Impl>()) {}
 
 IndexWriter::~IndexWriter() {
     if (!impl_->finished) {
-        impl_->db.Close();
+        impl_->cur.reset();
+        impl_->done.clear();
         std::error_code ec;
         if (!impl_->tmp.empty()) fs::remove_all(impl_->tmp, ec);  // created by Create, ours
     }
 }
 
 Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
-                           std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock) {
+                           std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock,
+                           std::vector<int64_t> shard_docs) {
     fs::path target;
     TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target));
     RecoverLeftovers(target);
@@ -918,21 +1155,16 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
     im.path = path;
     im.target = target;
     im.target_lock = std::move(target_lock);
+    im.shard_docs = shard_docs.empty() ? std::vector<int64_t>{INT64_MAX} : std::move(shard_docs);
+    if (im.sharded()) im.shard_docs.back() = INT64_MAX;  // the last shard takes what remains
     TMS_RETURN_IF_ERROR(MakeBuildDir(target, &im.tmp));
     // Locked before it carries the marker: RecoverLeftovers never takes it for a dead build's.
     TMS_RETURN_IF_ERROR(FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
     TMS_RETURN_IF_ERROR(WriteMarker(im.tmp));
     im.opts = opts;
     im.model = &model;
-    im.ivf.resize(model.n_centroids);
     CrashPoint("build:created");
-    TMS_RETURN_IF_ERROR(open_db(im.tmp.string(), false, &im.db));
-    rocksdb::WriteBatch b;
-    b.Put(im.db.cf[kModel], "centroids", encode_floats(model.centroids));
-    b.Put(im.db.cf[kModel], "codebook", encode_floats(model.codebook));
-    b.Put(im.db.cf[kModel], "residual_cutoffs", encode_floats(model.residual_cutoffs));
-    b.Put(im.db.cf[kModel], "residual_weights", encode_floats(model.residual_weights));
-    TMS_RETURN_IF_ERROR(im.write(b));
+    TMS_RETURN_IF_ERROR(im.open_next());
     *out = std::move(w);
     return Status::OK();
 }
@@ -941,58 +1173,37 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
                                const uint16_t* vectors, const std::string* ids) {
     Impl& im = *impl_;
     const int nb = im.model->n_code_bytes, dim = im.model->dim;
-    const int chunk = std::max(1, im.opts.chunk_docs);
     int64_t t = 0;
     for (int64_t i = 0; i < n; ++i) {
-        const int64_t len = doclens[i];
-        const int32_t doc = static_cast<int32_t>(im.n_docs);
-        for (int64_t j = t; j < t + len; ++j) {
-            auto& l = im.ivf[token_centroids[j]];
-            if (l.empty() || l.back() != doc) {
-                l.push_back(doc);
-                ++im.ivf_entries;
-            }
+        if (im.cur->n_docs == im.shard_docs[im.done.size()]) {
+            TMS_RETURN_IF_ERROR(im.finish_cur());
+            TMS_RETURN_IF_ERROR(im.open_next());
         }
-        im.lens.push_back(len);
-        im.cids.insert(im.cids.end(), token_centroids + t, token_centroids + t + len);
-        im.codes.insert(im.codes.end(), codes + t * nb, codes + (t + len) * nb);
-        if (im.opts.keep_vectors) im.vectors.insert(im.vectors.end(), vectors + t * dim, vectors + (t + len) * dim);
-        im.ids.push_back(ids[i]);
-        ++im.n_docs;
-        im.n_tokens += len;
+        const int64_t len = doclens[i];
+        TMS_RETURN_IF_ERROR(im.cur->Append(len, token_centroids + t, codes + t * nb,
+                                           im.opts.keep_vectors ? vectors + t * dim : nullptr, ids[i]));
         t += len;
-        if (static_cast<int>(im.lens.size()) == chunk) TMS_RETURN_IF_ERROR(im.flush_chunk());
-        if (im.ivf_entries >= im.opts.ivf_memory_entries) TMS_RETURN_IF_ERROR(im.spill_ivf());
     }
     return Status::OK();
 }
 
-Status IndexWriter::Finish(IndexInfo info) {
+Status IndexWriter::Finish() {
     Impl& im = *impl_;
-    PhaseTrace tr;  // TMS_TRACE_LOAD=1 also times the end of a build
-    TMS_RETURN_IF_ERROR(im.flush_chunk());
-    TMS_RETURN_IF_ERROR(im.write_ivf());
-    tr.Mark("finish: ivf lists");
-    info.n_docs = im.n_docs;
-    info.n_tokens = im.n_tokens;
-    info.n_chunks = im.n_chunks;
-    {
-        rocksdb::WriteBatch b;
-        b.Put(im.db.cf[kMeta], "format_version", std::to_string(kIndexFormatVersion));
-        b.Put(im.db.cf[kMeta], "config", BuildOptionsToJson(im.opts));
-        b.Put(im.db.cf[kMeta], "stats", info_json(info, *im.model, std::max(1, im.opts.chunk_docs)));
-        TMS_RETURN_IF_ERROR(im.write(b));
+    TMS_RETURN_IF_ERROR(im.finish_cur());
+    if (im.sharded()) {
+        if (im.done.size() != im.shard_docs.size()) {
+            return Status::InvalidArgument(im.path + ": fewer documents than shards");
+        }
+        nlohmann::json shards = nlohmann::json::array();
+        for (size_t s = 0; s < im.done.size(); ++s) shards.push_back(ShardDirName(int(s)));
+        const nlohmann::json manifest = {{"format_version", kShardedFormatVersion}, {"shards", shards},
+                                         {"model_crc", ModelCrc(*im.model)}};
+        const std::string text = manifest.dump(1) + "\n";
+        CrashPoint("build:manifest");
+        TMS_RETURN_IF_ERROR(WriteFileAtomically((im.tmp / kManifestFile).string(), [&](std::FILE* f) {
+            return std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        }));
     }
-    rocksdb::FlushOptions fo;
-    fo.wait = true;
-    TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Flush(fo, im.db.cf), im.path));
-    tr.Mark("finish: flush");
-    // Marked complete last, durably (WAL on, synced).
-    rocksdb::WriteOptions sync;
-    sync.sync = true;
-    TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Put(sync, im.db.cf[kMeta], "complete", "1"), im.path));
-    TMS_RETURN_IF_ERROR(from_rocks(im.db.db->Flush(fo, im.db.cf), im.path));
-    im.db.Close();  // before the rename
     CrashPoint("build:complete");
     TMS_RETURN_IF_ERROR(ReplaceIndexDir(im.tmp, im.target));
     im.finished = true;
@@ -1003,23 +1214,80 @@ Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildO
                   std::unique_ptr<FileLock> target_lock) {
     IndexBuildOptions o = opts;
     o.keep_vectors = !d.vectors.empty();
-    std::unique_ptr<IndexWriter> w;
-    TMS_RETURN_IF_ERROR(IndexWriter::Create(path, o, d.model, &w, std::move(target_lock)));
     const int64_t n = d.info.n_docs;
     std::vector<int64_t> lens(n);
     for (int64_t i = 0; i < n; ++i) lens[i] = d.doc_offsets[i + 1] - d.doc_offsets[i];
+    std::unique_ptr<IndexWriter> w;
+    TMS_RETURN_IF_ERROR(IndexWriter::Create(path, o, d.model, &w, std::move(target_lock),
+                                            SplitShards(lens, ResolveShardCount(o.shards, d.info.n_tokens))));
     TMS_RETURN_IF_ERROR(w->AppendDocs(lens.data(), n, d.token_centroids.data(), d.codes.data(),
                                       d.vectors.empty() ? nullptr : d.vectors.data(), d.doc_ids.data()));
-    return w->Finish(d.info);
+    return w->Finish();
 }
 
 namespace {
 
-// Opens the index at `path` read-only and runs `read` on it, holding the marker shared so that
-// no writer replaces the files being loaded. An in-place writer's background flushes may still
-// move files under a reader: a failure of RocksDB while a writer is active is retried, and if it
-// persists it is reported as what it most likely is.
-Status with_read_db(const std::string& path, const std::function<Status(Db&)>& read) {
+// The stores of the index at `dir`: the directory itself (unsharded), or the shards its
+// manifest names, each checked to exist.
+Status read_layout(const fs::path& dir, const std::string& path, Layout* out) {
+    *out = Layout();
+    std::error_code ec;
+    const fs::path mf = dir / kManifestFile;
+    if (!fs::exists(fs::symlink_status(mf, ec))) {
+        out->stores.push_back(dir);
+        return Status::OK();
+    }
+    std::string text;
+    {
+        std::FILE* f = std::fopen(mf.c_str(), "rb");
+        if (!f) return Status::IOError(path + ": cannot read the shard manifest " + mf.string());
+        char buf[4096];
+        for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) {
+            text.append(buf, n);
+            if (text.size() > (size_t(1) << 20)) break;
+        }
+        std::fclose(f);
+    }
+    out->sharded = true;
+    const std::string what = mf.string();
+    try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        const int fv = j.at("format_version").get<int>();
+        if (fv != kShardedFormatVersion) {
+            return Status::NotSupported(what + ": sharded index format version " + std::to_string(fv) +
+                                        " is not supported by this build (reads " +
+                                        std::to_string(kShardedFormatVersion) + "); rebuild the index");
+        }
+        const auto& shards = j.at("shards");
+        if (!shards.is_array() || shards.empty() || shards.size() > size_t(kMaxShards)) {
+            return Status::Corruption(what + ": bad shard list");
+        }
+        for (size_t s = 0; s < shards.size(); ++s) {
+            // Only the names the writer gives: a manifest never points outside its directory.
+            const std::string name = shards[s].get<std::string>();
+            if (name != ShardDirName(int(s))) {
+                return Status::Corruption(what + ": shard " + std::to_string(s) + " is named '" + name +
+                                          "', expected " + ShardDirName(int(s)));
+            }
+            const fs::path sd = dir / name;
+            if (!fs::is_directory(sd, ec)) {
+                return Status::Corruption(path + ": shard " + std::to_string(s) + " (" + sd.string() +
+                                          ") is missing: the index is damaged");
+            }
+            out->stores.push_back(sd);
+        }
+        out->model_crc = j.at("model_crc").get<uint32_t>();
+    } catch (const nlohmann::json::exception& e) {
+        return Status::Corruption(what + ": bad shard manifest (" + e.what() + ")");
+    }
+    return Status::OK();
+}
+
+// Opens the index at `path` read-only (every store of it) and runs `read` on the stores,
+// holding the marker shared so that no writer replaces the files being loaded. An in-place
+// writer's background flushes may still move files under a reader: a failure of RocksDB while a
+// writer is active is retried, and if it persists it is reported as what it most likely is.
+Status with_read_stores(const std::string& path, const std::function<Status(const Layout&, std::vector<Db>&)>& read) {
     fs::path dir;
     TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &dir));
     RecoverLeftovers(dir);  // an interrupted replacement may have left the index aside
@@ -1031,9 +1299,11 @@ Status with_read_db(const std::string& path, const std::function<Status(Db&)>& r
             std::unique_ptr<FileLock> shared;
             TMS_RETURN_IF_ERROR(AcquireMarkerLock(dir, false, &shared));
             CrashPoint("read:locked");
-            Db db;
-            st = open_db(dir.string(), true, &db);
-            if (st.ok()) st = read(db);
+            Layout layout;
+            st = read_layout(dir, path, &layout);
+            std::vector<Db> dbs(layout.stores.size());
+            for (size_t s = 0; st.ok() && s < dbs.size(); ++s) st = open_db(layout.stores[s].string(), true, &dbs[s]);
+            if (st.ok()) st = read(layout, dbs);
         }
         if (st.ok() || st.code() == Status::Code::kInvalidArgument || st.code() == Status::Code::kNotSupported ||
             st.code() == Status::Code::kResourceExhausted || !WriterActive(dir)) {
@@ -1047,39 +1317,234 @@ Status with_read_db(const std::string& path, const std::function<Status(Db&)>& r
     }
 }
 
+// Bytes of the files under `dir` (not following links).
+int64_t dir_bytes(const fs::path& dir) {
+    std::error_code ec;
+    int64_t n = 0;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (it->is_regular_file(ec)) n += int64_t(it->file_size(ec));
+    }
+    return n;
+}
+
+// The metadata of every store, checked to form one index: the shards' first documents follow
+// each other, and every shard has the same model shape (and, sharded, the manifest's model).
+Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,
+                        std::vector<IndexInfo>* infos, std::vector<nlohmann::json>* stats) {
+    infos->assign(dbs.size(), IndexInfo());
+    stats->assign(dbs.size(), nlohmann::json());
+    int64_t next = 0;
+    for (size_t s = 0; s < dbs.size(); ++s) {
+        const std::string sp = layout.sharded ? layout.stores[s].string() : path;
+        TMS_RETURN_IF_ERROR(read_meta(dbs[s], sp, &(*infos)[s], &(*stats)[s]));
+        const IndexInfo& a = (*infos)[0];
+        const IndexInfo& b = (*infos)[s];
+        const int64_t first = (*stats)[s].value("first_doc", int64_t{0});
+        if (!layout.sharded && first != 0) {
+            return Status::InvalidArgument(path + ": a shard of a sharded index, not an index (open its parent directory)");
+        }
+        if (first != next) return Status::Corruption(sp + ": its documents start at " + std::to_string(first) +
+                                                     ", expected " + std::to_string(next) + " (the index is damaged)");
+        if (b.dim != a.dim || b.n_centroids != a.n_centroids || b.codec != a.codec || b.has_vectors != a.has_vectors ||
+            (*stats)[s].value("n_code_bytes", 0) != (*stats)[0].value("n_code_bytes", 0)) {
+            return Status::Corruption(sp + ": its model differs from shard 0's (the index is damaged)");
+        }
+        next += b.n_docs;
+    }
+    if (next > INT32_MAX) return Status::Corruption(path + ": more than 2^31 documents");
+    return Status::OK();
+}
+
+IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos) {
+    IndexInfo info = infos[0];
+    info.n_docs = info.n_tokens = info.n_chunks = info.n_deleted = 0;
+    for (size_t s = 0; s < infos.size(); ++s) {
+        ShardInfo si;
+        si.dir = layout.sharded ? layout.stores[s].filename().string() : ".";
+        si.first_doc = info.n_docs;
+        si.n_docs = infos[s].n_docs;
+        si.n_tokens = infos[s].n_tokens;
+        si.bytes = dir_bytes(layout.stores[s]);
+        info.shards.push_back(si);
+        info.n_docs += infos[s].n_docs;
+        info.n_tokens += infos[s].n_tokens;
+        info.n_chunks += infos[s].n_chunks;
+        info.n_deleted += infos[s].n_deleted;
+    }
+    if (layout.sharded) info.format_version = kShardedFormatVersion;
+    return info;
+}
+
+Status read_store(Db& db, const std::string& path, bool load_vectors, bool progress, int64_t first_doc,
+                  int64_t limit, IndexData* d, std::vector<int64_t>* tombstones);
+
+// Loads every store of the index (in parallel, one thread each), then applies every store's
+// tombstones to the shards they name.
+Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
+                   bool progress, std::vector<IndexData>* shards) {
+    std::vector<IndexInfo> infos;
+    std::vector<nlohmann::json> stats;
+    TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
+    const IndexInfo total = combine_infos(layout, infos);
+    const size_t n = dbs.size();
+    shards->clear();
+    shards->resize(n);
+    std::vector<std::vector<int64_t>> tomb(n);
+    std::vector<Status> sts(n);
+    if (n == 1) {
+        sts[0] = read_store(dbs[0], path, load_vectors, progress, 0, total.n_docs, &(*shards)[0], &tomb[0]);
+    } else {
+        const int threads = std::max(1, omp_get_max_threads() / int(n));
+        Progress prog("loading", total.n_docs, progress, " doc");
+        std::vector<std::thread> loaders;
+        for (size_t s = 0; s < n; ++s) {
+            loaders.emplace_back([&, s] {
+                omp_set_num_threads(threads);
+                sts[s] = read_store(dbs[s], layout.stores[s].string(), load_vectors, false,
+                                    total.shards[s].first_doc, total.n_docs, &(*shards)[s], &tomb[s]);
+            });
+        }
+        for (size_t s = 0; s < n; ++s) {
+            loaders[s].join();
+            prog.Add(total.shards[s].n_docs);
+        }
+        prog.Done();
+    }
+    for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
+    if (layout.sharded && ModelCrc((*shards)[0].model) != layout.model_crc) {
+        return Status::Corruption(layout.stores[0].string() + ": its model differs from the manifest's (the index is damaged)");
+    }
+    for (size_t s = 1; s < n; ++s) {
+        const IndexModel &a = (*shards)[0].model, &b = (*shards)[s].model;
+        if (a.centroids != b.centroids || a.codebook != b.codebook || a.residual_weights != b.residual_weights) {
+            return Status::Corruption(layout.stores[s].string() + ": its model differs from shard 0's (the index is damaged)");
+        }
+    }
+    // Deleted documents leave the IVF lists, so no search path sees them.
+    for (size_t s = 0; s < n; ++s) (*shards)[s].deleted.assign(size_t(total.shards[s].n_docs), 0);
+    for (size_t s = 0; s < n; ++s) {
+        for (int64_t g : tomb[s]) {
+            size_t t = n - 1;
+            while (g < total.shards[t].first_doc) --t;
+            (*shards)[t].deleted[size_t(g - total.shards[t].first_doc)] = 1;
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (size_t s = 0; s < n; ++s) {
+        IndexData& d = (*shards)[s];
+        d.info.n_deleted = std::count(d.deleted.begin(), d.deleted.end(), char(1));
+        if (d.info.n_deleted == 0) continue;
+        size_t w = 0;
+        int64_t begin = 0;
+        for (int k = 0; k < d.model.n_centroids; ++k) {
+            const int64_t end = d.ivf_offsets[k + 1];
+            for (int64_t e = begin; e < end; ++e) {
+                if (!d.deleted[d.ivf_docs[e]]) d.ivf_docs[w++] = d.ivf_docs[e];
+            }
+            begin = end;
+            d.ivf_offsets[k + 1] = static_cast<int64_t>(w);
+        }
+        d.ivf_docs.resize(w);
+    }
+    for (size_t s = 0; s < n; ++s) {
+        (*shards)[s].first_doc = total.shards[s].first_doc;
+        (*shards)[s].info.shards = {total.shards[s]};
+        (*shards)[s].info.format_version = total.format_version;
+    }
+    return Status::OK();
+}
+
 }  // namespace
 
 Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
-    return with_read_db(path, [&](Db& db) {
-        nlohmann::json stats;
-        return read_meta(db, path, info, &stats);
+    return with_read_stores(path, [&](const Layout& layout, std::vector<Db>& dbs) {
+        std::vector<IndexInfo> infos;
+        std::vector<nlohmann::json> stats;
+        TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
+        *info = combine_infos(layout, infos);
+        return Status::OK();
     });
 }
 
-Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* d) {
-    return with_read_db(path, [&](Db& db) { return read_index_db(db, path, load_vectors, progress, d); });
+Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards) {
+    return with_read_stores(path, [&](const Layout& layout, std::vector<Db>& dbs) {
+        return read_shards(layout, dbs, path, load_vectors, progress, shards);
+    });
 }
 
-Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool progress, IndexData* d) {
+void ConcatShards(std::vector<IndexData>* shards, IndexData* d) {
+    if (shards->size() == 1) {
+        *d = std::move((*shards)[0]);
+        return;
+    }
+    std::vector<IndexData>& v = *shards;
+    *d = IndexData();
+    d->model = v[0].model;
+    d->info = v[0].info;
+    d->info.n_docs = d->info.n_tokens = d->info.n_chunks = d->info.n_deleted = 0;
+    d->info.shards.clear();
+    const int ncb = d->model.n_code_bytes, dim = d->model.dim;
+    d->doc_offsets.assign(1, 0);
+    for (IndexData& s : v) {
+        for (size_t i = 1; i < s.doc_offsets.size(); ++i) d->doc_offsets.push_back(d->info.n_tokens + s.doc_offsets[i]);
+        d->token_centroids.insert(d->token_centroids.end(), s.token_centroids.begin(), s.token_centroids.end());
+        d->codes.insert(d->codes.end(), s.codes.begin(), s.codes.end());
+        d->vectors.insert(d->vectors.end(), s.vectors.begin(), s.vectors.end());
+        d->doc_ids.insert(d->doc_ids.end(), std::make_move_iterator(s.doc_ids.begin()), std::make_move_iterator(s.doc_ids.end()));
+        d->deleted.insert(d->deleted.end(), s.deleted.begin(), s.deleted.end());
+        ShardInfo si = s.info.shards.at(0);
+        d->info.shards.push_back(si);
+        d->info.n_docs += s.info.n_docs;
+        d->info.n_tokens += s.info.n_tokens;
+        d->info.n_chunks += s.info.n_chunks;
+        d->info.n_deleted += s.info.n_deleted;
+        PodVector<uint32_t>().swap(s.token_centroids);
+        PodVector<uint8_t>().swap(s.codes);
+        PodVector<uint16_t>().swap(s.vectors);
+    }
+    (void)ncb;
+    (void)dim;
+    // IVF lists: each centroid's lists of the shards in order (ids ascend across shards).
+    const int K = d->model.n_centroids;
+    d->ivf_offsets.assign(K + 1, 0);
+    for (int k = 0; k < K; ++k) {
+        int64_t len = 0;
+        for (const IndexData& s : v) len += s.ivf_offsets[k + 1] - s.ivf_offsets[k];
+        d->ivf_offsets[k + 1] = d->ivf_offsets[k] + len;
+    }
+    d->ivf_docs.resize(d->ivf_offsets.back());
+    for (int k = 0; k < K; ++k) {
+        int64_t w = d->ivf_offsets[k];
+        for (const IndexData& s : v) {
+            for (int64_t e = s.ivf_offsets[k]; e < s.ivf_offsets[k + 1]; ++e) {
+                d->ivf_docs[w++] = static_cast<int32_t>(s.first_doc + s.ivf_docs[e]);
+            }
+        }
+    }
+    d->first_doc = 0;
+    shards->clear();
+}
+
+Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* d) {
+    std::vector<IndexData> shards;
+    TMS_RETURN_IF_ERROR(ReadIndexShards(path, load_vectors, progress, &shards));
+    ConcatShards(&shards, d);
+    return Status::OK();
+}
+
+namespace {
+
+// One store's documents (local ids 0..n_docs-1 in `d`; stored as global ids from `first_doc`)
+// and its raw tombstones (global ids below `limit`). `d->deleted` and the IVF filtering are the
+// caller's (read_shards: a tombstone may live in another shard's store).
+Status read_store(Db& db, const std::string& path, bool load_vectors, bool progress, int64_t first_doc,
+                  int64_t limit, IndexData* d, std::vector<int64_t>* tombstones) {
     nlohmann::json stats;
     TMS_RETURN_IF_ERROR(read_meta(db, path, &d->info, &stats));
     IndexModel& m = d->model;
     const IndexInfo& info = d->info;
-    m.dim = info.dim;
-    m.n_centroids = info.n_centroids;
-    m.codec = info.codec;
-    m.pq_m = info.pq_m;
-    m.pq_nbits = info.pq_nbits;
-    m.residual_nbits = info.residual_nbits;
-    m.n_code_bytes = stats.value("n_code_bytes", 0);
-    TMS_RETURN_IF_ERROR(read_floats(db, path, "centroids", &m.centroids));
-    TMS_RETURN_IF_ERROR(read_floats(db, path, "codebook", &m.codebook));
-    TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_cutoffs", &m.residual_cutoffs));
-    TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_weights", &m.residual_weights));
-    if (m.centroids.size() != size_t(m.n_centroids) * m.dim ||
-        (m.n_code_bytes > 0 && m.codebook.size() != size_t(m.n_code_bytes) * 256 * (m.dim / m.n_code_bytes))) {
-        return Status::Corruption(path + ": model sizes do not match the metadata");
-    }
+    TMS_RETURN_IF_ERROR(read_model(db, path, info, stats, &m));
     PhaseTrace trace;
     const int64_t n_docs = info.n_docs, n_tokens = info.n_tokens;
     const int ncb = m.n_code_bytes;
@@ -1143,7 +1608,7 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
             TMS_RETURN_IF_ERROR(r.get(&magic, 1));
             TMS_RETURN_IF_ERROR(r.get(&first, 1));
             TMS_RETURN_IF_ERROR(r.get(&cnt, 1));
-            if (magic != kChunkMagic || int64_t(first) != next_doc || next_doc + int64_t(cnt) > n_docs) {
+            if (magic != kChunkMagic || int64_t(first) != first_doc + next_doc || next_doc + int64_t(cnt) > n_docs) {
                 return Status::Corruption(what + ": bad chunk header");
             }
             std::vector<uint32_t> lens(cnt);
@@ -1197,7 +1662,10 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
         std::vector<std::vector<int32_t>> lists(m.n_centroids);
         std::vector<Status> lst(m.n_centroids);
 #pragma omp parallel for schedule(dynamic, 64)
-        for (int k = 0; k < m.n_centroids; ++k) lst[k] = read_ivf_list(db, path, k, n_docs, &lists[k]);
+        for (int k = 0; k < m.n_centroids; ++k) {
+            lst[k] = read_ivf_list(db, path, k, first_doc, first_doc + n_docs, &lists[k]);
+            for (int32_t& e : lists[k]) e = static_cast<int32_t>(e - first_doc);  // local ids
+        }
         d->ivf_offsets.assign(m.n_centroids + 1, 0);
         for (int k = 0; k < m.n_centroids; ++k) {
             TMS_RETURN_IF_ERROR(lst[k]);
@@ -1210,23 +1678,11 @@ Status read_index_db(Db& db, const std::string& path, bool load_vectors, bool pr
         }
     }
     trace.Mark("ivf");
-    // Tombstones: deleted documents leave the IVF lists, so no search path sees them.
-    TMS_RETURN_IF_ERROR(read_tombstones(db, path, n_docs, &d->deleted));
+    TMS_RETURN_IF_ERROR(read_tombstones(db, path, limit, tombstones));
     trace.Mark("tombstones");
-    if (info.n_deleted > 0) {
-        size_t w = 0;
-        int64_t begin = 0;
-        for (int k = 0; k < m.n_centroids; ++k) {
-            const int64_t end = d->ivf_offsets[k + 1];
-            for (int64_t e = begin; e < end; ++e) {
-                if (!d->deleted[d->ivf_docs[e]]) d->ivf_docs[w++] = d->ivf_docs[e];
-            }
-            begin = end;
-            d->ivf_offsets[k + 1] = static_cast<int64_t>(w);
-        }
-        d->ivf_docs.resize(w);
-    }
     return Status::OK();
 }
+
+}  // namespace
 
 }  // namespace tms::index

@@ -32,7 +32,7 @@ tms::Status parse_device(const std::string& s, tms::Device* d) {
 }
 
 struct SearchArgs {
-    std::string index, queries, query_ids, out, device = "auto", tag = "tms";
+    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms";
     tms::SearchOptions opts;
     int batch = 256;
     bool no_progress = false;
@@ -68,6 +68,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
     tms::SearcherOptions so;
     TMS_RETURN_IF_ERROR(parse_device(a.device, &so.device));
+    if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, &so).WithContext("--devices"));
     so.load_vectors = true;
     so.progress = !quiet && !a.no_progress;
     std::unique_ptr<tms::Searcher> searcher;
@@ -108,6 +109,14 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
         std::fprintf(stderr, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
                      phase.scoring, phase.rerank);
+        if (searcher->placement().size() > 1) {
+            std::string where;
+            for (const tms::ShardPlacement& p : searcher->placement()) {
+                where += (where.empty() ? "" : ", ") + std::to_string(p.shard) + ":" +
+                         (p.device == tms::Device::kGpu ? "gpu " + std::to_string(p.gpu) : std::string("cpu"));
+            }
+            std::fprintf(stderr, "tms search: %zu shards (%s)\n", searcher->placement().size(), where.c_str());
+        }
     }
     return tms::Status::OK();
 }
@@ -119,6 +128,9 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_flag("--exhaustive", a->opts.exhaustive,
                 "Exact MaxSim over every document (needs an index built with --keep-vectors)");
     c->add_option("--device", a->device, "Where to score: auto, cpu or gpu")->capture_default_str();
+    c->add_option("--devices", a->devices,
+                  "Where the shards go: cpu, all (every GPU), or GPUs like 0 or 0,1 (shards placed by size; "
+                  "default: every GPU present, else cpu); overrides --device");
     c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
@@ -146,6 +158,12 @@ tms::Status print_info(const std::string& path) {
                 i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
                 i.build_config_json.c_str());
     // The build config keeps what was asked (0: the default rule); these are what it resolved to.
+    std::printf("shards\t%zu\n", i.shards.size());
+    for (size_t s = 0; s < i.shards.size(); ++s) {
+        const tms::ShardInfo& h = i.shards[s];
+        std::printf("shard\t%zu\t%s\tfirst_doc %lld\tdocuments %lld\ttokens %lld\tbytes %lld\n", s, h.dir.c_str(),
+                    (long long)h.first_doc, (long long)h.n_docs, (long long)h.n_tokens, (long long)h.bytes);
+    }
     std::printf("build_resolved\t{\"codec\": \"%s\", \"n_centroids\": %d, \"pq_m\": %d, \"pq_nbits\": %d, "
                 "\"residual_nbits\": %d}\n",
                 i.codec.c_str(), i.n_centroids, i.codec == "pq" ? i.pq_m : 0, i.codec == "pq" ? i.pq_nbits : 0,
@@ -246,7 +264,7 @@ int run(int argc, char** argv) {
     // index
     tms::IndexBuildOptions io;
     std::string docs, doclens, doc_ids, index_out, config;
-    int n_centroids = -1, pq_m = -1, nbits = -1;
+    int n_centroids = -1, pq_m = -1, nbits = -1, shards = -1;
     std::string codec;
     auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
     idx->add_option("--docs", docs,
@@ -262,6 +280,10 @@ int run(int argc, char** argv) {
     idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
     idx->add_option("--nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)")
         ->check(CLI::IsMember({1, 2, 4}));
+    idx->add_option("--shards", shards,
+                    "Shards: document ranges with their own stores, loaded and searched in parallel (0 or "
+                    "unset: one per 2^25 tokens)")
+        ->check(CLI::Range(0, tms::kMaxShards));
     bool keep_vectors = false, overwrite = false, no_progress = false;
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
@@ -384,6 +406,7 @@ int run(int argc, char** argv) {
         if (n_centroids >= 0) io.n_centroids = n_centroids;
         if (pq_m >= 0) io.pq_m = pq_m;
         if (nbits >= 0) io.residual_nbits = nbits;
+        if (shards >= 0) io.shards = shards;
         if (keep_vectors) io.keep_vectors = true;
         io.overwrite = overwrite;
         io.progress = !no_progress;

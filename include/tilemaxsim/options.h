@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
@@ -34,6 +35,10 @@ struct IndexBuildOptions {
     bool keep_vectors = false;
     /// Documents per stored chunk. Default: 2048
     int chunk_docs = 2048;
+    /// Shards: ranges of documents (about equal in tokens), each with its own store, searched
+    /// in parallel (on every GPU, or several on one) and merged exactly. 0 picks one shard per
+    /// kTokensPerShard tokens (at least 1, at most kMaxShards). Default: 0
+    int shards = 0;
     /// Random seed for sampling and k-means. Default: 1234
     uint64_t seed = 1234;
     /// Replace an existing index at the output path (the old one is removed only after
@@ -54,8 +59,15 @@ struct IndexBuildOptions {
 
 /// How a Searcher loads an index.
 struct SearcherOptions {
-    /// Where scoring runs. Default: kAuto
+    /// Where scoring runs: kCpu, kGpu (the GPUs of `gpus`), or kAuto (kGpu when this build has
+    /// CUDA and a device is present, else kCpu). Default: kAuto
     Device device = Device::kAuto;
+    /// The GPUs that hold shards (CUDA ordinals, as CUDA_VISIBLE_DEVICES numbers them), when
+    /// scoring runs on GPUs; empty: every visible GPU. Shards are placed by size, so that each
+    /// GPU holds about the same bytes (several shards may share one); every GPU works on a
+    /// batch at once and the per-shard results are merged exactly, so the results do not depend
+    /// on the placement. A GPU that is not present is an error naming it. Default: empty
+    std::vector<int> gpus;
     /// Load stored fp16 vectors (needed for exhaustive search and rerank). Default: true
     bool load_vectors = true;
     /// Show progress on stderr when it is a terminal. Default: true
@@ -91,8 +103,19 @@ struct SearchOptions {
     int max_batch_queries = 0;
 };
 
+/// The automatic shard count: one shard per this many tokens (2^25: 8 GiB of fp16 vectors at
+/// d = 128), so that large indexes load and search in parallel and small ones stay one store.
+inline constexpr int64_t kTokensPerShard = int64_t(1) << 25;
+/// Shards an index may have.
+inline constexpr int kMaxShards = 256;
+
 /// Threads any option may ask for (OpenMP aborts far above a machine's cores).
 inline constexpr int kMaxThreads = 1024;
+
+/// Parses a device list as `tms search --devices` takes it into opts->device and opts->gpus:
+/// "cpu", "gpu" or "all" (every visible GPU), "auto" (GPUs when present, else cpu), or CUDA
+/// ordinals "0", "0,1", ... (each at most once).
+Status ParseDeviceList(const std::string& list, SearcherOptions* opts);
 
 /// Every field of `opts` in its documented range; the message names the field.
 Status ValidateBuildOptions(const IndexBuildOptions& opts);

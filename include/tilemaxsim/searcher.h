@@ -30,6 +30,15 @@ struct SearchTimings {
     double total = 0;
 };
 
+/// Where one shard of an opened index lives.
+struct ShardPlacement {
+    int shard = 0;
+    Device device = Device::kCpu;  ///< kCpu or kGpu
+    int gpu = -1;                  ///< CUDA ordinal when on a GPU
+    int64_t first_doc = 0, n_docs = 0;
+    int64_t bytes = 0;             ///< what it holds in memory (codes, lists, vectors)
+};
+
 /// An opened index, ready to answer queries. Search is const and thread-safe.
 class Searcher {
 public:
@@ -41,6 +50,8 @@ public:
     virtual const IndexInfo& info() const = 0;
     /// The device scoring runs on (kCpu or kGpu, never kAuto).
     virtual Device device() const = 0;
+    /// Where each shard is (one entry for an unsharded index), in shard order.
+    virtual const std::vector<ShardPlacement>& placement() const = 0;
 
     /// Top-k documents per query, best first (ties: lower internal id first).
     /// results->size() == n_queries; a query may get fewer than k hits only when the index

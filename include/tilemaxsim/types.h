@@ -45,6 +45,15 @@ struct SearchHit {
     float score;          ///< MaxSim score (exact when reranked or exhaustive)
 };
 
+/// One shard of an index: a range of internal ids with its own store.
+struct ShardInfo {
+    std::string dir;         ///< its directory, relative to the index directory ("." unsharded)
+    int64_t first_doc = 0;   ///< internal id of its first document
+    int64_t n_docs = 0;
+    int64_t n_tokens = 0;
+    int64_t bytes = 0;       ///< on disk
+};
+
 /// What an index holds (tms info).
 struct IndexInfo {
     int format_version = 0;
@@ -62,6 +71,7 @@ struct IndexInfo {
     int64_t n_chunks = 0;
     int64_t n_deleted = 0;      ///< documents deleted (tombstoned) since the last compaction
     std::string build_config_json;
+    std::vector<ShardInfo> shards;  ///< in id order; one entry for an unsharded index
 };
 
 }  // namespace tms

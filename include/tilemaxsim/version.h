@@ -9,5 +9,9 @@ namespace tms {
 /// "0.1.0"
 const char* VersionString();
 /// On-disk index format written by this build; older formats are refused with a message.
-inline constexpr int kIndexFormatVersion = 3;  // 2: chunk checksums are CRC-32C; 3: external ids stored per chunk
+/// The format of one store (an unsharded index, or one shard): 2: chunk checksums are CRC-32C;
+/// 3: external ids stored per chunk.
+inline constexpr int kIndexFormatVersion = 3;
+/// The format of a sharded index: a manifest (DIR/SHARDS) naming stores of kIndexFormatVersion.
+inline constexpr int kShardedFormatVersion = 4;
 }  // namespace tms
