@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/gpu_scorer.h"
+#include "kernels/cuda/gpu_context.h"
 #include "tilemaxsim/options.h"
 
 namespace tms::engine {
@@ -23,6 +24,16 @@ Status ResolveDevice(Device requested, Device* resolved) {
     *resolved = Device::kCpu;
 #endif
     return Status::OK();
+}
+
+Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out) {
+#if TMS_WITH_CUDA
+    return kernels::GpuContext::Create(device, out);
+#else
+    (void)device;
+    (void)out;
+    return Status::NotSupported("GPU " + std::to_string(device) + ": this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
+#endif
 }
 
 }  // namespace tms::engine

@@ -19,6 +19,7 @@
 #include "engine/gpu_code_scorer.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gpu_context.h"
 #include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/raw_to_float.cuh"
@@ -149,34 +150,21 @@ Status split_tf32x3_async(const float* src, int64_t rows, int dim, unsigned lo_p
 
 }  // namespace
 
-struct GpuCodeScorer::Impl {
-    int device = 0;
-    int dim = 0;
-    int n_code_bytes = 0;
-    bool codebook_shared = false;  // every code byte's block is the same (residual codecs)
-    int n_centroids = 0;
-    int64_t n_docs = 0;
-    cudaStream_t stream = nullptr;
-    cublasHandle_t blas = nullptr;
-    uint32_t* d_tc = nullptr;
-    uint8_t* d_codes = nullptr;
-    float* d_book = nullptr;
-    void* d_book_image = nullptr;  // d_book in the kernel's fp16 layout (code_codebook_image_cuda)
-    float* d_cent3 = nullptr;  // the centroids [n_centroids, 3 * dim] as hi, lo, hi (split_tf32x3)
-    kernels::DeviceScratch g_rows3;  // CentroidScores: the query rows as hi, hi, lo
-    int64_t* d_offsets = nullptr;
+/// What every compressed scorer on one GPU shares (GpuContext::Scratch): the per-call arenas,
+/// and what the last Candidates call left in them for ScoreCandidates.
+struct CodeScorerScratch {
     kernels::DeviceScratch arena;  // per-call inputs and workspaces (grows with headroom)
-    std::unique_ptr<kernels::StagedUploader> inputs_up;  // per-call inputs, through pinned stages
-    int64_t* d_ivf_off = nullptr;  // SetIvf
-    int32_t* d_ivf_docs = nullptr;
+    kernels::DeviceScratch g_rows3;  // CentroidScores: the query rows as hi, hi, lo
     // Candidates' second phase (sized once the candidate counts are known).
     kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
     // ScoreCandidatesTop's output (the kept documents, their scores, offsets).
     kernels::DeviceScratch t_docs, t_scores, t_off;
     /// What the last Candidates call left on the device for ScoreCandidates (pointers into
-    /// arena, g_docs / g_heads, g_new_off, g_table); Score and Probe invalidate it.
+    /// arena, g_docs / g_heads, g_new_off, g_table); any other call of any scorer on the device
+    /// invalidates it.
     struct LastCandidates {
         bool valid = false;
+        const void* owner = nullptr;  // the scorer whose Candidates call it was
         int q_stride = 0;
         const float* dq = nullptr;
         const int32_t* dl = nullptr;
@@ -186,6 +174,53 @@ struct GpuCodeScorer::Impl {
         std::vector<int64_t> h_off;  // the offsets Candidates returned: [n_queries + 1], h_off.back() candidates
         bool table_built = false;  // g_table holds these queries' centroid-score table
     } last;
+};
+
+struct GpuCodeScorer::Impl {
+    explicit Impl(std::shared_ptr<kernels::GpuContext> c)
+        : ctx(std::move(c)),
+          device(ctx->device()),
+          stream(ctx->stream()),
+          blas(ctx->blas()),
+          sc(ctx->Scratch<CodeScorerScratch>()),
+          arena(sc.arena),
+          g_rows3(sc.g_rows3),
+          g_docs(sc.g_docs),
+          g_scores(sc.g_scores),
+          g_keys(sc.g_keys),
+          g_vals(sc.g_vals),
+          g_temp(sc.g_temp),
+          g_table(sc.g_table),
+          g_heads(sc.g_heads),
+          g_new_off(sc.g_new_off),
+          t_docs(sc.t_docs),
+          t_scores(sc.t_scores),
+          t_off(sc.t_off),
+          last(sc.last) {}
+    std::shared_ptr<kernels::GpuContext> ctx;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    CodeScorerScratch& sc;
+    int dim = 0;
+    int n_code_bytes = 0;
+    bool codebook_shared = false;  // every code byte's block is the same (residual codecs)
+    int n_centroids = 0;
+    int64_t n_docs = 0;
+    uint32_t* d_tc = nullptr;
+    uint8_t* d_codes = nullptr;
+    float* d_book = nullptr;
+    void* d_book_image = nullptr;  // d_book in the kernel's fp16 layout (code_codebook_image_cuda)
+    float* d_cent3 = nullptr;  // the centroids [n_centroids, 3 * dim] as hi, lo, hi (split_tf32x3)
+    int64_t* d_offsets = nullptr;
+    int64_t* d_ivf_off = nullptr;  // SetIvf
+    int32_t* d_ivf_docs = nullptr;
+    // The device's shared scratch (CodeScorerScratch), by name.
+    kernels::DeviceScratch &arena, &g_rows3, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads,
+        &g_new_off, &t_docs, &t_scores, &t_off;
+    using LastCandidates = CodeScorerScratch::LastCandidates;
+    LastCandidates& last;
+    kernels::StagedUploader& inputs() { return ctx->inputs(); }
 
     /// The shard half of the kernel parameters (and the batch shape); the caller sets the
     /// query, candidate and output pointers.
@@ -208,12 +243,8 @@ struct GpuCodeScorer::Impl {
 
     ~Impl() {
         DeviceGuard g(device);
-        if (stream) cudaStreamSynchronize(stream);
-        inputs_up.reset();
-        if (blas) cublasDestroy(blas);
-        for (kernels::DeviceScratch* b : {&arena, &g_rows3, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table,
-                                          &g_heads, &g_new_off, &t_docs, &t_scores, &t_off})
-            b->Free();
+        cudaStreamSynchronize(stream);
+        if (last.owner == this) last = LastCandidates{};
         cudaFree(d_ivf_off);
         cudaFree(d_ivf_docs);
         cudaFree(d_offsets);
@@ -222,7 +253,6 @@ struct GpuCodeScorer::Impl {
         cudaFree(d_book);
         cudaFree(d_codes);
         cudaFree(d_tc);
-        if (stream) cudaStreamDestroy(stream);
     }
 
     Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
@@ -302,7 +332,7 @@ struct GpuCodeScorer::Impl {
 
 GpuCodeScorer::~GpuCodeScorer() = default;
 
-Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
+Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
                              int n_code_bytes, const float* h_codebook, const float* h_centroids, int n_centroids,
                              int dim, const int64_t* h_doc_offsets, int64_t n_docs,
                              std::unique_ptr<GpuCodeScorer>* out) {
@@ -321,6 +351,8 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
             return Status::InvalidArgument("GpuCodeScorer: token centroid id outside [0, n_centroids)");
         }
     }
+    if (!ctx) return Status::InvalidArgument("GpuCodeScorer: no GPU context");
+    const int device = ctx->device();
     int n_dev = 0;
     TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
     TMS_RETURN_IF_ERROR(kernels::validate_shard("GpuCodeScorer", h_doc_offsets, n_docs, n_tokens, device, n_dev));
@@ -328,18 +360,14 @@ Status GpuCodeScorer::Create(int device, const uint32_t* h_token_centroids, cons
     if (!g.ok()) return Status::Internal("GpuCodeScorer: cannot select device " + std::to_string(device));
     TMS_RETURN_IF_ERROR(kernels::code_maxsim_cuda_supported(dim, n_code_bytes));
     std::unique_ptr<GpuCodeScorer> s(new GpuCodeScorer());
-    s->impl_ = std::make_unique<Impl>();
+    s->impl_ = std::make_unique<Impl>(std::move(ctx));
     Impl& im = *s->impl_;
-    im.device = device;
     im.dim = dim;
     im.n_code_bytes = n_code_bytes;
     im.codebook_shared = kernels::codebook_blocks_equal(h_codebook, dim, n_code_bytes);
     im.n_centroids = n_centroids;
     im.n_docs = n_docs;
-    TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
-    TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&im.blas));
-    TMS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(im.blas, im.stream));
-    TMS_RETURN_IF_ERROR(kernels::MakeQueryUploader(im.stream, &im.inputs_up));
+    im.last.valid = false;  // the arena is used below
     kernels::StagedUploader uploader(im.stream);
     auto up = [&](auto** d, const void* h, size_t bytes) -> Status {
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(d), std::max<size_t>(bytes, 256)));
@@ -402,7 +430,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     char* cur = static_cast<char*>(im.arena.p);
     auto put = [&](const void* h, size_t bytes, void** d) -> Status {
         *d = bytes ? cur : nullptr;
-        if (bytes && h) TMS_RETURN_IF_ERROR(im.inputs_up->Upload(cur, h, bytes));
+        if (bytes && h) TMS_RETURN_IF_ERROR(im.inputs().Upload(cur, h, bytes));
         cur += align256(bytes);
         return Status::OK();
     };
@@ -458,7 +486,7 @@ Status GpuCodeScorer::Probe(const float* h_queries, int n_queries, int q_stride,
     float* dq = reinterpret_cast<float*>(base);
     float* ds = reinterpret_cast<float*>(base + align256(q_bytes));
     int32_t* dp = reinterpret_cast<int32_t*>(base + align256(q_bytes) + align256(s_bytes));
-    TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));
+    TMS_RETURN_IF_ERROR(im.inputs().Upload(dq, h_queries, q_bytes));
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         const int nr = static_cast<int>(std::min<int64_t>(block, rows - r0));
         TMS_RETURN_IF_ERROR(im.CentroidScores(dq + r0 * im.dim, nr, ds));
@@ -512,6 +540,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
         im.last = Impl::LastCandidates{};
         im.last.h_off.assign(1, 0);
         im.last.valid = true;  // nothing to score
+        im.last.owner = &im;
         return Status::OK();
     }
     int64_t no_cand = 0;
@@ -559,14 +588,14 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     void* draw = raw_bytes ? take(raw_bytes) : nullptr;
     trace("reserve");
     if (draw) {
-        TMS_RETURN_IF_ERROR(im.inputs_up->Upload(draw, h_queries, raw_bytes));
+        TMS_RETURN_IF_ERROR(im.inputs().Upload(draw, h_queries, raw_bytes));
         const int64_t n = rows * im.dim;
         kernels::raw_to_float<<<stride_blocks(n), 256, 0, im.stream>>>(draw, static_cast<int>(q_dtype), n, dq, nullptr);
         TMS_CUDA_CHECK_LAUNCH();
     } else {
-        TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dq, h_queries, q_bytes));
+        TMS_RETURN_IF_ERROR(im.inputs().Upload(dq, h_queries, q_bytes));
     }
-    if (dl) TMS_RETURN_IF_ERROR(im.inputs_up->Upload(dl, h_query_lens, l_bytes));
+    if (dl) TMS_RETURN_IF_ERROR(im.inputs().Upload(dl, h_query_lens, l_bytes));
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
     TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));
@@ -633,6 +662,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
     im.last.valid = true;
+    im.last.owner = &im;
     im.last.q_stride = q_stride;
     im.last.dq = dq;
     im.last.dl = dl;
@@ -646,10 +676,10 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
 
 Status GpuCodeScorer::ScoreLast(const char* who) {
     Impl& im = *impl_;
-    if (!im.last.valid) {
+    if (!im.last.valid || im.last.owner != &im) {
         return Status::InvalidArgument(std::string(who) +
-                                       ": no candidate lists on the device (call Candidates first; Score and Probe "
-                                       "discard them)");
+                                       ": no candidate lists on the device (call Candidates first; Score and Probe, "
+                                       "and any call of another scorer on the device, discard them)");
     }
     const Impl::LastCandidates& c = im.last;
     const int64_t total = c.h_off.back();

@@ -8,18 +8,24 @@
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
+namespace tms::kernels {
+class GpuContext;
+}
+
 namespace tms::engine {
 
 /// Owns device copies of one shard's compressed tokens (centroid ids, codes, codebook,
 /// centroids, doc offsets) and scores queries against them with the fused kernels of
 /// kernels/cuda/code_maxsim_cuda.h. Per-call buffers live in one device arena that grows and
-/// is reused. Thread-safety: one call at a time per scorer.
+/// is reused. Runs on its GpuContext's stream, with the scratch arenas every scorer on that
+/// device shares. Thread-safety: callers hold the context's mutex (one call at a time on the
+/// device, and Candidates .. ScoreCandidatesTop of one search under one hold).
 class GpuCodeScorer {
 public:
     /// h_token_centroids [n_tokens]; h_codes [n_tokens, n_code_bytes] (null when
     /// n_code_bytes == 0); h_codebook [n_code_bytes, 256, dim / n_code_bytes] fp32;
     /// h_centroids [n_centroids, dim] fp32; h_doc_offsets [n_docs + 1], 0 .. n_tokens.
-    static Status Create(int device, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
+    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
                          int n_code_bytes, const float* h_codebook, const float* h_centroids, int n_centroids,
                          int dim, const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuCodeScorer>* out);
     ~GpuCodeScorer();

@@ -7,7 +7,7 @@ struct GpuCodeScorer::Impl {};
 
 GpuCodeScorer::~GpuCodeScorer() = default;
 
-Status GpuCodeScorer::Create(int, const uint32_t*, const uint8_t*, int64_t, int, const float*, const float*, int, int,
+Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext>, const uint32_t*, const uint8_t*, int64_t, int, const float*, const float*, int, int,
                              const int64_t*, int64_t, std::unique_ptr<GpuCodeScorer>*) {
     return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
 }

@@ -10,6 +10,7 @@
 
 #include "engine/gpu_scorer.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gpu_context.h"
 #include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
 
@@ -19,25 +20,29 @@ using kernels::DeviceGuard;
 
 Status GpuDeviceCount(int* n) { return kernels::cuda_device_count(n); }
 
+/// The per-call inputs and outputs every exact scorer on one GPU shares (GpuContext::Scratch).
+struct ExactScorerScratch {
+    kernels::DeviceScratch arena;  // grows with headroom
+};
+
 struct GpuExactScorer::Impl {
-    int device = 0;
+    explicit Impl(std::shared_ptr<kernels::GpuContext> c)
+        : ctx(std::move(c)), device(ctx->device()), stream(ctx->stream()), arena(ctx->Scratch<ExactScorerScratch>().arena) {}
+    std::shared_ptr<kernels::GpuContext> ctx;
+    int device;
+    cudaStream_t stream;
+    kernels::DeviceScratch& arena;
     int dim = 0;
     int64_t n_docs = 0;
     int64_t n_tokens = 0;  // rows of d_tokens (lets the kernel use bulk tensor copies)
-    cudaStream_t stream = nullptr;
     void* d_tokens = nullptr;
     int64_t* d_offsets = nullptr;
-    kernels::DeviceScratch arena;  // per-call inputs and outputs (grows with headroom)
-    std::unique_ptr<kernels::StagedUploader> inputs_up;  // per-call inputs, through pinned stages
 
     ~Impl() {
         DeviceGuard g(device);
-        if (stream) cudaStreamSynchronize(stream);
-        inputs_up.reset();
-        arena.Free();
+        cudaStreamSynchronize(stream);
         cudaFree(d_offsets);
         cudaFree(d_tokens);
-        if (stream) cudaStreamDestroy(stream);
     }
 
     Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
@@ -59,7 +64,7 @@ struct GpuExactScorer::Impl {
         char* cur = static_cast<char*>(arena.p);
         auto put = [&](const void* h, size_t bytes, void** d) -> Status {
             *d = bytes ? cur : nullptr;
-            if (bytes) TMS_RETURN_IF_ERROR(inputs_up->Upload(cur, h, bytes));
+            if (bytes) TMS_RETURN_IF_ERROR(ctx->inputs().Upload(cur, h, bytes));
             cur += align256(bytes);
             return Status::OK();
         };
@@ -90,7 +95,7 @@ struct GpuExactScorer::Impl {
 
 GpuExactScorer::~GpuExactScorer() = default;
 
-Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
+Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
                               const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
     if (n_tokens < 0 || n_docs < 0 || dim <= 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
     if (n_tokens > 0 && h_tokens_f16 == nullptr) return Status::InvalidArgument("GpuExactScorer: tokens null");
@@ -98,20 +103,19 @@ Status GpuExactScorer::Create(int device, const uint16_t* h_tokens_f16, int64_t 
     if (dim % 32 != 0 || dim > 1024) {
         return Status::NotSupported("GpuExactScorer: dim " + std::to_string(dim) + " (multiples of 32 up to 1024)");
     }
+    if (!ctx) return Status::InvalidArgument("GpuExactScorer: no GPU context");
+    const int device = ctx->device();
     int n_dev = 0;
     TMS_RETURN_IF_ERROR(kernels::cuda_device_count(&n_dev));
     TMS_RETURN_IF_ERROR(kernels::validate_shard("GpuExactScorer", h_doc_offsets, n_docs, n_tokens, device, n_dev));
     DeviceGuard g(device);
     if (!g.ok()) return Status::Internal("GpuExactScorer: cannot select device " + std::to_string(device));
     std::unique_ptr<GpuExactScorer> s(new GpuExactScorer());
-    s->impl_ = std::make_unique<Impl>();
+    s->impl_ = std::make_unique<Impl>(std::move(ctx));
     Impl& im = *s->impl_;
-    im.device = device;
     im.dim = dim;
     im.n_docs = n_docs;
     im.n_tokens = n_tokens;
-    TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
-    TMS_RETURN_IF_ERROR(kernels::MakeQueryUploader(im.stream, &im.inputs_up));
     const size_t tok_bytes = size_t(n_tokens) * dim * sizeof(uint16_t);
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_tokens, std::max<size_t>(tok_bytes, 256)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_offsets, size_t(n_docs + 1) * sizeof(int64_t)));

@@ -8,15 +8,21 @@
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
+namespace tms::kernels {
+class GpuContext;
+}
+
 namespace tms::engine {
 
 /// Number of CUDA devices; 0 without a driver or device (never an error).
 Status GpuDeviceCount(int* n);
 
-/// Owns device copies of one shard's fp16 token vectors and scores queries against them.
+/// Owns device copies of one shard's fp16 token vectors and scores queries against them, on
+/// its GpuContext's stream with the arena every exact scorer on that device shares (callers
+/// hold the context's mutex).
 class GpuExactScorer {
 public:
-    static Status Create(int device, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
+    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
                          const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out);
     ~GpuExactScorer();
     /// Top-k per query (doc indices, -1 padded) and scores, on the host. h_queries

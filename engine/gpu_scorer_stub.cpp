@@ -12,7 +12,7 @@ Status GpuDeviceCount(int* n) {
 
 GpuExactScorer::~GpuExactScorer() = default;
 
-Status GpuExactScorer::Create(int, const uint16_t*, int64_t, int, const int64_t*, int64_t,
+Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext>, const uint16_t*, int64_t, int, const int64_t*, int64_t,
                               std::unique_ptr<GpuExactScorer>*) {
     return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
 }

@@ -17,6 +17,7 @@
 #include "engine/backend.h"
 #include "engine/gpu_code_scorer.h"
 #include "engine/gpu_scorer.h"
+#include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
 #include "index/progress.h"
 #include "kernels/maxsim.h"
@@ -65,15 +66,15 @@ public:
         return Search(b, SearchOptions{}, &res, nullptr);
     }
 
-    /// Puts the shard on `gpu` (< 0: it stays on the host) and warms it up.
-    Status Place(int gpu, bool warm_up);
+    /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up.
+    Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up);
 
     index::IndexData data_;
     Device device_ = Device::kCpu;
-    int gpu_id_ = -1;
-    // The GPU scorers keep per-call state (device lists between Candidates and
-    // ScoreCandidatesTop) and scratch buffers: one search at a time uses them.
-    mutable std::mutex gpu_mu_;
+    // The GPU scorers run on the context's stream with its shared scratch, and keep per-call
+    // state (device lists between Candidates and ScoreCandidatesTop): a search holds the
+    // context's mutex.
+    std::shared_ptr<kernels::GpuContext> ctx_;
     std::unique_ptr<engine::GpuExactScorer> gpu_;
     std::unique_ptr<engine::GpuCodeScorer> code_gpu_;  // compressed scoring on the GPU
 
@@ -315,8 +316,8 @@ Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std
 
 Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
                                   std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
-    std::unique_lock<std::mutex> gpu_lock(gpu_mu_, std::defer_lock);
-    if (gpu_ || code_gpu_) gpu_lock.lock();
+    std::unique_lock<std::mutex> gpu_lock;
+    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     const IndexInfo& info = data_.info;
     // Chunks bound the per-batch centroid scores [queries, tokens, centroids], fp32 (on the host
     // or the device); exhaustive search bounds its [queries, documents] scores itself.
@@ -493,12 +494,12 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     return Status::OK();
 }
 
-Status ShardSearcher::Place(int gpu, bool warm_up) {
-    if (gpu < 0) return Status::OK();
+Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up) {
+    if (!ctx) return Status::OK();
     device_ = Device::kGpu;
-    gpu_id_ = gpu;
+    ctx_ = ctx;
     const auto& d = data_;
-    Status st = engine::GpuCodeScorer::Create(gpu, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
+    Status st = engine::GpuCodeScorer::Create(ctx, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
                                               d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
                                               d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs,
                                               &code_gpu_);
@@ -507,7 +508,7 @@ Status ShardSearcher::Place(int gpu, bool warm_up) {
     // The IVF lists go with the codes: candidates are generated on the GPU too.
     if (code_gpu_) TMS_RETURN_IF_ERROR(code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
     if (!data_.vectors.empty()) {
-        TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(gpu, data_.vectors.data(), data_.info.n_tokens,
+        TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(ctx, data_.vectors.data(), data_.info.n_tokens,
                                                            data_.info.dim, data_.doc_offsets.data(),
                                                            data_.info.n_docs, &gpu_));
         index::PodVector<uint16_t>().swap(data_.vectors);  // the device copy is the one used
@@ -553,27 +554,31 @@ public:
         std::vector<std::vector<std::vector<SearchHit>>> parts(n);
         std::vector<SearchTimings> ts(n);
         std::vector<Status> sts(n);
-        auto one = [&](size_t s) { sts[s] = shards_[s]->Search(q, opts, &parts[s], &ts[s]); };
-        if (device_ == Device::kGpu) {
-            std::vector<std::thread> workers;
-            for (size_t s = 1; s < n; ++s) workers.emplace_back(one, s);
-            one(0);
-            for (auto& w : workers) w.join();
-        } else {
-            for (size_t s = 0; s < n; ++s) one(s);  // each shard's steps use every core already
-        }
+        // One host thread per GPU runs that GPU's shards one after the other (they share its
+        // stream and scratch); on the CPU the shards run in turn, each step using every core.
+        auto device_shards = [&](size_t g) {
+            for (size_t s : by_device_[g]) sts[s] = shards_[s]->Search(q, opts, &parts[s], &ts[s]);
+        };
+        std::vector<std::thread> workers;
+        for (size_t g = 1; g < by_device_.size(); ++g) workers.emplace_back(device_shards, g);
+        device_shards(0);
+        for (auto& w : workers) w.join();
         for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
         const int k = int(std::min<int64_t>(opts.k, std::max<int64_t>(1, info_.n_docs)));
         merge_hits(parts, q.n_queries, k, results);
         if (timings) {
-            // Shards run side by side on GPUs (the slowest bounds each step), one after the
-            // other on the CPU.
+            // Each step: summed over a device's shards (they run in turn), the slowest device.
             SearchTimings t;
-            for (const SearchTimings& x : ts) {
-                const bool par = device_ == Device::kGpu;
-                t.candidates = par ? std::max(t.candidates, x.candidates) : t.candidates + x.candidates;
-                t.scoring = par ? std::max(t.scoring, x.scoring) : t.scoring + x.scoring;
-                t.rerank = par ? std::max(t.rerank, x.rerank) : t.rerank + x.rerank;
+            for (const auto& group : by_device_) {
+                SearchTimings d;
+                for (size_t s : group) {
+                    d.candidates += ts[s].candidates;
+                    d.scoring += ts[s].scoring;
+                    d.rerank += ts[s].rerank;
+                }
+                t.candidates = std::max(t.candidates, d.candidates);
+                t.scoring = std::max(t.scoring, d.scoring);
+                t.rerank = std::max(t.rerank, d.rerank);
             }
             t.total = secs(t0, Clock::now());
             *timings = t;
@@ -585,6 +590,7 @@ public:
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
     std::vector<std::unique_ptr<ShardSearcher>> shards_;
+    std::vector<std::vector<size_t>> by_device_;  // shard numbers per device (one group: the CPU)
 };
 
 // GPUs for the shards: opts.gpus (each present) or every visible one.
@@ -672,16 +678,36 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         s->placement_.push_back(p);
         s->shards_.push_back(std::move(sh));
     }
-    // Shards go up to their GPUs side by side (one thread each).
-    std::vector<Status> sts(s->shards_.size());
-    {
+    // One context per GPU, shared by its shards; GPUs are filled side by side (one thread each).
+    if (s->device_ == Device::kGpu) {
+        std::vector<std::shared_ptr<kernels::GpuContext>> ctx(gpus.size());
+        for (size_t g = 0; g < gpus.size(); ++g) {
+            std::vector<size_t> mine;
+            for (size_t i = 0; i < where.size(); ++i)
+                if (where[i] == gpus[g]) mine.push_back(i);
+            if (mine.empty()) continue;
+            TMS_RETURN_IF_ERROR(engine::MakeGpuContext(gpus[g], &ctx[g]));
+            s->by_device_.push_back(mine);
+        }
+        std::vector<Status> sts(s->by_device_.size());
         std::vector<std::thread> up;
-        for (size_t i = 0; i < s->shards_.size(); ++i) {
-            up.emplace_back([&, i] { sts[i] = s->shards_[i]->Place(where[i], opts.warm_up); });
+        size_t gi = 0;
+        for (size_t g = 0; g < gpus.size(); ++g) {
+            if (!ctx[g]) continue;
+            up.emplace_back([&, g, gi] {
+                for (size_t i : s->by_device_[gi]) {
+                    sts[gi] = s->shards_[i]->Place(ctx[g], opts.warm_up);
+                    if (!sts[gi].ok()) return;
+                }
+            });
+            ++gi;
         }
         for (auto& t : up) t.join();
+        for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
+    } else {
+        s->by_device_.emplace_back();
+        for (size_t i = 0; i < s->shards_.size(); ++i) s->by_device_[0].push_back(i);
     }
-    for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
     *out = std::move(s);
     return Status::OK();

@@ -31,6 +31,7 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
             else if (k == "keep_vectors") o->keep_vectors = v.get<bool>();
             else if (k == "chunk_docs") o->chunk_docs = v.get<int>();
             else if (k == "shards") o->shards = v.get<int>();
+            else if (k == "gpu") o->gpu = v.get<int>();
             else if (k == "seed") o->seed = v.get<uint64_t>();
             else if (k == "threads") o->threads = v.get<int>();
             else if (k == "ivf_memory_entries") o->ivf_memory_entries = v.get<int64_t>();
@@ -62,6 +63,7 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
     }
     TMS_RETURN_IF_ERROR(range("chunk_docs", o.chunk_docs, 1, 1 << 20));
     TMS_RETURN_IF_ERROR(range("shards", o.shards, 0, kMaxShards));
+    TMS_RETURN_IF_ERROR(range("gpu", o.gpu, 0, 1023));
     TMS_RETURN_IF_ERROR(range("threads", o.threads, 0, kMaxThreads));
     TMS_RETURN_IF_ERROR(range("ivf_memory_entries", o.ivf_memory_entries, 1, int64_t(1) << 40));
     return Status::OK();
@@ -87,6 +89,7 @@ std::string BuildOptionsToJson(const IndexBuildOptions& o) {
     j["keep_vectors"] = o.keep_vectors;
     j["chunk_docs"] = o.chunk_docs;
     j["shards"] = o.shards;
+    j["gpu"] = o.gpu;
     j["seed"] = o.seed;
     return j.dump();
 }

@@ -13,6 +13,7 @@
 #include "index/index_data.h"
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gpu_context.h"
 #include "kernels/cuda/raw_to_float.cuh"
 #include "kernels/cuda/row_select.cuh"
 #include "kernels/maxsim.h"
@@ -37,6 +38,7 @@ __global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_
 }  // namespace
 
 struct GpuAssigner::Impl {  // (public to this file's helpers)
+    std::shared_ptr<kernels::GpuContext> ctx;  // the device, its stream and cuBLAS handle
     int device = 0;
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
@@ -53,8 +55,6 @@ struct GpuAssigner::Impl {  // (public to this file's helpers)
         cudaFree(d_s);
         cudaFree(d_best);
         cudaFree(d_labels);
-        if (blas) cublasDestroy(blas);
-        if (stream) cudaStreamDestroy(stream);
     }
 };
 
@@ -63,16 +63,17 @@ GpuAssigner::~GpuAssigner() = default;
 
 Status GpuAssigner::Create(int device, std::unique_ptr<GpuAssigner>* out) {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
         return Status::NotSupported("no CUDA device for GPU assignment");
     }
     std::unique_ptr<GpuAssigner> a(new GpuAssigner());
+    TMS_RETURN_IF_ERROR(kernels::GpuContext::Create(device, &a->impl_->ctx));
     a->impl_->device = device;
+    a->impl_->stream = a->impl_->ctx->stream();
+    a->impl_->blas = a->impl_->ctx->blas();
     TMS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&a->impl_->stream, cudaStreamNonBlocking));
-    TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&a->impl_->blas));
-    TMS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(a->impl_->blas, a->impl_->stream));
+    // The context is the build's own: its handle may take TF32 for the assignment GEMM.
     TMS_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(a->impl_->blas, CUBLAS_TF32_TENSOR_OP_MATH));
     *out = std::move(a);
     return Status::OK();

@@ -56,7 +56,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer, nullptr,
                                                    index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows))));
     std::unique_ptr<index::Encoder> enc;
-    TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, &enc));
+    TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, opts.gpu, &enc));
     // Two chunk buffers: the writer appends chunk k (RocksDB, IVF lists) on its own thread while
     // chunk k + 1 is encoded (declared in this order so that the writer is joined first).
     struct ChunkBuf {

@@ -144,8 +144,8 @@ void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const Index
 /// Not thread-safe (owns scratch buffers); `model` must outlive it.
 class Encoder {
 public:
-    /// `device`: where assignment runs (kAuto: the GPU when present).
-    static Status Create(const IndexModel& model, Device device, std::unique_ptr<Encoder>* out);
+    /// `device`: where assignment runs (kAuto: the GPU when present); `gpu`: which one.
+    static Status Create(const IndexModel& model, Device device, int gpu, std::unique_ptr<Encoder>* out);
     ~Encoder();
     /// Rows [row0, row0 + n) of `tokens` -> cids [n], codes [n, n_code_bytes]. A non-finite
     /// input value is an InvalidArgument "docs: non-finite value ... at row R" (R within `tokens`).
@@ -158,8 +158,9 @@ private:
 };
 
 class GpuAssigner;
-/// A GPU assigner for `device` (kCpu: none; kAuto: one if a device is present; kGpu: required).
-Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out);
+/// A GPU assigner on GPU `gpu` for `device` (kCpu: none; kAuto: one if a GPU is present; kGpu:
+/// required).
+Status MaybeGpuAssigner(Device device, int gpu, std::unique_ptr<GpuAssigner>* out);
 
 /// Squared norms [pq_m, 256] of a PQ codebook's codes, summed in dimension order: the CPU and
 /// GPU encoders use the same values, so that they pick the same codes.

@@ -636,7 +636,9 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
     TMS_RETURN_IF_ERROR(check_free_space(*u, 2 * tokens.rows * (4 + nb + (u->info.has_vectors ? 2 * dim : 0)) +
                                                  8 * tokens.rows));
     std::unique_ptr<Encoder> enc;
-    TMS_RETURN_IF_ERROR(Encoder::Create(u->model, Device::kAuto, &enc));
+    IndexBuildOptions built;  // the GPU the index was built on encodes its additions
+    (void)ParseBuildOptionsJson(u->info.build_config_json, &built);
+    TMS_RETURN_IF_ERROR(Encoder::Create(u->model, Device::kAuto, built.gpu, &enc));
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;
     std::vector<uint16_t> vecs;

@@ -419,7 +419,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                                        std::to_string(n_train) + " training tokens");
     }
     std::unique_ptr<GpuAssigner> gpu;
-    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, &gpu));
+    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, opts.gpu, &gpu));
     const bool say = opts.progress && StderrIsTerminal();
     if (say) {
         std::fprintf(stderr, "k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
@@ -490,10 +490,10 @@ struct Encoder::Impl {
     std::vector<float> x, scratch;
 };
 
-Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out) {
+Status MaybeGpuAssigner(Device device, int gpu, std::unique_ptr<GpuAssigner>* out) {
     out->reset();
     if (device == Device::kCpu) return Status::OK();
-    Status st = GpuAssigner::Create(0, out);
+    Status st = GpuAssigner::Create(gpu, out);
     if (st.ok() || (device == Device::kAuto && st.code() == Status::Code::kNotSupported)) return Status::OK();
     return st.WithContext("device gpu");
 }
@@ -501,11 +501,11 @@ Status MaybeGpuAssigner(Device device, std::unique_ptr<GpuAssigner>* out) {
 Encoder::Encoder() : impl_(std::make_unique<Impl>()) {}
 Encoder::~Encoder() = default;
 
-Status Encoder::Create(const IndexModel& model, Device device, std::unique_ptr<Encoder>* out) {
+Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::unique_ptr<Encoder>* out) {
     std::unique_ptr<Encoder> e(new Encoder());
     e->impl_->model = &model;
     if (device != Device::kCpu) {
-        Status st = GpuEncoder::Create(model, 0, &e->impl_->genc);
+        Status st = GpuEncoder::Create(model, gpu, &e->impl_->genc);
         if (!st.ok()) {
             e->impl_->genc.reset();
             if (st.code() != Status::Code::kNotSupported) return st.WithContext("device gpu");
@@ -515,7 +515,7 @@ Status Encoder::Create(const IndexModel& model, Device device, std::unique_ptr<E
         *out = std::move(e);
         return Status::OK();
     }
-    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, &e->impl_->gpu));
+    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, gpu, &e->impl_->gpu));
     if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
     if (model.codec == "pq") {
         const int M = model.pq_m, dsub = model.dim / std::max(1, M);
@@ -624,7 +624,7 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
     out->token_centroids.resize(n_tokens);
     out->codes.resize(size_t(n_tokens) * m.n_code_bytes);
     std::unique_ptr<Encoder> enc;
-    TMS_RETURN_IF_ERROR(Encoder::Create(m, opts.device, &enc));
+    TMS_RETURN_IF_ERROR(Encoder::Create(m, opts.device, opts.gpu, &enc));
     TMS_RETURN_IF_ERROR(enc->Encode(tokens, 0, n_tokens, out->token_centroids.data(), out->codes.data()));
     phases->emplace_back("encode", seconds_since(t0));
     t0 = std::chrono::steady_clock::now();

@@ -55,6 +55,8 @@ struct IndexBuildOptions {
     /// Where centroid assignment (k-means, encoding) runs: kAuto uses the GPU (cuBLAS) when this
     /// build has CUDA and a device is present. Default: kAuto
     Device device = Device::kAuto;
+    /// The GPU (CUDA ordinal) that assignment runs on when it runs on one. Default: 0
+    int gpu = 0;
 };
 
 /// How a Searcher loads an index.

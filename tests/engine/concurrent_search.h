@@ -15,10 +15,11 @@
 
 namespace tms::testing {
 
-inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads) {
+/// `shards`: of the index searched (several shards on one device share its scratch).
+inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, int shards = 1) {
     namespace fs = std::filesystem;
-    const fs::path dir = fs::path(::testing::TempDir()) /
-                         ("tms_concurrent_" + std::string(DeviceName(device)) + "_" + std::to_string(::getpid()));
+    const fs::path dir = fs::path(::testing::TempDir()) / ("tms_concurrent_" + std::string(DeviceName(device)) + "_" +
+                                                           std::to_string(shards) + "_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     SynthOptions so;
     so.n_docs = 800;
@@ -29,6 +30,7 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads) {
     bo.keep_vectors = true;
     bo.progress = false;
     bo.n_centroids = 64;
+    bo.shards = shards;
     std::unique_ptr<IndexBuilder> b;
     ASSERT_TRUE(IndexBuilder::Create(bo, (dir / "index").string(), &b).ok());
     Status st = b->BuildFromFiles((dir / "docs.npy").string(), (dir / "doclens.npy").string(), "");
@@ -39,6 +41,7 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads) {
     std::unique_ptr<Searcher> s;
     st = Searcher::Open(sopt, (dir / "index").string(), &s);
     ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(s->placement().size(), size_t(shards));
     HostArray qa;
     ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
     const int nq = static_cast<int>(qa.shape[0]), qt = static_cast<int>(qa.shape[1]);

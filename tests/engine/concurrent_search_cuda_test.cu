@@ -17,5 +17,10 @@ TEST(ConcurrentSearchCuda, FourThreadsMatchSerialCalls) {
     testing::ExpectConcurrentSearchesMatchSerial(Device::kGpu, 4);
 }
 
+TEST(ConcurrentSearchCuda, ThreeShardsOnOneGpuMatchSerialCalls) {
+    SKIP_WITHOUT_GPU();
+    testing::ExpectConcurrentSearchesMatchSerial(Device::kGpu, 16, 3);
+}
+
 }  // namespace
 }  // namespace tms

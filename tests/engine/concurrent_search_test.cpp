@@ -6,5 +6,7 @@ namespace {
 
 TEST(ConcurrentSearchCpu, SixteenThreadsMatchSerialCalls) { testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 16); }
 
+TEST(ConcurrentSearchCpu, ThreeShardsMatchSerialCalls) { testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 8, 3); }
+
 }  // namespace
 }  // namespace tms

@@ -90,7 +90,7 @@ TEST(GpuEncoderCuda, MatchesCpuEncoder) {
         std::vector<std::pair<std::string, double>> phases;
         ASSERT_TRUE(index::TrainModel({v}, o, &m, &phases).ok());
         std::unique_ptr<index::Encoder> cpu;
-        ASSERT_TRUE(index::Encoder::Create(m, Device::kCpu, &cpu).ok());
+        ASSERT_TRUE(index::Encoder::Create(m, Device::kCpu, 0, &cpu).ok());
         std::unique_ptr<index::GpuEncoder> gpu;
         ASSERT_TRUE(index::GpuEncoder::Create(m, 0, &gpu).ok());
         const int ncb = m.n_code_bytes;

@@ -230,7 +230,7 @@ TEST(IndexCpu, PqEncoderMatchesFaiss) {
     std::vector<uint8_t> ref(size_t(n) * 8), got(size_t(n) * 8);
     pq.compute_codes(x.data(), ref.data(), n);
     std::unique_ptr<index::Encoder> enc;
-    ASSERT_TRUE(index::Encoder::Create(m, Device::kCpu, &enc).ok());
+    ASSERT_TRUE(index::Encoder::Create(m, Device::kCpu, 0, &enc).ok());
     std::vector<uint32_t> cids(n);
     EmbeddingView v{x.data(), DType::kF32, n, dim};
     ASSERT_TRUE(enc->Encode(v, 0, n, cids.data(), got.data()).ok());

@@ -697,7 +697,7 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
         SCOPED_TRACE(describe(c) + (centroids_only ? " centroids only" : ""));
         const CodeData d(c);
         std::unique_ptr<engine::GpuCodeScorer> scorer;
-        const Status cs = engine::GpuCodeScorer::Create(0, d.tc.data(), d.codes.data(), int64_t(d.tc.size()),
+        const Status cs = engine::GpuCodeScorer::Create(test::TestGpuContext(), d.tc.data(), d.codes.data(), int64_t(d.tc.size()),
                                                         c.n_code_bytes, d.book.data(), d.cent.data(), c.n_centroids,
                                                         c.dim, d.doc_offsets.data(), int64_t(c.doc_lens.size()),
                                                         &scorer);
@@ -740,7 +740,7 @@ double dot64(const float* a, const float* b, int dim) {
 Status probe_only_scorer(const std::vector<float>& cent, int K, int dim, std::unique_ptr<engine::GpuCodeScorer>* out) {
     const std::vector<uint32_t> tc(1, 0);
     const std::vector<int64_t> off = {0, 1};
-    return engine::GpuCodeScorer::Create(0, tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1, out);
+    return engine::GpuCodeScorer::Create(test::TestGpuContext(), tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1, out);
 }
 
 // Probing on the device against fp64 scores: every pick is distinct, in score order up to fp32
@@ -889,7 +889,7 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
     const std::vector<int32_t>& ivf_docs = shard.ivf_docs;
     const std::vector<int32_t> qlens = {9, 4, 0, 9, 1, 7};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, tc.data(), nullptr, int64_t(tc.size()), 0, nullptr, cent.data(), K, dim,
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(test::TestGpuContext(), tc.data(), nullptr, int64_t(tc.size()), 0, nullptr, cent.data(), K, dim,
                                               doc_off.data(), n_docs, &scorer)
                     .ok());
     std::vector<int64_t> off;
@@ -985,7 +985,7 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
     for (auto& c : codes) c = uint8_t(byte(rng));
     const std::vector<int32_t> qlens = {11, 3, 0, 7, 11};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(0, sh.tc.data(), codes.data(), int64_t(sh.tc.size()), nb, book.data(),
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(test::TestGpuContext(), sh.tc.data(), codes.data(), int64_t(sh.tc.size()), nb, book.data(),
                                               cent.data(), K, dim, sh.doc_off.data(), n_docs, &scorer)
                     .ok());
     ASSERT_TRUE(scorer->SetIvf(sh.ivf_off.data(), sh.ivf_docs.data()).ok());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gpu_context.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -24,6 +25,13 @@
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 namespace tms::test {
+
+/// A fresh context of GPU `device` (scorers under test each get their own unless a test shares one).
+inline std::shared_ptr<kernels::GpuContext> TestGpuContext(int device = 0) {
+    std::shared_ptr<kernels::GpuContext> c;
+    if (!kernels::GpuContext::Create(device, &c).ok()) return nullptr;
+    return c;
+}
 
 /// A device copy of a host vector (at least one element, so empty arrays are non-null).
 template <typename T>

@@ -369,7 +369,7 @@ Status make_exact_shard(const std::vector<int>& lens, int dim, int nq, const std
         for (int i = 0, n = n_cand(q); i < n; ++i) s->cand.push_back(pick(*rng));
         s->cand_offs.push_back(static_cast<int64_t>(s->cand.size()));
     }
-    return engine::GpuExactScorer::Create(0, reinterpret_cast<const uint16_t*>(s->dbytes.data()), s->offs.back(), dim,
+    return engine::GpuExactScorer::Create(test::TestGpuContext(), reinterpret_cast<const uint16_t*>(s->dbytes.data()), s->offs.back(), dim,
                                           s->offs.data(), int64_t(lens.size()), &s->scorer);
 }
 
