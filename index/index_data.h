@@ -32,9 +32,17 @@ struct IndexModel {
     std::vector<float> residual_weights;  ///< residual codec: 2^nbits bucket values
 };
 
+/// Anonymous memory for the large arrays of a loaded index: mmap with transparent huge pages
+/// asked for (madvise), so that filling gigabytes takes a page fault per 2 MB, not per 4 KB
+/// (page faults serialise on the process's memory map: they bounded parallel loading).
+void* AllocLarge(size_t bytes);
+void FreeLarge(void* p, size_t bytes);
+inline constexpr size_t kLargeAlloc = size_t(32) << 20;
+
 /// An allocator that leaves elements default-initialised (uninitialised for integers) on
 /// resize: the loader fills multi-GB arrays with parallel copies right after, and a serial
-/// zeroing pass first would cost as much as the load itself.
+/// zeroing pass first would cost as much as the load itself. Arrays of kLargeAlloc bytes or
+/// more come from AllocLarge.
 template <typename T>
 struct DefaultInitAllocator : std::allocator<T> {
     template <typename U>
@@ -44,6 +52,14 @@ struct DefaultInitAllocator : std::allocator<T> {
     DefaultInitAllocator() = default;
     template <typename U>
     DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+    T* allocate(size_t n) {
+        if (n * sizeof(T) >= kLargeAlloc) return static_cast<T*>(AllocLarge(n * sizeof(T)));
+        return std::allocator<T>::allocate(n);
+    }
+    void deallocate(T* p, size_t n) {
+        if (n * sizeof(T) >= kLargeAlloc) return FreeLarge(p, n * sizeof(T));
+        std::allocator<T>::deallocate(p, n);
+    }
     template <typename U, typename... Args>
     void construct(U* p, Args&&... args) {
         if constexpr (sizeof...(Args) == 0) {

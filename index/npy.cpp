@@ -163,6 +163,15 @@ MappedNpy::~MappedNpy() {
     if (map_ != nullptr) munmap(map_, map_len_);
 }
 
+void* AllocLarge(size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    (void)madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused where huge pages are off
+    return p;
+}
+
+void FreeLarge(void* p, size_t bytes) { munmap(p, bytes); }
+
 void MappedNpy::Release(size_t from, size_t upto) const {
     if (map_ == nullptr) return;
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
