@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "engine/json_escape.h"
+#include "base/json_escape.h"
 #include "index/index_data.h"
 
 namespace tms {
@@ -512,7 +512,7 @@ std::string FormatEval(const EvalResult& result, bool json) {
     if (json) {
         out = "{\"n_queries\": " + std::to_string(result.n_queries);
         for (const auto& [name, value] : result.metrics) {
-            out += ", \"" + engine::json_escape(name) + "\": " + format_double_exact(value);
+            out += ", \"" + json_escape(name) + "\": " + format_double_exact(value);
         }
         out += "}\n";
         return out;

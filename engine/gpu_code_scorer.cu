@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/progress.h"
 #include "engine/gpu_code_scorer.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
@@ -552,14 +553,11 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     const int64_t words = (im.n_docs + 31) / 32;
     std::vector<int64_t> noff;  // pruned offsets (alive until the final synchronisation)
     // TMS_TRACE_SEARCH=1: time of each stage on stderr (synchronises between stages).
-    static const bool tracing = std::getenv("TMS_TRACE_SEARCH") != nullptr;
-    auto tlast = std::chrono::steady_clock::now();
+    Trace tracer("TMS_TRACE_SEARCH", "candidates", Trace::Unit::kMilliseconds);
     auto trace = [&](const char* what) {
-        if (!tracing) return;
+        if (!tracer.on()) return;
         cudaStreamSynchronize(im.stream);
-        const auto now = std::chrono::steady_clock::now();
-        std::fprintf(stderr, "candidates %s: %.3f ms\n", what, std::chrono::duration<double, std::milli>(now - tlast).count());
-        tlast = now;
+        tracer.Mark(what);
     };
     const size_t q_bytes = size_t(rows) * im.dim * sizeof(float);
     const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;

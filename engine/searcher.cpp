@@ -19,14 +19,13 @@
 #include "engine/gpu_scorer.h"
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
-#include "index/progress.h"
+#include "base/progress.h"
 #include "kernels/maxsim.h"
 
 namespace tms {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // One shard's pipeline, on the CPU or on one GPU. Hits carry global internal ids.
 class ShardSearcher {
@@ -360,14 +359,8 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     }
     const int nq = q.n_queries, qt = q.q_tokens, dim = q.dim, k = opts.k;
     // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
-    static const bool tracing = std::getenv("TMS_TRACE_SEARCH") != nullptr;
-    auto tlast = t_start;
-    auto trace = [&](const char* what) {
-        if (!tracing) return;
-        const auto now = Clock::now();
-        std::fprintf(stderr, "search %s: %.3f ms\n", what, secs(tlast, now) * 1e3);
-        tlast = now;
-    };
+    Trace tracer("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
+    auto trace = [&](const char* what) { tracer.Mark(what); };
     // fp32 queries are used in place; fp16 / bf16 ones are converted once, and only for the
     // steps that read them on the host: the GPU scorers take them as they are (H200, 256 fp16
     // queries of 32 x 128: the host conversion took 0.5-2.3 ms of a ~5 ms batch).
@@ -389,7 +382,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     if (opts.exhaustive) {
         const auto t0 = Clock::now();
         TMS_RETURN_IF_ERROR(exhaustive(gpu_ ? nullptr : host_f32(), q, k, &top_ids, &top_scores));
-        t.scoring = secs(t0, Clock::now());
+        t.scoring = SecondsSince(t0);
         trace("exhaustive");
     } else {
         // 1. Centroid scores and probing.
@@ -448,7 +441,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/true));
             TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
         }
-        t.candidates = secs(t0, Clock::now());
+        t.candidates = SecondsSince(t0);
         trace("candidates");
         // 4. Compressed scoring.
         t0 = Clock::now();
@@ -461,7 +454,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         } else {
             TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/false));
         }
-        t.scoring = secs(t0, Clock::now());
+        t.scoring = SecondsSince(t0);
         trace("compressed scoring");
         // 5. Exact rerank of the best compressed candidates.
         if (rerank) {
@@ -469,7 +462,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &off, &docs, &scores));
             trace("rerank selection");
             TMS_RETURN_IF_ERROR(exact_candidates(gpu_ ? nullptr : host_f32(), q, off, docs, &scores));
-            t.rerank = secs(t0, Clock::now());
+            t.rerank = SecondsSince(t0);
             trace("exact rerank");
         }
         top_ids.resize(size_t(nq) * k);
@@ -489,7 +482,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         }
     }
     trace("results");
-    t.total = secs(t_start, Clock::now());
+    t.total = SecondsSince(t_start);
     if (timings) *timings = t;
     return Status::OK();
 }
@@ -580,7 +573,7 @@ public:
                 t.scoring = std::max(t.scoring, d.scoring);
                 t.rerank = std::max(t.rerank, d.rerank);
             }
-            t.total = secs(t0, Clock::now());
+            t.total = SecondsSince(t0);
             *timings = t;
         }
         return Status::OK();
@@ -643,7 +636,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     auto s = std::make_unique<ShardedSearcher>();
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     index::SingleThreadedBlas();
-    PhaseTrace trace;
+    Trace trace = LoadTrace();
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));
     std::vector<int> gpus;
     if (s->device_ == Device::kGpu) TMS_RETURN_IF_ERROR(choose_gpus(opts, &gpus));

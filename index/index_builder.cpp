@@ -13,8 +13,9 @@
 #include <future>
 #include <nlohmann/json.hpp>
 
+#include "base/progress.h"
 #include "index/index_data.h"
-#include "index/progress.h"
+#include "base/progress.h"
 #include "tilemaxsim/io.h"
 
 namespace fs = std::filesystem;
@@ -22,9 +23,6 @@ namespace fs = std::filesystem;
 namespace tms {
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The streaming build over one or more shards (documents never straddle shards), named in
 // messages by `names`. `release(shard, rows)`: the first `rows` rows of a shard are done with
@@ -69,7 +67,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     auto wait_writer = [&]() {
         const auto w0 = std::chrono::steady_clock::now();
         Status st = appending.valid() ? appending.get() : Status::OK();
-        wait_s += seconds_since(w0);
+        wait_s += SecondsSince(w0);
         return st;
     };
     const int dim = whole.dim;
@@ -101,7 +99,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
             }
             const auto e0 = std::chrono::steady_clock::now();
             Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
-            encode_s += seconds_since(e0);
+            encode_s += SecondsSince(e0);
             if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
             if (st.ok() && opts.keep_vectors) index::ToHalf(shards[s], row, n, b.vecs.data());
             const Status wst = wait_writer();  // chunk k - 1, which used the other buffer
@@ -125,14 +123,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     }
     TMS_RETURN_IF_ERROR(wait_writer());
     prog.Done();
-    phases.emplace_back("encode+write", seconds_since(t0));
+    phases.emplace_back("encode+write", SecondsSince(t0));
     phases.emplace_back("encode+write.encoding", encode_s);
     phases.emplace_back("encode+write.writer_wait", wait_s);
     t0 = std::chrono::steady_clock::now();
     IndexInfo info;
     index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
     TMS_RETURN_IF_ERROR(writer->Finish());
-    phases.emplace_back("finish", seconds_since(t0));
+    phases.emplace_back("finish", SecondsSince(t0));
     if (stats) {
         stats->n_docs = info.n_docs;
         stats->n_tokens = info.n_tokens;
@@ -312,7 +310,7 @@ Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_
                            const std::vector<std::string>& doc_ids, BuildStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
     Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats);
-    if (stats) stats->seconds_total += seconds_since(t0);
+    if (stats) stats->seconds_total += SecondsSince(t0);
     return st;
 }
 
@@ -339,7 +337,7 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
                                            std::to_string(n_docs) + " documents");
         }
     }
-    if (stats) stats->phase_seconds.emplace_back("load", seconds_since(t0));
+    if (stats) stats->phase_seconds.emplace_back("load", SecondsSince(t0));
     // Sampling reads scattered rows: no readahead or fault-around while it runs.
     for (auto& m : in.maps) m->Advise(true);
     in.released.assign(in.maps.size(), 0);
@@ -355,7 +353,7 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
         for (auto& m : in.maps) m->Advise(false);
     };
     Status st = build_streaming(in.shards, in.lens, in.names, ids, opts_, path_, stats, release, restart);
-    if (stats) stats->seconds_total += seconds_since(t0);
+    if (stats) stats->seconds_total += SecondsSince(t0);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0 && !doc_ids_txt.empty()) {
         return Status(st.code(), doc_ids_txt + st.message().substr(7));
     }

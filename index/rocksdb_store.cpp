@@ -20,7 +20,7 @@
 
 #include "index/index_data.h"
 #include "index/index_dir.h"
-#include "index/progress.h"
+#include "base/progress.h"
 #include "tilemaxsim/version.h"
 
 namespace fs = std::filesystem;
@@ -1011,7 +1011,7 @@ struct StoreWriter {
 
     // The IVF lists and the metadata, flushed; then marked complete, durably, and closed.
     Status Finish(const nlohmann::json& shard_meta) {
-        PhaseTrace tr;  // TMS_TRACE_LOAD=1 also times the end of a build
+        Trace tr = LoadTrace();  // also times the end of a build
         TMS_RETURN_IF_ERROR(flush_chunk());
         TMS_RETURN_IF_ERROR(write_ivf());
         std::vector<std::vector<int32_t>>().swap(ivf);
@@ -1547,7 +1547,7 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
     IndexModel& m = d->model;
     const IndexInfo& info = d->info;
     TMS_RETURN_IF_ERROR(read_model(db, path, info, stats, &m));
-    PhaseTrace trace;
+    Trace trace = LoadTrace();
     const int64_t n_docs = info.n_docs, n_tokens = info.n_tokens;
     const int ncb = m.n_code_bytes;
     const bool vec = load_vectors && info.has_vectors;

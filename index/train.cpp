@@ -21,7 +21,7 @@
 
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
-#include "index/progress.h"
+#include "base/progress.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 
@@ -185,9 +185,6 @@ int auto_pq_m(int dim) {
     return m;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                       std::vector<std::string>* doc_ids) {
@@ -449,7 +446,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
     }
-    phases->emplace_back("kmeans", seconds_since(t0));
+    phases->emplace_back("kmeans", SecondsSince(t0));
     // 3. Train the codec on the residuals of the sample.
     t0 = std::chrono::steady_clock::now();
     {
@@ -473,7 +470,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         std::unique_ptr<faiss::ProductQuantizer> pq;
         TMS_RETURN_IF_ERROR(train_codec(train, n_train, opts, &m, &pq));
     }
-    phases->emplace_back("train_codec", seconds_since(t0));
+    phases->emplace_back("train_codec", SecondsSince(t0));
     *out = std::move(m);
     return Status::OK();
 }
@@ -626,7 +623,7 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
     std::unique_ptr<Encoder> enc;
     TMS_RETURN_IF_ERROR(Encoder::Create(m, opts.device, opts.gpu, &enc));
     TMS_RETURN_IF_ERROR(enc->Encode(tokens, 0, n_tokens, out->token_centroids.data(), out->codes.data()));
-    phases->emplace_back("encode", seconds_since(t0));
+    phases->emplace_back("encode", SecondsSince(t0));
     t0 = std::chrono::steady_clock::now();
     out->doc_offsets.assign(n_docs + 1, 0);
     for (int64_t d = 0; d < n_docs; ++d) out->doc_offsets[d + 1] = out->doc_offsets[d] + doclens[d];
@@ -651,7 +648,7 @@ Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& docle
         out->vectors.clear();
     }
     out->doc_ids = std::move(doc_ids);
-    phases->emplace_back("ivf", seconds_since(t0));
+    phases->emplace_back("ivf", SecondsSince(t0));
     FillInfo(m, n_docs, n_tokens, opts, &out->info);
     return Status::OK();
 }

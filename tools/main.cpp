@@ -7,16 +7,14 @@
 #include <iostream>
 #include <unistd.h>
 
-#include "engine/bench_code_kernels.h"
-#include "engine/bench_kernels.h"
-#include "index/progress.h"
+#include "base/progress.h"
 #include "tilemaxsim/tilemaxsim.h"
-#include "tools/bench_index.h"
+#include "tools/bench/bench_index.h"
+#include "tools/bench/bench_kernels.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int fail(const std::string& cmd, const tms::Status& st) {
     std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), st.message().c_str());
@@ -101,7 +99,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         prog.Add(b.n_queries);
     }
     prog.Done();
-    const double secs = since(t0);
+    const double secs = tms::SecondsSince(t0);
     *qps = secs > 0 ? nq / secs : 0;
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
     if (!quiet) {
@@ -340,7 +338,7 @@ int run(int argc, char** argv) {
         "(impl tilemaxsim-code; on Hopper also tilemaxsim-code-mma, the same call through mma.sync)");
     bk->add_option("--json", bench_json, "Write the results JSON here");
     bk->add_option("--cases", bench_filter, "Only cases whose name contains this");
-    tms::engine::KernelBenchOptions kbo;
+    tms::bench::KernelBenchOptions kbo;
     bool bk_no_baseline = false, bk_no_tma = false;
     bk->add_flag("--no-baseline", bk_no_baseline, "Skip the cuBLAS GEMM + reduce baseline");
     bk->add_flag("--no-tma", bk_no_tma,
@@ -360,7 +358,7 @@ int run(int argc, char** argv) {
                  "Also time each exact case's copies without the tensor-core work (copy-only) and a plain "
                  "streaming read of the same bytes (read-same-bytes)");
 
-    tms::tools::IndexBenchOptions ibo;
+    tms::bench::IndexBenchOptions ibo;
     std::string ib_json, ib_device = "auto";
     auto* bi = bench->add_subcommand("index", "Index build throughput, peak memory, size and load bandwidth");
     bi->add_option("--tokens", ibo.tokens, "Synthetic corpus size in tokens")->capture_default_str();
@@ -394,7 +392,7 @@ int run(int argc, char** argv) {
         tms::Status st = tms::WriteSynthCorpus(so, synth_out);
         if (!st.ok()) return fail("synth", st);
         std::fprintf(stderr, "tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
-                     so.n_queries, so.dim, since(t0), synth_out.c_str());
+                     so.n_queries, so.dim, tms::SecondsSince(t0), synth_out.c_str());
         return 0;
     }
     if (idx->parsed()) {
@@ -450,21 +448,21 @@ int run(int argc, char** argv) {
                                          : std::to_string(removed) + " deleted";
         if (already_deleted) what += ", " + std::to_string(already_deleted) + " already deleted (skipped)";
         std::fprintf(stderr, "tms %s: %s in %.2f s; index has %lld live documents -> %s\n", cmd.c_str(), what.c_str(),
-                     since(t0), (long long)(u->info().n_docs - u->info().n_deleted), upd_index.c_str());
+                     tms::SecondsSince(t0), (long long)(u->info().n_docs - u->info().n_deleted), upd_index.c_str());
         return 0;
     }
     if (compact->parsed()) {
         const auto t0 = Clock::now();
         tms::Status st = tms::CompactIndex(upd_index, true);
         if (!st.ok()) return fail("compact", st);
-        std::fprintf(stderr, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), since(t0));
+        std::fprintf(stderr, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), tms::SecondsSince(t0));
         return 0;
     }
     if (bi->parsed()) {
         tms::Status st = parse_device(ib_device, &ibo.device);
         ibo.command = command_line;
         std::string json;
-        if (st.ok()) st = tms::tools::RunIndexBench(ibo, &json);
+        if (st.ok()) st = tms::bench::RunIndexBench(ibo, &json);
         if (!st.ok()) return fail("bench index", st);
         std::cout << json << std::endl;
         if (!ib_json.empty()) {
@@ -480,9 +478,9 @@ int run(int argc, char** argv) {
         kbo.command = command_line;
         kbo.baseline = !bk_no_baseline;
         kbo.tma = !bk_no_tma;
-        tms::Status st = tms::engine::RunKernelBench(kbo, &json);
+        tms::Status st = tms::bench::RunKernelBench(kbo, &json);
         if (!st.ok()) return fail("bench kernels", st);
-        st = tms::engine::RunCodeKernelBench(bench_filter, &code_rows, kbo.cooldown);
+        st = tms::bench::RunCodeKernelBench(bench_filter, &code_rows, kbo.cooldown);
         if (!st.ok()) return fail("bench kernels", st);
         if (!code_rows.empty()) {  // splice the compressed rows into "cases": [...]
             const auto pos = json.rfind(']');
@@ -508,7 +506,7 @@ int run(int argc, char** argv) {
         tms::Status st = tms::WriteSynthCorpus(demo_so, demo_dir);
         if (!st.ok()) return fail("demo", st);
         std::printf("synth   %lld docs, %d queries, dim %d: %.2f s\n", (long long)demo_so.n_docs, demo_so.n_queries,
-                    demo_so.dim, since(t0));
+                    demo_so.dim, tms::SecondsSince(t0));
         tms::IndexBuildOptions bo;
         bo.keep_vectors = true;
         bo.overwrite = true;
@@ -516,7 +514,7 @@ int run(int argc, char** argv) {
         st = build_index((d / "docs.npy").string(), (d / "doclens.npy").string(), (d / "doc_ids.txt").string(),
                          (d / "index").string(), bo);
         if (!st.ok()) return fail("demo", st);
-        std::printf("index   codec pq, vectors kept: %.2f s\n", since(t0));
+        std::printf("index   codec pq, vectors kept: %.2f s\n", tms::SecondsSince(t0));
         SearchArgs a;
         a.index = (d / "index").string();
         a.queries = (d / "queries.npy").string();
@@ -544,7 +542,7 @@ int run(int argc, char** argv) {
             std::printf("%-12s %10.4f %12.4f\n", r.metrics[i].first.c_str(), r.metrics[i].second, re.metrics[i].second);
         }
         std::printf("%-12s %10.4f\n", "recall@10 vs exhaustive", recall_vs(a.out, (d / "exhaustive.trec").string(), 10));
-        std::printf("\ntotal %.2f s; files in %s\n", since(t_all), demo_dir.c_str());
+        std::printf("\ntotal %.2f s; files in %s\n", tms::SecondsSince(t_all), demo_dir.c_str());
         return 0;
     }
     return 0;

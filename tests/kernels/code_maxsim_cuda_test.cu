@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/bench_code_kernels.h"
+#include "tools/bench/bench_kernels.h"
 #include "engine/gpu_code_scorer.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/maxsim_cuda.h"
@@ -1059,7 +1059,7 @@ TEST(CodeMaxSimCudaBench, DISABLED_Run) {
     SKIP_WITHOUT_GPU();
     const char* filter = std::getenv("TMS_CODE_BENCH_FILTER");
     std::string rows;
-    const Status st = engine::RunCodeKernelBench(filter ? filter : "", &rows);
+    const Status st = bench::RunCodeKernelBench(filter ? filter : "", &rows);
     ASSERT_TRUE(st.ok()) << st.ToString();
     const std::string json = "{\"cases\":[\n" + rows + "\n]}\n";
     const char* path = std::getenv("TMS_CODE_BENCH_JSON");

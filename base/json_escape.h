@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-namespace tms::engine {
+namespace tms {
 
 /// s with '"' and '\' escaped and control characters as \u00XX.
 inline std::string json_escape(const std::string& s) {
@@ -25,4 +25,4 @@ inline std::string json_escape(const std::string& s) {
     return out;
 }
 
-}  // namespace tms::engine
+}  // namespace tms

@@ -1,7 +1,7 @@
 // Copyright TileMaxSim authors. `tms bench index`: end-to-end build throughput, peak host memory,
 // index size and load bandwidth on a synthetic corpus. Each build and each load runs in a
 // child process so that its peak RSS is its own.
-#include "tools/bench_index.h"
+#include "tools/bench/bench_index.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -16,11 +16,11 @@
 #include <sstream>
 
 #include "tilemaxsim/tilemaxsim.h"
-#include "engine/json_escape.h"
+#include "base/json_escape.h"
 
 namespace fs = std::filesystem;
 
-namespace tms::tools {
+namespace tms::bench {
 namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -157,10 +157,10 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
     std::ostringstream j;
     j << "{\"date\": \"" << date << "\", \"host\": \"" << host << "\", \"cpus\": " << sysconf(_SC_NPROCESSORS_ONLN)
       << ", \"device\": \"" << DeviceName(o.device) << "\", \"input_bytes\": " << input_bytes
-      << ", \"command\": \"" << tms::engine::json_escape(o.command) << "\", \"cases\": [\n" << rows.str() << "\n]}";
+      << ", \"command\": \"" << tms::json_escape(o.command) << "\", \"cases\": [\n" << rows.str() << "\n]}";
     *json = j.str();
     if (o.dir.empty()) fs::remove_all(dir);
     return Status::OK();
 }
 
-}  // namespace tms::tools
+}  // namespace tms::bench

@@ -5,7 +5,7 @@
 
 #include "tilemaxsim/status.h"
 
-namespace tms::engine {
+namespace tms::bench {
 
 struct KernelBenchOptions {
     std::string cases;      // only cases whose names contain this ("" = all)
@@ -24,6 +24,17 @@ struct KernelBenchOptions {
 /// the case's bytes, launched as often per sample): what the copy pipeline, and what a plain
 /// read of that many bytes, reach on this GPU in this run. NotSupported in builds without
 /// CUDA or without a device.
+#if TMS_WITH_CUDA
 Status RunKernelBench(const KernelBenchOptions& o, std::string* json);
+/// The compressed (PQ / PLAID residual) kernels' rows to merge into `tms bench kernels`.
+Status RunCodeKernelBench(const std::string& filter, std::string* json_rows, double cooldown_s = 0);
+#else
+inline Status RunKernelBench(const KernelBenchOptions&, std::string*) {
+    return Status::NotSupported("bench kernels: this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON on a GPU machine)");
+}
+inline Status RunCodeKernelBench(const std::string&, std::string*, double = 0) {
+    return Status::NotSupported("bench kernels: this build has no CUDA");
+}
+#endif
 
-}  // namespace tms::engine
+}  // namespace tms::bench

@@ -16,14 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/bench_code_kernels.h"
-#include "engine/bench_common.cuh"
+#include "tools/bench/bench_kernels.h"
+#include "tools/bench/bench_common.cuh"
 #include "index/index_data.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
 
-namespace tms::engine {
+namespace tms::bench {
 namespace {
 
 using bench::Dev;
@@ -253,4 +253,4 @@ Status RunCodeKernelBench(const std::string& filter, std::string* json_rows, dou
     return Status::OK();
 }
 
-}  // namespace tms::engine
+}  // namespace tms::bench

@@ -17,7 +17,7 @@
 #include "kernels/cuda/maxsim_cuda.h"
 #include "tilemaxsim/status.h"
 
-namespace tms::engine::bench {
+namespace tms::bench::bench {
 
 constexpr int kSamples = 15;  // timing samples; the median is reported
 constexpr double kWarmupSeconds = 0.25;  // minimum warm-up before the samples of one timing
@@ -191,4 +191,4 @@ inline std::string row(const std::string& c, const std::string& impl, double doc
            fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
 }
 
-}  // namespace tms::engine::bench
+}  // namespace tms::bench::bench

@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/bench_common.cuh"
-#include "engine/bench_kernels.h"
-#include "engine/json_escape.h"
+#include "tools/bench/bench_common.cuh"
+#include "tools/bench/bench_kernels.h"
+#include "base/json_escape.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/maxsim_cuda.h"
 
-namespace tms::engine {
+namespace tms::bench {
 namespace {
 
 using bench::Dev;
@@ -262,4 +262,4 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     return Status::OK();
 }
 
-}  // namespace tms::engine
+}  // namespace tms::bench

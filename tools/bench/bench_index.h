@@ -7,7 +7,7 @@
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
-namespace tms::tools {
+namespace tms::bench {
 
 struct IndexBenchOptions {
     int64_t tokens = 5000000;                      ///< corpus size
@@ -21,4 +21,4 @@ struct IndexBenchOptions {
 
 Status RunIndexBench(const IndexBenchOptions& o, std::string* json);
 
-}  // namespace tms::tools
+}  // namespace tms::bench

@@ -1,5 +1,5 @@
 // Copyright TileMaxSim authors.
-#include "index/progress.h"
+#include "base/progress.h"
 
 #include <unistd.h>
 
@@ -57,13 +57,15 @@ void Progress::Print(bool final) {
     std::fflush(stderr);
 }
 
-PhaseTrace::PhaseTrace() : on_(std::getenv("TMS_TRACE_LOAD") != nullptr), last_(std::chrono::steady_clock::now()) {}
+Trace::Trace(const char* env, const char* prefix, Unit unit)
+    : on_(std::getenv(env) != nullptr), prefix_(prefix), unit_(unit), last_(std::chrono::steady_clock::now()) {}
 
-void PhaseTrace::Mark(const char* phase) {
+void Trace::Mark(const char* phase) {
     if (!on_) return;
-    const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "load %s: %.3f s\n", phase, std::chrono::duration<double>(now - last_).count());
-    last_ = now;
+    const double s = SecondsSince(last_);
+    if (unit_ == Unit::kSeconds) std::fprintf(stderr, "%s %s: %.3f s\n", prefix_, phase, s);
+    else std::fprintf(stderr, "%s %s: %.3f ms\n", prefix_, phase, s * 1e3);
+    last_ = std::chrono::steady_clock::now();
 }
 
 }  // namespace tms
