@@ -3,8 +3,11 @@
 
 #include <algorithm>
 
-#include "engine/gpu_scorer.h"
 #include "kernels/cuda/gpu_context.h"
+#if TMS_WITH_CUDA
+#include "engine/gpu_shard_cuda.h"
+#include "kernels/cuda/maxsim_cuda.h"
+#endif
 #include "tilemaxsim/options.h"
 
 namespace tms::engine {
@@ -24,6 +27,27 @@ Status ResolveDevice(Device requested, Device* resolved) {
     *resolved = Device::kCpu;
 #endif
     return Status::OK();
+}
+
+Status GpuDeviceCount(int* n) {
+#if TMS_WITH_CUDA
+    return kernels::cuda_device_count(n);
+#else
+    *n = 0;
+    return Status::OK();
+#endif
+}
+
+Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
+                    std::unique_ptr<GpuShard>* out) {
+#if TMS_WITH_CUDA
+    return CreateCudaShard(std::move(ctx), d, out);
+#else
+    (void)ctx;
+    (void)d;
+    (void)out;
+    return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
+#endif
 }
 
 Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out) {

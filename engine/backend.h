@@ -1,5 +1,5 @@
-// Copyright TileMaxSim authors. Backend choice at run time (the one place that knows whether
-// this build has CUDA).
+// Copyright TileMaxSim authors. Backend choice at run time: the one place that knows whether
+// this build has CUDA (every GPU object the engine uses is made here).
 #pragma once
 
 #include "tilemaxsim/status.h"
@@ -10,6 +10,9 @@
 namespace tms::kernels {
 class GpuContext;
 }
+namespace tms::index {
+struct IndexData;
+}
 
 namespace tms::engine {
 
@@ -17,7 +20,15 @@ namespace tms::engine {
 /// Asking for kGpu without CUDA or without a device is NotSupported, with the reason.
 Status ResolveDevice(Device requested, Device* resolved);
 
+/// Number of CUDA devices; 0 without CUDA, a driver or a device (never an error).
+Status GpuDeviceCount(int* n);
+
 /// The context of GPU `device` (kernels::GpuContext); NotSupported in a build without CUDA.
 Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out);
+
+class GpuShard;
+/// Shard `d` uploaded to the GPU of `ctx` (engine/gpu_shard.h); NotSupported without CUDA.
+Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
+                    std::unique_ptr<GpuShard>* out);
 
 }  // namespace tms::engine

@@ -18,8 +18,6 @@ namespace tms::engine {
 using kernels::align256;
 using kernels::DeviceGuard;
 
-Status GpuDeviceCount(int* n) { return kernels::cuda_device_count(n); }
-
 /// The per-call inputs and outputs every exact scorer on one GPU shares (GpuContext::Scratch).
 struct ExactScorerScratch {
     kernels::DeviceScratch arena;  // grows with headroom

@@ -14,9 +14,6 @@ class GpuContext;
 
 namespace tms::engine {
 
-/// Number of CUDA devices; 0 without a driver or device (never an error).
-Status GpuDeviceCount(int* n);
-
 /// Owns device copies of one shard's fp16 token vectors and scores queries against them, on
 /// its GpuContext's stream with the arena every exact scorer on that device shares (callers
 /// hold the context's mutex).

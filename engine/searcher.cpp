@@ -15,8 +15,7 @@
 #include <thread>
 
 #include "engine/backend.h"
-#include "engine/gpu_code_scorer.h"
-#include "engine/gpu_scorer.h"
+#include "engine/gpu_shard.h"
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
 #include "base/progress.h"
@@ -74,8 +73,9 @@ public:
     // state (device lists between Candidates and ScoreCandidatesTop): a search holds the
     // context's mutex.
     std::shared_ptr<kernels::GpuContext> ctx_;
-    std::unique_ptr<engine::GpuExactScorer> gpu_;
-    std::unique_ptr<engine::GpuCodeScorer> code_gpu_;  // compressed scoring on the GPU
+    std::unique_ptr<engine::GpuShard> dev_;  // the shard's data on its GPU
+    bool gpu_codes() const { return dev_ && dev_->has_codes(); }
+    bool gpu_exact() const { return dev_ && dev_->has_vectors(); }
 
 private:
     // Union of the probed IVF lists of each query (rows past its length ignored), in id order.
@@ -146,12 +146,10 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
 // Compressed (or centroid-only) scores of p's candidates into p.scores, on the GPU when the
 // shard's codes live there.
 Status ShardSearcher::code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const {
-    if (code_gpu_) {
+    if (gpu_codes()) {
         std::vector<float> out;
-        // Centroid scores are recomputed on the device (a cuBLAS GEMM) rather than uploaded:
-        // [n_queries, q_stride, n_centroids] floats can be a gigabyte.
-        TMS_RETURN_IF_ERROR(code_gpu_->Score(p.queries, p.n_queries, p.q_stride, p.query_lens, nullptr,
-                                             p.cand_offsets, p.cand_docs, centroids_only, &out));
+        TMS_RETURN_IF_ERROR(dev_->CodeScore(p.queries, p.n_queries, p.q_stride, p.query_lens, p.cand_offsets,
+                                            p.cand_docs, centroids_only, &out));
         std::copy(out.begin(), out.end(), p.scores);
         return Status::OK();
     }
@@ -162,7 +160,9 @@ Status ShardSearcher::code_scores(const kernels::CodeMaxSimParams& p, bool centr
 
 Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
-    if (gpu_) return gpu_->Score(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
+    if (gpu_exact()) {
+        return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
+    }
     scores->resize(docs.size());
     kernels::MaxSimParams p = exact_params(qf, q.n_queries, q.q_tokens, q.lengths);
     p.cand_offsets = off.data();
@@ -178,10 +178,11 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
     // The GPU selects the top-k itself up to kGpuMaxTopK; past that, or with deletions, it scores
     // candidate lists of live documents and the CPU selects.
     constexpr int kGpuMaxTopK = 1024;
-    if (gpu_ && n_deleted == 0 && k <= kGpuMaxTopK) {
-        return gpu_->ScoreTopK(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids, scores);
+    if (gpu_exact() && n_deleted == 0 && k <= kGpuMaxTopK) {
+        return dev_->ExactScoreTopK(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids,
+                                    scores);
     }
-    if (gpu_) {
+    if (gpu_exact()) {
         std::vector<int32_t> live;
         for (int64_t d = 0; d < n_docs; ++d)
             if (!data_.deleted[d]) live.push_back(static_cast<int32_t>(d));
@@ -206,12 +207,12 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
                 std::vector<int32_t> bi;
                 std::vector<float> bs;
                 TMS_RETURN_IF_ERROR(
-                    gpu_->ScoreTopK(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
+                    dev_->ExactScoreTopK(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
                 std::copy(bi.begin(), bi.end(), ids->begin() + size_t(q0) * k);
                 std::copy(bs.begin(), bs.end(), scores->begin() + size_t(q0) * k);
                 continue;
             }
-            TMS_RETURN_IF_ERROR(gpu_->Score(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
+            TMS_RETURN_IF_ERROR(dev_->ExactScore(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
             TMS_RETURN_IF_ERROR(select_topk(s.data(), off.data(), 0, nq, cand.data(), k, ids->data() + size_t(q0) * k,
                                             scores->data() + size_t(q0) * k));
         }
@@ -351,7 +352,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
     const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
-    const bool have_vectors = !data_.vectors.empty() || gpu_ != nullptr;
+    const bool have_vectors = !data_.vectors.empty() || gpu_exact();
     if (opts.exhaustive && !have_vectors) {
         return Status::NotSupported(info.has_vectors
                                         ? "exhaustive search needs the stored vectors, which were not loaded"
@@ -381,7 +382,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     SearchTimings t;
     if (opts.exhaustive) {
         const auto t0 = Clock::now();
-        TMS_RETURN_IF_ERROR(exhaustive(gpu_ ? nullptr : host_f32(), q, k, &top_ids, &top_scores));
+        TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : host_f32(), q, k, &top_ids, &top_scores));
         t.scoring = SecondsSince(t0);
         trace("exhaustive");
     } else {
@@ -392,13 +393,13 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         std::vector<float> cs;
         std::vector<int64_t> off;
         std::vector<int32_t> docs;
-        bool gpu_candidates = false;  // generated (and pruned) by code_gpu_, still on the device
-        if (code_gpu_ && nprobe <= 64) {
+        bool gpu_candidates = false;  // generated (and pruned) on the GPU, still on the device
+        if (gpu_codes() && nprobe <= 64) {
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
             // The lists stay on the device (ScoreCandidatesTop below brings back the best).
             TMS_RETURN_IF_ERROR(
-                code_gpu_->Candidates(q.data, q.dtype, nq, qt, q.lengths, nprobe, opts.ncandidates, &off, nullptr));
+                dev_->Candidates(q.data, q.dtype, nq, qt, q.lengths, nprobe, opts.ncandidates, &off));
             gpu_candidates = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
@@ -450,7 +451,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         if (gpu_candidates) {
             // The lists Candidates left on the device (with its query rows and centroid
             // scores), and only their `keep` best come back (the selection below, done there).
-            TMS_RETURN_IF_ERROR(code_gpu_->ScoreCandidatesTop(keep, &off, &docs, &scores));
+            TMS_RETURN_IF_ERROR(dev_->ScoreCandidatesTop(keep, &off, &docs, &scores));
         } else {
             TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/false));
         }
@@ -461,7 +462,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             t0 = Clock::now();
             if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &off, &docs, &scores));
             trace("rerank selection");
-            TMS_RETURN_IF_ERROR(exact_candidates(gpu_ ? nullptr : host_f32(), q, off, docs, &scores));
+            TMS_RETURN_IF_ERROR(exact_candidates(gpu_exact() ? nullptr : host_f32(), q, off, docs, &scores));
             t.rerank = SecondsSince(t0);
             trace("exact rerank");
         }
@@ -491,21 +492,8 @@ Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_
     if (!ctx) return Status::OK();
     device_ = Device::kGpu;
     ctx_ = ctx;
-    const auto& d = data_;
-    Status st = engine::GpuCodeScorer::Create(ctx, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
-                                              d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
-                                              d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs,
-                                              &code_gpu_);
-    // Shapes the fused kernel does not cover (code_maxsim_cuda_supported) stay on the CPU path.
-    if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
-    // The IVF lists go with the codes: candidates are generated on the GPU too.
-    if (code_gpu_) TMS_RETURN_IF_ERROR(code_gpu_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
-    if (!data_.vectors.empty()) {
-        TMS_RETURN_IF_ERROR(engine::GpuExactScorer::Create(ctx, data_.vectors.data(), data_.info.n_tokens,
-                                                           data_.info.dim, data_.doc_offsets.data(),
-                                                           data_.info.n_docs, &gpu_));
-        index::PodVector<uint16_t>().swap(data_.vectors);  // the device copy is the one used
-    }
+    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, &dev_));
+    if (dev_->has_vectors()) index::PodVector<uint16_t>().swap(data_.vectors);  // the device copy is the one used
     if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
     return Status::OK();
 }

@@ -1,0 +1,63 @@
+// Copyright TileMaxSim authors. GpuShard over GpuCodeScorer and GpuExactScorer (CUDA builds).
+#include "engine/gpu_shard_cuda.h"
+
+#include "engine/gpu_code_scorer.h"
+#include "engine/gpu_scorer.h"
+#include "index/index_data.h"
+#include "kernels/cuda/gpu_context.h"
+
+namespace tms::engine {
+namespace {
+
+class CudaShard final : public GpuShard {
+public:
+    bool has_codes() const override { return code_ != nullptr; }
+    bool has_vectors() const override { return exact_ != nullptr; }
+    Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
+                      std::vector<int64_t>* off) override {
+        return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, off, nullptr);
+    }
+    Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                              std::vector<float>* scores) override {
+        return code_->ScoreCandidatesTop(keep, off, docs, scores);
+    }
+    Status CodeScore(const float* q, int nq, int qt, const int32_t* lens, const int64_t* off, const int32_t* docs,
+                     bool centroids_only, std::vector<float>* scores) override {
+        // Centroid scores are recomputed on the device (a cuBLAS GEMM) rather than uploaded:
+        // [n_queries, q_stride, n_centroids] floats can be a gigabyte.
+        return code_->Score(q, nq, qt, lens, nullptr, off, docs, centroids_only, scores);
+    }
+    Status ExactScore(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* off,
+                      const int32_t* docs, std::vector<float>* scores) override {
+        return exact_->Score(q, dt, nq, qt, lens, off, docs, scores);
+    }
+    Status ExactScoreTopK(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* off,
+                          const int32_t* docs, int k, std::vector<int32_t>* ids, std::vector<float>* scores) override {
+        return exact_->ScoreTopK(q, dt, nq, qt, lens, off, docs, k, ids, scores);
+    }
+
+    std::unique_ptr<GpuCodeScorer> code_;
+    std::unique_ptr<GpuExactScorer> exact_;
+};
+
+}  // namespace
+
+Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
+                       std::unique_ptr<GpuShard>* out) {
+    auto s = std::make_unique<CudaShard>();
+    Status st = GpuCodeScorer::Create(ctx, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
+                                      d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
+                                      d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs, &s->code_);
+    // Shapes the fused kernel does not cover (code_maxsim_cuda_supported) stay on the CPU path.
+    if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
+    // The IVF lists go with the codes: candidates are generated on the GPU too.
+    if (s->code_) TMS_RETURN_IF_ERROR(s->code_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
+    if (!d.vectors.empty()) {
+        TMS_RETURN_IF_ERROR(GpuExactScorer::Create(ctx, d.vectors.data(), d.info.n_tokens, d.info.dim,
+                                                   d.doc_offsets.data(), d.info.n_docs, &s->exact_));
+    }
+    *out = std::move(s);
+    return Status::OK();
+}
+
+}  // namespace tms::engine

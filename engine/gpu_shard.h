@@ -1,0 +1,45 @@
+// Copyright TileMaxSim authors. One shard's data on one GPU, as the query pipeline uses it: the
+// compressed tokens and IVF lists (candidate generation, compressed scoring) and the fp16
+// vectors (exact scoring). Host header; made by engine::MakeGpuShard (backend.h), which is
+// NotSupported in a build without CUDA.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms::engine {
+
+/// Thread-safety: callers hold the shard's GpuContext mutex (one call at a time on the device,
+/// and Candidates .. ScoreCandidatesTop of one search under one hold).
+class GpuShard {
+public:
+    virtual ~GpuShard() = default;
+    /// Codes, centroids and IVF lists are on the device (false: a shape the fused kernels do
+    /// not cover; candidates and compressed scores are then the CPU's).
+    virtual bool has_codes() const = 0;
+    /// The fp16 vectors are on the device.
+    virtual bool has_vectors() const = 0;
+
+    // With has_codes(): GpuCodeScorer's Candidates, ScoreCandidatesTop and Score.
+    virtual Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                              const int32_t* h_query_lens, int nprobe, int ncandidates, std::vector<int64_t>* off) = 0;
+    virtual Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                                      std::vector<float>* scores) = 0;
+    virtual Status CodeScore(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
+                             const int64_t* h_cand_offsets, const int32_t* h_cand_docs, bool centroids_only,
+                             std::vector<float>* scores) = 0;
+
+    // With has_vectors(): GpuExactScorer's Score and ScoreTopK.
+    virtual Status ExactScore(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                              const int32_t* h_query_lens, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
+                              std::vector<float>* scores) = 0;
+    virtual Status ExactScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                                  const int32_t* h_query_lens, const int64_t* h_cand_offsets,
+                                  const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
+                                  std::vector<float>* scores) = 0;
+};
+
+}  // namespace tms::engine

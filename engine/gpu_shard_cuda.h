@@ -1,0 +1,22 @@
+// Copyright TileMaxSim authors. The CUDA implementation's factory of GpuShard: called only by
+// engine/backend.cpp, in CUDA builds (the one place that knows whether this build has CUDA).
+#pragma once
+
+#include <memory>
+
+#include "engine/gpu_shard.h"
+
+namespace tms::kernels {
+class GpuContext;
+}
+namespace tms::index {
+struct IndexData;
+}
+
+namespace tms::engine {
+
+/// The shard's codes, IVF lists and (when loaded) vectors uploaded to the GPU of `ctx`.
+Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
+                       std::unique_ptr<GpuShard>* out);
+
+}  // namespace tms::engine
