@@ -191,10 +191,10 @@ def test_crash_during_sharded_build_leaves_no_index(corpus, tmp_path, point):
 
 
 @pytest.fixture()
-def damaged(corpus, tmp_path):
+def damaged(built, tmp_path):
     import shutil
     out = tmp_path / "dmg"
-    shutil.copytree(corpus / "idx3", out)
+    shutil.copytree(built[3], out)
     return out
 
 
@@ -206,7 +206,7 @@ def test_missing_shard(damaged, corpus, tmp_path):
     expect_error(tms("info", "--index", damaged), "shard-0001")
 
 
-def test_manifest_naming_more_shards(damaged, corpus, tmp_path, built):
+def test_manifest_naming_more_shards(damaged):
     m = json.loads((damaged / "SHARDS").read_text())
     m["shards"].append("shard-0003")
     (damaged / "SHARDS").write_text(json.dumps(m))
@@ -219,12 +219,12 @@ def test_manifest_naming_more_shards(damaged, corpus, tmp_path, built):
     ('{"format_version": 9, "shards": ["shard-0000"], "model_crc": 1}', "format version 9"),
     ('{"format_version": 4, "shards": [], "model_crc": 1}', "bad shard list"),
 ])
-def test_bad_manifest(damaged, text, needle, built):
+def test_bad_manifest(damaged, text, needle):
     (damaged / "SHARDS").write_text(text)
     expect_error(tms("info", "--index", damaged), "SHARDS", needle)
 
 
-def test_shards_swapped_or_foreign(damaged, corpus, tmp_path):
+def test_shards_swapped_or_foreign(damaged, built, corpus, tmp_path):
     import shutil
     # Two shards swapped: their documents no longer follow each other.
     shutil.move(damaged / "shard-0000", damaged / "tmp")
@@ -236,7 +236,7 @@ def test_shards_swapped_or_foreign(damaged, corpus, tmp_path):
     other = build(corpus, tmp_path / "other", 3, "--config", tmp_path / "seed.json")
     shutil.rmtree(damaged / "shard-0000")
     shutil.rmtree(damaged / "shard-0001")
-    shutil.copytree(corpus / "idx3" / "shard-0000", damaged / "shard-0000")
+    shutil.copytree(built[3] / "shard-0000", damaged / "shard-0000")
     shutil.copytree(other / "shard-0001", damaged / "shard-0001")
     p = tms("search", "--index", damaged, "--queries", corpus / "queries.npy", "--out", tmp_path / "r",
             "--device", "cpu")
