@@ -261,8 +261,7 @@ struct GpuCodeScorer::Impl {
     /// out [rows, K] row-major = rows [rows, dim] . centroids^T, to fp32 accuracy, on the stream:
     /// one TF32 tensor-core GEMM over the split operands (split_tf32x3), column-major K x rows =
     /// C3^T (K x 3dim) . Q3 (3dim x rows): three times the products of an fp32 SGEMM on tensor
-    /// cores instead of fp32 FMAs. Probe of 8,192 rows against 65,536 centroids (dim 128): 8.0 ms
-    /// with an SGEMM, 5.6 ms so, on an H200 (BENCHMARKS.md, session 12).
+    /// cores instead of fp32 FMAs, which is faster than an SGEMM at probing shapes.
     Status CentroidScores(const float* d_rows, int64_t rows, float* out) {
         if (rows == 0) return Status::OK();
         TMS_RETURN_IF_ERROR(g_rows3.Reserve(size_t(rows) * 3 * dim * sizeof(float), stream, /*headroom=*/true));

@@ -13,8 +13,7 @@ void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads = 0);
 
 /// memcpy(dst, src, bytes) over the calling thread's OpenMP team, in pieces of at least 64 KB:
 /// for callers whose team is already running (the search path), where new std::threads would
-/// wait behind its spinning threads (H200 machine, 16 cores: a 4 MB query batch staged on 8 new
-/// threads took 2.9 ms, BENCHMARKS.md, session 15).
+/// wait behind its spinning threads (milliseconds for a 4 MB query batch).
 void TeamMemcpy(void* dst, const void* src, size_t bytes);
 
 }  // namespace tms::kernels

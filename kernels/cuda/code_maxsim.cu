@@ -119,7 +119,7 @@ int book_mode(const CodeMaxSimParams& p, int sub) {
     const int dsub = p.dim / p.n_code_bytes;
     if (dsub != sub) return kBookPerByte;  // kSub 8 with dsub 16, 24, ...
     if (p.codebook_shared) return kBookShared;
-    if (p.dim % 64 == 0) return kBookPaired;  // dsub 2 too since session 11: +6-13% (BENCHMARKS.md)
+    if (p.dim % 64 == 0) return kBookPaired;  // dsub 2 too: conflict-free gathers (kBookPaired)
     return kBookPerByte;
 }
 

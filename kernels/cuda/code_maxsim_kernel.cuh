@@ -102,8 +102,8 @@ enum : int {
     /// and (dsub < 8) the lane's 8 / dsub blocks of a chunk are read in an order rotated by
     /// (row / 2) % (8 / dsub). No bank conflicts for any codes; select instructions put the
     /// registers back in order. dsub 2 (PQ-64 at dim 128): each 4-byte gather was otherwise
-    /// ~3.4 wavefronts a warp (banks follow the codes) against 1; +8% at B=100K, +13% at B=10K
-    /// on the H200 (BENCHMARKS.md, session 11) for 24 selects a token row and chunk pair.
+    /// ~3.4 wavefronts a warp (banks follow the codes) against 1, for 24 selects a token row and
+    /// chunk pair.
     kBookPaired = 2,
 };
 
@@ -119,9 +119,8 @@ struct CodeTraits {
     /// chunk), so that its accumulators take 8 registers instead of 32 and the step reads no
     /// query rows from shared memory (64 of its ~150-360 shared-load wavefronts). Instantiated
     /// for 2-dim sub-vectors in the per-byte layout only (dim 32 or 96; at dim 64 and 128 the
-    /// paired layout is faster), scores mode: +4-7% for PQ-64 at dim 128 on the H200 when it
-    /// still used this layout; the other classes measured slower or equal (the freed L1 pipe is
-    /// taken over by MMA dependency stalls with 16 warps an SM; BENCHMARKS.md).
+    /// paired layout is faster), scores mode; for the other classes it is not faster (the freed
+    /// L1 pipe is taken over by MMA dependency stalls with 16 warps an SM).
     static constexpr bool kQReg = kQReg_;
     static constexpr int kQChunks = 4;
     /// Hopper warpgroup MMA (sm_90a, dim 128, scores mode): the documents are the M side. Each
@@ -697,8 +696,7 @@ __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0,
 /// tiles and steps: a tile is folded into the running column maxima (fp16, wg_fold) after the
 /// next tile's first decode, and an item's score is summed (fp32) after its last tile's fold.
 /// The centroid scores are added at the fold, gathered from L2 when the tile starts (after the
-/// previous fold frees the registers; ptxas may move the gather down to the fold: session 10 in
-/// BENCHMARKS.md). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
+/// previous fold frees the registers; ptxas may move the gather down to the fold). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
 /// looped sites pass the A buffers through register moves, and ptxas then serializes the wgmmas.
 template <class T>
 __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb, int64_t te, int n_mine,

@@ -29,8 +29,7 @@ struct GridShape {
 /// Ragged scores calls with a known candidate count: slices enough that the resident CTAs work on
 /// about this many queries at a time (the grid runs query by query), so that their centroid-score
 /// tables (n_centroids x 64 bytes a query group) are read from L2 rather than HBM, with at least
-/// kMinSliceItems candidates a slice (each CTA copies the 64 KB codebook first). H200, ragged PQ-64
-/// 256 x 4,096 (1 GB of tables): 2, 4 or 8 live queries +6-8%, 16 +5% (BENCHMARKS.md, session 11).
+/// kMinSliceItems candidates a slice (each CTA copies the 64 KB codebook first).
 /// Top-k calls keep 4 CTAs a query in all: each slice is a partial list of k keys.
 constexpr int kLiveQueries = 4;
 constexpr int kMinSliceItems = 64;
@@ -66,8 +65,7 @@ inline Status launch_as(const CodeArgs& a, size_t smem, const GridShape& gs, cud
 }
 
 /// Whether decode class sub with codebook layout book has a warpgroup-MMA instantiation: every
-/// class that occurs at dim 128 (each measured faster than mma.sync on the H200 since the fp16
-/// fold; BENCHMARKS.md).
+/// class that occurs at dim 128 (each faster than its mma.sync form on Hopper).
 bool wg_class(int sub, int book);
 
 /// launch_as of the warpgroup-MMA instantiation (CodeTraits::kWg) of decode class sub and codebook

@@ -21,9 +21,9 @@ Status with_wg_traits(int sub, int book, F&& f) {
             return f(CodeTraits<2, kBookShared, false, false, true>{});
         case 4 * 4 + kBookShared:  // 2-bit residual
             return f(CodeTraits<4, kBookShared, false, false, true>{});
-        case 8 * 4 + kBookShared:  // 1-bit residual (+3-10% over mma.sync since the fp16 fold; 0.89-0.98x before)
+        case 8 * 4 + kBookShared:  // 1-bit residual
             return f(CodeTraits<8, kBookShared, false, false, true>{});
-        case 2 * 4 + kBookPaired:  // PQ-64 (per-byte layout before session 11: +3-8% over mma.sync)
+        case 2 * 4 + kBookPaired:  // PQ-64
             return f(CodeTraits<2, kBookPaired, false, false, true>{});
         case 4 * 4 + kBookPaired:  // PQ-32
             return f(CodeTraits<4, kBookPaired, false, false, true>{});

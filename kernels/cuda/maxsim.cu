@@ -63,8 +63,7 @@ size_t smem_bytes(int m_tiles, int terms, int dim, int k, int n_stages, bool tma
 /// `rows` tokens x two 128-byte pieces (256 bytes: whole rows at 16-bit dim 128); false when the
 /// driver has no encoder or rejects the shape. L2 promotion: a unit of 128-byte pieces has each
 /// promoted to 256 bytes, which brings the next piece into L2 for the next unit; units of
-/// 256-byte pieces or whole rows take none (H200, session 14: dim 64, whole rows, 0.90 -> 0.97 of
-/// the read ceiling without promotion; dim 128, half rows, 0.91 -> 0.95 with it).
+/// 256-byte pieces or whole rows take none (for them promotion fetches lines no unit reads).
 bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map) {
     using Encode = PFN_cuTensorMapEncodeTiled_v12000;
     static const Encode encode = [] {
@@ -204,9 +203,8 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
         if (2 * (bytes(plan->m_tiles, st) + smem_reserved) <= size_t(smem_sm)) plan->n_stages = st;
     }
     // fp32 documents in 256-byte units load each query fragment for 16 tokens instead of 32:
-    // with two CTAs an SM that is hidden (H200, Nd=128: d=64 0.875 -> 0.922 of the read
-    // ceiling, d=128 0.93 -> 0.96, d=256 0.92 -> 0.96), with one (a large split query: fp32
-    // dim >= 384 at Nq=32) not (d=768 0.900 -> 0.886); BENCHMARKS.md, session 15.
+    // with two CTAs an SM the other CTA hides that, with one (a large split query: fp32 dim >=
+    // 384 at Nq=32) it does not, and 128-byte units are faster.
     if (plan->d_dtype == DType::kF32 && plan->n_stages == 0) plan->pair = false;
     for (int st = 6; st >= 1 && plan->n_stages == 0; --st) {
         if (bytes(plan->m_tiles, st) <= size_t(smem_optin)) plan->n_stages = st;
@@ -240,8 +238,7 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     // kernel where they cannot slow it down: when the grid fills every resident slot (its CTAs
     // start as that kernel's leave, in its tail), or when they are a warp's whole work (at most
     // n_stages - 1 units: only the query rows are left after the wait). Otherwise, with the
-    // previous kernel's CTAs still running beside ours, the early copies slowed both (H200,
-    // Nd=128 B=1K: 0.60 -> 0.54 of the read ceiling; BENCHMARKS.md, session 13).
+    // previous kernel's CTAs still running beside ours, the early copies slow both down.
     if (p.docs_static && p.cand_offsets == nullptr) {
         const bool full_wave = int64_t(plan->slices) * plan->grid_y >= resident;
         bool whole = false;

@@ -32,14 +32,12 @@
 //              the buffer read as zeros, rows past a document are masked like before)
 //              completing on the stage's barrier; 16-bit documents read B rows g/2 + 4*(g%2) so
 //              that the swizzled phases stay conflict-free. One instruction per 4 KB unit
-//              instead of 8 cp.async per lane: +1-3% of the ceiling at B >= 10K, +13% at
-//              Nd=256 B=500K, +5-10% for fp32 (H200, BENCHMARKS.md).
+//              instead of 8 cp.async per lane (fewer issue slots for the same bytes).
 //              256-byte units (MaxSimTraits::kPair: rows of a multiple of 256 bytes, i.e. 16-bit
 //              dim % 128 == 0 or fp32 dim % 64 == 0): a unit is instead kStepTokens = 4*kNTiles
 //              tokens x 256 bytes (128 16-bit or 64 fp32 dims), whole rows at 16-bit dim 128 (one
 //              contiguous 4 KB block), read through a 3-D tensor map [n_tokens, row / 128 bytes,
-//              128 bytes] as two 128-byte pieces a token: +2.5-3.5% of the ceiling at B >= 10K,
-//              +6% at Nd=32 B=10K, +10% at B=1K (dim 128); +2% at d=256 B=10K and d=768 (H200).
+//              128 bytes] as two 128-byte pieces a token (half the copies and barriers).
 //              Accumulators: kMTiles x kNTiles x 4 fp32 = 32 registers (256-byte units: 16); the running max per
 //              query row stays in registers across steps; the doc score is reduced with warp
 //              shuffles at the end of the document.
@@ -58,14 +56,13 @@
 //   fit in the rings' last slot (bulk-copy instantiations) the warps start their first copies
 //   into the other slots before the block converts the rows into the query layout, else after;
 //   the rows take the slot's first bytes (Nq=32 d=128 fp16: the last stages of warps 0 and 1), and
-//   the other warps fill their last stage too (Nd=32 B=10K: +1.6-2.2%, copy-only 0.787 -> 0.805).
-//   (Before: one dependent round trip per two query words, eight for Nq=32 d=128, ahead of
-//   everything; +11% of the ceiling at Nd=32 B=10K, +15-25% at B=1K on the H200.)
+//   the other warps fill their last stage too. (Copying the rows with dependent loads instead
+//   would put a round trip per two query words, eight for Nq=32 d=128, ahead of everything.)
 //   Static documents (MaxSimArgs::docs_early, from MaxSimParams::docs_static; dense): the item
 //   loads, balance probes and guessed first copies go out before the wait for the previous
 //   kernel (they read only doc_offsets and doc_tokens), the query rows after it; the next call
 //   is released once this CTA's query rows are in, so that its early copies do not queue in
-//   front of them. Nd=32 B=10K on the H200: 0.70 -> 0.74-0.75 of the read ceiling.
+//   front of them.
 //   The launcher takes the deepest ring (<= 6) that keeps
 //   two CTAs per SM, else the deepest that fits one (dim=128, Nq<=32, fp16: 8 KB + 3 x 32 KB;
 //   dim=1024, split, top-k 1000: 191 KB + 1 x 32 KB, no copy ahead).
@@ -139,10 +136,8 @@ struct MaxSimTraits {
     /// or 64 fp32 dims), at 16-bit dim 128 whole rows, one contiguous 4 KB block (Nq <= 32) that
     /// one bulk copy reads, instead of 128 bytes of twice as many tokens. Token j's two 128-byte
     /// pieces land in stage rows 2j and 2j + 1 (a 3-D tensor map [n_tokens, row / 128 bytes, 128
-    /// bytes], box 2 pieces x kStepTokens tokens). 16 x 4 accumulators. H200, against 128-byte
-    /// units (BENCHMARKS.md): dim 128 Nd=128 B=10K 0.879 -> 0.909 of the read ceiling, B=100K
-    /// 0.943 -> 0.973, variable lengths 0.93 -> 0.955 (session 14); fp32 Nd=128 B=100K 0.93 ->
-    /// 0.96 (session 15).
+    /// bytes], box 2 pieces x kStepTokens tokens). 16 x 4 accumulators. Half the copies and
+    /// barriers of 128-byte units for the same bytes.
     static constexpr bool kPair = kPair_;
     static constexpr int kNTiles = (kPair ? 4 : 8) / kMTiles;  // n8 tiles of doc tokens per step
     static constexpr int kStepTokens = 8 * kNTiles;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/engine/synth_index.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms::testing {
@@ -18,23 +19,19 @@ namespace tms::testing {
 /// `shards`: of the index searched (several shards on one device share its scratch).
 inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, int shards = 1) {
     namespace fs = std::filesystem;
-    const fs::path dir = fs::path(::testing::TempDir()) / ("tms_concurrent_" + std::string(DeviceName(device)) + "_" +
-                                                           std::to_string(shards) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
     SynthOptions so;
     so.n_docs = 800;
     so.n_queries = 96;
     so.dim = 64;
-    ASSERT_TRUE(WriteSynthCorpus(so, dir.string()).ok());
     IndexBuildOptions bo;
     bo.keep_vectors = true;
     bo.progress = false;
     bo.n_centroids = 64;
     bo.shards = shards;
-    std::unique_ptr<IndexBuilder> b;
-    ASSERT_TRUE(IndexBuilder::Create(bo, (dir / "index").string(), &b).ok());
-    Status st = b->BuildFromFiles((dir / "docs.npy").string(), (dir / "doclens.npy").string(), "");
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    const fs::path dir = BuildSynthIndex("tms_concurrent_" + std::string(DeviceName(device)) + "_" +
+                                             std::to_string(shards), so, bo);
+    if (::testing::Test::HasFailure()) return;
+    Status st;
     SearcherOptions sopt;
     sopt.device = device;
     sopt.progress = false;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "tests/engine/synth_index.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tilemaxsim/tilemaxsim.h"
 
@@ -19,21 +20,15 @@ struct Fixture {
     HostArray qa;
     SynthOptions so;
     void Build(int shards) {
-        dir = fs::path(::testing::TempDir()) / ("tms_placement_" + std::to_string(::getpid()));
-        fs::remove_all(dir);
         so.n_docs = 3000;
         so.n_queries = 40;
         so.dim = 128;
-        ASSERT_TRUE(WriteSynthCorpus(so, dir.string()).ok());
         IndexBuildOptions bo;
         bo.keep_vectors = true;
         bo.progress = false;
         bo.n_centroids = 256;
         bo.shards = shards;
-        std::unique_ptr<IndexBuilder> b;
-        ASSERT_TRUE(IndexBuilder::Create(bo, (dir / "index").string(), &b).ok());
-        Status st = b->BuildFromFiles((dir / "docs.npy").string(), (dir / "doclens.npy").string(), "");
-        ASSERT_TRUE(st.ok()) << st.ToString();
+        dir = testing::BuildSynthIndex("tms_placement", so, bo);
         ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
     }
     ~Fixture() { fs::remove_all(dir); }

@@ -6,12 +6,16 @@ on GPU 0 and, with two or more, across GPUs 0 and 1.
 """
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cli_util import TMS, expect_error, tms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
+from shards_report import read_run, recall  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
 N_GPUS = int(os.environ.get("TMS_TEST_GPUS", "0"))
@@ -36,20 +40,6 @@ def search(index, corpus, out, *extra):
     tms("search", "--index", index, "--queries", corpus / "queries.npy", "--out", out, "--k", 10, "--no-progress",
         *extra, check=True)
     return read_run(out)
-
-
-def read_run(path):
-    """{qid: [(docid, score), ...]} in rank order."""
-    run = {}
-    for line in Path(path).read_text().splitlines():
-        q, _, d, _, s, _ = line.split()
-        run.setdefault(q, []).append((d, float(s)))
-    return run
-
-
-def recall(run, exact, k=10):
-    hits = [len({d for d, _ in run.get(q, [])[:k]} & {d for d, _ in e[:k]}) / len(e[:k]) for q, e in exact.items()]
-    return sum(hits) / len(hits)
 
 
 def same_run(a, b, tol=0.0):

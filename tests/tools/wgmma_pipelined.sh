@@ -2,7 +2,7 @@
 # Copyright TileMaxSim authors. Fails when ptxas serializes the wgmma instructions (its note C7520,
 # "wgmma.mma_async instructions are serialized") of a warpgroup-MMA compressed kernel that is not
 # in the known list: the kernel still scores correctly, so no other test sees it, but each wgmma
-# then waits for the one before (session 9 of BENCHMARKS.md: 0.81x). Compiles
+# then waits for the one before (a fifth slower). Compiles
 # kernels/cuda/code_maxsim_wg.cu for sm_90a (~10 s).
 # usage: wgmma_pipelined.sh NVCC SOURCE_DIR OBJECT_OUT
 set -u

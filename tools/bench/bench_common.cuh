@@ -24,8 +24,7 @@ constexpr double kWarmupSeconds = 0.25;  // minimum warm-up before the samples o
 
 /// Idle seconds before each timing (`tms bench kernels --cooldown`; 0: none). The H200's power
 /// cap limits average power: a timing right after heavy ones can run at lower clocks than the
-/// same one alone (Nd=128 B=100K 0.88 against 0.97 of the read ceiling on one unit, BENCHMARKS.md,
-/// session 15), so a pause makes each row independent of the rows before it.
+/// same one alone, so a pause makes each row independent of the rows before it.
 inline double& cooldown_seconds() {
     static double s = 0;
     return s;

@@ -1,4 +1,4 @@
-"""Summarises shards_1m.sh: per shard count, queries/s, open time, recall@10 against the
+"""Summarises shards_1m.sh (its run helpers are shared with the CLI tests): per shard count, queries/s, open time, recall@10 against the
 exhaustive run, and whether the run equals the one-shard run (same documents in the same
 order, scores within 1e-5 relative). Usage: shards_report.py DATADIR OUTDIR COUNT..."""
 import json
@@ -16,6 +16,7 @@ def read_run(path):
 
 
 def recall(run, exact, k=10):
+    """Mean over the exact run's queries of |top-k of run & top-k of exact| / |top-k of exact|."""
     r = [len({d for d, _ in run.get(q, [])[:k]} & {d for d, _ in e[:k]}) / max(1, len(e[:k])) for q, e in exact.items()]
     return sum(r) / len(r)
 
@@ -60,4 +61,5 @@ def main():
     print(json.dumps({"gpu": (out / "gpu.txt").read_text().strip(), "rows": rows}, indent=1))
 
 
-main()
+if __name__ == "__main__":
+    main()
