@@ -6,8 +6,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 
 #include "base/progress.h"
 #include "engine/gpu_code_scorer.h"
+#include "kernels/cuda/candidates_cuda.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gpu_context.h"
@@ -43,59 +42,6 @@ __global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int 
     });
 }
 
-// One block per (query row slot, query): marks the documents of one probed IVF list in the
-// query's bitmap. Rows past the query's length are skipped.
-__global__ void ivf_mark(const int32_t* __restrict__ probe, int q_stride, int nprobe, const int32_t* __restrict__ lens,
-                         const int64_t* __restrict__ ivf_off, const int32_t* __restrict__ ivf_docs, int64_t words,
-                         uint32_t* __restrict__ bits) {
-    const int q = blockIdx.y, slot = blockIdx.x, row = slot / nprobe;
-    const int ql = lens ? lens[q] : q_stride;
-    if (row >= ql) return;
-    const int c = probe[(int64_t(q) * q_stride + row) * nprobe + slot % nprobe];
-    if (c < 0) return;
-    uint32_t* b = bits + int64_t(q) * words;
-    for (int64_t e = ivf_off[c] + threadIdx.x; e < ivf_off[c + 1]; e += blockDim.x) {
-        const int32_t d = ivf_docs[e];
-        atomicOr(b + (d >> 5), 1u << (d & 31));
-    }
-}
-
-constexpr int kScanThreads = 256;
-
-// One block per query: the number of set bits of its bitmap.
-__global__ void __launch_bounds__(kScanThreads) bit_count(const uint32_t* __restrict__ bits, int64_t words,
-                                                          int64_t* __restrict__ counts) {
-    using Reduce = cub::BlockReduce<int64_t, kScanThreads>;
-    __shared__ typename Reduce::TempStorage tmp;
-    const uint32_t* b = bits + int64_t(blockIdx.x) * words;
-    int64_t c = 0;
-    for (int64_t w = threadIdx.x; w < words; w += kScanThreads) c += __popc(b[w]);
-    c = Reduce(tmp).Sum(c);
-    if (threadIdx.x == 0) counts[blockIdx.x] = c;
-}
-
-// One block per query: the ids of its set bits, ascending, from docs[off[q]].
-__global__ void __launch_bounds__(kScanThreads) bit_emit(const uint32_t* __restrict__ bits, int64_t words,
-                                                         const int64_t* __restrict__ off, int32_t* __restrict__ docs) {
-    using Scan = cub::BlockScan<int, kScanThreads>;
-    __shared__ typename Scan::TempStorage tmp;
-    const uint32_t* b = bits + int64_t(blockIdx.x) * words;
-    int64_t pos0 = off[blockIdx.x];
-    for (int64_t w0 = 0; w0 < words; w0 += kScanThreads) {
-        const int64_t w = w0 + threadIdx.x;
-        uint32_t x = w < words ? b[w] : 0u;
-        int pre = 0, total = 0;
-        Scan(tmp).ExclusiveSum(__popc(x), pre, total);
-        int64_t pos = pos0 + pre;
-        while (x) {
-            docs[pos++] = int32_t(w * 32 + (__ffs(x) - 1));
-            x &= x - 1;
-        }
-        pos0 += total;
-        __syncthreads();  // tmp is reused
-    }
-}
-
 // Sort keys of (score, document), topk_dev::make_key: descending key order is score
 // descending, then document ascending.
 __global__ void score_doc_keys(const float* __restrict__ scores, const int32_t* __restrict__ docs, int64_t n,
@@ -118,36 +64,8 @@ __global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64
     }
 }
 
-// dst [rows, 3 * dim]: each row of src [rows, dim] as three parts in a row, for one tensor-core
-// GEMM (TF32) of fp32 accuracy: hi = x with its low 13 mantissa bits cleared (exact in TF32),
-// lo = x - hi (exact in fp32; TF32 keeps it to 2^-11 of itself, 2^-21 of x). Part s of a row
-// is lo when bit s of lo_parts is set: centroids hi, lo, hi and query rows hi, hi, lo, so that
-// a centroid row times a query row over 3 * dim is hi.hi + lo.hi + hi.lo, which leaves out only
-// lo.lo (2^-20 of the product) and the accumulation's rounding.
-__global__ void split_tf32x3(const float* __restrict__ src, int64_t rows, int dim, unsigned lo_parts,
-                             float* __restrict__ dst) {
-    const int64_t n = rows * dim;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t r = i / dim;
-        const int j = int(i - r * dim);
-        const float x = src[i];
-        const float hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-        const float lo = x - hi;
-        float* row = dst + r * 3 * dim + j;
-#pragma unroll
-        for (int part = 0; part < 3; ++part) row[part * dim] = (lo_parts >> part) & 1u ? lo : hi;
-    }
-}
-
 /// Blocks of 256 threads for a grid-stride loop over n elements (at most 4,096).
 unsigned stride_blocks(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 4096)); }
-
-/// Enqueues split_tf32x3 of src [rows, dim] into dst [rows, 3 * dim] on the stream.
-Status split_tf32x3_async(const float* src, int64_t rows, int dim, unsigned lo_parts, float* dst, cudaStream_t st) {
-    split_tf32x3<<<stride_blocks(rows * dim), 256, 0, st>>>(src, rows, dim, lo_parts, dst);
-    TMS_CUDA_CHECK_LAUNCH();
-    return Status::OK();
-}
 
 }  // namespace
 
@@ -266,7 +184,7 @@ struct GpuCodeScorer::Impl {
         if (rows == 0) return Status::OK();
         TMS_RETURN_IF_ERROR(g_rows3.Reserve(size_t(rows) * 3 * dim * sizeof(float), stream, /*headroom=*/true));
         float* rows3 = static_cast<float*>(g_rows3.p);
-        TMS_RETURN_IF_ERROR(split_tf32x3_async(d_rows, rows, dim, 0b100u, rows3, stream));
+        TMS_RETURN_IF_ERROR(kernels::split_tf32x3_cuda(d_rows, rows, dim, 0b100u, rows3, stream));
         const float one = 1.f, zero = 0.f;
         TMS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_centroids, int(rows), 3 * dim, &one,
                                                 d_cent3, CUDA_R_32F, 3 * dim, rows3, CUDA_R_32F, 3 * dim, &zero, out,
@@ -383,7 +301,7 @@ Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uin
         TMS_RETURN_IF_ERROR(uploader.Upload(cent.p, h_centroids, c_bytes));
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_cent3, 3 * std::max<size_t>(c_bytes, 256)));
         TMS_RETURN_IF_ERROR(
-            split_tf32x3_async(static_cast<const float*>(cent.p), n_centroids, dim, 0b010u, im.d_cent3, im.stream));
+            kernels::split_tf32x3_cuda(static_cast<const float*>(cent.p), n_centroids, dim, 0b010u, im.d_cent3, im.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // before cent is freed
     }
     TMS_RETURN_IF_ERROR(up(&im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
@@ -549,7 +467,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::Candidates: more than 65535 queries in one call");
     DeviceGuard g(im.device);
     const int64_t rows = int64_t(n_queries) * q_stride;
-    const int64_t words = (im.n_docs + 31) / 32;
+    const int64_t words = kernels::ivf_bitmap_words(im.n_docs);
     std::vector<int64_t> noff;  // pruned offsets (alive until the final synchronisation)
     // TMS_TRACE_SEARCH=1: time of each stage on stderr (synchronises between stages).
     Trace tracer("TMS_TRACE_SEARCH", "candidates", Trace::Unit::kMilliseconds);
@@ -601,11 +519,18 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     trace("probe");
     // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
     TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
-    ivf_mark<<<dim3(unsigned(q_stride * nprobe), unsigned(n_queries)), 256, 0, im.stream>>>(
-        dp, q_stride, nprobe, dl, im.d_ivf_off, im.d_ivf_docs, words, dbits);
-    TMS_CUDA_CHECK_LAUNCH();
-    bit_count<<<unsigned(n_queries), kScanThreads, 0, im.stream>>>(dbits, words, dcount);
-    TMS_CUDA_CHECK_LAUNCH();
+    kernels::IvfUnionParams up;
+    up.probe = dp;
+    up.n_queries = n_queries;
+    up.q_stride = q_stride;
+    up.nprobe = nprobe;
+    up.query_lens = dl;
+    up.ivf_offsets = im.d_ivf_off;
+    up.ivf_docs = im.d_ivf_docs;
+    up.n_centroids = im.n_centroids;
+    up.n_docs = im.n_docs;
+    TMS_RETURN_IF_ERROR(kernels::ivf_mark_cuda(up, dbits, im.stream));
+    TMS_RETURN_IF_ERROR(kernels::bit_count_cuda(dbits, words, n_queries, dcount, im.stream));
     std::vector<int64_t> counts(n_queries);
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts.data(), dcount, c_bytes, cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
@@ -620,8 +545,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     TMS_RETURN_IF_ERROR(im.g_docs.Reserve(size_t(total) * sizeof(int32_t), im.stream));
     int32_t* ddocs = static_cast<int32_t*>(im.g_docs.p);
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(doff, off->data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
-    bit_emit<<<unsigned(n_queries), kScanThreads, 0, im.stream>>>(dbits, words, doff, ddocs);
-    TMS_CUDA_CHECK_LAUNCH();
+    TMS_RETURN_IF_ERROR(kernels::bit_emit_cuda(dbits, words, n_queries, doff, ddocs, im.stream));
     trace("emit");
     const int32_t* result = ddocs;
     const int64_t* result_off = doff;

@@ -19,6 +19,7 @@
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
 #include "base/progress.h"
+#include "kernels/candidates.h"
 #include "kernels/maxsim.h"
 
 namespace tms {
@@ -78,9 +79,6 @@ public:
     bool gpu_exact() const { return dev_ && dev_->has_vectors(); }
 
 private:
-    // Union of the probed IVF lists of each query (rows past its length ignored), in id order.
-    void union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
-                   std::vector<int64_t>* off, std::vector<int32_t>* docs) const;
     // qf: as for exact_candidates.
     Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
@@ -241,48 +239,6 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
     return Status::OK();
 }
 
-// Queries in parallel: each thread marks documents in its own bitmap (n_docs bits), emitting them
-// in increasing id order.
-void ShardSearcher::union_ivf(const std::vector<int32_t>& probe, int nq, int qt, int nprobe, const int32_t* lens,
-                             std::vector<int64_t>* off, std::vector<int32_t>* docs) const {
-    std::vector<std::vector<int32_t>> per_query(nq);
-#pragma omp parallel
-    {
-        std::vector<uint64_t> bits((data_.info.n_docs + 63) / 64);
-        std::vector<int32_t> touched;
-#pragma omp for schedule(dynamic, 1)
-        for (int qi = 0; qi < nq; ++qi) {
-            const int ql = lens ? lens[qi] : qt;
-            touched.clear();
-            for (int i = 0; i < ql; ++i) {
-                for (int j = 0; j < nprobe; ++j) {
-                    const int c = probe[(size_t(qi) * qt + i) * nprobe + j];
-                    if (c < 0) continue;
-                    for (int64_t e = data_.ivf_offsets[c]; e < data_.ivf_offsets[c + 1]; ++e) {
-                        const int32_t d = data_.ivf_docs[e];
-                        uint64_t& w = bits[d >> 6];
-                        const uint64_t bit = uint64_t(1) << (d & 63);
-                        if (!(w & bit)) {
-                            if (w == 0) touched.push_back(d >> 6);
-                            w |= bit;
-                        }
-                    }
-                }
-            }
-            std::sort(touched.begin(), touched.end());
-            auto& out = per_query[qi];
-            for (int32_t wi : touched) {
-                for (uint64_t w = bits[wi]; w; w &= w - 1) out.push_back(wi * 64 + __builtin_ctzll(w));
-                bits[wi] = 0;
-            }
-        }
-    }
-    off->assign(1, 0);
-    for (const auto& v : per_query) off->push_back(off->back() + static_cast<int64_t>(v.size()));
-    docs->resize(off->back());
-    for (int qi = 0; qi < nq; ++qi) std::copy(per_query[qi].begin(), per_query[qi].end(), docs->begin() + (*off)[qi]);
-}
-
 Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                             SearchTimings* timings) const {
     const IndexInfo& info = data_.info;
@@ -410,7 +366,17 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
                 TMS_RETURN_IF_ERROR(
                     select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
             }
-            union_ivf(probe, nq, qt, nprobe, q.lengths, &off, &docs);
+            kernels::IvfUnionParams up;
+            up.probe = probe.data();
+            up.n_queries = nq;
+            up.q_stride = qt;
+            up.nprobe = nprobe;
+            up.query_lens = q.lengths;
+            up.ivf_offsets = data_.ivf_offsets.data();
+            up.ivf_docs = data_.ivf_docs.data();
+            up.n_centroids = K;
+            up.n_docs = info.n_docs;
+            TMS_RETURN_IF_ERROR(kernels::ivf_union_cpu(up, &off, &docs));
         }
         kernels::CodeMaxSimParams cp;
         cp.queries = gpu_candidates ? nullptr : host_f32();  // ScoreCandidatesTop has them on the device

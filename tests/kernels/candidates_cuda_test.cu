@@ -1,0 +1,65 @@
+// Copyright TileMaxSim authors. Candidate-generation ops on the GPU equal the spec (the table of
+// tests/kernels/candidates_cases.h).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kernels/cuda/candidates_cuda.h"
+#include "tests/kernels/candidates_cases.h"
+#include "tests/kernels/cuda_test_util.h"
+
+namespace tms {
+namespace {
+
+TEST(IvfUnionCuda, EqualsReferenceOnEveryCase) {
+    SKIP_WITHOUT_GPU();
+    for (const test::UnionCase& c : test::UnionCases()) {
+        const test::UnionData d = test::MakeUnionData(c);
+        std::vector<int64_t> ro;
+        std::vector<int32_t> rd;
+        ASSERT_TRUE(kernels::ivf_union_ref(d.p, &ro, &rd).ok()) << c.name;
+        test::DevBuf<int32_t> probe(d.probe), lens(d.lens), ivf_docs(d.ivf_docs);
+        test::DevBuf<int64_t> ivf_off(d.ivf_off);
+        kernels::IvfUnionParams p = d.p;
+        p.probe = probe.d;
+        p.query_lens = d.p.query_lens ? lens.d : nullptr;
+        p.ivf_offsets = ivf_off.d;
+        p.ivf_docs = ivf_docs.d;
+        const int64_t words = kernels::ivf_bitmap_words(c.n_docs);
+        test::DevBuf<uint32_t> bits(std::vector<uint32_t>(size_t(std::max<int64_t>(1, c.n_queries * words)), 0u));
+        test::DevBuf<int64_t> counts(std::vector<int64_t>(size_t(c.n_queries) + 1, 0));
+        ASSERT_TRUE(kernels::ivf_mark_cuda(p, bits.d, nullptr).ok()) << c.name;
+        ASSERT_TRUE(kernels::bit_count_cuda(bits.d, words, c.n_queries, counts.d, nullptr).ok()) << c.name;
+        std::vector<int64_t> h(size_t(c.n_queries) + 1, 0), off(1, 0);
+        CUDA_OK(cudaMemcpy(h.data(), counts.d, h.size() * sizeof(int64_t), cudaMemcpyDeviceToHost));
+        for (int q = 0; q < c.n_queries; ++q) off.push_back(off.back() + h[q]);
+        EXPECT_EQ(off, ro) << c.name;
+        test::DevBuf<int64_t> doff(off);
+        test::DevBuf<int32_t> docs(std::vector<int32_t>(size_t(std::max<int64_t>(1, off.back())), -1));
+        ASSERT_TRUE(kernels::bit_emit_cuda(bits.d, words, c.n_queries, doff.d, docs.d, nullptr).ok()) << c.name;
+        std::vector<int32_t> got(size_t(off.back()));
+        CUDA_OK(cudaMemcpy(got.data(), docs.d, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got, rd) << c.name;
+    }
+}
+
+TEST(SplitTf32x3Cuda, EqualsReferenceBitForBit) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0, 2);
+    for (unsigned lo_parts : {0b010u, 0b100u}) {
+        const int rows = 33, dim = 128;
+        std::vector<float> x(size_t(rows) * dim), want(size_t(rows) * dim * 3), got(want.size());
+        for (float& v : x) v = g(rng);
+        kernels::split_tf32x3_ref(x.data(), rows, dim, lo_parts, want.data());
+        test::DevBuf<float> dx(x), dout(std::vector<float>(want.size(), 0.f));
+        ASSERT_TRUE(kernels::split_tf32x3_cuda(dx.d, rows, dim, lo_parts, dout.d, nullptr).ok());
+        CUDA_OK(cudaMemcpy(got.data(), dout.d, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << lo_parts;
+    }
+}
+
+}  // namespace
+}  // namespace tms
