@@ -280,7 +280,7 @@ int run(int argc, char** argv) {
         ->check(CLI::IsMember({1, 2, 4}));
     idx->add_option("--shards", shards,
                     "Shards: document ranges with their own stores, loaded and searched in parallel (0 or "
-                    "unset: one per 2^25 tokens)")
+                    "unset: one per 2^28 tokens, so that a corpus that needs several GPUs is spread over them)")
         ->check(CLI::Range(0, tms::kMaxShards));
     bool keep_vectors = false, overwrite = false, no_progress = false;
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");

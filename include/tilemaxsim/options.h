@@ -105,9 +105,11 @@ struct SearchOptions {
     int max_batch_queries = 0;
 };
 
-/// The automatic shard count: one shard per this many tokens (2^25: 8 GiB of fp16 vectors at
-/// d = 128), so that large indexes load and search in parallel and small ones stay one store.
-inline constexpr int64_t kTokensPerShard = int64_t(1) << 25;
+/// The automatic shard count: one shard per this many tokens (2^28: 64 GiB of fp16 vectors at
+/// d = 128, about half of one H200), so that a corpus that needs several GPUs is spread over
+/// them and one that fits one GPU stays one store: on a single GPU shards do not search faster
+/// (each prunes and reranks its own candidates) and, read in parallel, do not open faster.
+inline constexpr int64_t kTokensPerShard = int64_t(1) << 28;
 /// Shards an index may have.
 inline constexpr int kMaxShards = 256;
 

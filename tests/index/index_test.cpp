@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -295,6 +296,42 @@ TEST(IndexCpu, ChunkChecksumIsCrc32c) {
     const uint32_t whole = index::Crc32(buf.data(), buf.size());
     buf[500] ^= 1;
     EXPECT_NE(index::Crc32(buf.data(), buf.size()), whole);
+}
+
+}  // namespace
+}  // namespace tms
+
+namespace tms {
+namespace {
+
+TEST(Shards, CountFollowsTheTokens) {
+    EXPECT_EQ(index::ResolveShardCount(0, 1), 1);
+    EXPECT_EQ(index::ResolveShardCount(0, kTokensPerShard), 1);
+    EXPECT_EQ(index::ResolveShardCount(0, kTokensPerShard + 1), 2);
+    EXPECT_EQ(index::ResolveShardCount(0, int64_t(1) << 62), kMaxShards);
+    EXPECT_EQ(index::ResolveShardCount(5, 10), 5);  // asked for: as asked
+}
+
+TEST(Shards, SplitBalancesTokensAndKeepsEveryShardNonEmpty) {
+    std::vector<int64_t> lens;
+    for (int i = 0; i < 1000; ++i) lens.push_back(1 + (i * 37) % 200);
+    const int64_t total = std::accumulate(lens.begin(), lens.end(), int64_t(0));
+    for (int n : {1, 2, 3, 7, 64}) {
+        const std::vector<int64_t> s = index::SplitShards(lens, n);
+        ASSERT_EQ(s.size(), size_t(n));
+        int64_t doc = 0;
+        for (int64_t c : s) {
+            ASSERT_GE(c, 1);
+            int64_t tok = 0;
+            for (int64_t i = doc; i < doc + c; ++i) tok += lens[i];
+            EXPECT_NEAR(double(tok), double(total) / n, 200.0 + double(total) / n * 0.02) << n;
+            doc += c;
+        }
+        EXPECT_EQ(doc, int64_t(lens.size()));
+    }
+    // Fewer documents than shards: one document a shard.
+    EXPECT_EQ(index::SplitShards({5, 6}, 4), (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(index::SplitShards({1000, 1, 1, 1}, 2), (std::vector<int64_t>{1, 3}));
 }
 
 }  // namespace
