@@ -1,6 +1,8 @@
 // Copyright TileMaxSim authors. IndexBuildOptions <-> JSON (the nlohmann adapter).
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 #include <sstream>
 
 #include "tilemaxsim/options.h"
@@ -20,23 +22,46 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string& k = it.key();
         const auto& v = it.value();
+        // An integer option: a JSON integer within the field's type (a float, or a number past
+        // the type, is an error rather than a conversion).
+        const auto integer = [&](auto* field) -> Status {
+            using T = std::remove_pointer_t<decltype(field)>;
+            const auto range = Status::InvalidArgument("key '" + k + "' is out of range");
+            if (!v.is_number_integer()) return Status::InvalidArgument("key '" + k + "' must be an integer");
+            if (v.is_number_unsigned()) {
+                const uint64_t u = v.get<uint64_t>();
+                if (u > uint64_t(std::numeric_limits<T>::max())) return range;
+                *field = T(u);
+                return Status::OK();
+            }
+            const int64_t x = v.get<int64_t>();
+            if constexpr (std::is_unsigned_v<T>) {
+                if (x < 0) return range;
+            } else {
+                if (x < int64_t(std::numeric_limits<T>::min()) || x > int64_t(std::numeric_limits<T>::max())) return range;
+            }
+            *field = T(x);
+            return Status::OK();
+        };
         try {
+            Status st;
             if (k == "codec") o->codec = v.get<std::string>();
-            else if (k == "n_centroids") o->n_centroids = v.get<int>();
-            else if (k == "kmeans_iters") o->kmeans_iters = v.get<int>();
-            else if (k == "max_train_tokens") o->max_train_tokens = v.get<int64_t>();
-            else if (k == "pq_m") o->pq_m = v.get<int>();
-            else if (k == "pq_nbits") o->pq_nbits = v.get<int>();
-            else if (k == "residual_nbits") o->residual_nbits = v.get<int>();
+            else if (k == "n_centroids") st = integer(&o->n_centroids);
+            else if (k == "kmeans_iters") st = integer(&o->kmeans_iters);
+            else if (k == "max_train_tokens") st = integer(&o->max_train_tokens);
+            else if (k == "pq_m") st = integer(&o->pq_m);
+            else if (k == "pq_nbits") st = integer(&o->pq_nbits);
+            else if (k == "residual_nbits") st = integer(&o->residual_nbits);
             else if (k == "keep_vectors") o->keep_vectors = v.get<bool>();
-            else if (k == "chunk_docs") o->chunk_docs = v.get<int>();
-            else if (k == "shards") o->shards = v.get<int>();
-            else if (k == "gpu") o->gpu = v.get<int>();
-            else if (k == "seed") o->seed = v.get<uint64_t>();
-            else if (k == "threads") o->threads = v.get<int>();
-            else if (k == "ivf_memory_entries") o->ivf_memory_entries = v.get<int64_t>();
+            else if (k == "chunk_docs") st = integer(&o->chunk_docs);
+            else if (k == "shards") st = integer(&o->shards);
+            else if (k == "gpu") st = integer(&o->gpu);
+            else if (k == "seed") st = integer(&o->seed);
+            else if (k == "threads") st = integer(&o->threads);
+            else if (k == "ivf_memory_entries") st = integer(&o->ivf_memory_entries);
             else if (k == "search" || k == "description") continue;
             else return Status::InvalidArgument("unknown key '" + k + "'");
+            if (!st.ok()) return st;
         } catch (const nlohmann::json::exception&) {
             return Status::InvalidArgument("key '" + k + "' has the wrong type");
         }

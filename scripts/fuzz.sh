@@ -28,8 +28,10 @@ for t in npy safetensors text config; do
   echo "fuzz.sh: fuzz_$t for ${secs}s"
   (cd build-fuzz && TMPDIR=/dev/shm ./tests/fuzz/fuzz_$t -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
      -print_final_stats=1 corpus/$t ../tests/fuzz/corpus/$t 2>&1 | grep -E "^stat::number_of_executed_units|ERROR|SUMMARY|crash" || true)
-  if ls build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* >/dev/null 2>&1; then
-    echo "fuzz.sh: fuzz_$t found an input that fails: $(ls build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* 2>/dev/null)"
+  # (ls fails when any one pattern matches nothing: collect what exists instead)
+  found=$(ls build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* 2>/dev/null || true)
+  if [ -n "$found" ]; then
+    echo "fuzz.sh: fuzz_$t found an input that fails: $found"
     exit 1
   fi
 done

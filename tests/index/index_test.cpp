@@ -50,6 +50,31 @@ TEST(NpyCpu, SaveLoadRoundTrip) {
     EXPECT_EQ(LoadNpy(dir + "/missing.npy", &a).code(), Status::Code::kNotFound);
 }
 
+// Numbers that are not integers of the field's type are refused, never converted (a huge float
+// cast to int is undefined behaviour: the fuzzer found one).
+TEST(OptionsCpu, IntegerKeysRefuseFloatsAndOutOfRange) {
+    const std::pair<const char*, const char*> cases[] = {
+        {R"({"chunk_docs": 1e300})", "key 'chunk_docs' must be an integer"},
+        {R"({"chunk_docs": 2.0})", "key 'chunk_docs' must be an integer"},
+        {R"({"chunk_docs": 40977777777777777777777777})", "key 'chunk_docs' must be an integer"},
+        {R"({"chunk_docs": 9223372036854775807})", "key 'chunk_docs' is out of range"},
+        {R"({"shards": -3000000000})", "key 'shards' is out of range"},
+        {R"({"seed": -1})", "key 'seed' is out of range"},
+        {R"({"max_train_tokens": 18446744073709551615})", "key 'max_train_tokens' is out of range"},
+    };
+    for (const auto& [json, want] : cases) {
+        IndexBuildOptions o;
+        const Status st = ParseBuildOptionsJson(json, &o);
+        EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << json;
+        EXPECT_EQ(st.message(), want) << json;
+    }
+    IndexBuildOptions o;
+    ASSERT_TRUE(ParseBuildOptionsJson(R"({"seed": 18446744073709551615, "shards": 4, "gpu": 1})", &o).ok());
+    EXPECT_EQ(o.seed, UINT64_MAX);
+    EXPECT_EQ(o.shards, 4);
+    EXPECT_EQ(o.gpu, 1);
+}
+
 TEST(OptionsCpu, ParsesPresetsAndRejectsUnknownKeys) {
     for (const char* name : {"small", "msmarco", "beir"}) {
         IndexBuildOptions o;
