@@ -69,7 +69,6 @@ public:
     Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up);
 
     index::IndexData data_;
-    Device device_ = Device::kCpu;
     // The GPU scorers run on the context's stream with its shared scratch, and keep per-call
     // state (device lists between Candidates and ScoreCandidatesTop): a search holds the
     // context's mutex.
@@ -456,7 +455,6 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
 
 Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up) {
     if (!ctx) return Status::OK();
-    device_ = Device::kGpu;
     ctx_ = ctx;
     TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, &dev_));
     if (dev_->has_vectors()) index::PodVector<uint16_t>().swap(data_.vectors);  // the device copy is the one used
