@@ -315,8 +315,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     }
     const int nq = q.n_queries, qt = q.q_tokens, dim = q.dim, k = opts.k;
     // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
-    Trace tracer("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
-    auto trace = [&](const char* what) { tracer.Mark(what); };
+    Trace trace("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
     // fp32 queries are used in place; fp16 / bf16 ones are converted once, and only for the
     // steps that read them on the host: the GPU scorers take them as they are (H200, 256 fp16
     // queries of 32 x 128: the host conversion took 0.5-2.3 ms of a ~5 ms batch).
@@ -327,7 +326,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             qconv.resize(size_t(nq) * qt * dim);
             kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
             converted = true;
-            trace("queries to fp32");
+            trace.Mark("queries to fp32");
         }
         return q.dtype == DType::kF32 ? static_cast<const float*>(q.data) : qconv.data();
     };
@@ -339,7 +338,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         const auto t0 = Clock::now();
         TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : host_f32(), q, k, &top_ids, &top_scores));
         t.scoring = SecondsSince(t0);
-        trace("exhaustive");
+        trace.Mark("exhaustive");
     } else {
         // 1. Centroid scores and probing.
         auto t0 = Clock::now();
@@ -408,7 +407,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
         }
         t.candidates = SecondsSince(t0);
-        trace("candidates");
+        trace.Mark("candidates");
         // 4. Compressed scoring.
         t0 = Clock::now();
         const bool rerank = have_vectors && opts.rerank > 0;
@@ -421,20 +420,20 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/false));
         }
         t.scoring = SecondsSince(t0);
-        trace("compressed scoring");
+        trace.Mark("compressed scoring");
         // 5. Exact rerank of the best compressed candidates.
         if (rerank) {
             t0 = Clock::now();
             if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &off, &docs, &scores));
-            trace("rerank selection");
+            trace.Mark("rerank selection");
             TMS_RETURN_IF_ERROR(exact_candidates(gpu_exact() ? nullptr : host_f32(), q, off, docs, &scores));
             t.rerank = SecondsSince(t0);
-            trace("exact rerank");
+            trace.Mark("exact rerank");
         }
         top_ids.resize(size_t(nq) * k);
         top_scores.resize(size_t(nq) * k);
         TMS_RETURN_IF_ERROR(select_topk(scores.data(), off.data(), 0, nq, docs.data(), k, top_ids.data(), top_scores.data()));
-        trace("top-k");
+        trace.Mark("top-k");
     }
     results->assign(nq, {});
 #pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
@@ -447,7 +446,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             r.push_back({data_.doc_ids[id], data_.first_doc + id, top_scores[size_t(qi) * k + j]});
         }
     }
-    trace("results");
+    trace.Mark("results");
     t.total = SecondsSince(t_start);
     if (timings) *timings = t;
     return Status::OK();
@@ -596,19 +595,9 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     std::vector<index::IndexData> data;
     TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data));
     trace.Mark("read (total)");
-    IndexInfo& info = s->info_;
-    info = data[0].info;
-    info.n_docs = info.n_tokens = info.n_chunks = info.n_deleted = 0;
-    info.shards.clear();
+    s->info_ = index::SumShardInfos(data);
     std::vector<int64_t> bytes;
-    for (auto& d : data) {
-        info.n_docs += d.info.n_docs;
-        info.n_tokens += d.info.n_tokens;
-        info.n_chunks += d.info.n_chunks;
-        info.n_deleted += d.info.n_deleted;
-        info.shards.push_back(d.info.shards.at(0));
-        bytes.push_back(shard_bytes(d));
-    }
+    for (const auto& d : data) bytes.push_back(shard_bytes(d));
     const std::vector<int> where = s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
     for (size_t i = 0; i < data.size(); ++i) {
         auto sh = std::make_unique<ShardSearcher>();

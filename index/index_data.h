@@ -103,6 +103,9 @@ Status ReadIndex(const std::string& path, bool load_vectors, bool progress, Inde
 /// (first_doc its global offset), info its own counts (info.shards its one entry), every
 /// shard's tombstones applied. An unsharded index reads as one shard.
 Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards);
+/// The metadata of the whole index from its shards' (ReadIndexShards): counts summed, one
+/// ShardInfo each.
+IndexInfo SumShardInfos(const std::vector<IndexData>& shards);
 /// The shards as one IndexData with global ids (moved from, then cleared).
 void ConcatShards(std::vector<IndexData>* shards, IndexData* out);
 

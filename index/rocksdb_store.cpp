@@ -1414,13 +1414,9 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
         prog.Done();
     }
     for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
-    if (layout.sharded && ModelCrc((*shards)[0].model) != layout.model_crc) {
-        return Status::Corruption(layout.stores[0].string() + ": its model differs from the manifest's (the index is damaged)");
-    }
-    for (size_t s = 1; s < n; ++s) {
-        const IndexModel &a = (*shards)[0].model, &b = (*shards)[s].model;
-        if (a.centroids != b.centroids || a.codebook != b.codebook || a.residual_weights != b.residual_weights) {
-            return Status::Corruption(layout.stores[s].string() + ": its model differs from shard 0's (the index is damaged)");
+    for (size_t s = 0; layout.sharded && s < n; ++s) {  // one model: the manifest's
+        if (ModelCrc((*shards)[s].model) != layout.model_crc) {
+            return Status::Corruption(layout.stores[s].string() + ": its model differs from the manifest's (the index is damaged)");
         }
     }
     // Deleted documents leave the IVF lists, so no search path sees them.
@@ -1475,6 +1471,20 @@ Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress
     });
 }
 
+IndexInfo SumShardInfos(const std::vector<IndexData>& shards) {
+    IndexInfo info = shards.at(0).info;
+    info.n_docs = info.n_tokens = info.n_chunks = info.n_deleted = 0;
+    info.shards.clear();
+    for (const IndexData& s : shards) {
+        info.n_docs += s.info.n_docs;
+        info.n_tokens += s.info.n_tokens;
+        info.n_chunks += s.info.n_chunks;
+        info.n_deleted += s.info.n_deleted;
+        info.shards.push_back(s.info.shards.at(0));
+    }
+    return info;
+}
+
 void ConcatShards(std::vector<IndexData>* shards, IndexData* d) {
     if (shards->size() == 1) {
         *d = std::move((*shards)[0]);
@@ -1483,30 +1493,20 @@ void ConcatShards(std::vector<IndexData>* shards, IndexData* d) {
     std::vector<IndexData>& v = *shards;
     *d = IndexData();
     d->model = v[0].model;
-    d->info = v[0].info;
-    d->info.n_docs = d->info.n_tokens = d->info.n_chunks = d->info.n_deleted = 0;
-    d->info.shards.clear();
-    const int ncb = d->model.n_code_bytes, dim = d->model.dim;
+    d->info = SumShardInfos(v);
     d->doc_offsets.assign(1, 0);
     for (IndexData& s : v) {
-        for (size_t i = 1; i < s.doc_offsets.size(); ++i) d->doc_offsets.push_back(d->info.n_tokens + s.doc_offsets[i]);
+        const int64_t t0 = d->doc_offsets.back();
+        for (size_t i = 1; i < s.doc_offsets.size(); ++i) d->doc_offsets.push_back(t0 + s.doc_offsets[i]);
         d->token_centroids.insert(d->token_centroids.end(), s.token_centroids.begin(), s.token_centroids.end());
         d->codes.insert(d->codes.end(), s.codes.begin(), s.codes.end());
         d->vectors.insert(d->vectors.end(), s.vectors.begin(), s.vectors.end());
         d->doc_ids.insert(d->doc_ids.end(), std::make_move_iterator(s.doc_ids.begin()), std::make_move_iterator(s.doc_ids.end()));
         d->deleted.insert(d->deleted.end(), s.deleted.begin(), s.deleted.end());
-        ShardInfo si = s.info.shards.at(0);
-        d->info.shards.push_back(si);
-        d->info.n_docs += s.info.n_docs;
-        d->info.n_tokens += s.info.n_tokens;
-        d->info.n_chunks += s.info.n_chunks;
-        d->info.n_deleted += s.info.n_deleted;
         PodVector<uint32_t>().swap(s.token_centroids);
         PodVector<uint8_t>().swap(s.codes);
         PodVector<uint16_t>().swap(s.vectors);
     }
-    (void)ncb;
-    (void)dim;
     // IVF lists: each centroid's lists of the shards in order (ids ascend across shards).
     const int K = d->model.n_centroids;
     d->ivf_offsets.assign(K + 1, 0);

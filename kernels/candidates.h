@@ -30,6 +30,8 @@ struct IvfUnionParams {
     int64_t n_docs = 0;
 };
 
+/// Sizes non-negative, inputs present when anything is probed (shared by every path).
+Status ivf_union_validate(const IvfUnionParams& p);
 /// Query q's documents into docs[off[q] .. off[q + 1]), ascending, each once.
 Status ivf_union_ref(const IvfUnionParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs);
 /// The same, queries in parallel (OpenMP), a bitmap of n_docs bits per thread.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/candidates.h"
 #include "kernels/maxsim.h"
 
 namespace tms::kernels {
@@ -172,6 +173,16 @@ int64_t maxsim_num_scores(const MaxSimParams& p) {
 
 int64_t code_maxsim_num_scores(const CodeMaxSimParams& p) {
     return p.cand_offsets ? p.cand_offsets[p.n_queries] : int64_t(p.n_queries) * p.n_docs;
+}
+
+Status ivf_union_validate(const IvfUnionParams& p) {
+    if (p.n_queries < 0 || p.q_stride < 0 || p.nprobe < 0 || p.n_centroids < 0 || p.n_docs < 0) {
+        return Status::InvalidArgument("ivf_union: negative size");
+    }
+    if (p.n_queries > 0 && p.q_stride > 0 && p.nprobe > 0 && (p.probe == nullptr || p.ivf_offsets == nullptr)) {
+        return Status::InvalidArgument("ivf_union: null input");
+    }
+    return Status::OK();
 }
 
 Status maxsim_validate(const MaxSimParams& p) {

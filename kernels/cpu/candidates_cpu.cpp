@@ -10,9 +10,7 @@ namespace tms::kernels {
 // Queries in parallel: each thread marks documents in its own bitmap (n_docs bits), emitting them
 // in increasing id order, and clears only the words it touched.
 Status ivf_union_cpu(const IvfUnionParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
-    if (p.n_queries < 0 || p.q_stride < 0 || p.nprobe < 0 || p.n_centroids < 0 || p.n_docs < 0) {
-        return Status::InvalidArgument("ivf_union: negative size");
-    }
+    TMS_RETURN_IF_ERROR(ivf_union_validate(p));
     const int nq = p.n_queries;
     std::vector<std::vector<int32_t>> per_query(nq);
 #pragma omp parallel

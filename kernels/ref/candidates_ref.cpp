@@ -6,20 +6,8 @@
 
 namespace tms::kernels {
 
-namespace {
-Status check(const IvfUnionParams& p) {
-    if (p.n_queries < 0 || p.q_stride < 0 || p.nprobe < 0 || p.n_centroids < 0 || p.n_docs < 0) {
-        return Status::InvalidArgument("ivf_union: negative size");
-    }
-    if (p.n_queries > 0 && p.q_stride > 0 && p.nprobe > 0 && (p.probe == nullptr || p.ivf_offsets == nullptr)) {
-        return Status::InvalidArgument("ivf_union: null input");
-    }
-    return Status::OK();
-}
-}  // namespace
-
 Status ivf_union_ref(const IvfUnionParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
-    if (Status st = check(p); !st.ok()) return st;
+    TMS_RETURN_IF_ERROR(ivf_union_validate(p));
     off->assign(1, 0);
     docs->clear();
     for (int q = 0; q < p.n_queries; ++q) {
