@@ -18,7 +18,11 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
     }
     if (!j.is_object()) return Status::InvalidArgument("expected a JSON object");
     // A preset may hold "build" and "search" sections; the build section is read here.
-    if (j.contains("build")) j = j["build"];
+    if (j.contains("build")) {
+        nlohmann::json build = j["build"];
+        if (!build.is_object()) return Status::InvalidArgument("key 'build' must be an object");
+        j = std::move(build);
+    }
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string& k = it.key();
         const auto& v = it.value();

@@ -61,6 +61,8 @@ TEST(OptionsCpu, IntegerKeysRefuseFloatsAndOutOfRange) {
         {R"({"shards": -3000000000})", "key 'shards' is out of range"},
         {R"({"seed": -1})", "key 'seed' is out of range"},
         {R"({"max_train_tokens": 18446744073709551615})", "key 'max_train_tokens' is out of range"},
+        {R"({"build": [1, 2]})", "key 'build' must be an object"},
+        {R"({"build": 7})", "key 'build' must be an object"},
     };
     for (const auto& [json, want] : cases) {
         IndexBuildOptions o;
