@@ -42,6 +42,24 @@ __global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int 
     });
 }
 
+// As row_top_n, with the scores: the first nprobe of the row's n best into probe / scores
+// [rows, nprobe], and the score of its n-th best into floor [rows] (n = nprobe + 1: the best
+// unprobed centroid; n = nprobe when every centroid is probed: the worst probed one).
+__global__ void row_top_n_scores(const float* __restrict__ s, int64_t rows, int K, int n, int nprobe,
+                                 int32_t* __restrict__ probe, float* __restrict__ scores, float* __restrict__ floor) {
+    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    kernels::warp_row_top_n(s + row * K, K, n, lane, [&](int p, int bi, float bv) {
+        if (lane != 0) return;
+        if (p < nprobe) {
+            probe[row * nprobe + p] = bi < K ? bi : -1;
+            scores[row * nprobe + p] = bv;
+        }
+        if (p == n - 1) floor[row] = bv;
+    });
+}
+
 // Sort keys of (score, document), topk_dev::make_key: descending key order is score
 // descending, then document ascending.
 __global__ void score_doc_keys(const float* __restrict__ scores, const int32_t* __restrict__ docs, int64_t n,
@@ -76,6 +94,8 @@ struct CodeScorerScratch {
     kernels::DeviceScratch g_rows3;  // CentroidScores: the query rows as hi, hi, lo
     // Candidates' second phase (sized once the candidate counts are known).
     kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
+    // Probe-score pruning: the dense scores [n_queries, n_docs] and their histograms.
+    kernels::DeviceScratch g_dense, g_hist;
     // ScoreCandidatesTop's output (the kept documents, their scores, offsets).
     kernels::DeviceScratch t_docs, t_scores, t_off;
     /// What the last Candidates call left on the device for ScoreCandidates (pointers into
@@ -112,6 +132,8 @@ struct GpuCodeScorer::Impl {
           g_table(sc.g_table),
           g_heads(sc.g_heads),
           g_new_off(sc.g_new_off),
+          g_dense(sc.g_dense),
+          g_hist(sc.g_hist),
           t_docs(sc.t_docs),
           t_scores(sc.t_scores),
           t_off(sc.t_off),
@@ -134,9 +156,10 @@ struct GpuCodeScorer::Impl {
     int64_t* d_offsets = nullptr;
     int64_t* d_ivf_off = nullptr;  // SetIvf
     int32_t* d_ivf_docs = nullptr;
+    int32_t* d_ivf_rix = nullptr;  // the lists' range index (kernels::ivf_range_index_cuda)
     // The device's shared scratch (CodeScorerScratch), by name.
     kernels::DeviceScratch &arena, &g_rows3, &g_docs, &g_scores, &g_keys, &g_vals, &g_temp, &g_table, &g_heads,
-        &g_new_off, &t_docs, &t_scores, &t_off;
+        &g_new_off, &g_dense, &g_hist, &t_docs, &t_scores, &t_off;
     using LastCandidates = CodeScorerScratch::LastCandidates;
     LastCandidates& last;
     kernels::StagedUploader& inputs() { return ctx->inputs(); }
@@ -166,6 +189,7 @@ struct GpuCodeScorer::Impl {
         if (last.owner == this) last = LastCandidates{};
         cudaFree(d_ivf_off);
         cudaFree(d_ivf_docs);
+        cudaFree(d_ivf_rix);
         cudaFree(d_offsets);
         cudaFree(d_cent3);
         cudaFree(d_book_image);
@@ -236,6 +260,75 @@ struct GpuCodeScorer::Impl {
                                                           static_cast<int32_t*>(out_docs.p),
                                                           out_scores ? static_cast<float*>(out_scores->p) : nullptr);
         TMS_CUDA_CHECK_LAUNCH();
+        return Status::OK();
+    }
+
+    /// Records what a Candidates call leaves on the device for ScoreCandidates.
+    void SetLast(int q_stride, const float* dq, const int32_t* dl, const float* dcs, const int64_t* d_off,
+                 const int32_t* d_docs, const std::vector<int64_t>& h_off, bool table_built) {
+        last.valid = true;
+        last.owner = this;
+        last.q_stride = q_stride;
+        last.dq = dq;
+        last.dl = dl;
+        last.dcs = dcs;
+        last.d_off = d_off;
+        last.d_docs = d_docs;
+        last.h_off = h_off;
+        last.table_built = table_built;
+    }
+
+    /// Probing with scores, then the `keep` best documents of each query by probe score
+    /// (kernels::ProbeScoreParams) into g_heads at the offsets g_new_off (*new_off on the host).
+    /// u: the probes (written to dp = u.probe), lengths and lists; dcs the centroid scores; dps [rows *
+    /// (nprobe + 1)] floats, dthr [2 * n_queries], dcount [n_queries], doff [n_queries + 1]
+    /// workspaces; *off gets the offsets of the emitted lists (a superset of the kept ones).
+    template <class TraceFn>
+    Status ProbeCandidates(const kernels::IvfUnionParams& u, int32_t* dp, const float* dcs, float* dps, uint32_t* dthr,
+                           int64_t* dcount, int64_t* doff, int keep, std::vector<int64_t>* off,
+                           std::vector<int64_t>* new_off, TraceFn& trace) {
+        const int nq = u.n_queries, nprobe = u.nprobe;
+        const int64_t rows = int64_t(nq) * u.q_stride;
+        float* floors = dps + rows * nprobe;
+        const int n = std::min(nprobe + 1, n_centroids);
+        row_top_n_scores<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+            dcs, rows, n_centroids, n, nprobe, dp, dps, floors);
+        TMS_CUDA_CHECK_LAUNCH();
+        trace("probe");
+        kernels::ProbeScoreParams pp;
+        pp.lists = u;
+        pp.probe_scores = dps;
+        pp.floor_scores = floors;
+        pp.keep = keep;
+        const size_t dense_bytes = size_t(nq) * size_t(n_docs) * sizeof(uint32_t);
+        const size_t hist_bytes = size_t(nq) * kernels::kProbeBins * sizeof(uint32_t);
+        TMS_RETURN_IF_ERROR(g_dense.Reserve(std::max<size_t>(dense_bytes, 4), stream));
+        TMS_RETURN_IF_ERROR(g_hist.Reserve(hist_bytes, stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(g_hist.p, 0, hist_bytes, stream));
+        auto* dense = static_cast<uint32_t*>(g_dense.p);
+        auto* hist = static_cast<uint32_t*>(g_hist.p);
+        TMS_RETURN_IF_ERROR(kernels::probe_accumulate_cuda(pp, d_ivf_rix, dense, hist, stream));
+        trace("probe scores");
+        TMS_RETURN_IF_ERROR(kernels::probe_threshold_cuda(hist, nq, keep, dthr, dcount, stream));
+        std::vector<int64_t> counts(static_cast<size_t>(nq));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(counts.data(), dcount, size_t(nq) * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        for (int q = 0; q < nq; ++q) (*off)[q + 1] = (*off)[q] + counts[q];
+        const int64_t total = off->back();
+        if (total > INT32_MAX) return Status::ResourceExhausted("GpuCodeScorer::Candidates: more than 2^31 candidates in one batch");
+        TMS_RETURN_IF_ERROR(g_docs.Reserve(std::max<size_t>(size_t(total) * sizeof(int32_t), 4), stream));
+        TMS_RETURN_IF_ERROR(g_scores.Reserve(std::max<size_t>(size_t(total) * sizeof(float), 4), stream));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(doff, off->data(), size_t(nq + 1) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+        uint32_t* cursor = dthr + nq;
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cursor, 0, size_t(nq) * sizeof(uint32_t), stream));
+        auto* docs = static_cast<int32_t*>(g_docs.p);
+        auto* scores = static_cast<float*>(g_scores.p);
+        TMS_RETURN_IF_ERROR(kernels::probe_emit_cuda(dense, nq, n_docs, dthr, doff, cursor, docs, scores, stream));
+        trace("emit");
+        TMS_RETURN_IF_ERROR(KeepBest(scores, docs, doff, *off, keep, new_off, g_new_off, g_heads, nullptr));
+        trace("sort");
         return Status::OK();
     }
 
@@ -433,20 +526,26 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
     DeviceGuard g(im.device);
     cudaFree(im.d_ivf_off);
     cudaFree(im.d_ivf_docs);
+    cudaFree(im.d_ivf_rix);
     im.d_ivf_off = nullptr;
     im.d_ivf_docs = nullptr;
+    im.d_ivf_rix = nullptr;
+    const size_t rix_bytes = size_t(im.n_centroids) * size_t(kernels::probe_ranges(im.n_docs) + 1) * sizeof(int32_t);
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_ivf_off, size_t(im.n_centroids + 1) * sizeof(int64_t)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_ivf_docs, std::max<size_t>(size_t(n) * sizeof(int32_t), 256)));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_ivf_rix, std::max<size_t>(rix_bytes, 256)));
     kernels::StagedUploader up(im.stream);
     TMS_RETURN_IF_ERROR(up.Upload(im.d_ivf_off, h_ivf_offsets, size_t(im.n_centroids + 1) * sizeof(int64_t)));
     TMS_RETURN_IF_ERROR(up.Upload(im.d_ivf_docs, h_ivf_docs, size_t(n) * sizeof(int32_t)));
+    TMS_RETURN_IF_ERROR(
+        kernels::ivf_range_index_cuda(im.d_ivf_off, im.d_ivf_docs, im.n_centroids, im.n_docs, im.d_ivf_rix, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }
 
 Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
-                                 const int32_t* h_query_lens, int nprobe, int ncandidates, std::vector<int64_t>* off,
-                                 std::vector<int32_t>* docs) {
+                                 const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
+                                 std::vector<int64_t>* off, std::vector<int32_t>* docs) {
     Impl& im = *impl_;
     im.last.valid = false;
     if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
@@ -480,13 +579,19 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
     const size_t cs_bytes = size_t(rows) * im.n_centroids * sizeof(float);
     const size_t p_bytes = size_t(rows) * nprobe * sizeof(int32_t);
-    const size_t b_bytes = size_t(n_queries) * size_t(std::max<int64_t>(words, 1)) * sizeof(uint32_t);
+    // The probe-score path needs the probes' scores and floors instead of the union's bitmaps.
+    const bool by_probes = ncandidates > 0 && pruning == Pruning::kProbe;
+    const size_t b_bytes =
+        by_probes ? 0 : size_t(n_queries) * size_t(std::max<int64_t>(words, 1)) * sizeof(uint32_t);
+    const size_t ps_bytes = by_probes ? size_t(rows) * (nprobe + 1) * sizeof(float) : 0;
+    const size_t t_bytes = by_probes ? 2 * size_t(n_queries) * sizeof(uint32_t) : 0;
     const size_t c_bytes = size_t(n_queries) * sizeof(int64_t);
     const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t);
     // 16-bit queries travel as they are and become fp32 on the device.
     const size_t raw_bytes = q_dtype == DType::kF32 ? 0 : size_t(rows) * im.dim * DTypeSize(q_dtype);
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(p_bytes) +
-                                   align256(b_bytes) + align256(c_bytes) + align256(o_bytes) + align256(raw_bytes)));
+                                   align256(b_bytes) + align256(c_bytes) + align256(o_bytes) + align256(raw_bytes) +
+                                   align256(ps_bytes) + align256(t_bytes)));
     char* cur = static_cast<char*>(im.arena.p);
     auto take = [&](size_t bytes) {
         char* p = cur;
@@ -498,6 +603,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     float* dcs = reinterpret_cast<float*>(take(cs_bytes));
     int32_t* dp = reinterpret_cast<int32_t*>(take(p_bytes));
     uint32_t* dbits = reinterpret_cast<uint32_t*>(take(b_bytes));
+    float* dps = reinterpret_cast<float*>(take(ps_bytes));  // [rows, nprobe] scores, then [rows] floors
+    uint32_t* dthr = reinterpret_cast<uint32_t*>(take(t_bytes));  // [n_queries] thresholds, then cursors
     int64_t* dcount = reinterpret_cast<int64_t*>(take(c_bytes));
     int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
     void* draw = raw_bytes ? take(raw_bytes) : nullptr;
@@ -515,10 +622,6 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
     TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));
     trace("gemm");
-    TMS_RETURN_IF_ERROR(im.TopCentroids(dcs, rows, nprobe, dp));
-    trace("probe");
-    // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
     kernels::IvfUnionParams up;
     up.probe = dp;
     up.n_queries = n_queries;
@@ -529,6 +632,24 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     up.ivf_docs = im.d_ivf_docs;
     up.n_centroids = im.n_centroids;
     up.n_docs = im.n_docs;
+    if (by_probes) {
+        TMS_RETURN_IF_ERROR(im.ProbeCandidates(up, dp, dcs, dps, dthr, dcount, doff, ncandidates, off, &noff, trace));
+        *off = noff;
+        if (docs) docs->resize(size_t(off->back()));
+        if (docs && !docs->empty()) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(docs->data(), im.g_heads.p, docs->size() * sizeof(int32_t),
+                                                     cudaMemcpyDeviceToHost, im.stream));
+        }
+        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
+        trace("gather + download");
+        im.SetLast(q_stride, dq, dl, dcs, static_cast<const int64_t*>(im.g_new_off.p),
+                   static_cast<const int32_t*>(im.g_heads.p), *off, /*table_built=*/false);
+        return Status::OK();
+    }
+    TMS_RETURN_IF_ERROR(im.TopCentroids(dcs, rows, nprobe, dp));
+    trace("probe");
+    // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
     TMS_RETURN_IF_ERROR(kernels::ivf_mark_cuda(up, dbits, im.stream));
     TMS_RETURN_IF_ERROR(kernels::bit_count_cuda(dbits, words, n_queries, dcount, im.stream));
     std::vector<int64_t> counts(n_queries);
@@ -582,16 +703,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
-    im.last.valid = true;
-    im.last.owner = &im;
-    im.last.q_stride = q_stride;
-    im.last.dq = dq;
-    im.last.dl = dl;
-    im.last.dcs = dcs;
-    im.last.d_off = result_off;
-    im.last.d_docs = result;
-    im.last.h_off = *off;
-    im.last.table_built = table_built;
+    im.SetLast(q_stride, dq, dl, dcs, result_off, result, *off, table_built);
     return Status::OK();
 }
 

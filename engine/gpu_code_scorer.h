@@ -51,17 +51,21 @@ public:
 
     /// PLAID's candidate generation on the device: probing (as Probe), the union of the probed
     /// IVF lists of each query's first h_query_lens[q] rows (one bitmap per query), then, when
-    /// ncandidates > 0 and a query has more, centroid-interaction pruning of every query to its
-    /// ncandidates best by centroid-only score (score descending, lower id first on ties).
+    /// ncandidates > 0 and a query has more, pruning of every query to its ncandidates best
+    /// (kInteraction: by centroid-only score, score descending, lower id first on ties).
     /// Output on the host: off [n_queries + 1] and docs, in id order when nothing was pruned,
     /// in score order when it was; docs may be null (the lists stay on the device only, for
     /// ScoreCandidates / ScoreCandidatesTop). Needs SetIvf first. h_queries [n_queries, q_stride,
     /// dim] of q_dtype: 16-bit ones are uploaded as they are and converted on the device.
+    /// pruning: how to prune (kProbe: kernels::ProbeScoreParams, the kept documents in the order
+    /// score descending, lower id first).
     Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
-                      int nprobe, int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs);
+                      int nprobe, int ncandidates, Pruning pruning, std::vector<int64_t>* off,
+                      std::vector<int32_t>* docs);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
-                      int ncandidates, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
-        return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, off, docs);
+                      int ncandidates, Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
+        return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning,
+                          off, docs);
     }
 
     /// Compressed scores of the candidate lists the last Candidates call returned (scores[i]

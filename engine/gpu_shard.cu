@@ -14,8 +14,8 @@ public:
     bool has_codes() const override { return code_ != nullptr; }
     bool has_vectors() const override { return exact_ != nullptr; }
     Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
-                      std::vector<int64_t>* off) override {
-        return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, off, nullptr);
+                      Pruning pruning, std::vector<int64_t>* off) override {
+        return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, pruning, off, nullptr);
     }
     Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                               std::vector<float>* scores) override {

@@ -25,7 +25,8 @@ public:
 
     // With has_codes(): GpuCodeScorer's Candidates, ScoreCandidatesTop and Score.
     virtual Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
-                              const int32_t* h_query_lens, int nprobe, int ncandidates, std::vector<int64_t>* off) = 0;
+                              const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
+                              std::vector<int64_t>* off) = 0;
     virtual Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                                       std::vector<float>* scores) = 0;
     virtual Status CodeScore(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,

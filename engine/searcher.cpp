@@ -1,7 +1,8 @@
 // Copyright TileMaxSim authors. The query pipeline:
-//   centroid scores (BLAS) -> per-token top-nprobe centroids -> IVF union -> centroid-interaction
-//   pruning to ncandidates -> compressed scoring (codes) -> top-rerank -> exact rerank on stored
-//   vectors (CPU or GPU) -> top-k.  Exhaustive mode: exact MaxSim on every document.
+//   centroid scores (BLAS) -> per-token top-nprobe centroids -> pruning of the documents the
+//   probes reach to ncandidates (probe scores, or the IVF union and its centroid interaction)
+//   -> compressed scoring (codes) -> top-rerank -> exact rerank on stored vectors (CPU or GPU)
+//   -> top-k.  Exhaustive mode: exact MaxSim on every document.
 #include "tilemaxsim/searcher.h"
 
 #include <algorithm>
@@ -278,8 +279,8 @@ Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opt
     // or the device); exhaustive search bounds its [queries, documents] scores itself.
     int64_t chunk = opts.max_batch_queries;
     if (chunk == 0) {
-        const int64_t per_query = 4 * std::max<int64_t>(int64_t(q.q_tokens) * info.n_centroids, 1);
-        chunk = std::clamp<int64_t>((int64_t(1) << 30) / per_query, 1, 4096);
+        const int64_t per_query = 4 * std::max<int64_t>(int64_t(q.q_tokens) * info.n_centroids + info.n_docs, 1);
+        chunk = std::clamp<int64_t>((int64_t(1) << 31) / per_query, 1, 4096);
     }
     if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
     results->assign(size_t(q.n_queries), {});
@@ -348,21 +349,29 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         std::vector<int64_t> off;
         std::vector<int32_t> docs;
         bool gpu_candidates = false;  // generated (and pruned) on the GPU, still on the device
+        const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
         if (gpu_codes() && nprobe <= 64) {
             // With the codes and IVF lists on the GPU, probing, the union and the pruning run
             // there; the [nq, qt, K] centroid scores never exist on the host.
             // The lists stay on the device (ScoreCandidatesTop below brings back the best).
             TMS_RETURN_IF_ERROR(
-                dev_->Candidates(q.data, q.dtype, nq, qt, q.lengths, nprobe, opts.ncandidates, &off));
+                dev_->Candidates(q.data, q.dtype, nq, qt, q.lengths, nprobe, opts.ncandidates, opts.pruning, &off));
             gpu_candidates = true;
         } else {
             cs.resize(size_t(nq) * qt * K);
             index::CentroidScores(host_f32(), int64_t(nq) * qt, data_.model, cs.data());
-            std::vector<int32_t> probe(size_t(nq) * qt * nprobe);
-            {
-                std::vector<float> ps(probe.size());
-                TMS_RETURN_IF_ERROR(
-                    select_topk(cs.data(), nullptr, K, int64_t(nq) * qt, nullptr, nprobe, probe.data(), ps.data()));
+            // Probe-score pruning also needs each row's best unprobed centroid (its floor).
+            const int64_t rows = int64_t(nq) * qt;
+            const int take = by_probes ? std::min(nprobe + 1, K) : nprobe;
+            std::vector<int32_t> top(size_t(rows) * take);
+            std::vector<float> top_scores(top.size());
+            TMS_RETURN_IF_ERROR(select_topk(cs.data(), nullptr, K, rows, nullptr, take, top.data(), top_scores.data()));
+            std::vector<int32_t> probe(size_t(rows) * nprobe);
+            std::vector<float> probe_scores(probe.size()), floors(by_probes ? size_t(rows) : 0);
+            for (int64_t r = 0; r < rows; ++r) {
+                std::copy_n(top.begin() + r * take, nprobe, probe.begin() + r * nprobe);
+                std::copy_n(top_scores.begin() + r * take, nprobe, probe_scores.begin() + r * nprobe);
+                if (by_probes) floors[r] = top_scores[size_t(r * take + take - 1)];
             }
             kernels::IvfUnionParams up;
             up.probe = probe.data();
@@ -374,7 +383,17 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             up.ivf_docs = data_.ivf_docs.data();
             up.n_centroids = K;
             up.n_docs = info.n_docs;
-            TMS_RETURN_IF_ERROR(kernels::ivf_union_cpu(up, &off, &docs));
+            if (by_probes) {
+                kernels::ProbeScoreParams pp;
+                pp.lists = up;
+                pp.probe_scores = probe_scores.data();
+                pp.floor_scores = floors.data();
+                pp.keep = opts.ncandidates;
+                std::vector<uint32_t> fixed;
+                TMS_RETURN_IF_ERROR(kernels::probe_scores_cpu(pp, &off, &docs, &fixed));
+            } else {
+                TMS_RETURN_IF_ERROR(kernels::ivf_union_cpu(up, &off, &docs));
+            }
         }
         kernels::CodeMaxSimParams cp;
         cp.queries = gpu_candidates ? nullptr : host_f32();  // ScoreCandidatesTop has them on the device
@@ -387,7 +406,8 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         cp.token_centroids = data_.token_centroids.data();
         cp.doc_offsets = data_.doc_offsets.data();
         cp.n_docs = info.n_docs;
-        // 3. Centroid-interaction pruning (PLAID stages 2-3): score by centroids alone.
+        // 3. Centroid-interaction pruning (PLAID stages 2-3, Pruning::kInteraction): score by
+        // centroids alone (kProbe pruned above).
         std::vector<float> scores;
         int64_t max_cands = 0;
         for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
@@ -402,7 +422,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
             cp.scores = scores.data();
             return code_scores(cp, centroids_only);
         };
-        if (!gpu_candidates && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
+        if (!gpu_candidates && !by_probes && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
             TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/true));
             TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
         }

@@ -1,6 +1,8 @@
 // Copyright TileMaxSim authors. Candidate-generation ops of the query pipeline, on memory the
 // caller owns (kernels/maxsim.h's conventions):
 //   IVF union: the documents of every IVF list probed by a query's tokens, each once, ascending;
+//   probe scores: each probed document's approximate score from the probed centroids that hold
+//   it, and the best `keep` of each query (the pruning before compressed scoring);
 //   TF32x3 split: fp32 rows as three TF32-exact parts, so that one TF32 tensor-core GEMM over
 //   them is accurate to fp32 (the centroid scores of probing).
 // ref (kernels/ref/candidates_ref.cpp, the spec), cpu (kernels/cpu/candidates_cpu.cpp), cuda
@@ -36,6 +38,66 @@ Status ivf_union_validate(const IvfUnionParams& p);
 Status ivf_union_ref(const IvfUnionParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs);
 /// The same, queries in parallel (OpenMP), a bitmap of n_docs bits per thread.
 Status ivf_union_cpu(const IvfUnionParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs);
+
+/// Pruning by probe scores, PLAID's centroid interaction restricted to the probed centroids with
+/// WARP's imputation (Scheerer et al., SIGIR 2025): for query q and each of its rows i, s_i(d) is
+/// the score of the first probe of row i (in probe order: score descending, as probing gives
+/// them) whose IVF list holds document d, and m_i (floor_scores) the score of row i's best
+/// unprobed centroid, imputed for documents that no probe of the row holds. A document's score is
+/// sum_i (s_i(d) - m_i) over the rows that hold it, in fixed point so that every path is exact and
+/// order-free: each term is probe_term(s, m_i, scale_q), scale_q = probe_score_scale(the sum over
+/// rows of the row's best probe score minus m_i), so that a query's scores are integers below
+/// 2^24 (exact in fp32). Its cost is the probed lists' entries, not the candidates' tokens.
+struct ProbeScoreParams {
+    /// The probes ([n_queries, q_stride, nprobe] centroid ids, < 0: none), query lengths and IVF
+    /// lists (each list's documents ascending, each once).
+    IvfUnionParams lists;
+    /// [n_queries, q_stride, nprobe]: the centroid score of each probe.
+    const float* probe_scores = nullptr;
+    /// [n_queries, q_stride]: m_i, each row's imputed score.
+    const float* floor_scores = nullptr;
+    /// Candidates kept per query: the best by (score descending, document ascending); 0: all.
+    int keep = 0;
+};
+
+/// The fixed-point unit: a query's scores are at most about kProbeScoreUnit.
+inline constexpr float kProbeScoreUnit = 8388608.f;  // 2^23
+
+#if defined(__CUDACC__)
+#define TMS_KERNELS_HD __host__ __device__
+#else
+#define TMS_KERNELS_HD
+#endif
+/// scale_q from the sum of a query's row ranges (each row's best probe score minus its floor).
+TMS_KERNELS_HD inline float probe_score_scale(float range) { return range > 0.f ? kProbeScoreUnit / range : 0.f; }
+/// One row's term for a probe of score s: (s - floor) * scale in [0, kProbeScoreUnit], truncated
+/// (NaN: 0).
+TMS_KERNELS_HD inline uint32_t probe_term(float s, float floor, float scale) {
+    const float x = (s - floor) * scale;
+    return x > 0.f ? (x < kProbeScoreUnit ? uint32_t(x) : uint32_t(kProbeScoreUnit)) : 0u;
+}
+/// A row's range: its best valid probe's score minus its floor, at least 0.
+TMS_KERNELS_HD inline float probe_row_range(const int32_t* probe, const float* scores, int nprobe, int n_centroids,
+                                           float floor) {
+    float r = 0.f;
+    for (int j = 0; j < nprobe; ++j) {
+        if (probe[j] < 0 || probe[j] >= n_centroids) continue;
+        const float x = scores[j] - floor;
+        r = x > r ? x : r;
+    }
+    return r;
+}
+#undef TMS_KERNELS_HD
+
+/// probe_scores inputs present (shared by every path).
+Status probe_scores_validate(const ProbeScoreParams& p);
+/// Query q's kept documents into docs[off[q] .. off[q + 1]) in the order (score descending,
+/// document ascending), their fixed-point scores into scores.
+Status probe_scores_ref(const ProbeScoreParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                        std::vector<uint32_t>* scores);
+/// The same, queries in parallel (OpenMP), per-thread dense arrays of n_docs.
+Status probe_scores_cpu(const ProbeScoreParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                        std::vector<uint32_t>* scores);
 
 /// dst [rows, 3 * dim]: row r of src [rows, dim] as three parts of dim each, part s being lo when
 /// bit s of lo_parts is set, else hi; hi = x with its low 13 mantissa bits cleared (exact in

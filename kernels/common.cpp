@@ -185,6 +185,16 @@ Status ivf_union_validate(const IvfUnionParams& p) {
     return Status::OK();
 }
 
+Status probe_scores_validate(const ProbeScoreParams& p) {
+    TMS_RETURN_IF_ERROR(ivf_union_validate(p.lists));
+    if (p.keep < 0) return Status::InvalidArgument("probe_scores: keep < 0");
+    const IvfUnionParams& u = p.lists;
+    if (u.n_queries > 0 && u.q_stride > 0 && (p.floor_scores == nullptr || (u.nprobe > 0 && p.probe_scores == nullptr))) {
+        return Status::InvalidArgument("probe_scores: null scores");
+    }
+    return Status::OK();
+}
+
 Status maxsim_validate(const MaxSimParams& p) {
     TMS_RETURN_IF_ERROR(
         validate_common(p.n_queries, p.q_stride, p.dim, p.query_lens, p.n_docs, p.doc_offsets, "maxsim"));

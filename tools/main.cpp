@@ -30,7 +30,7 @@ tms::Status parse_device(const std::string& s, tms::Device* d) {
 }
 
 struct SearchArgs {
-    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms";
+    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", pruning = "interaction";
     tms::SearchOptions opts;
     int batch = 256;
     bool no_progress = false;
@@ -64,6 +64,8 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         for (int i = 0; i < nq; ++i) qids.push_back(std::to_string(i));
     }
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
+    tms::SearchOptions opts = a.opts;
+    opts.pruning = a.pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
     tms::SearcherOptions so;
     TMS_RETURN_IF_ERROR(parse_device(a.device, &so.device));
     if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, &so).WithContext("--devices"));
@@ -89,7 +91,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         b.data = static_cast<const uint8_t*>(view.data) + row_bytes * q0;
         std::vector<std::vector<tms::SearchHit>> res;
         tms::SearchTimings t;
-        TMS_RETURN_IF_ERROR(searcher->Search(b, a.opts, &res, &t));
+        TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
         phase.rerank += t.rerank;
@@ -132,9 +134,14 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
-    c->add_option("--ncandidates", a->opts.ncandidates, "Candidates kept after centroid pruning (0: all)")
+    c->add_option("--ncandidates", a->opts.ncandidates, "Candidates kept after pruning (0: all the probes reach)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 30));
+    c->add_option("--pruning", a->pruning,
+                  "How candidates are pruned to --ncandidates: probe (scored by the probed centroids that hold "
+                  "them) or interaction (PLAID's centroid interaction over every candidate token)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"interaction", "probe"}));
     c->add_option("--rerank", a->opts.rerank,
                   "Top compressed candidates rescored exactly when vectors are stored (0: none)")
         ->capture_default_str()

@@ -92,15 +92,19 @@ struct SearchOptions {
     bool exhaustive = false;
     /// Centroids probed per query token. Default: 8
     int nprobe = 8;
-    /// Candidates kept after centroid-interaction pruning, scored with the codec
-    /// (0: score every candidate). Default: 4096
+    /// Candidates kept after pruning, scored with the codec (0: score every document the
+    /// probes reach). Default: 4096
     int ncandidates = 4096;
+    /// How the documents the probes reach are pruned to ncandidates (Pruning's comment). kProbe
+    /// halves the candidate stage on the CPU at equal recall (50K documents); it becomes the
+    /// default once its GPU path is measured. Default: kInteraction
+    Pruning pruning = Pruning::kInteraction;
     /// Top compressed-scored documents rescored exactly when vectors are loaded
     /// (0: no rerank; always at least k when enabled). Default: 256
     int rerank = 256;
     /// Queries searched together at most; a larger batch is searched in chunks of this many,
-    /// which bounds the per-batch centroid scores [queries, tokens, centroids], fp32. 0: as many
-    /// as keep them under 1 GiB, at most 4096. A query's results do not depend on the chunk it is in (on a GPU, up to the rounding
+    /// which bounds the per-batch centroid scores [queries, tokens, centroids] and probe scores
+    /// [queries, documents], 4 bytes each. 0: as many as keep them under 2 GiB, at most 4096. A query's results do not depend on the chunk it is in (on a GPU, up to the rounding
     /// of the centroid GEMM, whose kernel cuBLAS picks by shape). Default: 0
     int max_batch_queries = 0;
 };

@@ -16,6 +16,13 @@ inline int DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 enum class Device : uint8_t { kAuto = 0, kCpu = 1, kGpu = 2 };
 const char* DeviceName(Device d);
 
+/// How a search prunes the documents its probes reach to SearchOptions::ncandidates before
+/// compressed scoring. kProbe: each document scored by the probed centroids whose IVF lists hold
+/// it (one term per query token, its best probe; WARP's imputed score when none), a cost of the
+/// probed lists' entries. kInteraction: PLAID's centroid interaction, every candidate token
+/// against every query token, a cost that grows with the candidates' tokens.
+enum class Pruning : uint8_t { kProbe = 0, kInteraction = 1 };
+
 /// A non-owning view of a row-major matrix [rows, dim] of token embeddings.
 /// `data` points to rows * dim elements of `dtype`, C order, no row padding.
 struct EmbeddingView {

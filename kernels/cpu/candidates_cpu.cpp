@@ -51,4 +51,77 @@ Status ivf_union_cpu(const IvfUnionParams& p, std::vector<int64_t>* off, std::ve
     return Status::OK();
 }
 
+// Queries in parallel: each thread keeps dense per-document arrays (the score, the row that last
+// touched the document, the query that last did) that are never cleared, only re-stamped.
+Status probe_scores_cpu(const ProbeScoreParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs,
+                        std::vector<uint32_t>* scores) {
+    TMS_RETURN_IF_ERROR(probe_scores_validate(p));
+    const IvfUnionParams& u = p.lists;
+    const int nq = u.n_queries;
+    std::vector<std::vector<std::pair<uint32_t, int32_t>>> per_query(nq);  // (score, document)
+#pragma omp parallel
+    {
+        std::vector<uint32_t> acc(size_t(u.n_docs)), row_stamp(size_t(u.n_docs), 0), query_stamp(size_t(u.n_docs), 0);
+        std::vector<int32_t> touched;
+        uint32_t row_id = 0, query_id = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int q = 0; q < nq; ++q) {
+            const int ql = u.query_lens ? u.query_lens[q] : u.q_stride;
+            ++query_id;
+            touched.clear();
+            float range = 0.f;
+            for (int i = 0; i < ql; ++i) {
+                const int64_t row = int64_t(q) * u.q_stride + i;
+                range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe,
+                                         u.n_centroids, p.floor_scores[row]);
+            }
+            const float scale = probe_score_scale(range);
+            for (int i = 0; i < ql; ++i) {
+                const int64_t row = int64_t(q) * u.q_stride + i;
+                ++row_id;
+                for (int j = 0; j < u.nprobe; ++j) {
+                    const int c = u.probe[row * u.nprobe + j];
+                    if (c < 0 || c >= u.n_centroids) continue;
+                    const uint32_t t = probe_term(p.probe_scores[row * u.nprobe + j], p.floor_scores[row], scale);
+                    for (int64_t e = u.ivf_offsets[c]; e < u.ivf_offsets[c + 1]; ++e) {
+                        const int32_t d = u.ivf_docs[e];
+                        if (row_stamp[d] == row_id) continue;
+                        row_stamp[d] = row_id;
+                        if (query_stamp[d] != query_id) {
+                            query_stamp[d] = query_id;
+                            acc[d] = 0;
+                            touched.push_back(d);
+                        }
+                        acc[d] += t;
+                    }
+                }
+            }
+            auto& out = per_query[q];
+            out.resize(touched.size());
+            for (size_t i = 0; i < touched.size(); ++i) out[i] = {acc[touched[i]], touched[i]};
+            const auto better = [](const std::pair<uint32_t, int32_t>& a, const std::pair<uint32_t, int32_t>& b) {
+                return a.first > b.first || (a.first == b.first && a.second < b.second);
+            };
+            const size_t keep = p.keep > 0 ? std::min(out.size(), size_t(p.keep)) : out.size();
+            if (keep < out.size()) {
+                std::nth_element(out.begin(), out.begin() + keep, out.end(), better);
+                out.resize(keep);
+            }
+            std::sort(out.begin(), out.end(), better);
+        }
+    }
+    off->assign(1, 0);
+    for (const auto& v : per_query) off->push_back(off->back() + static_cast<int64_t>(v.size()));
+    docs->resize(size_t(off->back()));
+    scores->resize(size_t(off->back()));
+#pragma omp parallel for schedule(static)
+    for (int q = 0; q < nq; ++q) {
+        for (size_t i = 0; i < per_query[q].size(); ++i) {
+            (*scores)[size_t((*off)[q]) + i] = per_query[q][i].first;
+            (*docs)[size_t((*off)[q]) + i] = per_query[q][i].second;
+        }
+    }
+    return Status::OK();
+}
+
 }  // namespace tms::kernels

@@ -78,7 +78,184 @@ __global__ void split_tf32x3(const float* __restrict__ src, int64_t rows, int di
     }
 }
 
+// Thread per (list, range boundary): where the range's documents start in the list.
+__global__ void ivf_range_index(const int64_t* __restrict__ ivf_off, const int32_t* __restrict__ ivf_docs,
+                                int n_centroids, int64_t n_ranges, int32_t* __restrict__ rix) {
+    const int64_t n = int64_t(n_centroids) * (n_ranges + 1);
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t c = i / (n_ranges + 1), r = i - c * (n_ranges + 1);
+        const int64_t first = r * kProbeRangeDocs;
+        int64_t lo = ivf_off[c], hi = ivf_off[c + 1];
+        const int64_t start = lo;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi) / 2;
+            if (ivf_docs[mid] < first) lo = mid + 1;
+            else hi = mid;
+        }
+        rix[i] = int32_t(lo - start);
+    }
+}
+
+constexpr int kProbeWarps = 8;
+constexpr int kRangeWords = kProbeRangeDocs / 32;
+static_assert(kProbeBins <= kProbeWarps * kRangeWords, "the histogram reuses the rows' bitmaps");
+
+// One CTA per (range, query): the query's fixed-point scores of the range's documents in shared
+// memory. Each warp takes one row at a time and walks its probes in order, over the part of each
+// probed list that falls in the range; a per-warp bitmap keeps the row's first probe of each
+// document (the best), so that every row adds one term per document (integer atomics: the sum
+// does not depend on the order). Then the scores go out densely (score + 1, 0 when not probed)
+// with their histogram.
+__global__ void __launch_bounds__(kProbeWarps * 32)
+    probe_accumulate(ProbeScoreParams p, const int32_t* __restrict__ rix, int64_t n_ranges, uint32_t* __restrict__ dense,
+                     uint32_t* __restrict__ hist) {
+    __shared__ uint32_t acc[kProbeRangeDocs];
+    __shared__ uint32_t seen[kProbeWarps][kRangeWords];
+    __shared__ uint32_t touched[kRangeWords];
+    __shared__ float s_scale;
+    const IvfUnionParams& u = p.lists;
+    const int64_t r = blockIdx.x;
+    const int q = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t d0 = r * kProbeRangeDocs;
+    const int ql = u.query_lens ? u.query_lens[q] : u.q_stride;
+    for (int i = threadIdx.x; i < kProbeRangeDocs; i += blockDim.x) acc[i] = 0;
+    for (int i = threadIdx.x; i < kRangeWords; i += blockDim.x) touched[i] = 0;
+    if (threadIdx.x == 0) {  // in row order, as the host paths sum it
+        float range = 0.f;
+        for (int i = 0; i < ql; ++i) {
+            const int64_t row = int64_t(q) * u.q_stride + i;
+            range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe,
+                                     u.n_centroids, p.floor_scores[row]);
+        }
+        s_scale = probe_score_scale(range);
+    }
+    __syncthreads();
+    const float scale = s_scale;
+    uint32_t* my_seen = seen[warp];
+    for (int i = warp; i < ql; i += kProbeWarps) {
+        const int64_t row = int64_t(q) * u.q_stride + i;
+        const float floor = p.floor_scores[row];
+        for (int w = lane; w < kRangeWords; w += 32) my_seen[w] = 0;
+        __syncwarp();
+        for (int j = 0; j < u.nprobe; ++j) {
+            const int c = u.probe[row * u.nprobe + j];
+            if (c < 0 || c >= u.n_centroids) continue;
+            const uint32_t t = probe_term(p.probe_scores[row * u.nprobe + j], floor, scale);
+            const int32_t* ri = rix + int64_t(c) * (n_ranges + 1) + r;
+            const int32_t* list = u.ivf_docs + u.ivf_offsets[c];
+            const int32_t e1 = ri[1];
+            for (int32_t e = ri[0] + lane; e < e1; e += 32) {
+                const int d = int(list[e] - d0);
+                const uint32_t bit = 1u << (d & 31);
+                if (!(atomicOr(my_seen + (d >> 5), bit) & bit)) {
+                    atomicAdd(acc + d, t);
+                    atomicOr(touched + (d >> 5), bit);
+                }
+            }
+            __syncwarp();  // this probe's documents are marked before the next probe's
+        }
+    }
+    __syncthreads();
+    uint32_t* h = &seen[0][0];  // the bitmaps are done: the range's histogram
+    for (int b = threadIdx.x; b < kProbeBins; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    const int64_t n_here = u.n_docs - d0 < kProbeRangeDocs ? u.n_docs - d0 : int64_t(kProbeRangeDocs);
+    uint32_t* out = dense + int64_t(q) * u.n_docs + d0;
+    for (int d = threadIdx.x; d < n_here; d += blockDim.x) {
+        const uint32_t v = (touched[d >> 5] >> (d & 31)) & 1u ? acc[d] + 1 : 0u;
+        out[d] = v;
+        if (v) atomicAdd(h + min(v >> kProbeBinShift, uint32_t(kProbeBins - 1)), 1u);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < kProbeBins; b += blockDim.x)
+        if (h[b]) atomicAdd(hist + int64_t(q) * kProbeBins + b, h[b]);
+}
+
+// One CTA per query: the whole-bin threshold that keeps at least `keep` documents.
+__global__ void probe_threshold(const uint32_t* __restrict__ hist, int keep, uint32_t* __restrict__ thr,
+                                int64_t* __restrict__ counts) {
+    __shared__ uint32_t h[kProbeBins];
+    const int q = blockIdx.x;
+    for (int b = threadIdx.x; b < kProbeBins; b += blockDim.x) h[b] = hist[int64_t(q) * kProbeBins + b];
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int64_t total = 0;
+    for (int b = 0; b < kProbeBins; ++b) total += h[b];
+    uint32_t t = 1;
+    int64_t n = total;
+    if (keep > 0 && total > keep) {
+        n = 0;
+        int b = kProbeBins - 1;
+        for (; b > 0; --b) {
+            n += h[b];
+            if (n >= keep) break;
+        }
+        if (b == 0) n += h[0];
+        t = b > 0 ? uint32_t(b) << kProbeBinShift : 1u;
+    }
+    thr[q] = t;
+    counts[q] = n;
+}
+
+// Grid (ranges, queries): the documents at or above their query's threshold.
+__global__ void probe_emit(const uint32_t* __restrict__ dense, int64_t n_docs, const uint32_t* __restrict__ thr,
+                           const int64_t* __restrict__ off, uint32_t* __restrict__ cursor, int32_t* __restrict__ docs,
+                           float* __restrict__ scores) {
+    const int q = blockIdx.y;
+    const int64_t d = int64_t(blockIdx.x) * kProbeRangeDocs;
+    const int64_t end = d + kProbeRangeDocs < n_docs ? d + kProbeRangeDocs : n_docs;
+    const uint32_t t = thr[q];
+    const uint32_t* row = dense + int64_t(q) * n_docs;
+    for (int64_t i = d + threadIdx.x; i < end; i += blockDim.x) {
+        const uint32_t v = row[i];
+        if (v == 0 || v < t) continue;
+        const int64_t at = off[q] + atomicAdd(cursor + q, 1u);
+        docs[at] = int32_t(i);
+        scores[at] = float(v - 1);
+    }
+}
+
 }  // namespace
+
+Status ivf_range_index_cuda(const int64_t* ivf_off, const int32_t* ivf_docs, int n_centroids, int64_t n_docs,
+                            int32_t* rix, cudaStream_t stream) {
+    const int64_t n = int64_t(n_centroids) * (probe_ranges(n_docs) + 1);
+    if (n == 0) return Status::OK();
+    ivf_range_index<<<unsigned(std::min<int64_t>((n + 255) / 256, 65536)), 256, 0, stream>>>(
+        ivf_off, ivf_docs, n_centroids, probe_ranges(n_docs), rix);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status probe_accumulate_cuda(const ProbeScoreParams& p, const int32_t* rix, uint32_t* dense, uint32_t* hist,
+                             cudaStream_t stream) {
+    const int64_t nr = probe_ranges(p.lists.n_docs);
+    if (p.lists.n_queries == 0 || nr == 0) return Status::OK();
+    if (p.lists.n_queries > 65535) return Status::InvalidArgument("probe_accumulate_cuda: more than 65535 queries");
+    probe_accumulate<<<dim3(unsigned(nr), unsigned(p.lists.n_queries)), kProbeWarps * 32, 0, stream>>>(p, rix, nr, dense,
+                                                                                                     hist);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status probe_threshold_cuda(const uint32_t* hist, int n_queries, int keep, uint32_t* thr, int64_t* counts,
+                            cudaStream_t stream) {
+    if (n_queries == 0) return Status::OK();
+    probe_threshold<<<unsigned(n_queries), 256, 0, stream>>>(hist, keep, thr, counts);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status probe_emit_cuda(const uint32_t* dense, int n_queries, int64_t n_docs, const uint32_t* thr, const int64_t* off,
+                       uint32_t* cursor, int32_t* docs, float* scores, cudaStream_t stream) {
+    const int64_t nr = probe_ranges(n_docs);
+    if (n_queries == 0 || nr == 0) return Status::OK();
+    if (n_queries > 65535) return Status::InvalidArgument("probe_emit_cuda: more than 65535 queries");
+    probe_emit<<<dim3(unsigned(nr), unsigned(n_queries)), 256, 0, stream>>>(dense, n_docs, thr, off, cursor, docs,
+                                                                          scores);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
 
 Status ivf_mark_cuda(const IvfUnionParams& p, uint32_t* bits, cudaStream_t stream) {
     if (p.n_queries == 0 || p.q_stride == 0 || p.nprobe == 0) return Status::OK();

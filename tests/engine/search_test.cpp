@@ -238,6 +238,19 @@ TEST_P(DefaultSearch, RecallAgainstExhaustive) {
                 r_compressed);
     EXPECT_GE(r_default, 0.95);
     EXPECT_GE(r_compressed, 0.80);
+    // Pruned hard (64 of 1,000 documents, where the default keeps every one the probes reach):
+    // both prunings keep most of the true top 10.
+    for (const Pruning pr : {Pruning::kProbe, Pruning::kInteraction}) {
+        SearchOptions pruned;
+        pruned.ncandidates = 64;
+        pruned.pruning = pr;
+        std::vector<std::vector<SearchHit>> rp;
+        ASSERT_TRUE(s->Search(qb, pruned, &rp).ok());
+        const double r = recall(rp);
+        std::printf("[ codec %s ] recall@10 vs exhaustive, 64 candidates, %s pruning: %.4f\n", codec.c_str(),
+                    pr == Pruning::kProbe ? "probe" : "interaction", r);
+        EXPECT_GE(r, 0.85) << (pr == Pruning::kProbe ? "probe" : "interaction");
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(SearchCpu, DefaultSearch, ::testing::Values("pq", "residual"));

@@ -30,6 +30,7 @@ inline std::vector<UnionCase> UnionCases() {
         {"lists_hold_everything", 200, 4, 5, 3, 4, false, 0.0, 200},
         {"no_queries", 100, 8, 0, 4, 2, false, 0.0, 10},
         {"nothing_probed", 300, 16, 4, 4, 2, false, 1.0, 30},
+        {"lists_across_ranges", 30000, 128, 9, 16, 8, true, 0.1, 3000},
     };
 }
 
@@ -67,6 +68,37 @@ inline UnionData MakeUnionData(const UnionCase& c, uint32_t seed = 7) {
     d.p.ivf_docs = d.ivf_docs.data();
     d.p.n_centroids = c.n_centroids;
     d.p.n_docs = c.n_docs;
+    return d;
+}
+
+/// A union case with probe scores: each row's probes in descending score order (some tied), its
+/// floor at or below the last; probe_scores' parameters point at them.
+struct ProbeData {
+    UnionData u;
+    std::vector<float> scores, floors;
+    kernels::ProbeScoreParams p;
+};
+
+inline ProbeData MakeProbeData(const UnionCase& c, int keep, uint32_t seed = 11) {
+    ProbeData d;
+    d.u = MakeUnionData(c, seed);
+    std::mt19937 rng(seed + 1);
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    const int64_t rows = int64_t(c.n_queries) * c.q_stride;
+    d.scores.resize(size_t(rows) * c.nprobe);
+    d.floors.resize(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        float s = 0.5f + u(rng);
+        for (int j = 0; j < c.nprobe; ++j) {
+            if (u(rng) > 0.2f) s -= 0.1f * u(rng);  // else a tie with the previous probe
+            d.scores[size_t(r * c.nprobe + j)] = s;
+        }
+        d.floors[size_t(r)] = r % 7 == 3 ? s : s - 0.05f * u(rng);
+    }
+    d.p.lists = d.u.p;
+    d.p.probe_scores = d.scores.data();
+    d.p.floor_scores = d.floors.data();
+    d.p.keep = keep;
     return d;
 }
 

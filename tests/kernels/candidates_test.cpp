@@ -33,6 +33,71 @@ TEST(IvfUnionCpu, EqualsReferenceOnEveryCase) {
     }
 }
 
+TEST(ProbeScoresCpu, EqualsReferenceOnEveryCase) {
+    for (const test::UnionCase& c : test::UnionCases()) {
+        for (const int keep : {0, 1, 7, 1000}) {
+            SCOPED_TRACE(c.name + ", keep " + std::to_string(keep));
+            const test::ProbeData d = test::MakeProbeData(c, keep);
+            std::vector<int64_t> ro, co, uo;
+            std::vector<int32_t> rd, cd, ud;
+            std::vector<uint32_t> rs, cs;
+            ASSERT_TRUE(kernels::probe_scores_ref(d.p, &ro, &rd, &rs).ok());
+            ASSERT_TRUE(kernels::probe_scores_cpu(d.p, &co, &cd, &cs).ok());
+            EXPECT_EQ(ro, co);
+            EXPECT_EQ(rd, cd);
+            EXPECT_EQ(rs, cs);
+            // Each query keeps min(keep, union) documents of its union, in score order.
+            ASSERT_TRUE(kernels::ivf_union_ref(d.p.lists, &uo, &ud).ok());
+            for (int q = 0; q < c.n_queries; ++q) {
+                const int64_t n = uo[q + 1] - uo[q];
+                ASSERT_EQ(ro[q + 1] - ro[q], keep ? std::min<int64_t>(n, keep) : n) << "query " << q;
+                for (int64_t i = ro[q]; i < ro[q + 1]; ++i) {
+                    EXPECT_TRUE(std::binary_search(ud.begin() + uo[q], ud.begin() + uo[q + 1], rd[i]));
+                    EXPECT_LE(rs[i], uint32_t(kernels::kProbeScoreUnit) + 64);
+                    if (i > ro[q]) EXPECT_TRUE(rs[i - 1] > rs[i] || (rs[i - 1] == rs[i] && rd[i - 1] < rd[i]));
+                }
+            }
+        }
+    }
+}
+
+// One query of two rows over four documents, by hand: row 0 probes lists A = {0, 1} (0.9) and
+// B = {1, 2} (0.7), floor 0.5; row 1 probes B (0.6), floor 0.2. The range is (0.9 - 0.5) +
+// (0.6 - 0.2) = 0.8: document 1 gets its best probe of row 0 (A) and B of row 1: 0.4 + 0.4 =
+// the whole unit; document 0: 0.4 (half), document 2: 0.2 + 0.4 (three quarters); 3: never probed.
+TEST(ProbeScoresCpu, HandComputedQuery) {
+    const std::vector<int64_t> ivf_off = {0, 2, 4};
+    const std::vector<int32_t> ivf_docs = {0, 1, 1, 2};
+    const std::vector<int32_t> probe = {0, 1, 1, -1};
+    const std::vector<float> scores = {0.9f, 0.7f, 0.6f, 0.f}, floors = {0.5f, 0.2f};
+    kernels::ProbeScoreParams p;
+    p.lists.probe = probe.data();
+    p.lists.n_queries = 1;
+    p.lists.q_stride = 2;
+    p.lists.nprobe = 2;
+    p.lists.ivf_offsets = ivf_off.data();
+    p.lists.ivf_docs = ivf_docs.data();
+    p.lists.n_centroids = 2;
+    p.lists.n_docs = 4;
+    p.probe_scores = scores.data();
+    p.floor_scores = floors.data();
+    std::vector<int64_t> off;
+    std::vector<int32_t> docs;
+    std::vector<uint32_t> s;
+    ASSERT_TRUE(kernels::probe_scores_cpu(p, &off, &docs, &s).ok());
+    EXPECT_EQ(docs, (std::vector<int32_t>{1, 2, 0}));
+    const double unit = kernels::kProbeScoreUnit;
+    ASSERT_EQ(s.size(), 3u);
+    EXPECT_NEAR(s[0], unit, 4);
+    EXPECT_NEAR(s[1], 0.75 * unit, 4);
+    EXPECT_NEAR(s[2], 0.5 * unit, 4);
+    p.keep = 2;
+    ASSERT_TRUE(kernels::probe_scores_cpu(p, &off, &docs, &s).ok());
+    EXPECT_EQ(docs, (std::vector<int32_t>{1, 2}));
+    p.keep = -1;
+    EXPECT_FALSE(kernels::probe_scores_cpu(p, &off, &docs, &s).ok());
+}
+
 TEST(SplitTf32x3, PartsAreExactAndSumToTheValue) {
     std::mt19937 rng(3);
     std::normal_distribution<float> g(0, 3);

@@ -894,7 +894,7 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
                     .ok());
     std::vector<int64_t> off;
     std::vector<int32_t> docs;
-    EXPECT_FALSE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, &off, &docs).ok()) << "needs SetIvf";
+    EXPECT_FALSE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, Pruning::kInteraction, &off, &docs).ok()) << "needs SetIvf";
     ASSERT_TRUE(scorer->SetIvf(ivf_off.data(), ivf_docs.data()).ok());
     // Host reference: fp64 probes, union in id order; fp32 centroid scores for pruning.
     std::vector<float> cs(size_t(nq) * qt * K);
@@ -914,7 +914,7 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
         }
         uni[qi].assign(u.begin(), u.end());
     }
-    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, &off, &docs).ok());
+    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, Pruning::kInteraction, &off, &docs).ok());
     ASSERT_EQ(off.size(), size_t(nq + 1));
     for (int qi = 0; qi < nq; ++qi) {
         const std::vector<int32_t> got(docs.begin() + off[qi], docs.begin() + off[qi + 1]);
@@ -923,7 +923,7 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
     EXPECT_EQ(off[3] - off[2], 0) << "an empty query has no candidates";
     // Pruning to 40: the CPU's centroid-only scores of the union, best first.
     const int keep = 40;
-    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, Pruning::kInteraction, &off, &docs).ok());
     for (int qi = 0; qi < nq; ++qi) {
         auto score = [&](int32_t d) {
             double s = 0;
@@ -948,6 +948,15 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
             prev = s;
         }
     }
+    // Probe-score pruning: each query keeps min(union, 40) documents of its union, each once.
+    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, Pruning::kProbe, &off, &docs).ok());
+    for (int qi = 0; qi < nq; ++qi) {
+        std::vector<int32_t> got(docs.begin() + off[qi], docs.begin() + off[qi + 1]);
+        EXPECT_EQ(got.size(), std::min<size_t>(uni[qi].size(), keep)) << "query " << qi;
+        std::sort(got.begin(), got.end());
+        EXPECT_TRUE(std::adjacent_find(got.begin(), got.end()) == got.end()) << "query " << qi;
+        EXPECT_TRUE(std::includes(uni[qi].begin(), uni[qi].end(), got.begin(), got.end())) << "query " << qi;
+    }
     // fp16 and bf16 queries, converted on the device, against the same values given as fp32:
     // the same lists, pruned or not.
     for (const DType t : {DType::kF16, DType::kBF16}) {
@@ -958,8 +967,8 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
         for (const int nc : {0, keep}) {
             std::vector<int64_t> off32, off16;
             std::vector<int32_t> docs32, docs16;
-            ASSERT_TRUE(scorer->Candidates(qr.data(), nq, qt, qlens.data(), nprobe, nc, &off32, &docs32).ok());
-            ASSERT_TRUE(scorer->Candidates(raw.data(), t, nq, qt, qlens.data(), nprobe, nc, &off16, &docs16).ok());
+            ASSERT_TRUE(scorer->Candidates(qr.data(), nq, qt, qlens.data(), nprobe, nc, Pruning::kInteraction, &off32, &docs32).ok());
+            ASSERT_TRUE(scorer->Candidates(raw.data(), t, nq, qt, qlens.data(), nprobe, nc, Pruning::kInteraction, &off16, &docs16).ok());
             EXPECT_EQ(off16, off32) << "ncandidates " << nc;
             EXPECT_EQ(docs16, docs32) << "ncandidates " << nc;
         }
@@ -991,11 +1000,12 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
     ASSERT_TRUE(scorer->SetIvf(sh.ivf_off.data(), sh.ivf_docs.data()).ok());
     std::vector<float> got, want;
     EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "no Candidates call yet";
-    for (const int keep : {0, 50}) {
-        SCOPED_TRACE("ncandidates " + std::to_string(keep));
+    for (const auto& [keep, pruning] : {std::pair{0, Pruning::kProbe}, std::pair{50, Pruning::kInteraction},
+                                        std::pair{50, Pruning::kProbe}}) {
+        SCOPED_TRACE("ncandidates " + std::to_string(keep) + (pruning == Pruning::kProbe ? " probe" : " interaction"));
         std::vector<int64_t> off;
         std::vector<int32_t> docs;
-        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, pruning, &off, &docs).ok());
         ASSERT_GT(docs.size(), 0u);
         if (keep) EXPECT_LE(off[1] - off[0], keep);
         ASSERT_TRUE(scorer->ScoreCandidates(&got).ok());
@@ -1029,17 +1039,17 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
         EXPECT_EQ(got, want);
         EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "Score ran in between";
         std::vector<int32_t> probe;
-        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, pruning, &off, &docs).ok());
         ASSERT_TRUE(scorer->Probe(q.data(), nq, qt, nprobe, &probe).ok());
         EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "Probe ran in between";
         // Lists left on the device only (no docs download): the same offsets and the same best.
         std::vector<int64_t> off_dev, t1off, t2off;
         std::vector<int32_t> t1d, t2d;
         std::vector<float> t1s, t2s;
-        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off_dev, nullptr).ok());
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, pruning, &off_dev, nullptr).ok());
         EXPECT_EQ(off_dev, off);
         ASSERT_TRUE(scorer->ScoreCandidatesTop(7, &t1off, &t1d, &t1s).ok());
-        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, &off, &docs).ok());
+        ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, pruning, &off, &docs).ok());
         ASSERT_TRUE(scorer->ScoreCandidatesTop(7, &t2off, &t2d, &t2s).ok());
         EXPECT_EQ(t1off, t2off);
         EXPECT_EQ(t1d, t2d);
@@ -1048,7 +1058,7 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
     // No queries: nothing to score.
     std::vector<int64_t> off;
     std::vector<int32_t> docs;
-    ASSERT_TRUE(scorer->Candidates(q.data(), 0, qt, nullptr, nprobe, 0, &off, &docs).ok());
+    ASSERT_TRUE(scorer->Candidates(q.data(), 0, qt, nullptr, nprobe, 0, Pruning::kProbe, &off, &docs).ok());
     ASSERT_TRUE(scorer->ScoreCandidates(&got).ok());
     EXPECT_TRUE(got.empty());
 }

@@ -78,6 +78,23 @@ def test_end_to_end(corpus, index, tmp_path):
     assert len(exh.read_text().splitlines()) == 100
 
 
+@pytest.mark.parametrize("pruning", ["probe", "interaction"])
+def test_pruning_keeps_the_exhaustive_top(corpus, index, tmp_path, pruning):
+    # 30 of 300 documents survive pruning; the rerank then finds the exhaustive top 5.
+    def top(out, *extra):
+        tms("search", "--index", index, "--queries", corpus / "queries.npy", "--out", out, "--k", 5,
+            "--no-progress", *extra, check=True)
+        run = {}
+        for line in out.read_text().splitlines():
+            q, _, d, *_ = line.split()
+            run.setdefault(q, set()).add(d)
+        return run
+    exact = top(tmp_path / "exact.trec", "--exhaustive")
+    got = top(tmp_path / "run.trec", "--pruning", pruning, "--ncandidates", 30)
+    recall = np.mean([len(exact[q] & got.get(q, set())) / len(exact[q]) for q in exact])
+    assert recall >= 0.9, recall
+
+
 def test_residual_codec_and_float32(corpus, tmp_path):
     docs32 = save_npy(tmp_path / "d32.npy", np.load(corpus / "docs.npy").astype(np.float32))
     out = tmp_path / "res"
