@@ -487,22 +487,6 @@ int64_t shard_bytes(const index::IndexData& d) {
            int64_t(d.vectors.size()) * 2 + int64_t(d.doc_offsets.size()) * 8;
 }
 
-// The exact global top-k of per-shard top-k lists: score descending, lower internal id first.
-void merge_hits(std::vector<std::vector<std::vector<SearchHit>>>& parts, int nq, int k,
-                std::vector<std::vector<SearchHit>>* out) {
-    out->assign(size_t(nq), {});
-#pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
-    for (int q = 0; q < nq; ++q) {
-        auto& r = (*out)[q];
-        for (auto& p : parts) std::move(p[q].begin(), p[q].end(), std::back_inserter(r));
-        const size_t keep = std::min(r.size(), size_t(k));
-        std::partial_sort(r.begin(), r.begin() + keep, r.end(), [](const SearchHit& a, const SearchHit& b) {
-            return a.score > b.score || (a.score == b.score && a.internal_id < b.internal_id);
-        });
-        r.resize(keep);
-    }
-}
-
 // The public Searcher: shards placed on devices; a batch runs on every device at once (one host
 // thread per GPU shard), then the per-shard top-k lists are merged.
 class ShardedSearcher final : public Searcher {
@@ -529,7 +513,7 @@ public:
         for (auto& w : workers) w.join();
         for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
         const int k = int(std::min<int64_t>(opts.k, std::max<int64_t>(1, info_.n_docs)));
-        merge_hits(parts, q.n_queries, k, results);
+        MergeHits(&parts, q.n_queries, k, results);
         if (timings) {
             // Each step: summed over a device's shards (they run in turn), the slowest device.
             SearchTimings t;
@@ -599,6 +583,21 @@ std::vector<int> place_by_size(const std::vector<int64_t>& bytes, const std::vec
 
 Searcher::~Searcher() = default;
 
+void MergeHits(std::vector<std::vector<std::vector<SearchHit>>>* parts, int n_queries, int k,
+               std::vector<std::vector<SearchHit>>* out) {
+    out->assign(size_t(n_queries), {});
+#pragma omp parallel for schedule(static) if (int64_t(n_queries) * k > 4096)
+    for (int q = 0; q < n_queries; ++q) {
+        auto& r = (*out)[q];
+        for (auto& p : *parts) std::move(p[q].begin(), p[q].end(), std::back_inserter(r));
+        const size_t keep = std::min(r.size(), size_t(std::max(k, 0)));
+        std::partial_sort(r.begin(), r.begin() + keep, r.end(), [](const SearchHit& a, const SearchHit& b) {
+            return a.score > b.score || (a.score == b.score && a.internal_id < b.internal_id);
+        });
+        r.resize(keep);
+    }
+}
+
 Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std::unique_ptr<Searcher>* out) {
     if (opts.threads < 0 || opts.threads > kMaxThreads) {
         return Status::InvalidArgument("threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
@@ -613,9 +612,12 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     if (s->device_ == Device::kGpu) TMS_RETURN_IF_ERROR(choose_gpus(opts, &gpus));
     trace.Mark("device");
     std::vector<index::IndexData> data;
-    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data));
+    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data, opts.shards));
     trace.Mark("read (total)");
     s->info_ = index::SumShardInfos(data);
+    std::vector<int> numbers = opts.shards;  // the shards read, in shard order
+    std::sort(numbers.begin(), numbers.end());
+    numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
     std::vector<int64_t> bytes;
     for (const auto& d : data) bytes.push_back(shard_bytes(d));
     const std::vector<int> where = s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
@@ -623,7 +625,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         auto sh = std::make_unique<ShardSearcher>();
         sh->data_ = std::move(data[i]);
         ShardPlacement p;
-        p.shard = int(i);
+        p.shard = opts.shards.empty() ? int(i) : numbers[i];
         p.device = s->device_;
         p.gpu = where[i];
         p.first_doc = sh->data_.first_doc;

@@ -361,5 +361,6 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
 }
 
 Status ReadIndexInfo(const std::string& path, IndexInfo* info) { return index::ReadIndexInfo(path, info); }
+Status ReadIndexShardCount(const std::string& path, int* n_shards) { return index::ReadShardCount(path, n_shards); }
 
 }  // namespace tms

@@ -101,8 +101,13 @@ Status WriteIndex(const std::string& path, const IndexData& data, const IndexBui
 Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* data);
 /// Read an index shard by shard (in parallel): one IndexData each, ids local to the shard
 /// (first_doc its global offset), info its own counts (info.shards its one entry), every
-/// shard's tombstones applied. An unsharded index reads as one shard.
-Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards);
+/// shard's tombstones applied. An unsharded index reads as one shard. `want`: only these shards
+/// (numbers, any order; empty: all), in shard order; only their stores and the last shard's
+/// (which holds every shard's tombstones) need exist.
+Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards,
+                       const std::vector<int>& want = {});
+/// The number of shards of the index at `path` (1 unsharded), from its manifest alone.
+Status ReadShardCount(const std::string& path, int* n);
 /// The metadata of the whole index from its shards' (ReadIndexShards): counts summed, one
 /// ShardInfo each.
 IndexInfo SumShardInfos(const std::vector<IndexData>& shards);

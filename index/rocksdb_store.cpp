@@ -178,6 +178,11 @@ struct Layout {
     bool sharded = false;
     std::vector<fs::path> stores;
     uint32_t model_crc = 0;  // the manifest's
+    // A partial open (read_layout's `want`): the shard number of each store and the index's
+    // shard count. The last shard (the head, which holds every shard's tombstones) is always in.
+    std::vector<int> numbers;
+    int n_shards = 0;
+    bool partial() const { return int(stores.size()) < n_shards; }
 };
 
 struct Db {
@@ -462,9 +467,11 @@ namespace {  // the reading side, defined below
 Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,
                         std::vector<IndexInfo>* infos, std::vector<nlohmann::json>* stats);
 Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
-                   bool progress, std::vector<IndexData>* shards);
-Status read_layout(const fs::path& dir, const std::string& path, Layout* out);
-IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos);
+                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards);
+Status read_layout(const fs::path& dir, const std::string& path, Layout* out, const std::vector<int>& want = {},
+                   bool count_only = false);
+IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos,
+                        const std::vector<nlohmann::json>& stats);
 }  // namespace
 
 // An update writes to one store only, the last shard's (the head): new documents get the next
@@ -577,7 +584,7 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     u->info = infos.back();
     u->stats = stats.back();
     u->first_doc = u->stats.value("first_doc", int64_t{0});
-    u->view = combine_infos(u->layout, infos);
+    u->view = combine_infos(u->layout, infos, stats);
     u->others_deleted = u->view.n_deleted - u->info.n_deleted;
     u->chunk_docs = u->stats.value("chunk_docs", 2048);
     const std::string head = u->layout.sharded ? u->layout.stores.back().string() : path;
@@ -768,7 +775,7 @@ Status CompactIndex(const std::string& path, bool progress) {
     IndexData d;
     {
         std::vector<IndexData> shards;
-        TMS_RETURN_IF_ERROR(read_shards(lock->layout, lock->dbs, path, true, progress, &shards));
+        TMS_RETURN_IF_ERROR(read_shards(lock->layout, lock->dbs, path, true, progress, {}, &shards));
         ConcatShards(&shards, &d);
     }
     const int64_t n = d.info.n_docs;
@@ -1230,13 +1237,20 @@ Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildO
 namespace {
 
 // The stores of the index at `dir`: the directory itself (unsharded), or the shards its
-// manifest names, each checked to exist.
-Status read_layout(const fs::path& dir, const std::string& path, Layout* out) {
+// manifest names, each checked to exist; with `want` (shard numbers), only those and the last;
+// count_only: none (n_shards only).
+Status read_layout(const fs::path& dir, const std::string& path, Layout* out, const std::vector<int>& want,
+                   bool count_only) {
     *out = Layout();
     std::error_code ec;
     const fs::path mf = dir / kManifestFile;
     if (!fs::exists(fs::symlink_status(mf, ec))) {
+        for (int w : want) {
+            if (w != 0) return Status::InvalidArgument(path + ": has one shard; shard " + std::to_string(w) + " asked for");
+        }
         out->stores.push_back(dir);
+        out->numbers.push_back(0);
+        out->n_shards = 1;
         return Status::OK();
     }
     std::string text;
@@ -1264,6 +1278,17 @@ Status read_layout(const fs::path& dir, const std::string& path, Layout* out) {
         if (!shards.is_array() || shards.empty() || shards.size() > size_t(kMaxShards)) {
             return Status::Corruption(what + ": bad shard list");
         }
+        out->n_shards = int(shards.size());
+        if (count_only) return Status::OK();
+        std::vector<char> open(shards.size(), want.empty() ? 1 : 0);
+        for (int w : want) {
+            if (w < 0 || w >= out->n_shards) {
+                return Status::InvalidArgument(path + ": has " + std::to_string(out->n_shards) + " shards; shard " +
+                                               std::to_string(w) + " asked for");
+            }
+            open[size_t(w)] = 1;
+        }
+        open.back() = 1;
         for (size_t s = 0; s < shards.size(); ++s) {
             // Only the names the writer gives: a manifest never points outside its directory.
             const std::string name = shards[s].get<std::string>();
@@ -1271,12 +1296,14 @@ Status read_layout(const fs::path& dir, const std::string& path, Layout* out) {
                 return Status::Corruption(what + ": shard " + std::to_string(s) + " is named '" + name +
                                           "', expected " + ShardDirName(int(s)));
             }
+            if (!open[s]) continue;
             const fs::path sd = dir / name;
             if (!fs::is_directory(sd, ec)) {
                 return Status::Corruption(path + ": shard " + std::to_string(s) + " (" + sd.string() +
                                           ") is missing: the index is damaged");
             }
             out->stores.push_back(sd);
+            out->numbers.push_back(int(s));
         }
         out->model_crc = j.at("model_crc").get<uint32_t>();
     } catch (const nlohmann::json::exception& e) {
@@ -1289,7 +1316,8 @@ Status read_layout(const fs::path& dir, const std::string& path, Layout* out) {
 // holding the marker shared so that no writer replaces the files being loaded. An in-place
 // writer's background flushes may still move files under a reader: a failure of RocksDB while a
 // writer is active is retried, and if it persists it is reported as what it most likely is.
-Status with_read_stores(const std::string& path, const std::function<Status(const Layout&, std::vector<Db>&)>& read) {
+Status with_read_stores(const std::string& path, const std::function<Status(const Layout&, std::vector<Db>&)>& read,
+                        const std::vector<int>& want = {}) {
     fs::path dir;
     TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &dir));
     RecoverLeftovers(dir);  // an interrupted replacement may have left the index aside
@@ -1302,7 +1330,7 @@ Status with_read_stores(const std::string& path, const std::function<Status(cons
             TMS_RETURN_IF_ERROR(AcquireMarkerLock(dir, false, &shared));
             CrashPoint("read:locked");
             Layout layout;
-            st = read_layout(dir, path, &layout);
+            st = read_layout(dir, path, &layout, want);
             std::vector<Db> dbs(layout.stores.size());
             for (size_t s = 0; st.ok() && s < dbs.size(); ++s) st = open_db(layout.stores[s].string(), true, &dbs[s]);
             if (st.ok()) st = read(layout, dbs);
@@ -1346,8 +1374,12 @@ Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::s
         if (!layout.sharded && first != 0) {
             return Status::InvalidArgument(path + ": a shard of a sharded index, not an index (open its parent directory)");
         }
-        if (first != next) return Status::Corruption(sp + ": its documents start at " + std::to_string(first) +
-                                                     ", expected " + std::to_string(next) + " (the index is damaged)");
+        // A partial open sees only some shards: their first documents cannot be checked against
+        // the others'.
+        if (!layout.partial() && first != next) {
+            return Status::Corruption(sp + ": its documents start at " + std::to_string(first) + ", expected " +
+                                      std::to_string(next) + " (the index is damaged)");
+        }
         if (b.dim != a.dim || b.n_centroids != a.n_centroids || b.codec != a.codec || b.has_vectors != a.has_vectors ||
             (*stats)[s].value("n_code_bytes", 0) != (*stats)[0].value("n_code_bytes", 0)) {
             return Status::Corruption(sp + ": its model differs from shard 0's (the index is damaged)");
@@ -1358,13 +1390,14 @@ Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::s
     return Status::OK();
 }
 
-IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos) {
+IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos,
+                        const std::vector<nlohmann::json>& stats) {
     IndexInfo info = infos[0];
     info.n_docs = info.n_tokens = info.n_chunks = info.n_deleted = 0;
     for (size_t s = 0; s < infos.size(); ++s) {
         ShardInfo si;
         si.dir = layout.sharded ? layout.stores[s].filename().string() : ".";
-        si.first_doc = info.n_docs;
+        si.first_doc = stats[s].value("first_doc", int64_t{0});
         si.n_docs = infos[s].n_docs;
         si.n_tokens = infos[s].n_tokens;
         si.bytes = dir_bytes(layout.stores[s]);
@@ -1381,21 +1414,34 @@ IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& info
 Status read_store(Db& db, const std::string& path, bool load_vectors, bool progress, int64_t first_doc,
                   int64_t limit, IndexData* d, std::vector<int64_t>* tombstones);
 
-// Loads every store of the index (in parallel, one thread each), then applies every store's
-// tombstones to the shards they name.
+// Loads the stores of the layout (in parallel, one thread each), then applies every store's
+// tombstones to the shards they name. A partial layout's head store, when not asked for, is
+// read for its tombstones only and not returned.
 Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
-                   bool progress, std::vector<IndexData>* shards) {
+                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards) {
     std::vector<IndexInfo> infos;
     std::vector<nlohmann::json> stats;
     TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
-    const IndexInfo total = combine_infos(layout, infos);
+    const IndexInfo total = combine_infos(layout, infos, stats);
     const size_t n = dbs.size();
+    // Every document of the index is below the head's last: the bound of tombstones' ids.
+    const int64_t limit = total.shards.back().first_doc + total.shards.back().n_docs;
+    std::vector<char> wanted(n, want.empty() ? 1 : 0);
+    for (size_t s = 0; s < n; ++s) {
+        if (std::find(want.begin(), want.end(), layout.numbers[s]) != want.end()) wanted[s] = 1;
+    }
     shards->clear();
     shards->resize(n);
     std::vector<std::vector<int64_t>> tomb(n);
     std::vector<Status> sts(n);
+    const auto load = [&](size_t s, bool show) {
+        const std::string sp = layout.sharded ? layout.stores[s].string() : path;
+        return wanted[s] ? read_store(dbs[s], sp, load_vectors, show, total.shards[s].first_doc, limit, &(*shards)[s],
+                                      &tomb[s])
+                         : read_tombstones(dbs[s], sp, limit, &tomb[s]);
+    };
     if (n == 1) {
-        sts[0] = read_store(dbs[0], path, load_vectors, progress, 0, total.n_docs, &(*shards)[0], &tomb[0]);
+        sts[0] = load(0, progress);
     } else {
         const int threads = std::max(1, omp_get_max_threads() / int(n));
         Progress prog("loading", total.n_docs, progress, " doc");
@@ -1403,8 +1449,7 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
         for (size_t s = 0; s < n; ++s) {
             loaders.emplace_back([&, s] {
                 omp_set_num_threads(threads);
-                sts[s] = read_store(dbs[s], layout.stores[s].string(), load_vectors, false,
-                                    total.shards[s].first_doc, total.n_docs, &(*shards)[s], &tomb[s]);
+                sts[s] = load(s, false);
             });
         }
         for (size_t s = 0; s < n; ++s) {
@@ -1415,7 +1460,7 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
     }
     for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
     for (size_t s = 0; layout.sharded && s < n; ++s) {  // one model: the manifest's
-        if (ModelCrc((*shards)[s].model) != layout.model_crc) {
+        if (wanted[s] && ModelCrc((*shards)[s].model) != layout.model_crc) {
             return Status::Corruption(layout.stores[s].string() + ": its model differs from the manifest's (the index is damaged)");
         }
     }
@@ -1424,8 +1469,10 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
     for (size_t s = 0; s < n; ++s) {
         for (int64_t g : tomb[s]) {
             size_t t = n - 1;
-            while (g < total.shards[t].first_doc) --t;
-            (*shards)[t].deleted[size_t(g - total.shards[t].first_doc)] = 1;
+            while (t > 0 && g < total.shards[t].first_doc) --t;
+            // A partial open holds only some shards: a tombstone may name another's document.
+            const int64_t local = g - total.shards[t].first_doc;
+            if (local >= 0 && local < total.shards[t].n_docs) (*shards)[t].deleted[size_t(local)] = 1;
         }
     }
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
@@ -1450,6 +1497,15 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
         (*shards)[s].info.shards = {total.shards[s]};
         (*shards)[s].info.format_version = total.format_version;
     }
+    if (!want.empty()) {  // only the stores asked for
+        size_t w = 0;
+        for (size_t s = 0; s < n; ++s) {
+            if (!wanted[s]) continue;
+            if (w != s) (*shards)[w] = std::move((*shards)[s]);  // (a self-move would empty it)
+            ++w;
+        }
+        shards->resize(w);
+    }
     return Status::OK();
 }
 
@@ -1460,15 +1516,29 @@ Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
         std::vector<IndexInfo> infos;
         std::vector<nlohmann::json> stats;
         TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
-        *info = combine_infos(layout, infos);
+        *info = combine_infos(layout, infos, stats);
         return Status::OK();
     });
 }
 
-Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards) {
-    return with_read_stores(path, [&](const Layout& layout, std::vector<Db>& dbs) {
-        return read_shards(layout, dbs, path, load_vectors, progress, shards);
-    });
+Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards,
+                       const std::vector<int>& want) {
+    return with_read_stores(
+        path,
+        [&](const Layout& layout, std::vector<Db>& dbs) {
+            return read_shards(layout, dbs, path, load_vectors, progress, want, shards);
+        },
+        want);
+}
+
+Status ReadShardCount(const std::string& path, int* n) {
+    fs::path dir;
+    TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &dir));
+    TMS_RETURN_IF_ERROR(check_is_index_dir(path));
+    Layout layout;
+    TMS_RETURN_IF_ERROR(read_layout(dir, path, &layout, {}, /*count_only=*/true));
+    *n = layout.n_shards;
+    return Status::OK();
 }
 
 IndexInfo SumShardInfos(const std::vector<IndexData>& shards) {

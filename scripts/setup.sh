@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what TileMaxSim needs on Debian 12 (idempotent: installs only what is missing).
 #   Debian packages: compilers, CMake, FAISS (CPU), RocksDB, CLI11, nlohmann-json, GoogleTest,
-#   Google Benchmark, OpenMP, OpenBLAS; clang with libFuzzer and the sanitizer runtimes
+#   Google Benchmark, OpenMP, OpenBLAS, Open MPI (distributed search and builds); clang with libFuzzer and the sanitizer runtimes
 #   (scripts/fuzz.sh).   Python (tests only): numpy, pytest, pytrec-eval.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libfaiss-dev librocksdb-dev libcli11-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libopenblas-dev python3
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

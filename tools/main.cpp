@@ -9,6 +9,9 @@
 
 #include "base/progress.h"
 #include "tilemaxsim/tilemaxsim.h"
+#if TMS_WITH_MPI
+#include "tilemaxsim/mpi_searcher.h"
+#endif
 #include "tools/bench/bench_index.h"
 #include "tools/bench/bench_kernels.h"
 
@@ -33,18 +36,23 @@ struct SearchArgs {
     std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", pruning = "interaction";
     tms::SearchOptions opts;
     int batch = 256;
+    double mpi_timeout = 600;
     bool no_progress = false;
 };
 
-// Loads queries, searches in batches, writes the run. Prints a summary to stderr.
-tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
-    tms::HostArray arr;
-    TMS_RETURN_IF_ERROR(tms::LoadNpy(a.queries, &arr));
+// The queries of a search (--queries, --query-ids) as one batch over arr's bytes.
+tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBatch* all, std::vector<std::string>* ids) {
+    TMS_RETURN_IF_ERROR(tms::LoadNpy(a.queries, arr));
     tms::EmbeddingView view;
-    TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(arr, 3, a.queries, &view));
-    const int nq = static_cast<int>(arr.shape[0]), qt = static_cast<int>(arr.shape[1]);
+    TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(*arr, 3, a.queries, &view));
+    const int nq = static_cast<int>(arr->shape[0]), qt = static_cast<int>(arr->shape[1]);
     if (qt <= 0) return tms::Status::InvalidArgument(a.queries + ": queries have 0 tokens");
-    std::vector<std::string> qids;
+    all->data = view.data;
+    all->dtype = view.dtype;
+    all->n_queries = nq;
+    all->q_tokens = qt;
+    all->dim = view.dim;
+    std::vector<std::string>& qids = *ids;
     if (!a.query_ids.empty()) {
         TMS_RETURN_IF_ERROR(tms::ReadLines(a.query_ids, &qids));
         if (static_cast<int>(qids.size()) != nq) {
@@ -64,31 +72,48 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         for (int i = 0; i < nq; ++i) qids.push_back(std::to_string(i));
     }
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
-    tms::SearchOptions opts = a.opts;
-    opts.pruning = a.pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+    return tms::Status::OK();
+}
+
+// The search options and searcher options of the command line.
+tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
+    *opts = a.opts;
+    opts->pruning = a.pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+    TMS_RETURN_IF_ERROR(parse_device(a.device, &so->device));
+    if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, so).WithContext("--devices"));
+    so->load_vectors = true;
+    so->progress = !quiet && !a.no_progress;
+    return tms::Status::OK();
+}
+
+tms::Status check_query_dim(const SearchArgs& a, const tms::QueryBatch& all, const tms::IndexInfo& info) {
+    if (all.dim == info.dim) return tms::Status::OK();
+    return tms::Status::InvalidArgument(a.queries + ": query dimension " + std::to_string(all.dim) +
+                                        " differs from the index's " + std::to_string(info.dim));
+}
+
+// Loads queries, searches in batches, writes the run. Prints a summary to stderr.
+tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
+    tms::HostArray arr;
+    tms::QueryBatch whole;
+    std::vector<std::string> qids;
+    TMS_RETURN_IF_ERROR(load_queries(a, &arr, &whole, &qids));
+    tms::SearchOptions opts;
     tms::SearcherOptions so;
-    TMS_RETURN_IF_ERROR(parse_device(a.device, &so.device));
-    if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, &so).WithContext("--devices"));
-    so.load_vectors = true;
-    so.progress = !quiet && !a.no_progress;
+    TMS_RETURN_IF_ERROR(search_options(a, quiet, &opts, &so));
     std::unique_ptr<tms::Searcher> searcher;
     TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &searcher));
-    if (view.dim != searcher->info().dim) {
-        return tms::Status::InvalidArgument(a.queries + ": query dimension " + std::to_string(view.dim) +
-                                            " differs from the index's " + std::to_string(searcher->info().dim));
-    }
+    TMS_RETURN_IF_ERROR(check_query_dim(a, whole, searcher->info()));
+    const int nq = whole.n_queries;
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     tms::SearchTimings phase;
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
     const auto t0 = Clock::now();
-    const size_t row_bytes = size_t(qt) * view.dim * tms::DTypeSize(view.dtype);
+    const size_t row_bytes = size_t(whole.q_tokens) * whole.dim * tms::DTypeSize(whole.dtype);
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
-        tms::QueryBatch b;
+        tms::QueryBatch b = whole;
         b.n_queries = std::min(a.batch, nq - q0);
-        b.q_tokens = qt;
-        b.dim = view.dim;
-        b.dtype = view.dtype;
-        b.data = static_cast<const uint8_t*>(view.data) + row_bytes * q0;
+        b.data = static_cast<const uint8_t*>(whole.data) + row_bytes * q0;
         std::vector<std::vector<tms::SearchHit>> res;
         tms::SearchTimings t;
         TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
@@ -121,6 +146,66 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     return tms::Status::OK();
 }
 
+#if TMS_WITH_MPI
+// Launched by mpirun (Open MPI, or a PMI / PMIx launcher): `tms search` runs on every rank.
+bool under_mpirun() {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+        if (std::getenv(v)) return true;
+    return false;
+}
+
+// The distributed search (tilemaxsim/mpi_searcher.h): rank r opens shards r, r + R, ...; rank 0
+// reads the queries, writes the run and prints the summary (and any rank's failure). The other
+// ranks print nothing: *quiet_failure tells the caller so.
+tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    *quiet_failure = rank != 0;
+    tms::HostArray arr;
+    tms::QueryBatch whole;
+    std::vector<std::string> qids;
+    tms::SearchOptions opts;
+    tms::SearcherOptions so;
+    tms::Status st = search_options(a, /*quiet=*/rank != 0, &opts, &so);
+    // Every rank must open (a collective) even when rank 0's queries are bad: its error is
+    // reported after, through the search's setup.
+    tms::Status qst = rank == 0 ? load_queries(a, &arr, &whole, &qids) : tms::Status::OK();
+    std::unique_ptr<tms::MpiSearcher> ms;
+    TMS_RETURN_IF_ERROR(st);
+    TMS_RETURN_IF_ERROR(tms::MpiSearcher::Open(MPI_COMM_WORLD, so, a.index, &ms, a.mpi_timeout));
+    if (rank == 0 && qst.ok()) qst = check_query_dim(a, whole, ms->local()->info());
+    if (!qst.ok()) whole = tms::QueryBatch{};  // q_tokens 0: every rank stops at the setup
+    const int nq = whole.n_queries;
+    std::vector<std::vector<std::pair<std::string, float>>> all(size_t(rank == 0 ? nq : 0));
+    tms::Progress prog("searching", nq, rank == 0 && !a.no_progress, " q");
+    const auto t0 = Clock::now();
+    st = ms->SearchBatches(whole, a.batch, opts, [&](int64_t q0, std::vector<std::vector<tms::SearchHit>>& hits) {
+        for (size_t i = 0; i < hits.size(); ++i) {
+            for (auto& h : hits[i]) all[size_t(q0) + i].emplace_back(std::move(h.doc_id), h.score);
+        }
+        prog.Add(int64_t(hits.size()));
+        return tms::Status::OK();
+    });
+    if (!qst.ok()) return qst;
+    TMS_RETURN_IF_ERROR(st);
+    prog.Done();
+    if (rank != 0) return tms::Status::OK();
+    const double secs = tms::SecondsSince(t0);
+    TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
+    const tms::MpiSearchStats& m = ms->stats();
+    const double per = m.batches ? 1e6 / double(m.batches) : 0;
+    std::fprintf(stderr, "tms search: %d queries in %.3f s (%.1f queries/s, %d ranks, %d shards%s) -> %s\n", nq, secs,
+                 secs > 0 ? nq / secs : 0.0, size, ms->n_shards(), a.opts.exhaustive ? ", exhaustive" : "",
+                 a.out.c_str());
+    std::fprintf(stderr,
+                 "tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us, gather %.0f us, merge %.0f us "
+                 "(%lld batches)\n",
+                 m.broadcast_s * per, m.search_s * per, m.gather_s * per, m.merge_s * per, (long long)m.batches);
+    return tms::Status::OK();
+}
+#endif
+
 void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--k", a->opts.k, "Results per query (more than the index's documents: all of them)")
         ->capture_default_str()
@@ -147,6 +232,12 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 30));
     c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+#if TMS_WITH_MPI
+    c->add_option("--mpi-timeout", a->mpi_timeout,
+                  "Under mpirun: seconds any rank waits for the others before ending the job")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+#endif
     c->add_flag("--no-progress", a->no_progress, "No progress bars");
 }
 
@@ -420,6 +511,17 @@ int run(int argc, char** argv) {
         return st.ok() ? 0 : fail("index", st);
     }
     if (search->parsed()) {
+#if TMS_WITH_MPI
+        if (under_mpirun()) {
+            int provided = 0;
+            MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+            bool quiet_failure = false;
+            const tms::Status st = run_search_mpi(sa, &quiet_failure);
+            MPI_Finalize();
+            if (!st.ok() && quiet_failure) return st.code() == tms::Status::Code::kInternal ? 3 : 1;
+            return st.ok() ? 0 : fail("search", st);
+        }
+#endif
         double qps;
         tms::Status st = run_search(sa, false, &qps);
         return st.ok() ? 0 : fail("search", st);

@@ -52,5 +52,8 @@ private:
 
 /// Metadata of an index (tms info), without loading it.
 Status ReadIndexInfo(const std::string& path, IndexInfo* info);
+/// The number of shards of the index at `path` (1 when unsharded), from its manifest alone (no
+/// store is opened).
+Status ReadIndexShardCount(const std::string& path, int* n_shards);
 
 }  // namespace tms

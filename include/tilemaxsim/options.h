@@ -70,6 +70,11 @@ struct SearcherOptions {
     /// batch at once and the per-shard results are merged exactly, so the results do not depend
     /// on the placement. A GPU that is not present is an error naming it. Default: empty
     std::vector<int> gpus;
+    /// The shards to open (numbers, as `tms info` lists them); empty: every shard. A searcher
+    /// over some shards returns their documents only (a distributed search opens each rank's
+    /// share); only their stores and the last shard's (which holds the index's deletions) are
+    /// read. Default: empty
+    std::vector<int> shards;
     /// Load stored fp16 vectors (needed for exhaustive search and rerank). Default: true
     bool load_vectors = true;
     /// Show progress on stderr when it is a terminal. Default: true

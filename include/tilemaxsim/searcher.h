@@ -60,4 +60,10 @@ public:
                           std::vector<std::vector<SearchHit>>* results, SearchTimings* timings = nullptr) const = 0;
 };
 
+/// The exact top-k of several searchers' results for the same queries (parts[p][q]: searcher
+/// p's hits of query q, each list best first): score descending, lower internal id first, as one
+/// Searcher over all their shards ranks them. The parts are moved from.
+void MergeHits(std::vector<std::vector<std::vector<SearchHit>>>* parts, int n_queries, int k,
+               std::vector<std::vector<SearchHit>>* out);
+
 }  // namespace tms

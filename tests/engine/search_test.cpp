@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kernels/maxsim.h"
+#include "tests/engine/synth_index.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {
@@ -254,6 +255,91 @@ TEST_P(DefaultSearch, RecallAgainstExhaustive) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SearchCpu, DefaultSearch, ::testing::Values("pq", "residual"));
+
+// Searchers over parts of a sharded index (SearcherOptions::shards, as the ranks of a
+// distributed search open them), merged, equal one searcher over all of it, deletions included
+// (they live in the last shard's store); a part needs only its stores and the last.
+TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
+    SynthOptions so;
+    so.n_docs = 400;
+    so.n_queries = 12;
+    so.dim = 64;
+    IndexBuildOptions bo;
+    bo.shards = 3;
+    bo.keep_vectors = true;
+    bo.n_centroids = 32;
+    bo.progress = false;
+    const fs::path dir = testing::BuildSynthIndex("subsets", so, bo);
+    const std::string index = (dir / "index").string();
+    SearcherOptions opts;
+    opts.device = Device::kCpu;
+    opts.progress = false;
+    HostArray qa;
+    ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
+    const QueryBatch qb{qa.bytes.data(), DType::kF16, int(qa.shape[0]), int(qa.shape[1]), int(qa.shape[2]), nullptr};
+    SearchOptions exh;
+    exh.exhaustive = true;
+    std::vector<std::vector<SearchHit>> top;
+    {
+        std::unique_ptr<Searcher> s;
+        ASSERT_TRUE(Searcher::Open(opts, index, &s).ok());
+        ASSERT_TRUE(s->Search(qb, exh, &top).ok());
+    }
+    std::set<std::string> gone;  // the best hits of the first queries: some in every shard
+    {
+        std::unique_ptr<IndexUpdater> u;
+        ASSERT_TRUE(IndexUpdater::Open(index, false, &u).ok());
+        std::vector<std::string> ids;
+        for (int q = 0; q < 4; ++q) ids.push_back(top[q][0].doc_id);
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        ASSERT_TRUE(u->Delete(ids).ok());
+        ASSERT_TRUE(u->Commit().ok());
+        gone.insert(ids.begin(), ids.end());
+    }
+    for (const SearchOptions& so2 : {exh, SearchOptions{}}) {
+        std::unique_ptr<Searcher> whole;
+        ASSERT_TRUE(Searcher::Open(opts, index, &whole).ok());
+        std::vector<std::vector<SearchHit>> want;
+        ASSERT_TRUE(whole->Search(qb, so2, &want).ok());
+        std::vector<std::vector<std::vector<SearchHit>>> parts;
+        for (const std::vector<int>& part : {std::vector<int>{0}, std::vector<int>{2, 1}}) {
+            SearcherOptions po = opts;
+            po.shards = part;
+            std::unique_ptr<Searcher> s;
+            ASSERT_TRUE(Searcher::Open(po, index, &s).ok());
+            ASSERT_EQ(s->placement().size(), part.size());
+            EXPECT_EQ(s->placement()[0].shard, *std::min_element(part.begin(), part.end()));
+            EXPECT_EQ(s->placement()[0].first_doc, whole->placement()[size_t(s->placement()[0].shard)].first_doc);
+            parts.emplace_back();
+            ASSERT_TRUE(s->Search(qb, so2, &parts.back()).ok());
+        }
+        std::vector<std::vector<SearchHit>> got;
+        MergeHits(&parts, qb.n_queries, 10, &got);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t q = 0; q < want.size(); ++q) {
+            ASSERT_EQ(got[q].size(), want[q].size()) << "query " << q;
+            for (size_t j = 0; j < want[q].size(); ++j) {
+                EXPECT_EQ(got[q][j].doc_id, want[q][j].doc_id) << "query " << q << " rank " << j;
+                EXPECT_EQ(got[q][j].score, want[q][j].score) << "query " << q << " rank " << j;
+                EXPECT_EQ(gone.count(got[q][j].doc_id), 0u) << "a deleted document came back";
+            }
+        }
+    }
+    // Without shard 1's store: shard 0 still opens (with the last), shard 1 is named missing.
+    fs::rename(dir / "index" / "shard-0001", dir / "shard-0001.aside");
+    SearcherOptions p0 = opts, p1 = opts;
+    p0.shards = {0};
+    p1.shards = {1};
+    std::unique_ptr<Searcher> s;
+    EXPECT_TRUE(Searcher::Open(p0, index, &s).ok());
+    const Status st = Searcher::Open(p1, index, &s);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("shard 1 ("), std::string::npos) << st.ToString();
+    p1.shards = {3};
+    EXPECT_EQ(Searcher::Open(p1, index, &s).code(), Status::Code::kInvalidArgument);
+    fs::rename(dir / "shard-0001.aside", dir / "index" / "shard-0001");
+}
 
 TEST(SearchCpu, RejectsBadRequests) {
     const Corpus c = make_corpus(50, 64, 2, 5);

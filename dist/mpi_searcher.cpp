@@ -1,0 +1,323 @@
+// Copyright TileMaxSim authors. MpiSearcher: scatter-gather search over MPI (mpi_searcher.h).
+// Every collective is non-blocking and waited on with a deadline. Per batch: the queries arrive
+// (broadcast from rank 0, prefixed by a go / stop word), each rank searches its shards and encodes
+// its hits (or its error) as bytes, the sizes then the bytes are gathered on rank 0, which posts
+// the next batch's broadcast before it decodes and merges this one.
+#include "tilemaxsim/mpi_searcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "base/progress.h"
+#include "tilemaxsim/index_builder.h"
+
+namespace tms {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The batch-independent request, broadcast once from rank 0.
+struct Setup {
+    int64_t ok = 1;  // 0: rank 0's input was refused (every rank returns its message)
+    int64_t n_queries = 0, q_tokens = 0, dim = 0, dtype = 0, has_lengths = 0, batch = 0;
+    int64_t k = 0, exhaustive = 0, nprobe = 0, ncandidates = 0, rerank = 0, pruning = 0, max_batch_queries = 0;
+};
+static_assert(sizeof(Setup) % sizeof(int64_t) == 0);
+
+constexpr int64_t kGo = 1, kStop = 0;
+
+void put(std::string* b, const void* p, size_t n) { b->append(static_cast<const char*>(p), n); }
+template <class T>
+void put(std::string* b, T v) {
+    put(b, &v, sizeof(v));
+}
+
+// A rank's answer to one batch: status code (0: ok) and message, or per query its hits.
+std::string encode(const Status& st, const std::vector<std::vector<SearchHit>>& hits) {
+    std::string b;
+    put(&b, int32_t(st.code()));
+    if (!st.ok()) {
+        put(&b, st.message().data(), st.message().size());
+        return b;
+    }
+    for (const auto& q : hits) {
+        put(&b, uint32_t(q.size()));
+        for (const SearchHit& h : q) {
+            put(&b, int64_t(h.internal_id));
+            put(&b, h.score);
+            put(&b, uint32_t(h.doc_id.size()));
+            put(&b, h.doc_id.data(), h.doc_id.size());
+        }
+    }
+    return b;
+}
+
+// Decodes one rank's answer of nq queries; an error answer comes back as its Status.
+Status decode(const char* p, size_t n, int nq, std::vector<std::vector<SearchHit>>* hits) {
+    const char* end = p + n;
+    auto get = [&](void* v, size_t len) {
+        if (size_t(end - p) < len) return false;
+        std::memcpy(v, p, len);
+        p += len;
+        return true;
+    };
+    int32_t code = 0;
+    if (!get(&code, 4)) return Status::Internal("a truncated answer");
+    if (code != 0) return Status(Status::Code(code), std::string(p, end));
+    hits->assign(size_t(nq), {});
+    for (int q = 0; q < nq; ++q) {
+        uint32_t c = 0;
+        if (!get(&c, 4)) return Status::Internal("a truncated answer");
+        auto& r = (*hits)[size_t(q)];
+        r.resize(c);
+        for (SearchHit& h : r) {
+            int64_t id = 0;
+            uint32_t len = 0;
+            if (!get(&id, 8) || !get(&h.score, 4) || !get(&len, 4) || size_t(end - p) < len) {
+                return Status::Internal("a truncated answer");
+            }
+            h.internal_id = id;
+            h.doc_id.assign(p, len);
+            p += len;
+        }
+    }
+    return Status::OK();
+}
+
+}  // namespace
+
+MpiSearcher::~MpiSearcher() {
+    local_.reset();
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiSearcher::Wait(MPI_Request* req, const char* what) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (int spins = 0;; ++spins) {
+        int done = 0;
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (Clock::now() > deadline) {
+            std::fprintf(stderr, "tms: rank %d: %s: no answer from the other ranks within %g s (a rank died or hangs); "
+                         "ending the job\n", rank_, what, timeout_s_);
+            std::fflush(stderr);
+            MPI_Abort(comm_, 1);
+        }
+        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+}
+
+Status MpiSearcher::Agree(const Status& mine) {
+    // Each rank sends its code (one byte) and message; empty: ok.
+    const std::string msg = mine.ok() ? std::string() : char(int(mine.code())) + mine.message();
+    int len = int(msg.size());
+    std::vector<int> lens(size_t(size_), 0);
+    MPI_Request r;
+    MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_, &r);
+    Wait(&r, "gathering each rank's status");
+    std::vector<int> displs(size_t(size_), 0);
+    for (int i = 1; i < size_; ++i) displs[size_t(i)] = displs[size_t(i - 1)] + lens[size_t(i - 1)];
+    std::string all(rank_ == 0 ? size_t(displs.back() + lens.back()) : 0, '\0');
+    MPI_Igatherv(msg.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm_, &r);
+    Wait(&r, "gathering each rank's status");
+    // Rank 0 words the verdict: the failed ranks and their messages, in rank order, with the
+    // first one's code.
+    Status verdict;
+    if (rank_ == 0) {
+        std::string text;
+        Status::Code code = Status::Code::kOk;
+        for (int i = 0; i < size_; ++i) {
+            if (lens[size_t(i)] == 0) continue;
+            const std::string m = all.substr(size_t(displs[size_t(i)]), size_t(lens[size_t(i)]));
+            if (code == Status::Code::kOk) code = Status::Code(int(m[0]));
+            text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + ": " + m.substr(1);
+        }
+        if (code != Status::Code::kOk) verdict = Status(code, text);
+    }
+    return ShareRoot(verdict);
+}
+
+Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::string& path,
+                         std::unique_ptr<MpiSearcher>* out, double timeout_s) {
+    if (!(timeout_s > 0)) return Status::InvalidArgument("MpiSearcher: timeout must be > 0");
+    std::unique_ptr<MpiSearcher> s(new MpiSearcher());
+    MPI_Comm_dup(comm, &s->comm_);  // our messages never meet the application's
+    MPI_Comm_rank(s->comm_, &s->rank_);
+    MPI_Comm_size(s->comm_, &s->size_);
+    s->timeout_s_ = timeout_s;
+    Status st = ReadIndexShardCount(path, &s->n_shards_);
+    if (st.ok()) {
+        for (int sh = s->rank_; sh < s->n_shards_; sh += s->size_) s->mine_.push_back(sh);
+        if (!s->mine_.empty()) {
+            SearcherOptions o = opts;
+            o.shards = s->mine_;
+            st = Searcher::Open(o, path, &s->local_);
+        }
+    }
+    TMS_RETURN_IF_ERROR(s->Agree(st));
+    *out = std::move(s);
+    return Status::OK();
+}
+
+Status MpiSearcher::SearchBatches(
+    const QueryBatch& q, int batch, const SearchOptions& opts,
+    const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch) {
+    Setup su;
+    if (rank_ == 0) {
+        su.n_queries = q.n_queries;
+        su.q_tokens = q.q_tokens;
+        su.dim = q.dim;
+        su.dtype = int64_t(q.dtype);
+        su.has_lengths = q.lengths != nullptr;
+        su.batch = batch;
+        su.k = opts.k;
+        su.exhaustive = opts.exhaustive;
+        su.nprobe = opts.nprobe;
+        su.ncandidates = opts.ncandidates;
+        su.rerank = opts.rerank;
+        su.pruning = int64_t(opts.pruning);
+        su.max_batch_queries = opts.max_batch_queries;
+        su.ok = batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 && (q.n_queries == 0 || q.data);
+    }
+    MPI_Request r;
+    MPI_Ibcast(&su, int(sizeof(Setup) / sizeof(int64_t)), MPI_INT64_T, 0, comm_, &r);
+    Wait(&r, "broadcasting the search");
+    if (!su.ok) return Status::InvalidArgument("MpiSearcher: rank 0's queries or batch size are invalid");
+    SearchOptions o;
+    o.k = int(su.k);
+    o.exhaustive = su.exhaustive != 0;
+    o.nprobe = int(su.nprobe);
+    o.ncandidates = int(su.ncandidates);
+    o.rerank = int(su.rerank);
+    o.pruning = Pruning(su.pruning);
+    o.max_batch_queries = int(su.max_batch_queries);
+    const int64_t nq = su.n_queries;
+    std::vector<int32_t> lens;
+    if (su.has_lengths) {
+        lens.resize(size_t(nq));
+        if (rank_ == 0) std::copy(q.lengths, q.lengths + nq, lens.begin());
+        MPI_Ibcast(lens.data(), int(nq), MPI_INT32_T, 0, comm_, &r);
+        Wait(&r, "broadcasting the query lengths");
+    }
+    const DType dtype = DType(su.dtype);
+    const size_t row_bytes = size_t(su.q_tokens) * size_t(su.dim) * size_t(DTypeSize(dtype));
+    const int64_t nb = (nq + su.batch - 1) / su.batch;
+    // Two buffers: the next batch arrives in one while this one is searched from the other.
+    // Each starts with the go / stop word.
+    const size_t max_rows = size_t(std::min<int64_t>(su.batch, std::max<int64_t>(nq, 1)));
+    if (max_rows * row_bytes > size_t(1) << 30) {
+        return Status::InvalidArgument("MpiSearcher: a batch of more than 1 GiB of queries; use a smaller batch");
+    }
+    std::vector<uint8_t> bufs[2];
+    for (auto& b : bufs) b.resize(sizeof(int64_t) + max_rows * row_bytes);
+    auto batch_rows = [&](int64_t i) { return std::min<int64_t>(su.batch, nq - i * su.batch); };
+    auto post = [&](int64_t i, int64_t word, MPI_Request* req) {
+        std::vector<uint8_t>& b = bufs[i % 2];
+        const size_t bytes = size_t(batch_rows(i)) * row_bytes;
+        if (rank_ == 0) {
+            std::memcpy(b.data(), &word, sizeof(word));
+            if (word == kGo) std::memcpy(b.data() + sizeof(word), static_cast<const uint8_t*>(q.data) + size_t(i * su.batch) * row_bytes, bytes);
+        }
+        MPI_Ibcast(b.data(), int(sizeof(int64_t) + bytes), MPI_BYTE, 0, comm_, req);
+    };
+    if (nb == 0) return Status::OK();
+    MPI_Request next = MPI_REQUEST_NULL;
+    auto t = Clock::now();
+    post(0, kGo, &next);
+    Wait(&next, "broadcasting a batch");
+    stats_.broadcast_s += SecondsSince(t);
+    Status pending;  // rank 0: an error that ends the search after this batch
+    for (int64_t i = 0; i < nb; ++i) {
+        const std::vector<uint8_t>& b = bufs[i % 2];
+        int64_t word = 0;
+        std::memcpy(&word, b.data(), sizeof(word));
+        if (word != kGo) break;  // rank 0 stopped the search: its reason follows
+        const int n = int(batch_rows(i));
+        // This rank's answer: its shards' hits, or its error.
+        t = Clock::now();
+        std::vector<std::vector<SearchHit>> mine(static_cast<size_t>(n));
+        Status st;
+        if (local_) {
+            QueryBatch qb;
+            qb.data = b.data() + sizeof(int64_t);
+            qb.dtype = dtype;
+            qb.n_queries = n;
+            qb.q_tokens = int(su.q_tokens);
+            qb.dim = int(su.dim);
+            qb.lengths = su.has_lengths ? lens.data() + i * su.batch : nullptr;
+            st = local_->Search(qb, o, &mine);
+        }
+        if (rank_ == 0 && !pending.ok()) st = pending;
+        const std::string blob = encode(st, mine);
+        stats_.search_s += SecondsSince(t);
+        t = Clock::now();
+        if (blob.size() > size_t(INT32_MAX)) return Status::ResourceExhausted("MpiSearcher: a rank's answer over 2 GB");
+        int len = int(blob.size());
+        std::vector<int> lens_r(size_t(size_), 0), displs(size_t(size_), 0);
+        MPI_Request g;
+        MPI_Igather(&len, 1, MPI_INT, lens_r.data(), 1, MPI_INT, 0, comm_, &g);
+        Wait(&g, "gathering a batch's results");
+        int64_t total = 0;
+        for (int k = 0; k < size_; ++k) {
+            displs[size_t(k)] = int(total);
+            total += lens_r[size_t(k)];
+        }
+        if (rank_ == 0 && total > INT32_MAX) pending = Status::ResourceExhausted("MpiSearcher: a batch's answers over 2 GB");
+        std::string all(rank_ == 0 ? size_t(total) : 0, '\0');
+        MPI_Igatherv(blob.data(), len, MPI_CHAR, all.data(), lens_r.data(), displs.data(), MPI_CHAR, 0, comm_, &g);
+        Wait(&g, "gathering a batch's results");
+        stats_.gather_s += SecondsSince(t);
+        // Rank 0 decodes: any rank's error stops the search (the next batch goes out as a stop).
+        std::vector<std::vector<std::vector<SearchHit>>> parts;
+        t = Clock::now();
+        if (rank_ == 0) {
+            parts.resize(size_t(size_));
+            for (int k = 0; k < size_; ++k) {
+                Status dst = decode(all.data() + displs[size_t(k)], size_t(lens_r[size_t(k)]), n, &parts[size_t(k)]);
+                if (!dst.ok() && pending.ok()) pending = Status(dst.code(), "rank " + std::to_string(k) + ": " + dst.message());
+            }
+        }
+        stats_.merge_s += SecondsSince(t);
+        if (i + 1 < nb) post(i + 1, pending.ok() ? kGo : kStop, &next);
+        if (rank_ == 0 && pending.ok()) {
+            t = Clock::now();
+            std::vector<std::vector<SearchHit>> merged;
+            MergeHits(&parts, n, o.k, &merged);
+            stats_.merge_s += SecondsSince(t);
+            pending = on_batch(i * su.batch, merged);
+        }
+        ++stats_.batches;
+        if (i + 1 < nb) {
+            t = Clock::now();
+            Wait(&next, "broadcasting a batch");
+            stats_.broadcast_s += SecondsSince(t);
+        }
+    }
+    return ShareRoot(pending);  // rank 0's verdict (the first error of any rank) is everyone's
+}
+
+Status MpiSearcher::ShareRoot(const Status& st) {
+    std::string msg = st.message();
+    int64_t head[2] = {int64_t(st.code()), int64_t(msg.size())};
+    MPI_Request r;
+    MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm_, &r);
+    Wait(&r, "broadcasting the outcome");
+    msg.resize(size_t(head[1]));
+    MPI_Ibcast(msg.data(), int(head[1]), MPI_CHAR, 0, comm_, &r);
+    Wait(&r, "broadcasting the outcome");
+    return head[0] == 0 ? Status::OK() : Status(Status::Code(head[0]), msg);
+}
+
+Status MpiSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
+                           std::vector<std::vector<SearchHit>>* results) {
+    results->clear();
+    return SearchBatches(q, std::max(1, q.n_queries), opts, [&](int64_t, std::vector<std::vector<SearchHit>>& hits) {
+        *results = std::move(hits);
+        return Status::OK();
+    });
+}
+
+}  // namespace tms

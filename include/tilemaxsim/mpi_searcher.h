@@ -1,0 +1,78 @@
+// Copyright TileMaxSim authors. Distributed search over an MPI communicator (built and installed
+// only with TMS_ENABLE_MPI; the one public header that needs mpi.h).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tilemaxsim/searcher.h"
+
+namespace tms {
+
+/// Where the time of a distributed search went, summed over its batches (rank 0's view).
+struct MpiSearchStats {
+    int64_t batches = 0;
+    double broadcast_s = 0;  ///< waiting for a batch's queries to arrive (every rank: the broadcast)
+    double search_s = 0;     ///< this rank's own search of its shards
+    double gather_s = 0;     ///< the per-rank results reaching rank 0 (including slower ranks' search)
+    double merge_s = 0;      ///< rank 0: decoding and merging the per-rank top-k lists
+};
+
+/// Scatter-gather search: rank r of the communicator opens shards r, r + R, ... of the index
+/// (SearcherOptions::shards is set so; its devices, as in one process, place them), rank 0's
+/// queries are broadcast batch by batch, every rank searches its shards, and the per-rank top-k
+/// lists are merged on rank 0 (MergeHits: exactly what one Searcher over every shard returns).
+/// Every call is collective: all ranks make it, in the same order. Every wait is bounded
+/// (timeout_s): a rank that stops answering ends the job (MPI_Abort) with a message naming what
+/// did not arrive. A rank that fails (a missing shard, a bad batch) fails the call on every rank
+/// with one message naming the failed ranks. The index directory must be readable on every rank
+/// (a shared filesystem, or the same copy on each node); a rank reads only its shards' stores and
+/// the last shard's (which holds the index's deletions).
+class MpiSearcher {
+public:
+    static Status Open(MPI_Comm comm, const SearcherOptions& opts, const std::string& path,
+                       std::unique_ptr<MpiSearcher>* out, double timeout_s = 600);
+    ~MpiSearcher();
+
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+    /// The index's shard count, and this rank's shards.
+    int n_shards() const { return n_shards_; }
+    const std::vector<int>& shards() const { return mine_; }
+    /// This rank's searcher (null when it holds no shard: more ranks than shards).
+    const Searcher* local() const { return local_.get(); }
+
+    /// Collective. Rank 0's `queries` (the other ranks' are ignored) are searched in batches of
+    /// `batch`; on rank 0 `on_batch(first_query, hits)` receives each batch's merged results, in
+    /// order. The broadcast of batch i + 1 starts before rank 0 merges batch i, so that the other
+    /// ranks search while it merges. An error of on_batch ends the search on every rank.
+    Status SearchBatches(const QueryBatch& queries, int batch, const SearchOptions& opts,
+                         const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch);
+    /// Collective: one batch; results on rank 0.
+    Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results);
+
+    const MpiSearchStats& stats() const { return stats_; }
+
+private:
+    MpiSearcher() = default;
+    /// Collective: OK when every rank's `mine` is, else (on every rank) the failed ranks' messages.
+    Status Agree(const Status& mine);
+    /// Collective: rank 0's `st` on every rank.
+    Status ShareRoot(const Status& st);
+    /// Waits for `req` at most until the deadline; past it, aborts the job naming `what`.
+    void Wait(MPI_Request* req, const char* what);
+
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    int rank_ = 0, size_ = 1, n_shards_ = 0;
+    double timeout_s_ = 600;
+    std::vector<int> mine_;
+    std::unique_ptr<Searcher> local_;
+    MpiSearchStats stats_;
+};
+
+}  // namespace tms
