@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "base/progress.h"
+#include "dist/mpi_channel.h"
 #include "tilemaxsim/index_builder.h"
 
 namespace tms {
@@ -89,65 +89,15 @@ Status decode(const char* p, size_t n, int nq, std::vector<std::vector<SearchHit
 
 }  // namespace
 
-MpiSearcher::~MpiSearcher() {
-    local_.reset();
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-}
-
-void MpiSearcher::Wait(MPI_Request* req, const char* what) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
-    for (int spins = 0;; ++spins) {
-        int done = 0;
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-        if (Clock::now() > deadline) {
-            std::fprintf(stderr, "tms: rank %d: %s: no answer from the other ranks within %g s (a rank died or hangs); "
-                         "ending the job\n", rank_, what, timeout_s_);
-            std::fflush(stderr);
-            MPI_Abort(comm_, 1);
-        }
-        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-}
-
-Status MpiSearcher::Agree(const Status& mine) {
-    // Each rank sends its code (one byte) and message; empty: ok.
-    const std::string msg = mine.ok() ? std::string() : char(int(mine.code())) + mine.message();
-    int len = int(msg.size());
-    std::vector<int> lens(size_t(size_), 0);
-    MPI_Request r;
-    MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_, &r);
-    Wait(&r, "gathering each rank's status");
-    std::vector<int> displs(size_t(size_), 0);
-    for (int i = 1; i < size_; ++i) displs[size_t(i)] = displs[size_t(i - 1)] + lens[size_t(i - 1)];
-    std::string all(rank_ == 0 ? size_t(displs.back() + lens.back()) : 0, '\0');
-    MPI_Igatherv(msg.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm_, &r);
-    Wait(&r, "gathering each rank's status");
-    // Rank 0 words the verdict: the failed ranks and their messages, in rank order, with the
-    // first one's code.
-    Status verdict;
-    if (rank_ == 0) {
-        std::string text;
-        Status::Code code = Status::Code::kOk;
-        for (int i = 0; i < size_; ++i) {
-            if (lens[size_t(i)] == 0) continue;
-            const std::string m = all.substr(size_t(displs[size_t(i)]), size_t(lens[size_t(i)]));
-            if (code == Status::Code::kOk) code = Status::Code(int(m[0]));
-            text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + ": " + m.substr(1);
-        }
-        if (code != Status::Code::kOk) verdict = Status(code, text);
-    }
-    return ShareRoot(verdict);
-}
+MpiSearcher::~MpiSearcher() = default;
 
 Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::string& path,
                          std::unique_ptr<MpiSearcher>* out, double timeout_s) {
     if (!(timeout_s > 0)) return Status::InvalidArgument("MpiSearcher: timeout must be > 0");
     std::unique_ptr<MpiSearcher> s(new MpiSearcher());
-    MPI_Comm_dup(comm, &s->comm_);  // our messages never meet the application's
-    MPI_Comm_rank(s->comm_, &s->rank_);
-    MPI_Comm_size(s->comm_, &s->size_);
-    s->timeout_s_ = timeout_s;
+    s->ch_ = std::make_unique<dist::Channel>(comm, timeout_s);
+    s->rank_ = s->ch_->rank();
+    s->size_ = s->ch_->size();
     Status st = ReadIndexShardCount(path, &s->n_shards_);
     if (st.ok()) {
         for (int sh = s->rank_; sh < s->n_shards_; sh += s->size_) s->mine_.push_back(sh);
@@ -157,7 +107,7 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
             st = Searcher::Open(o, path, &s->local_);
         }
     }
-    TMS_RETURN_IF_ERROR(s->Agree(st));
+    TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
     *out = std::move(s);
     return Status::OK();
 }
@@ -183,8 +133,8 @@ Status MpiSearcher::SearchBatches(
         su.ok = batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 && (q.n_queries == 0 || q.data);
     }
     MPI_Request r;
-    MPI_Ibcast(&su, int(sizeof(Setup) / sizeof(int64_t)), MPI_INT64_T, 0, comm_, &r);
-    Wait(&r, "broadcasting the search");
+    MPI_Ibcast(&su, int(sizeof(Setup) / sizeof(int64_t)), MPI_INT64_T, 0, ch_->comm(), &r);
+    ch_->Wait(&r, "broadcasting the search");
     if (!su.ok) return Status::InvalidArgument("MpiSearcher: rank 0's queries or batch size are invalid");
     SearchOptions o;
     o.k = int(su.k);
@@ -199,8 +149,8 @@ Status MpiSearcher::SearchBatches(
     if (su.has_lengths) {
         lens.resize(size_t(nq));
         if (rank_ == 0) std::copy(q.lengths, q.lengths + nq, lens.begin());
-        MPI_Ibcast(lens.data(), int(nq), MPI_INT32_T, 0, comm_, &r);
-        Wait(&r, "broadcasting the query lengths");
+        MPI_Ibcast(lens.data(), int(nq), MPI_INT32_T, 0, ch_->comm(), &r);
+        ch_->Wait(&r, "broadcasting the query lengths");
     }
     const DType dtype = DType(su.dtype);
     const size_t row_bytes = size_t(su.q_tokens) * size_t(su.dim) * size_t(DTypeSize(dtype));
@@ -221,13 +171,13 @@ Status MpiSearcher::SearchBatches(
             std::memcpy(b.data(), &word, sizeof(word));
             if (word == kGo) std::memcpy(b.data() + sizeof(word), static_cast<const uint8_t*>(q.data) + size_t(i * su.batch) * row_bytes, bytes);
         }
-        MPI_Ibcast(b.data(), int(sizeof(int64_t) + bytes), MPI_BYTE, 0, comm_, req);
+        MPI_Ibcast(b.data(), int(sizeof(int64_t) + bytes), MPI_BYTE, 0, ch_->comm(), req);
     };
     if (nb == 0) return Status::OK();
     MPI_Request next = MPI_REQUEST_NULL;
     auto t = Clock::now();
     post(0, kGo, &next);
-    Wait(&next, "broadcasting a batch");
+    ch_->Wait(&next, "broadcasting a batch");
     stats_.broadcast_s += SecondsSince(t);
     Status pending;  // rank 0: an error that ends the search after this batch
     for (int64_t i = 0; i < nb; ++i) {
@@ -258,8 +208,8 @@ Status MpiSearcher::SearchBatches(
         int len = int(blob.size());
         std::vector<int> lens_r(size_t(size_), 0), displs(size_t(size_), 0);
         MPI_Request g;
-        MPI_Igather(&len, 1, MPI_INT, lens_r.data(), 1, MPI_INT, 0, comm_, &g);
-        Wait(&g, "gathering a batch's results");
+        MPI_Igather(&len, 1, MPI_INT, lens_r.data(), 1, MPI_INT, 0, ch_->comm(), &g);
+        ch_->Wait(&g, "gathering a batch's results");
         int64_t total = 0;
         for (int k = 0; k < size_; ++k) {
             displs[size_t(k)] = int(total);
@@ -267,8 +217,8 @@ Status MpiSearcher::SearchBatches(
         }
         if (rank_ == 0 && total > INT32_MAX) pending = Status::ResourceExhausted("MpiSearcher: a batch's answers over 2 GB");
         std::string all(rank_ == 0 ? size_t(total) : 0, '\0');
-        MPI_Igatherv(blob.data(), len, MPI_CHAR, all.data(), lens_r.data(), displs.data(), MPI_CHAR, 0, comm_, &g);
-        Wait(&g, "gathering a batch's results");
+        MPI_Igatherv(blob.data(), len, MPI_CHAR, all.data(), lens_r.data(), displs.data(), MPI_CHAR, 0, ch_->comm(), &g);
+        ch_->Wait(&g, "gathering a batch's results");
         stats_.gather_s += SecondsSince(t);
         // Rank 0 decodes: any rank's error stops the search (the next batch goes out as a stop).
         std::vector<std::vector<std::vector<SearchHit>>> parts;
@@ -292,23 +242,11 @@ Status MpiSearcher::SearchBatches(
         ++stats_.batches;
         if (i + 1 < nb) {
             t = Clock::now();
-            Wait(&next, "broadcasting a batch");
+            ch_->Wait(&next, "broadcasting a batch");
             stats_.broadcast_s += SecondsSince(t);
         }
     }
-    return ShareRoot(pending);  // rank 0's verdict (the first error of any rank) is everyone's
-}
-
-Status MpiSearcher::ShareRoot(const Status& st) {
-    std::string msg = st.message();
-    int64_t head[2] = {int64_t(st.code()), int64_t(msg.size())};
-    MPI_Request r;
-    MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm_, &r);
-    Wait(&r, "broadcasting the outcome");
-    msg.resize(size_t(head[1]));
-    MPI_Ibcast(msg.data(), int(head[1]), MPI_CHAR, 0, comm_, &r);
-    Wait(&r, "broadcasting the outcome");
-    return head[0] == 0 ? Status::OK() : Status(Status::Code(head[0]), msg);
+    return ch_->ShareRoot(pending);  // rank 0's verdict (the first error of any rank) is everyone's
 }
 
 Status MpiSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
@@ -318,6 +256,26 @@ Status MpiSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
         *results = std::move(hits);
         return Status::OK();
     });
+}
+
+namespace {
+
+class MpiBuildGroup final : public BuildGroup {
+public:
+    MpiBuildGroup(MPI_Comm comm, double timeout_s) : ch_(comm, timeout_s) {}
+    int rank() const override { return ch_.rank(); }
+    int size() const override { return ch_.size(); }
+    Status Broadcast(std::string* bytes) override { return ch_.Broadcast(bytes); }
+    Status Agree(const Status& mine) override { return ch_.Agree(mine); }
+
+private:
+    dist::Channel ch_;
+};
+
+}  // namespace
+
+std::unique_ptr<BuildGroup> MakeMpiBuildGroup(MPI_Comm comm, double timeout_s) {
+    return std::make_unique<MpiBuildGroup>(comm, timeout_s);
 }
 
 }  // namespace tms

@@ -31,7 +31,7 @@ using index::ReleaseFn;
 
 Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vector<std::vector<int64_t>>& shard_lens,
                        const std::vector<std::string>& names, std::vector<std::string> ids,
-                       const IndexBuildOptions& opts, const std::string& path, BuildStats* stats,
+                       const IndexBuildOptions& opts, const std::string& path, BuildStats* stats, BuildGroup* group,
                        const ReleaseFn& release = nullptr, const std::function<void()>& restart = nullptr) {
     std::vector<int64_t> all_lens;
     int64_t rows = 0;
@@ -42,94 +42,145 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     const EmbeddingView whole{nullptr, shards.empty() ? DType::kF32 : shards[0].dtype, rows,
                               shards.empty() ? 0 : shards[0].dim};
     TMS_RETURN_IF_ERROR(index::ValidateInput(whole, all_lens, &ids));
+    // A distributed build: every step that can fail on one rank ends in an agreement, so that
+    // every rank fails together (and rank 0's build directory is removed).
+    const bool parted = group && group->size() > 1;
+    const int rank = parted ? group->rank() : 0;
+    const auto agree = [&](const Status& st) { return parted ? group->Agree(st) : st; };
     std::vector<std::pair<std::string, double>> phases;
     index::IndexModel model;
-    TMS_RETURN_IF_ERROR(index::TrainModel(shards, opts, &model, &phases, &names, release));
+    TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));
+    if (parted) {
+        std::string bytes = rank == 0 ? index::ModelToBytes(model) : std::string();
+        TMS_RETURN_IF_ERROR(group->Broadcast(&bytes));
+        if (rank != 0) TMS_RETURN_IF_ERROR(agree(index::ModelFromBytes(bytes, &model)));
+        else TMS_RETURN_IF_ERROR(agree(Status::OK()));
+    }
     if (release) {  // the sample touched pages all over the input
         for (size_t s = 0; s < shards.size(); ++s) release(s, shards[s].rows);
     }
     if (restart) restart();
     auto t0 = std::chrono::steady_clock::now();
+    const std::vector<int64_t> shard_docs = index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows));
     std::unique_ptr<index::IndexWriter> writer;
-    TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer, nullptr,
-                                                   index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows))));
-    std::unique_ptr<index::Encoder> enc;
-    TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, opts.gpu, &enc));
-    // Two chunk buffers: the writer appends chunk k (RocksDB, IVF lists) on its own thread while
-    // chunk k + 1 is encoded (declared in this order so that the writer is joined first).
-    struct ChunkBuf {
-        std::vector<uint32_t> cids;
-        std::vector<uint8_t> codes;
-        std::vector<uint16_t> vecs;
-    } bufs[2];
-    std::future<Status> appending;
-    double encode_s = 0, wait_s = 0;  // main thread: encoding, and blocked on the writer
-    auto wait_writer = [&]() {
-        const auto w0 = std::chrono::steady_clock::now();
-        Status st = appending.valid() ? appending.get() : Status::OK();
-        wait_s += SecondsSince(w0);
-        return st;
-    };
-    const int dim = whole.dim;
-    // Documents per Encode call: whole chunks, about 1M tokens (fewer GPU pipeline drains), the
-    // two buffers at most ~64 MB each.
-    const int64_t chunk = std::max(1, opts.chunk_docs);
-    const int64_t token_bytes = 4 + model.n_code_bytes + (opts.keep_vectors ? 2 * dim : 0);
-    const int64_t want_tokens = std::min<int64_t>(int64_t(1) << 20, (int64_t(64) << 20) / token_bytes);
-    const double avg_len = double(rows) / double(std::max<size_t>(1, all_lens.size()));
-    const int64_t group = chunk * std::max<int64_t>(1, static_cast<int64_t>(want_tokens / (avg_len * double(chunk))));
-    Progress prog("encoding", rows, opts.progress, " tok");
-    size_t doc = 0;
-    int k = 0;
-    for (size_t s = 0; s < shards.size(); ++s) {
-        const auto& lens = shard_lens[s];
-        int64_t row = 0;
-        for (size_t d0 = 0; d0 < lens.size(); d0 += group, ++k) {
-            const size_t d1 = std::min(lens.size(), size_t(d0 + group));
-            int64_t n = 0;
-            for (size_t d = d0; d < d1; ++d) n += lens[d];
-            ChunkBuf& b = bufs[k % 2];
-            try {
-                b.cids.resize(n);
-                b.codes.resize(size_t(n) * model.n_code_bytes);
-                if (opts.keep_vectors) b.vecs.resize(size_t(n) * dim);
-            } catch (const std::bad_alloc&) {
-                (void)wait_writer();
-                return Status::ResourceExhausted("out of host memory encoding a chunk");
-            }
-            const auto e0 = std::chrono::steady_clock::now();
-            Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
-            encode_s += SecondsSince(e0);
-            if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
-            if (st.ok() && opts.keep_vectors) index::ToHalf(shards[s], row, n, b.vecs.data());
-            const Status wst = wait_writer();  // chunk k - 1, which used the other buffer
-            TMS_RETURN_IF_ERROR(st);
-            TMS_RETURN_IF_ERROR(wst);
-            appending = std::async(std::launch::async, [&writer, &b, &lens, &ids, d0, d1, doc, keep = opts.keep_vectors]() {
-                try {
-                    return writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), b.cids.data(), b.codes.data(),
-                                              keep ? b.vecs.data() : nullptr, ids.data() + doc);
-                } catch (const std::bad_alloc&) {
-                    return Status::ResourceExhausted("out of host memory writing the index");
-                } catch (const std::exception& e) {
-                    return Status::Internal(std::string("writing the index: ") + e.what());
-                }
-            });
-            doc += d1 - d0;
-            row += n;
-            if (release) release(s, row);
-            prog.Add(n);
-        }
+    index::WriterPart part;
+    if (parted) {
+        part.rank = rank;
+        part.size = group->size();
+        // Rank 0 makes the build directory, then the others join it.
+        TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs, &part)
+                                            : Status::OK()));
+        part.dir = rank == 0 ? writer->build_dir() : std::string();
+        TMS_RETURN_IF_ERROR(group->Broadcast(&part.dir));
+        TMS_RETURN_IF_ERROR(agree(rank != 0 ? index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs, &part)
+                                            : Status::OK()));
+    } else {
+        TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs));
     }
-    TMS_RETURN_IF_ERROR(wait_writer());
-    prog.Done();
+    // The documents this rank writes: every one, or its shards' ([first, end) each).
+    std::vector<int64_t> shard_first(1, 0);
+    for (int64_t c : shard_docs) shard_first.push_back(shard_first.back() + c);
+    shard_first.back() = int64_t(all_lens.size());
+    const auto mine = [&](size_t sh) { return !parted || int(sh % size_t(part.size)) == rank; };
+    int64_t my_rows = 0;
+    for (size_t sh = 0; sh + 1 < shard_first.size(); ++sh) {
+        if (!mine(sh)) continue;
+        for (int64_t d = shard_first[sh]; d < shard_first[sh + 1]; ++d) my_rows += all_lens[size_t(d)];
+    }
+    double encode_s = 0, wait_s = 0;  // main thread: encoding, and blocked on the writer
+    const Status encoded = [&]() -> Status {
+        std::unique_ptr<index::Encoder> enc;
+        TMS_RETURN_IF_ERROR(index::Encoder::Create(model, opts.device, opts.gpu, &enc));
+        // Two chunk buffers: the writer appends chunk k (RocksDB, IVF lists) on its own thread
+        // while chunk k + 1 is encoded (declared in this order so that the writer is joined first).
+        struct ChunkBuf {
+            std::vector<uint32_t> cids;
+            std::vector<uint8_t> codes;
+            std::vector<uint16_t> vecs;
+        } bufs[2];
+        std::future<Status> appending;
+        auto wait_writer = [&]() {
+            const auto w0 = std::chrono::steady_clock::now();
+            Status st = appending.valid() ? appending.get() : Status::OK();
+            wait_s += SecondsSince(w0);
+            return st;
+        };
+        const int dim = whole.dim;
+        // Documents per Encode call: whole chunks, about 1M tokens (fewer GPU pipeline drains),
+        // the two buffers at most ~64 MB each.
+        const int64_t chunk = std::max(1, opts.chunk_docs);
+        const int64_t token_bytes = 4 + model.n_code_bytes + (opts.keep_vectors ? 2 * dim : 0);
+        const int64_t want_tokens = std::min<int64_t>(int64_t(1) << 20, (int64_t(64) << 20) / token_bytes);
+        const double avg_len = double(rows) / double(std::max<size_t>(1, all_lens.size()));
+        const int64_t group_docs =
+            chunk * std::max<int64_t>(1, static_cast<int64_t>(want_tokens / (avg_len * double(chunk))));
+        Progress prog("encoding", my_rows, opts.progress, " tok");
+        size_t doc = 0;  // global document of the input shard's first, then of d0
+        int k = 0;
+        for (size_t s = 0; s < shards.size(); ++s) {
+            const auto& lens = shard_lens[s];
+            int64_t row = 0;
+            for (size_t d0 = 0; d0 < lens.size();) {
+                // A group never straddles index shards: it is all this rank's, or skipped.
+                const size_t g0 = doc + d0;
+                const size_t sh =
+                    size_t(std::upper_bound(shard_first.begin(), shard_first.end(), int64_t(g0)) - shard_first.begin()) - 1;
+                const size_t d1 = std::min({lens.size(), size_t(d0 + group_docs), size_t(shard_first[sh + 1]) - doc});
+                int64_t n = 0;
+                for (size_t d = d0; d < d1; ++d) n += lens[d];
+                if (!mine(sh)) {
+                    row += n;
+                    if (release) release(s, row);
+                    d0 = d1;
+                    continue;
+                }
+                ChunkBuf& b = bufs[k++ % 2];  // the other one may still be appending
+                try {
+                    b.cids.resize(n);
+                    b.codes.resize(size_t(n) * model.n_code_bytes);
+                    if (opts.keep_vectors) b.vecs.resize(size_t(n) * dim);
+                } catch (const std::bad_alloc&) {
+                    (void)wait_writer();
+                    return Status::ResourceExhausted("out of host memory encoding a chunk");
+                }
+                const auto e0 = std::chrono::steady_clock::now();
+                Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
+                encode_s += SecondsSince(e0);
+                if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
+                if (st.ok() && opts.keep_vectors) index::ToHalf(shards[s], row, n, b.vecs.data());
+                const Status wst = wait_writer();  // chunk k - 1, which used the other buffer
+                TMS_RETURN_IF_ERROR(st);
+                TMS_RETURN_IF_ERROR(wst);
+                appending = std::async(std::launch::async, [&writer, &b, &lens, &ids, d0, d1, g0, keep = opts.keep_vectors]() {
+                    try {
+                        return writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), b.cids.data(), b.codes.data(),
+                                                  keep ? b.vecs.data() : nullptr, ids.data() + g0);
+                    } catch (const std::bad_alloc&) {
+                        return Status::ResourceExhausted("out of host memory writing the index");
+                    } catch (const std::exception& e) {
+                        return Status::Internal(std::string("writing the index: ") + e.what());
+                    }
+                });
+                row += n;
+                if (release) release(s, row);
+                prog.Add(n);
+                d0 = d1;
+            }
+            doc += lens.size();
+        }
+        TMS_RETURN_IF_ERROR(wait_writer());
+        prog.Done();
+        return Status::OK();
+    }();
     phases.emplace_back("encode+write", SecondsSince(t0));
     phases.emplace_back("encode+write.encoding", encode_s);
     phases.emplace_back("encode+write.writer_wait", wait_s);
     t0 = std::chrono::steady_clock::now();
     IndexInfo info;
     index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
-    TMS_RETURN_IF_ERROR(writer->Finish());
+    TMS_RETURN_IF_ERROR(agree(encoded.ok() ? writer->FinishShards() : encoded));
+    // Every rank's shards are done: rank 0 writes the manifest and puts the index in place.
+    TMS_RETURN_IF_ERROR(agree(rank == 0 ? writer->Complete() : Status::OK()));
     phases.emplace_back("finish", SecondsSince(t0));
     if (stats) {
         stats->n_docs = info.n_docs;
@@ -309,7 +360,7 @@ Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& pa
 Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                            const std::vector<std::string>& doc_ids, BuildStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats);
+    Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats, group_);
     if (stats) stats->seconds_total += SecondsSince(t0);
     return st;
 }
@@ -318,25 +369,30 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
                                     BuildStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
     Inputs in;
-    std::error_code ec;
-    if (fs::is_directory(docs, ec)) {
-        TMS_RETURN_IF_ERROR(add_shard_dir(docs, &in));
-    } else if (docs.size() > 12 && docs.substr(docs.size() - 12) == ".safetensors") {
-        TMS_RETURN_IF_ERROR(add_safetensors(docs, &in));
-    } else {
-        if (doclens.empty()) return Status::InvalidArgument(docs + ": --doclens is required with a .npy file");
-        TMS_RETURN_IF_ERROR(add_npy_pair(docs, doclens, &in));
-    }
-    size_t n_docs = 0;
-    for (const auto& l : in.lens) n_docs += l.size();
     std::vector<std::string> ids;
-    if (!doc_ids_txt.empty()) {
-        TMS_RETURN_IF_ERROR(ReadLines(doc_ids_txt, &ids));
-        if (ids.size() != n_docs) {
-            return Status::InvalidArgument(doc_ids_txt + ": " + std::to_string(ids.size()) + " ids for " +
-                                           std::to_string(n_docs) + " documents");
+    const Status loaded = [&]() -> Status {
+        std::error_code ec;
+        if (fs::is_directory(docs, ec)) {
+            TMS_RETURN_IF_ERROR(add_shard_dir(docs, &in));
+        } else if (docs.size() > 12 && docs.substr(docs.size() - 12) == ".safetensors") {
+            TMS_RETURN_IF_ERROR(add_safetensors(docs, &in));
+        } else {
+            if (doclens.empty()) return Status::InvalidArgument(docs + ": --doclens is required with a .npy file");
+            TMS_RETURN_IF_ERROR(add_npy_pair(docs, doclens, &in));
         }
-    }
+        size_t n_docs = 0;
+        for (const auto& l : in.lens) n_docs += l.size();
+        if (!doc_ids_txt.empty()) {
+            TMS_RETURN_IF_ERROR(ReadLines(doc_ids_txt, &ids));
+            if (ids.size() != n_docs) {
+                return Status::InvalidArgument(doc_ids_txt + ": " + std::to_string(ids.size()) + " ids for " +
+                                               std::to_string(n_docs) + " documents");
+            }
+        }
+        return Status::OK();
+    }();
+    // Every rank of a distributed build reads the input: one that cannot fails them all.
+    TMS_RETURN_IF_ERROR(group_ && group_->size() > 1 ? group_->Agree(loaded) : loaded);
     if (stats) stats->phase_seconds.emplace_back("load", SecondsSince(t0));
     // Sampling reads scattered rows: no readahead or fault-around while it runs.
     for (auto& m : in.maps) m->Advise(true);
@@ -352,7 +408,7 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
         in.released.assign(in.maps.size(), 0);
         for (auto& m : in.maps) m->Advise(false);
     };
-    Status st = build_streaming(in.shards, in.lens, in.names, ids, opts_, path_, stats, release, restart);
+    Status st = build_streaming(in.shards, in.lens, in.names, ids, opts_, path_, stats, group_, release, restart);
     if (stats) stats->seconds_total += SecondsSince(t0);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0 && !doc_ids_txt.empty()) {
         return Status(st.code(), doc_ids_txt + st.message().substr(7));

@@ -212,6 +212,9 @@ std::string ShardDirName(int shard);
 /// A sharded index's manifest, DIR/SHARDS: JSON {"format_version", "shards": [dir, ...],
 /// "model_crc"}, written last (atomically) into the build directory.
 inline constexpr const char* kManifestFile = "SHARDS";
+/// A model as bytes and back (a distributed build broadcasts rank 0's).
+std::string ModelToBytes(const IndexModel& model);
+Status ModelFromBytes(const std::string& bytes, IndexModel* model);
 /// CRC-32C of a model's centroids and codec parameters: every shard of an index has the same.
 uint32_t ModelCrc(const IndexModel& model);
 
@@ -221,19 +224,32 @@ uint32_t ModelCrc(const IndexModel& model);
 /// `shard_docs`: documents per shard (SplitShards); empty or one entry: an unsharded index (one
 /// store); more: shard directories, each a store of the same model, and a manifest.
 /// Destroying an unfinished writer removes the temporary directory.
+/// A part of a distributed build (`part`, size > 1) writes only shards rank, rank + size, ...:
+/// rank 0's writer makes the build directory (build_dir()) and completes the index once every
+/// part has finished its shards; the others join that directory (part->dir) and only write.
+struct WriterPart {
+    int rank = 0, size = 1;
+    std::string dir;  // rank 0's build directory (the other ranks)
+};
 class IndexWriter {
 public:
     static Status Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
                          std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock = nullptr,
-                         std::vector<int64_t> shard_docs = {});
+                         std::vector<int64_t> shard_docs = {}, const WriterPart* part = nullptr);
+    /// The temporary directory the index is written into.
+    const std::string build_dir() const;
     ~IndexWriter();
     /// Appends n documents (the next internal ids): lengths, per-token centroid ids and codes,
     /// fp16 vectors (nullptr unless the index keeps them) and external ids.
     Status AppendDocs(const int64_t* doclens, int64_t n, const uint32_t* token_centroids, const uint8_t* codes,
                       const uint16_t* vectors, const std::string* ids);
     /// Writes the IVF lists and metadata (and the manifest), marks the index complete, renames
-    /// it into place.
+    /// it into place: FinishShards, then Complete.
     Status Finish();
+    /// Finishes this writer's shards (each store's IVF lists and metadata).
+    Status FinishShards();
+    /// Writes the manifest and puts the index in place (not for a joined part).
+    Status Complete();
 
 private:
     IndexWriter();

@@ -1095,16 +1095,21 @@ struct IndexWriter::Impl {
     IndexBuildOptions opts;
     const IndexModel* model = nullptr;
     bool finished = false;
+    bool joined = false;  // a part of a distributed build in a build directory rank 0 owns
     // Documents of each shard; one entry: an unsharded index (one store, in tmp itself).
     std::vector<int64_t> shard_docs;
+    std::vector<int> mine;  // the shards this writer writes, ascending (every one but in a part)
     std::vector<std::unique_ptr<StoreWriter>> done;  // finished stores, in order
     std::unique_ptr<StoreWriter> cur;                // the shard being written
+    int cur_shard = -1;
     bool sharded() const { return shard_docs.size() > 1; }
     fs::path store_dir(size_t s) const { return sharded() ? tmp / ShardDirName(int(s)) : tmp; }
 
     Status open_next() {
-        const size_t s = done.size();
-        const int64_t first = done.empty() ? 0 : done.back()->first_doc + done.back()->n_docs;
+        const size_t s = size_t(mine[done.size()]);
+        int64_t first = 0;
+        for (size_t i = 0; i < s; ++i) first += shard_docs[i];
+        cur_shard = int(s);
         cur = std::make_unique<StoreWriter>();
         if (sharded()) {
             std::error_code ec;
@@ -1115,7 +1120,7 @@ struct IndexWriter::Impl {
     }
     Status finish_cur() {
         nlohmann::json meta;
-        if (sharded()) meta = {{"shard", done.size()}, {"n_shards", shard_docs.size()}};
+        if (sharded()) meta = {{"shard", cur_shard}, {"n_shards", shard_docs.size()}};
         TMS_RETURN_IF_ERROR(cur->Finish(meta));
         CrashPoint("build:shard");
         done.push_back(std::move(cur));
@@ -1130,13 +1135,37 @@ IndexWriter::~IndexWriter() {
         impl_->cur.reset();
         impl_->done.clear();
         std::error_code ec;
-        if (!impl_->tmp.empty()) fs::remove_all(impl_->tmp, ec);  // created by Create, ours
+        // Created by Create, ours (a part's build directory is rank 0's to remove).
+        if (!impl_->tmp.empty() && !impl_->joined) fs::remove_all(impl_->tmp, ec);
     }
 }
 
+const std::string IndexWriter::build_dir() const { return impl_->tmp.string(); }
+
 Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
                            std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock,
-                           std::vector<int64_t> shard_docs) {
+                           std::vector<int64_t> shard_docs, const WriterPart* part) {
+    const bool parted = part && part->size > 1;
+    if (parted && (part->rank < 0 || part->rank >= part->size)) return Status::InvalidArgument(path + ": bad build part");
+    if (parted && part->rank != 0) {  // join rank 0's build directory
+        std::unique_ptr<IndexWriter> w(new IndexWriter());
+        Impl& im = *w->impl_;
+        im.path = path;
+        im.joined = true;
+        im.tmp = part->dir;
+        std::error_code ec;
+        if (!fs::is_directory(im.tmp, ec)) {
+            return Status::IOError(part->dir + ": the build directory of rank 0 is not visible here (a distributed "
+                                   "build writes every shard into one directory: a shared filesystem)");
+        }
+        im.shard_docs = shard_docs.empty() ? std::vector<int64_t>{INT64_MAX} : std::move(shard_docs);
+        for (int s = part->rank; s < int(im.shard_docs.size()); s += part->size) im.mine.push_back(s);
+        im.opts = opts;
+        im.model = &model;
+        if (!im.mine.empty()) TMS_RETURN_IF_ERROR(im.open_next());
+        *out = std::move(w);
+        return Status::OK();
+    }
     fs::path target;
     TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target));
     RecoverLeftovers(target);
@@ -1165,7 +1194,10 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
     im.target = target;
     im.target_lock = std::move(target_lock);
     im.shard_docs = shard_docs.empty() ? std::vector<int64_t>{INT64_MAX} : std::move(shard_docs);
-    if (im.sharded()) im.shard_docs.back() = INT64_MAX;  // the last shard takes what remains
+    // The last shard takes what remains (a distributed build's counts are exact: every rank
+    // splits the same way).
+    if (im.sharded() && !parted) im.shard_docs.back() = INT64_MAX;
+    for (int s = 0; s < int(im.shard_docs.size()); s += parted ? part->size : 1) im.mine.push_back(s);
     TMS_RETURN_IF_ERROR(MakeBuildDir(target, &im.tmp));
     // Locked before it carries the marker: RecoverLeftovers never takes it for a dead build's.
     TMS_RETURN_IF_ERROR(FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
@@ -1184,8 +1216,12 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
     const int nb = im.model->n_code_bytes, dim = im.model->dim;
     int64_t t = 0;
     for (int64_t i = 0; i < n; ++i) {
-        if (im.cur->n_docs == im.shard_docs[im.done.size()]) {
+        if (!im.cur) return Status::InvalidArgument(im.path + ": more documents than this writer's shards hold");
+        if (im.cur->n_docs == im.shard_docs[size_t(im.cur_shard)]) {
             TMS_RETURN_IF_ERROR(im.finish_cur());
+            if (im.done.size() == im.mine.size()) {
+                return Status::InvalidArgument(im.path + ": more documents than this writer's shards hold");
+            }
             TMS_RETURN_IF_ERROR(im.open_next());
         }
         const int64_t len = doclens[i];
@@ -1196,15 +1232,32 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
     return Status::OK();
 }
 
-Status IndexWriter::Finish() {
+Status IndexWriter::FinishShards() {
     Impl& im = *impl_;
-    TMS_RETURN_IF_ERROR(im.finish_cur());
+    if (im.cur) TMS_RETURN_IF_ERROR(im.finish_cur());
+    im.cur.reset();
+    if (im.done.size() != im.mine.size()) return Status::InvalidArgument(im.path + ": fewer documents than shards");
+    if (im.joined) im.finished = true;  // its part is done; rank 0 completes the index
+    return Status::OK();
+}
+
+Status IndexWriter::Finish() {
+    TMS_RETURN_IF_ERROR(FinishShards());
+    return Complete();
+}
+
+Status IndexWriter::Complete() {
+    Impl& im = *impl_;
+    if (im.joined) return Status::InvalidArgument(im.path + ": a part of a distributed build does not complete it");
     if (im.sharded()) {
-        if (im.done.size() != im.shard_docs.size()) {
-            return Status::InvalidArgument(im.path + ": fewer documents than shards");
-        }
         nlohmann::json shards = nlohmann::json::array();
-        for (size_t s = 0; s < im.done.size(); ++s) shards.push_back(ShardDirName(int(s)));
+        for (size_t s = 0; s < im.shard_docs.size(); ++s) {
+            std::error_code ec;
+            if (!fs::is_directory(im.store_dir(s), ec)) {
+                return Status::Internal(im.store_dir(s).string() + ": a shard of the build is missing");
+            }
+            shards.push_back(ShardDirName(int(s)));
+        }
         const nlohmann::json manifest = {{"format_version", kShardedFormatVersion}, {"shards", shards},
                                          {"model_crc", ModelCrc(*im.model)}};
         const std::string text = manifest.dump(1) + "\n";

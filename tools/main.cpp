@@ -278,12 +278,16 @@ tms::Status eval_files(const std::string& run_path, const std::string& qrels_pat
     return tms::Status::OK();
 }
 
+// Builds the index (as one rank of `group` when given: only rank 0 prints the summary).
 tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
-                        const tms::IndexBuildOptions& o) {
+                        const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr) {
     std::unique_ptr<tms::IndexBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
+    b->SetGroup(group);
     tms::BuildStats st;
     TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st));
+    if (group && group->rank() != 0) return tms::Status::OK();
+    if (group) std::fprintf(stderr, "tms index: %d ranks\n", group->size());
     std::fprintf(stderr, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
                  (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
                  st.code_bytes_per_token, out.c_str());
@@ -384,6 +388,14 @@ int run(int argc, char** argv) {
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
+    double index_mpi_timeout = 86400;
+#if TMS_WITH_MPI
+    idx->add_option("--mpi-timeout", index_mpi_timeout,
+                    "Under mpirun: seconds any rank waits for the others (training, the slowest rank's shards) "
+                    "before ending the job")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+#endif
     idx->add_option("--threads", io.threads, "Threads (0: all cores)")->check(CLI::Range(0, tms::kMaxThreads));
     std::string index_device = "auto";
     idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
@@ -507,6 +519,22 @@ int run(int argc, char** argv) {
         io.overwrite = overwrite;
         io.progress = !no_progress;
         if (tms::Status st = parse_device(index_device, &io.device); !st.ok()) return fail("index", st);
+#if TMS_WITH_MPI
+        if (under_mpirun()) {
+            int provided = 0, rank = 0;
+            MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+            if (rank != 0) io.progress = false;
+            tms::Status st;
+            {
+                const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
+                st = build_index(docs, doclens, doc_ids, index_out, io, group.get());
+            }
+            MPI_Finalize();
+            if (!st.ok() && rank != 0) return st.code() == tms::Status::Code::kInternal ? 3 : 1;  // rank 0 says why
+            return st.ok() ? 0 : fail("index", st);
+        }
+#endif
         tms::Status st = build_index(docs, doclens, doc_ids, index_out, io);
         return st.ok() ? 0 : fail("index", st);
     }

@@ -23,6 +23,24 @@ struct BuildStats {
     std::vector<std::pair<std::string, double>> phase_seconds;  ///< "load", "kmeans", "encode", ...
 };
 
+/// The ranks of a distributed build (MakeMpiBuildGroup in tilemaxsim/mpi_searcher.h, over MPI).
+/// Rank 0 trains the model and sends it to every rank, each rank encodes and writes its shards
+/// (r, r + R, ... of IndexBuildOptions::shards) into the build directory rank 0 made (so every
+/// rank must see the index's parent directory: a shared filesystem), and rank 0 puts the index
+/// in place only once every rank has finished; a failure on any rank fails the build on every
+/// rank and leaves nothing that opens as an index. Every rank builds from the same input.
+class BuildGroup {
+public:
+    virtual ~BuildGroup() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    /// Collective: rank 0's bytes on every rank.
+    virtual Status Broadcast(std::string* bytes) = 0;
+    /// Collective: OK when every rank's `mine` is OK; else, on every rank, the failed ranks'
+    /// messages.
+    virtual Status Agree(const Status& mine) = 0;
+};
+
 /// Builds one index directory (RocksDB). The index appears at `path` only when complete:
 /// it is written to a sibling temporary directory and renamed at the end, so an interrupted
 /// or failed build never leaves anything that opens as an index.
@@ -44,10 +62,14 @@ public:
     Status BuildFromFiles(const std::string& docs_npy, const std::string& doclens_npy, const std::string& doc_ids_txt,
                           BuildStats* stats = nullptr);
 
+    /// Build as one rank of `group` (null: alone); every rank makes the same Build call.
+    void SetGroup(BuildGroup* group) { group_ = group; }
+
 private:
     IndexBuilder(IndexBuildOptions opts, std::string path);
     IndexBuildOptions opts_;
     std::string path_;
+    BuildGroup* group_ = nullptr;
 };
 
 /// Metadata of an index (tms info), without loading it.

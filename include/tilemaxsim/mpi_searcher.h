@@ -1,5 +1,5 @@
-// Copyright TileMaxSim authors. Distributed search over an MPI communicator (built and installed
-// only with TMS_ENABLE_MPI; the one public header that needs mpi.h).
+// Copyright TileMaxSim authors. Distributed search and builds over an MPI communicator (built and
+// installed only with TMS_ENABLE_MPI; the one public header that needs mpi.h; link tms_dist).
 #pragma once
 
 #include <mpi.h>
@@ -10,9 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tilemaxsim/index_builder.h"
 #include "tilemaxsim/searcher.h"
 
 namespace tms {
+namespace dist {
+class Channel;
+}
 
 /// Where the time of a distributed search went, summed over its batches (rank 0's view).
 struct MpiSearchStats {
@@ -60,19 +64,15 @@ public:
 
 private:
     MpiSearcher() = default;
-    /// Collective: OK when every rank's `mine` is, else (on every rank) the failed ranks' messages.
-    Status Agree(const Status& mine);
-    /// Collective: rank 0's `st` on every rank.
-    Status ShareRoot(const Status& st);
-    /// Waits for `req` at most until the deadline; past it, aborts the job naming `what`.
-    void Wait(MPI_Request* req, const char* what);
-
-    MPI_Comm comm_ = MPI_COMM_NULL;
+    std::unique_ptr<dist::Channel> ch_;
     int rank_ = 0, size_ = 1, n_shards_ = 0;
-    double timeout_s_ = 600;
     std::vector<int> mine_;
     std::unique_ptr<Searcher> local_;
     MpiSearchStats stats_;
 };
+
+/// The ranks of `comm` as an IndexBuilder's BuildGroup (IndexBuilder::SetGroup): a distributed
+/// build, every wait bounded by timeout_s.
+std::unique_ptr<BuildGroup> MakeMpiBuildGroup(MPI_Comm comm, double timeout_s = 600);
 
 }  // namespace tms

@@ -100,3 +100,56 @@ def test_a_rank_that_stops_answering_ends_the_job_in_bounded_time(corpus, tmp_pa
     assert p.returncode != 0
     assert time.monotonic() - t0 < 40, p.stderr
     assert "no answer from the other ranks within 3 s" in p.stderr, p.stderr
+
+
+def build_args(d, out, docs="docs.npy"):
+    return ("index", "--docs", d / docs, "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt", "--out", out,
+            "--keep-vectors", "--centroids", 32, "--shards", 5, "--no-progress")
+
+
+def test_distributed_build_equals_one_process(corpus, tmp_path):
+    one, dist = tmp_path / "one", tmp_path / "dist"
+    tms(*build_args(corpus, one), env={"OMP_NUM_THREADS": "1"}, check=True)
+    p = mpirun(2, *build_args(corpus, dist))
+    assert p.returncode == 0, p.stderr
+    assert "2 ranks" in p.stderr
+    info = tms("info", "--index", dist, check=True).stdout
+    assert "shards\t5" in info and "documents\t300" in info
+    for mode in ((), ("--exhaustive",)):
+        runs = []
+        for idx in (one, dist):
+            out = tmp_path / f"{idx.name}{len(mode)}.trec"
+            tms("search", "--index", idx, "--queries", corpus / "queries.npy", "--out", out, "--k", 10,
+                "--no-progress", "--device", "cpu", *mode, check=True)
+            runs.append(out.read_text())
+        assert runs[0] == runs[1], mode
+
+
+def test_a_failing_rank_fails_the_build_everywhere(corpus, tmp_path):
+    import numpy as np
+    docs = np.load(corpus / "docs.npy")
+    lens = np.load(corpus / "doclens.npy")
+    bad = docs.copy()
+    bad[int(lens[:80].sum()) + 2, 5] = np.nan  # in document 80: shard 1, rank 1's
+    np.save(tmp_path / "bad.npy", bad)
+    out = tmp_path / "out" / "idx"
+    out.parent.mkdir()
+    t0 = time.monotonic()
+    p = mpirun(2, "index", "--docs", tmp_path / "bad.npy", "--doclens", corpus / "doclens.npy", "--out", out,
+               "--centroids", 32, "--shards", 5, "--no-progress", "--mpi-timeout", 60)
+    assert p.returncode != 0
+    assert time.monotonic() - t0 < 60
+    errors = [l for l in p.stderr.splitlines() if "error" in l]
+    assert len(errors) == 1 and "rank 0: " in errors[0] and "bad.npy" in errors[0], p.stderr
+    assert not out.exists()
+    assert not list((tmp_path / "out").iterdir())  # the build directory is gone too
+    # Only rank 1 cannot read its ids: the message is rank 1's, and nothing is left.
+    args = ("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", out,
+            "--centroids", 32, "--shards", 5, "--no-progress", "--doc-ids")
+    cmd = [MPIRUN, "--oversubscribe", "-np", "1", TMS, *map(str, args), str(corpus / "doc_ids.txt"), ":",
+           "-np", "1", TMS, *map(str, args), str(tmp_path / "missing.txt")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
+    assert p.returncode != 0
+    errors = [l for l in p.stderr.splitlines() if "error" in l]
+    assert len(errors) == 1 and "rank 1: " in errors[0] and "missing.txt" in errors[0], p.stderr
+    assert not list((tmp_path / "out").iterdir())

@@ -1,0 +1,39 @@
+// Copyright TileMaxSim authors. The MPI plumbing of the distributed search and build.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "tilemaxsim/status.h"
+
+namespace tms::dist {
+
+/// A duplicate of a communicator whose every wait has a deadline: a rank that stops answering
+/// ends the job (MPI_Abort) with a message naming what did not arrive. Every call collective.
+class Channel {
+public:
+    Channel(MPI_Comm comm, double timeout_s);
+    ~Channel();
+    Channel(const Channel&) = delete;
+    Channel& operator=(const Channel&) = delete;
+    MPI_Comm comm() const { return comm_; }
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+    /// Waits for `req` at most timeout_s; past it, aborts the job naming `what`.
+    void Wait(MPI_Request* req, const char* what);
+    /// OK when every rank's `mine` is; else, on every rank, the failed ranks' messages (in
+    /// rank order, with the first one's code).
+    Status Agree(const Status& mine);
+    /// Rank 0's `st` on every rank.
+    Status ShareRoot(const Status& st);
+    /// Rank 0's bytes on every rank.
+    Status Broadcast(std::string* bytes);
+
+private:
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    int rank_ = 0, size_ = 1;
+    double timeout_s_;
+};
+
+}  // namespace tms::dist
