@@ -487,6 +487,45 @@ int64_t shard_bytes(const index::IndexData& d) {
            int64_t(d.vectors.size()) * 2 + int64_t(d.doc_offsets.size()) * 8;
 }
 
+// The first non-finite value among the used token rows of a batch, as an error naming the query
+// (16-bit values by their exponent bits: all ones is Inf or NaN).
+Status check_finite(const QueryBatch& q) {
+    if (q.data == nullptr || q.n_queries <= 0 || q.q_tokens <= 0 || q.dim <= 0) return Status::OK();
+    const int64_t row = int64_t(q.q_tokens) * q.dim;
+    std::vector<int64_t> bad(size_t(q.n_queries), -1);  // per query: the first bad element
+#pragma omp parallel for schedule(static) if (int64_t(q.n_queries) * row > (int64_t(1) << 18))
+    for (int i = 0; i < q.n_queries; ++i) {
+        const int64_t n = int64_t(q.lengths ? std::clamp(q.lengths[i], 0, q.q_tokens) : q.q_tokens) * q.dim;
+        const int64_t base = int64_t(i) * row;
+        if (q.dtype == DType::kF32) {
+            const float* x = static_cast<const float*>(q.data) + base;
+            for (int64_t e = 0; e < n; ++e)
+                if (!std::isfinite(x[e])) {
+                    bad[size_t(i)] = e;
+                    break;
+                }
+        } else {
+            const uint16_t* x = static_cast<const uint16_t*>(q.data) + base;
+            const uint16_t exp = q.dtype == DType::kF16 ? 0x7c00 : 0x7f80;
+            for (int64_t e = 0; e < n; ++e)
+                if ((x[e] & exp) == exp) {
+                    bad[size_t(i)] = e;
+                    break;
+                }
+        }
+    }
+    for (int i = 0; i < q.n_queries; ++i) {
+        if (bad[size_t(i)] < 0) continue;
+        const int64_t e = bad[size_t(i)];
+        float v;
+        kernels::load_as_float_parallel(q.data, q.dtype, int64_t(i) * row + e, 1, &v);
+        return Status::InvalidArgument("query " + std::to_string(i) + ": non-finite value (" +
+                                       (std::isnan(v) ? "NaN" : "Inf") + ") at token " + std::to_string(e / q.dim) +
+                                       ", dimension " + std::to_string(e % q.dim));
+    }
+    return Status::OK();
+}
+
 // The public Searcher: shards placed on devices; a batch runs on every device at once (one host
 // thread per GPU shard), then the per-shard top-k lists are merged.
 class ShardedSearcher final : public Searcher {
@@ -496,6 +535,16 @@ public:
     const std::vector<ShardPlacement>& placement() const override { return placement_; }
     Status Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
+        TMS_RETURN_IF_ERROR(check_finite(q));
+        TMS_RETURN_IF_ERROR(SearchShards(q, opts, results, timings));
+        // A query of no tokens matches nothing (its MaxSim would be 0 for every document).
+        for (int i = 0; q.lengths && i < q.n_queries; ++i)
+            if (q.lengths[i] == 0) (*results)[size_t(i)].clear();
+        return Status::OK();
+    }
+
+    Status SearchShards(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                        SearchTimings* timings) const {
         if (shards_.size() == 1) return shards_[0]->Search(q, opts, results, timings);
         const auto t0 = Clock::now();
         const size_t n = shards_.size();

@@ -380,11 +380,39 @@ TEST(SearchCpu, RejectsBadRequests) {
     o.nprobe = 8;
     ASSERT_TRUE(s->Search(qb, o, &res).ok());
     EXPECT_LE(res[0].size(), 50u);
-    // Query lengths: a 0-token query scores 0 everywhere but still returns hits.
+    // Query lengths: a 0-token query matches nothing (empty hits, not an error), approximate or
+    // exhaustive.
     const int32_t lens[] = {0, 3};
     qb.lengths = lens;
     o.k = 3;
-    ASSERT_TRUE(s->Search(qb, o, &res).ok());
+    for (const bool exh : {false, true}) {
+        SearchOptions e = o;
+        e.exhaustive = exh;
+        if (exh && !s->info().has_vectors) continue;
+        ASSERT_TRUE(s->Search(qb, e, &res).ok());
+        EXPECT_TRUE(res[0].empty());
+        EXPECT_EQ(res[1].size(), 3u);
+        for (const SearchHit& h : res[1]) EXPECT_TRUE(std::isfinite(h.score));
+    }
+    // Non-finite values in a used token are refused, naming the query; past a query's length
+    // they are padding, never read.
+    std::vector<float> nan_q(c.queries.begin(), c.queries.end());
+    QueryBatch nq = qb;
+    nq.data = nan_q.data();
+    nan_q[size_t((1 * c.qt + 2) * 64 + 5)] = NAN;  // query 1, token 2 (< its length 3)
+    const Status refused = s->Search(nq, o, &res);
+    EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(refused.message(), "query 1: non-finite value (NaN) at token 2, dimension 5");
+    nan_q[size_t((1 * c.qt + 2) * 64 + 5)] = 0.f;
+    nan_q[size_t((1 * c.qt + 4) * 64 + 5)] = INFINITY;  // query 1, token 4: padding
+    EXPECT_TRUE(s->Search(nq, o, &res).ok());
+    nq.lengths = nullptr;
+    EXPECT_EQ(s->Search(nq, o, &res).message(), "query 1: non-finite value (Inf) at token 4, dimension 5");
+    std::vector<uint16_t> half(nan_q.size());
+    for (size_t i = 0; i < half.size(); ++i) half[i] = kernels::float_to_half(nan_q[i]);
+    nq.data = half.data();
+    nq.dtype = DType::kF16;
+    EXPECT_EQ(s->Search(nq, o, &res).message(), "query 1: non-finite value (Inf) at token 4, dimension 5");
     SearcherOptions gpu;
     gpu.device = Device::kGpu;
     std::unique_ptr<Searcher> g;
