@@ -14,6 +14,7 @@
 #include <mutex>
 #include <omp.h>
 #include <thread>
+#include <unordered_map>
 
 #include "engine/backend.h"
 #include "engine/gpu_shard.h"
@@ -64,6 +65,33 @@ public:
         b.data = h.data();
         b.dtype = DType::kF16;
         return Search(b, SearchOptions{}, &res, nullptr);
+    }
+
+    /// The shard can score exactly (its vectors are loaded, on the host or its GPU).
+    Status CheckExact() const {
+        if (gpu_exact() || !data_.vectors.empty()) return Status::OK();
+        return Status::NotSupported(data_.info.has_vectors
+                                        ? "rerank needs the stored vectors, which were not loaded"
+                                        : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
+    }
+    /// Exact MaxSim of local candidate lists (off [n_queries + 1], docs): Rerank's step.
+    Status ExactLocal(const QueryBatch& q, const std::vector<int64_t>& off, const std::vector<int32_t>& docs,
+                      std::vector<float>* scores) const {
+        TMS_RETURN_IF_ERROR(CheckExact());
+        std::unique_lock<std::mutex> gpu_lock;
+        if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+        std::vector<float> qconv;
+        const float* qf = nullptr;
+        if (!gpu_exact()) {
+            if (q.dtype == DType::kF32) {
+                qf = static_cast<const float*>(q.data);
+            } else {
+                qconv.resize(size_t(q.n_queries) * q.q_tokens * q.dim);
+                kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
+                qf = qconv.data();
+            }
+        }
+        return exact_candidates(qf, q, off, docs, scores);
     }
 
     /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up.
@@ -583,9 +611,93 @@ public:
         return Status::OK();
     }
 
+    Status Rerank(const QueryBatch& q, const std::vector<std::vector<int64_t>>& candidates, int k,
+                  std::vector<std::vector<SearchHit>>* results) const override {
+        if (q.dim != info_.dim) {
+            return Status::InvalidArgument("query dimension " + std::to_string(q.dim) + " differs from the index's " +
+                                           std::to_string(info_.dim));
+        }
+        if (q.n_queries < 0 || q.q_tokens <= 0 || (q.n_queries > 0 && q.data == nullptr)) {
+            return Status::InvalidArgument("queries: empty or null");
+        }
+        if (int64_t(candidates.size()) != q.n_queries) {
+            return Status::InvalidArgument(std::to_string(candidates.size()) + " candidate lists for " +
+                                           std::to_string(q.n_queries) + " queries");
+        }
+        if (k < 0) return Status::InvalidArgument("k must be >= 0, got " + std::to_string(k));
+        for (const auto& sh : shards_) TMS_RETURN_IF_ERROR(sh->CheckExact());
+        TMS_RETURN_IF_ERROR(check_finite(q));
+        const int nq = q.n_queries;
+        // Each query's candidates, once each, ascending (so that each shard's are contiguous).
+        std::vector<std::vector<int64_t>> cand(static_cast<size_t>(nq));
+        for (int i = 0; i < nq; ++i) {
+            cand[size_t(i)] = candidates[size_t(i)];
+            auto& c = cand[size_t(i)];
+            std::sort(c.begin(), c.end());
+            c.erase(std::unique(c.begin(), c.end()), c.end());
+            if (!c.empty() && (c.front() < 0 || c.back() >= info_.n_docs)) {
+                return Status::InvalidArgument("query " + std::to_string(i) + ": candidate id " +
+                                               std::to_string(c.front() < 0 ? c.front() : c.back()) + " outside [0, " +
+                                               std::to_string(info_.n_docs) + ")");
+            }
+        }
+        results->assign(size_t(nq), {});
+        for (const auto& sh : shards_) {
+            const index::IndexData& d = sh->data_;
+            std::vector<int64_t> off(1, 0);
+            std::vector<int32_t> docs;
+            for (int i = 0; i < nq; ++i) {
+                const auto& c = cand[size_t(i)];
+                const auto lo = std::lower_bound(c.begin(), c.end(), d.first_doc);
+                const auto hi = std::lower_bound(lo, c.end(), d.first_doc + d.info.n_docs);
+                for (auto it = lo; it != hi; ++it) {
+                    const int32_t local = int32_t(*it - d.first_doc);
+                    if (!d.deleted[size_t(local)]) docs.push_back(local);
+                }
+                off.push_back(int64_t(docs.size()));
+            }
+            if (docs.empty()) continue;
+            std::vector<float> scores;
+            TMS_RETURN_IF_ERROR(sh->ExactLocal(q, off, docs, &scores));
+            for (int i = 0; i < nq; ++i) {
+                for (int64_t e = off[size_t(i)]; e < off[size_t(i) + 1]; ++e) {
+                    (*results)[size_t(i)].push_back(
+                        {d.doc_ids[size_t(docs[size_t(e)])], d.first_doc + docs[size_t(e)], scores[size_t(e)]});
+                }
+            }
+        }
+        for (int i = 0; i < nq; ++i) {
+            auto& r = (*results)[size_t(i)];
+            if (q.lengths && q.lengths[i] == 0) r.clear();  // a query of no tokens matches nothing
+            const size_t keep = k > 0 ? std::min(r.size(), size_t(k)) : r.size();
+            std::partial_sort(r.begin(), r.begin() + keep, r.end(), [](const SearchHit& a, const SearchHit& b) {
+                return a.score > b.score || (a.score == b.score && a.internal_id < b.internal_id);
+            });
+            r.resize(keep);
+        }
+        return Status::OK();
+    }
+
+    void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const override {
+        std::call_once(by_id_once_, [this] {
+            for (const auto& sh : shards_) {
+                const index::IndexData& d = sh->data_;
+                for (int64_t i = 0; i < d.info.n_docs; ++i)
+                    if (!d.deleted[size_t(i)]) by_id_.emplace(d.doc_ids[size_t(i)], d.first_doc + i);
+            }
+        });
+        internal_ids->resize(doc_ids.size());
+        for (size_t i = 0; i < doc_ids.size(); ++i) {
+            const auto it = by_id_.find(doc_ids[i]);
+            (*internal_ids)[i] = it == by_id_.end() ? -1 : it->second;
+        }
+    }
+
     IndexInfo info_;
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
+    mutable std::once_flag by_id_once_;
+    mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
     std::vector<std::unique_ptr<ShardSearcher>> shards_;
     std::vector<std::vector<size_t>> by_device_;  // shard numbers per device (one group: the CPU)
 };

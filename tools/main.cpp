@@ -146,6 +146,71 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     return tms::Status::OK();
 }
 
+// Rescores each query's candidates from a first-stage run exactly and writes the new run.
+tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
+    tms::HostArray arr;
+    tms::QueryBatch whole;
+    std::vector<std::string> qids;
+    SearchArgs la = a;
+    la.opts.k = 1;  // load_queries checks k > 0; rerank's 0 means every candidate
+    TMS_RETURN_IF_ERROR(load_queries(la, &arr, &whole, &qids));
+    tms::Run run;
+    TMS_RETURN_IF_ERROR(tms::ReadRun(first_stage, &run));
+    tms::SearchOptions opts;
+    tms::SearcherOptions so;
+    TMS_RETURN_IF_ERROR(search_options(a, false, &opts, &so));
+    std::unique_ptr<tms::Searcher> searcher;
+    TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &searcher));
+    TMS_RETURN_IF_ERROR(check_query_dim(a, whole, searcher->info()));
+    const int nq = whole.n_queries;
+    int64_t unknown = 0, n_cand = 0;
+    size_t matched = 0;
+    std::vector<std::vector<std::pair<std::string, float>>> all(static_cast<size_t>(nq));
+    tms::Progress prog("reranking", nq, !a.no_progress, " q");
+    const auto t0 = Clock::now();
+    const size_t row_bytes = size_t(whole.q_tokens) * whole.dim * tms::DTypeSize(whole.dtype);
+    for (int q0 = 0; q0 < nq; q0 += a.batch) {
+        tms::QueryBatch b = whole;
+        b.n_queries = std::min(a.batch, nq - q0);
+        b.data = static_cast<const uint8_t*>(whole.data) + row_bytes * q0;
+        std::vector<std::vector<int64_t>> cand(static_cast<size_t>(b.n_queries));
+        for (int i = 0; i < b.n_queries; ++i) {
+            const auto it = run.find(qids[size_t(q0 + i)]);
+            if (it == run.end()) continue;
+            ++matched;
+            std::vector<std::string> ids;
+            for (const auto& [doc, score] : it->second) ids.push_back(doc);
+            std::vector<int64_t> internal;
+            searcher->FindDocs(ids, &internal);
+            for (int64_t d : internal) {
+                if (d < 0) ++unknown;
+                else cand[size_t(i)].push_back(d);
+            }
+            n_cand += int64_t(ids.size());
+        }
+        std::vector<std::vector<tms::SearchHit>> res;
+        TMS_RETURN_IF_ERROR(searcher->Rerank(b, cand, a.opts.k, &res));
+        for (int i = 0; i < b.n_queries; ++i) {
+            for (auto& h : res[size_t(i)]) all[size_t(q0 + i)].emplace_back(std::move(h.doc_id), h.score);
+        }
+        prog.Add(b.n_queries);
+    }
+    prog.Done();
+    const double secs = tms::SecondsSince(t0);
+    TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
+    std::fprintf(stderr, "tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched,
+                 nq, (long long)n_cand, secs, tms::DeviceName(searcher->device()), a.out.c_str());
+    if (unknown > 0) {
+        std::fprintf(stderr, "tms rerank: %lld candidates are not in the index (or deleted): dropped\n",
+                     (long long)unknown);
+    }
+    if (matched < run.size()) {
+        std::fprintf(stderr, "tms rerank: %zu queries of the run are not among the queries: ignored\n",
+                     run.size() - matched);
+    }
+    return tms::Status::OK();
+}
+
 #if TMS_WITH_MPI
 // Launched by mpirun (Open MPI, or a PMI / PMIx launcher): `tms search` runs on every rank.
 bool under_mpirun() {
@@ -410,6 +475,28 @@ int run(int argc, char** argv) {
     search->add_option("--tag", sa.tag, "Run tag (last TREC column)")->capture_default_str();
     add_search_options(search, &sa);
 
+    // rerank
+    SearchArgs ra;
+    ra.tag = "tms-rerank";
+    ra.opts.k = 0;
+    std::string rerank_run;
+    auto* rr = app.add_subcommand("rerank",
+                                  "Rescore a first-stage run's candidates (BM25's top 1000, ...) with exact MaxSim on "
+                                  "the stored vectors: queries .npy + TREC run -> TREC run");
+    rr->add_option("--index", ra.index, "Index directory (built with --keep-vectors)")->required();
+    rr->add_option("--queries", ra.queries, "Query embeddings .npy [n_queries, tokens, dim]")->required();
+    rr->add_option("--query-ids", ra.query_ids, "Query ids, one per line, as the run names them (default: 0..n-1)");
+    rr->add_option("--run", rerank_run, "First-stage TREC run: its documents per query are the candidates")->required();
+    rr->add_option("--out", ra.out, "TREC run file to write")->required();
+    rr->add_option("--k", ra.opts.k, "Results per query (0: every candidate, reordered)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000000));
+    rr->add_option("--tag", ra.tag, "Run tag (last TREC column)")->capture_default_str();
+    rr->add_option("--device", ra.device, "Where to score: auto, cpu or gpu")->capture_default_str();
+    rr->add_option("--devices", ra.devices, "Where the shards go: cpu, all, or GPUs like 0 or 0,1; overrides --device");
+    rr->add_option("--batch", ra.batch, "Queries per call")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    rr->add_flag("--no-progress", ra.no_progress, "No progress bars");
+
     // eval
     std::string run_path, qrels_path;
     bool eval_json = false;
@@ -553,6 +640,10 @@ int run(int argc, char** argv) {
         double qps;
         tms::Status st = run_search(sa, false, &qps);
         return st.ok() ? 0 : fail("search", st);
+    }
+    if (rr->parsed()) {
+        tms::Status st = run_rerank(ra, rerank_run);
+        return st.ok() ? 0 : fail("rerank", st);
     }
     if (eval->parsed()) {
         tms::EvalResult r;

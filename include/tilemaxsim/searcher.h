@@ -58,6 +58,17 @@ public:
     /// has fewer than k documents (or its candidates, in approximate mode).
     virtual Status Search(const QueryBatch& queries, const SearchOptions& opts,
                           std::vector<std::vector<SearchHit>>* results, SearchTimings* timings = nullptr) const = 0;
+
+    /// Rerank-only scoring: exact MaxSim (stored vectors, on the device the shards are on) of
+    /// each query's given candidates, internal ids (candidates[q]: query q's; duplicates count
+    /// once; deleted documents are dropped), best first (ties: lower internal id first); the
+    /// best k of each when k > 0. NotSupported without loaded vectors; an id outside [0, n_docs)
+    /// is InvalidArgument naming the query.
+    virtual Status Rerank(const QueryBatch& queries, const std::vector<std::vector<int64_t>>& candidates, int k,
+                          std::vector<std::vector<SearchHit>>* results) const = 0;
+    /// The internal ids of external ids (-1 for an id the index does not hold, or deleted).
+    /// The first call builds the lookup (every document's id; thread-safe).
+    virtual void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const = 0;
 };
 
 /// The exact top-k of several searchers' results for the same queries (parts[p][q]: searcher

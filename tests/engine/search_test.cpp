@@ -341,6 +341,87 @@ TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
     fs::rename(dir / "shard-0001.aside", dir / "index" / "shard-0001");
 }
 
+// Rerank-only scoring: the exact scores of the given candidates (as exhaustive search scores
+// them), best first, over a sharded index; duplicates once, deleted documents dropped.
+TEST(SearchCpu, RerankScoresTheCandidatesExactly) {
+    SynthOptions so;
+    so.n_docs = 300;
+    so.n_queries = 9;
+    so.dim = 64;
+    IndexBuildOptions bo;
+    bo.shards = 3;
+    bo.keep_vectors = true;
+    bo.n_centroids = 32;
+    bo.progress = false;
+    const fs::path dir = testing::BuildSynthIndex("rerank", so, bo);
+    const std::string index = (dir / "index").string();
+    SearcherOptions opts;
+    opts.device = Device::kCpu;
+    opts.progress = false;
+    std::unique_ptr<Searcher> s;
+    ASSERT_TRUE(Searcher::Open(opts, index, &s).ok());
+    HostArray qa;
+    ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
+    const QueryBatch qb{qa.bytes.data(), DType::kF16, int(qa.shape[0]), int(qa.shape[1]), int(qa.shape[2]), nullptr};
+    SearchOptions all;
+    all.exhaustive = true;
+    all.k = 300;
+    std::vector<std::vector<SearchHit>> every;
+    ASSERT_TRUE(s->Search(qb, all, &every).ok());
+    std::mt19937 rng(5);
+    std::vector<std::vector<int64_t>> cand(size_t(qb.n_queries));
+    for (auto& c : cand) {
+        for (int j = 0; j < 40; ++j) c.push_back(int64_t(rng() % 300));
+        c.push_back(c[0]);  // a duplicate
+    }
+    cand[3].clear();  // a query without candidates
+    for (const int k : {0, 5}) {
+        std::vector<std::vector<SearchHit>> got;
+        ASSERT_TRUE(s->Rerank(qb, cand, k, &got).ok());
+        ASSERT_EQ(got.size(), size_t(qb.n_queries));
+        for (int q = 0; q < qb.n_queries; ++q) {
+            const std::set<int64_t> want_ids(cand[size_t(q)].begin(), cand[size_t(q)].end());
+            std::vector<SearchHit> want;  // exhaustive order, restricted to the candidates
+            for (const SearchHit& h : every[size_t(q)])
+                if (want_ids.count(h.internal_id)) want.push_back(h);
+            if (k > 0 && want.size() > size_t(k)) want.resize(size_t(k));
+            ASSERT_EQ(got[size_t(q)].size(), want.size()) << "query " << q << " k " << k;
+            for (size_t j = 0; j < want.size(); ++j) {
+                EXPECT_EQ(got[size_t(q)][j].internal_id, want[j].internal_id) << "query " << q << " rank " << j;
+                EXPECT_EQ(got[size_t(q)][j].doc_id, want[j].doc_id);
+                EXPECT_NEAR(got[size_t(q)][j].score, want[j].score, 1e-4f * (1 + std::fabs(want[j].score)));
+            }
+        }
+    }
+    // External ids: known ones map to their internal ids, unknown ones to -1.
+    std::vector<int64_t> ids;
+    s->FindDocs({every[0][0].doc_id, "no-such-document", every[1][2].doc_id}, &ids);
+    EXPECT_EQ(ids, (std::vector<int64_t>{every[0][0].internal_id, -1, every[1][2].internal_id}));
+    // Bad requests.
+    std::vector<std::vector<SearchHit>> got;
+    cand[1].push_back(300);
+    Status st = s->Rerank(qb, cand, 0, &got);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("query 1: candidate id 300 outside"), std::string::npos) << st.ToString();
+    cand.pop_back();
+    EXPECT_EQ(s->Rerank(qb, cand, 0, &got).code(), Status::Code::kInvalidArgument);  // lists != queries
+    // A deleted candidate is dropped.
+    {
+        std::unique_ptr<IndexUpdater> u;
+        ASSERT_TRUE(IndexUpdater::Open(index, false, &u).ok());
+        ASSERT_TRUE(u->Delete({every[0][0].doc_id}).ok());
+        ASSERT_TRUE(u->Commit().ok());
+    }
+    ASSERT_TRUE(Searcher::Open(opts, index, &s).ok());
+    std::vector<std::vector<int64_t>> one(size_t(qb.n_queries));
+    one[0] = {every[0][0].internal_id, every[0][1].internal_id};
+    ASSERT_TRUE(s->Rerank(qb, one, 0, &got).ok());
+    ASSERT_EQ(got[0].size(), 1u);
+    EXPECT_EQ(got[0][0].internal_id, every[0][1].internal_id);
+    s->FindDocs({every[0][0].doc_id}, &ids);
+    EXPECT_EQ(ids[0], -1) << "a deleted document has no internal id";
+}
+
 TEST(SearchCpu, RejectsBadRequests) {
     const Corpus c = make_corpus(50, 64, 2, 5);
     EmbeddingView v{c.docs.data(), DType::kF32, static_cast<int64_t>(c.docs.size() / 64), 64};

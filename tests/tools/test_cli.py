@@ -95,6 +95,48 @@ def test_pruning_keeps_the_exhaustive_top(corpus, index, tmp_path, pruning):
     assert recall >= 0.9, recall
 
 
+def read_trec(path):
+    run = {}
+    for line in path.read_text().splitlines():
+        q, _, d, rank, score, _ = line.split()
+        run.setdefault(q, []).append((d, float(score)))
+    return run
+
+
+def test_rerank_rescores_a_first_stage_run(corpus, index, tmp_path):
+    q = ("--queries", corpus / "queries.npy", "--query-ids", corpus / "query_ids.txt")
+    tms("search", "--index", index, *q, "--out", tmp_path / "exact.trec", "--exhaustive", "--k", 10, check=True)
+    # A first stage that finds the right documents in a scrambled order, plus one the index lacks.
+    first = tmp_path / "first.trec"
+    lines = []
+    for qid, hits in read_trec(tmp_path / "exact.trec").items():
+        for r, (d, _) in enumerate(reversed(hits)):
+            lines.append(f"{qid} Q0 {d} {r + 1} {100 - r} bm25")
+        lines.append(f"{qid} Q0 not-a-document 99 0 bm25")
+    lines.append("q-unknown Q0 doc1 1 1 bm25")
+    first.write_text("\n".join(lines) + "\n")
+    p = tms("rerank", "--index", index, *q, "--run", first, "--out", tmp_path / "re.trec", "--no-progress",
+            check=True)
+    assert "20 candidates are not in the index" in p.stderr and "1 queries of the run" in p.stderr, p.stderr
+    exact, re = read_trec(tmp_path / "exact.trec"), read_trec(tmp_path / "re.trec")
+    assert exact.keys() == re.keys()
+    for qid in exact:
+        assert [d for d, _ in re[qid]] == [d for d, _ in exact[qid]], qid
+        assert np.allclose([s for _, s in re[qid]], [s for _, s in exact[qid]], rtol=1e-4)
+    tms("rerank", "--index", index, *q, "--run", first, "--out", tmp_path / "top3.trec", "--k", 3, check=True)
+    assert all(len(v) == 3 for v in read_trec(tmp_path / "top3.trec").values())
+
+
+def test_rerank_needs_vectors(corpus, tmp_path):
+    out = tmp_path / "novec"
+    build(corpus, out)
+    run = tmp_path / "first.trec"
+    run.write_text("q0 Q0 0 1 1 bm25\n")
+    p = tms("rerank", "--index", out, "--queries", corpus / "queries.npy", "--query-ids", corpus / "query_ids.txt",
+            "--run", run, "--out", tmp_path / "re.trec")
+    expect_error(p, "rerank needs stored vectors")
+
+
 def test_residual_codec_and_float32(corpus, tmp_path):
     docs32 = save_npy(tmp_path / "d32.npy", np.load(corpus / "docs.npy").astype(np.float32))
     out = tmp_path / "res"
