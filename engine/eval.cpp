@@ -36,9 +36,6 @@ constexpr const char* kRunFormat = "'qid Q0 docid rank score tag'";
 constexpr const char* kTrecQrelsFormat = "'qid 0 docid rel'";
 constexpr const char* kBeirQrelsFormat = "'query-id<TAB>corpus-id<TAB>score'";
 constexpr std::string_view kBeirHeader = "query-id\tcorpus-id\tscore";
-constexpr int kMrrCutoff = 10;
-constexpr int kNdcgCutoff = 10;
-constexpr std::array<int, 2> kRecallCutoffs = {100, 1000};
 
 bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -358,22 +355,49 @@ Status write_run_impl(const std::string& path, const std::vector<std::string>& q
     });
 }
 
-/// Per-query values, in the order of the metric names.
-struct QueryMetrics {
-    double mrr10 = 0;
-    double ndcg10 = 0;
-    std::array<double, kRecallCutoffs.size()> recall{};
-};
-
 struct RankedDoc {
     float sim;  // trec_eval keeps scores as float
     const std::string* docid;
 };
 
+/// A metric as named on the command line: its kind and cutoff (0: none).
+struct Metric {
+    enum Kind { kMap, kP, kNdcg, kRecall, kMrr, kSuccess } kind;
+    int k = 0;
+};
+
+Status parse_metric(const std::string& name, Metric* m) {
+    static const std::pair<const char*, Metric::Kind> kinds[] = {{"map", Metric::kMap},       {"P", Metric::kP},
+                                                                 {"ndcg", Metric::kNdcg},     {"recall", Metric::kRecall},
+                                                                 {"mrr", Metric::kMrr},       {"success", Metric::kSuccess}};
+    const auto at = name.find('@');
+    const std::string base = name.substr(0, at);
+    for (const auto& [n, kind] : kinds) {
+        if (base != n) continue;
+        m->kind = kind;
+        m->k = 0;
+        if (at != std::string::npos) {
+            const std::string cut = name.substr(at + 1);
+            int k = 0;
+            if (cut.empty() || cut.size() > 9 || !parse_int(std::string_view(cut), &k) || k <= 0) {
+                return Status::InvalidArgument("metric '" + name + "': the cutoff must be a positive integer");
+            }
+            m->k = k;
+        }
+        // Precision, recall and success are defined at a cutoff only.
+        if (m->k == 0 && (kind == Metric::kP || kind == Metric::kRecall || kind == Metric::kSuccess)) {
+            return Status::InvalidArgument("metric '" + name + "' needs a cutoff, e.g. " + base + "@10");
+        }
+        return Status::OK();
+    }
+    return Status::InvalidArgument("unknown metric '" + name +
+                                   "' (known: map, map@K, P@K, ndcg, ndcg@K, recall@K, mrr, mrr@K, success@K)");
+}
+
 /// Computes one query's metrics; `docs` is the query's run, `judged` its qrels.
-Status evaluate_query(const std::string& qid,
-                      const std::vector<std::pair<std::string, double>>& docs,
-                      const std::map<std::string, int>& judged, QueryMetrics* m) {
+Status evaluate_query(const std::string& qid, const std::vector<std::pair<std::string, double>>& docs,
+                      const std::map<std::string, int>& judged, const std::vector<Metric>& metrics,
+                      std::vector<double>* values) {
     std::vector<RankedDoc> ranked;
     ranked.reserve(docs.size());
     for (const auto& [docid, score] : docs) {
@@ -400,7 +424,6 @@ Status evaluate_query(const std::string& qid,
         if (a.sim != b.sim) return a.sim > b.sim;
         return *a.docid > *b.docid;
     });
-
     int64_t num_rel = 0;
     std::vector<int> positive_grades;
     for (const auto& [docid, rel] : judged) {
@@ -410,69 +433,83 @@ Status evaluate_query(const std::string& qid,
         }
     }
     std::sort(positive_grades.begin(), positive_grades.end(), std::greater<int>());
-
-    *m = QueryMetrics{};
-    double dcg = 0;
-    int64_t rel_so_far = 0;
-    bool found_first_relevant = false;
-    const size_t max_cutoff = static_cast<size_t>(kRecallCutoffs.back());
-    for (size_t i = 0; i < ranked.size() && i < max_cutoff; ++i) {
-        auto it = judged.find(*ranked[i].docid);
-        const int rel = it == judged.end() ? 0 : it->second;  // absent: not relevant, no gain
-        const bool relevant = rel >= 1;
-        if (relevant && !found_first_relevant && i < static_cast<size_t>(kMrrCutoff)) {
-            m->mrr10 = 1.0 / static_cast<double>(i + 1);
-            found_first_relevant = true;
-        }
-        if (i < static_cast<size_t>(kNdcgCutoff) && rel > 0) {
-            dcg += static_cast<double>(rel) / std::log2(static_cast<double>(i + 2));
-        }
-        if (relevant) ++rel_so_far;
-        for (size_t c = 0; c < kRecallCutoffs.size(); ++c) {
-            if (i + 1 == static_cast<size_t>(kRecallCutoffs[c]) && num_rel > 0) {
-                m->recall[c] = static_cast<double>(rel_so_far) / static_cast<double>(num_rel);
+    // Per rank: the grade (absent from the qrels: not relevant, no gain).
+    std::vector<int> grade(ranked.size());
+    for (size_t i = 0; i < ranked.size(); ++i) {
+        const auto it = judged.find(*ranked[i].docid);
+        grade[i] = it == judged.end() ? 0 : it->second;
+    }
+    const auto depth = [&](int k) { return k > 0 ? std::min(ranked.size(), size_t(k)) : ranked.size(); };
+    const auto dcg = [](const int* g, size_t n) {
+        double s = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (g[i] > 0) s += static_cast<double>(g[i]) / std::log2(static_cast<double>(i + 2));
+        return s;
+    };
+    values->clear();
+    for (const Metric& m : metrics) {
+        const size_t n = depth(m.k);
+        size_t rel_in = 0;
+        for (size_t i = 0; i < n; ++i) rel_in += grade[i] >= 1;
+        double v = 0;
+        switch (m.kind) {
+            case Metric::kMap: {  // map, map_cut_k: precision at each relevant rank, over all relevant
+                size_t seen = 0;
+                for (size_t i = 0; i < n; ++i) {
+                    if (grade[i] >= 1) v += static_cast<double>(++seen) / static_cast<double>(i + 1);
+                }
+                v = num_rel > 0 ? v / static_cast<double>(num_rel) : 0;
+                break;
             }
+            case Metric::kP:  // P_k: over k, however many were retrieved
+                v = static_cast<double>(rel_in) / static_cast<double>(m.k);
+                break;
+            case Metric::kNdcg: {  // ndcg, ndcg_cut_k
+                const size_t ni = m.k > 0 ? std::min(positive_grades.size(), size_t(m.k)) : positive_grades.size();
+                const double ideal = dcg(positive_grades.data(), ni);
+                const double got = dcg(grade.data(), n);
+                v = ideal > 0 ? got / ideal : got;
+                break;
+            }
+            case Metric::kRecall:  // recall_k
+                v = num_rel > 0 ? static_cast<double>(rel_in) / static_cast<double>(num_rel) : 0;
+                break;
+            case Metric::kMrr:  // recip_rank (on the top k)
+                for (size_t i = 0; i < n; ++i) {
+                    if (grade[i] >= 1) {
+                        v = 1.0 / static_cast<double>(i + 1);
+                        break;
+                    }
+                }
+                break;
+            case Metric::kSuccess:  // success_k
+                v = rel_in > 0 ? 1 : 0;
+                break;
         }
+        values->push_back(v);
     }
-    // Cutoffs beyond the run's length see every retrieved document.
-    for (size_t c = 0; c < kRecallCutoffs.size(); ++c) {
-        if (ranked.size() < static_cast<size_t>(kRecallCutoffs[c]) && num_rel > 0) {
-            m->recall[c] = static_cast<double>(rel_so_far) / static_cast<double>(num_rel);
-        }
-    }
-
-    double ideal_dcg = 0;
-    for (size_t i = 0; i < positive_grades.size() && i < static_cast<size_t>(kNdcgCutoff); ++i) {
-        ideal_dcg +=
-            static_cast<double>(positive_grades[i]) / std::log2(static_cast<double>(i + 2));
-    }
-    m->ndcg10 = ideal_dcg > 0 ? dcg / ideal_dcg : dcg;
     return Status::OK();
 }
 
-Status evaluate_impl(const Run& run, const Qrels& qrels, EvalResult* out) {
+Status evaluate_impl(const Run& run, const Qrels& qrels, const std::vector<std::string>& names, bool per_query,
+                     EvalResult* out) {
     if (out == nullptr) return Status::InvalidArgument("Evaluate: out is null");
-    QueryMetrics sum;
-    int n_queries = 0;
+    if (names.empty()) return Status::InvalidArgument("no metrics asked for");
+    std::vector<Metric> metrics(names.size());
+    for (size_t i = 0; i < names.size(); ++i) TMS_RETURN_IF_ERROR(parse_metric(names[i], &metrics[i]));
+    EvalResult result;
+    std::vector<double> sum(names.size(), 0.0), values;
     for (const auto& [qid, docs] : run) {
         auto judged = qrels.find(qid);
         if (judged == qrels.end()) continue;
-        QueryMetrics m;
-        TMS_RETURN_IF_ERROR(evaluate_query(qid, docs, judged->second, &m));
-        sum.mrr10 += m.mrr10;
-        sum.ndcg10 += m.ndcg10;
-        for (size_t c = 0; c < kRecallCutoffs.size(); ++c) sum.recall[c] += m.recall[c];
-        ++n_queries;
+        TMS_RETURN_IF_ERROR(evaluate_query(qid, docs, judged->second, metrics, &values));
+        for (size_t i = 0; i < values.size(); ++i) sum[i] += values[i];
+        if (per_query) result.per_query.emplace_back(qid, values);
+        ++result.n_queries;
     }
-    if (n_queries == 0) return Status::InvalidArgument("no query of the run is in the qrels");
-    const double n = static_cast<double>(n_queries);
-    EvalResult result;
-    result.n_queries = n_queries;
-    result.metrics.emplace_back("mrr@" + std::to_string(kMrrCutoff), sum.mrr10 / n);
-    result.metrics.emplace_back("ndcg@" + std::to_string(kNdcgCutoff), sum.ndcg10 / n);
-    for (size_t c = 0; c < kRecallCutoffs.size(); ++c) {
-        result.metrics.emplace_back("recall@" + std::to_string(kRecallCutoffs[c]),
-                                    sum.recall[c] / n);
+    if (result.n_queries == 0) return Status::InvalidArgument("no query of the run is in the qrels");
+    for (size_t i = 0; i < names.size(); ++i) {
+        result.metrics.emplace_back(names[i], sum[i] / static_cast<double>(result.n_queries));
     }
     *out = std::move(result);
     return Status::OK();
@@ -504,7 +541,31 @@ Status WriteRun(const std::string& path, const std::vector<std::string>& qids,
 }
 
 Status Evaluate(const Run& run, const Qrels& qrels, EvalResult* out) {
-    return no_throw("Evaluate", [&] { return evaluate_impl(run, qrels, out); });
+    return Evaluate(run, qrels, kDefaultMetrics, false, out);
+}
+
+Status Evaluate(const Run& run, const Qrels& qrels, const std::vector<std::string>& metrics, bool per_query,
+                EvalResult* out) {
+    return no_throw("Evaluate", [&] { return evaluate_impl(run, qrels, metrics, per_query, out); });
+}
+
+Status ParseMetricList(const std::string& list, std::vector<std::string>* metrics) {
+    std::vector<std::string> names;
+    size_t start = 0;
+    while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        const std::string name(trim(std::string_view(list).substr(start, comma - start)));
+        if (name.empty()) return Status::InvalidArgument("metric list '" + list + "': an empty name");
+        Metric m;
+        TMS_RETURN_IF_ERROR(parse_metric(name, &m));
+        if (std::find(names.begin(), names.end(), name) != names.end()) {
+            return Status::InvalidArgument("metric list '" + list + "': '" + name + "' is listed twice");
+        }
+        names.push_back(name);
+        start = comma + 1;
+    }
+    *metrics = std::move(names);
+    return Status::OK();
 }
 
 std::string FormatEval(const EvalResult& result, bool json) {
@@ -514,11 +575,30 @@ std::string FormatEval(const EvalResult& result, bool json) {
         for (const auto& [name, value] : result.metrics) {
             out += ", \"" + json_escape(name) + "\": " + format_double_exact(value);
         }
+        if (!result.per_query.empty()) {
+            out += ", \"per_query\": {";
+            for (size_t q = 0; q < result.per_query.size(); ++q) {
+                out += (q ? ", \"" : "\"") + json_escape(result.per_query[q].first) + "\": {";
+                for (size_t i = 0; i < result.metrics.size(); ++i) {
+                    out += (i ? ", \"" : "\"") + json_escape(result.metrics[i].first) +
+                           "\": " + format_double_exact(result.per_query[q].second[i]);
+                }
+                out += "}";
+            }
+            out += "}";
+        }
         out += "}\n";
         return out;
     }
+    char buf[64];
+    // trec_eval -q: every query's lines, then the means.
+    for (const auto& [qid, values] : result.per_query) {
+        for (size_t i = 0; i < result.metrics.size(); ++i) {
+            std::snprintf(buf, sizeof(buf), "%.4f", values[i]);
+            out += result.metrics[i].first + "\t" + qid + "\t" + buf + "\n";
+        }
+    }
     for (const auto& [name, value] : result.metrics) {
-        char buf[64];
         std::snprintf(buf, sizeof(buf), "%.4f", value);
         out += name + "\tall\t" + buf + "\n";
     }

@@ -61,11 +61,21 @@ Status WriteRun(const std::string& path, const std::vector<std::string>& qids,
 
 /// Mean metrics over the evaluated queries.
 struct EvalResult {
-    /// (name, mean value) in the order "mrr@10", "ndcg@10", "recall@100", "recall@1000".
+    /// (name, mean value) in the order asked for (by default "mrr@10", "ndcg@10", "recall@100",
+    /// "recall@1000").
     std::vector<std::pair<std::string, double>> metrics;
     /// Number of queries averaged: those present in both the run and the qrels.
     int n_queries = 0;
+    /// When asked for: each evaluated query's values (qid order), in the order of `metrics`.
+    std::vector<std::pair<std::string, std::vector<double>>> per_query;
 };
+
+/// The metrics `tms eval` reports by default.
+inline const std::vector<std::string> kDefaultMetrics = {"mrr@10", "ndcg@10", "recall@100", "recall@1000"};
+
+/// Parses a comma-separated metric list (`map,P@5,ndcg@20,recall@50,mrr@10,success@5`): names as
+/// Evaluate takes them, each once. InvalidArgument naming an unknown name or a bad cutoff.
+Status ParseMetricList(const std::string& list, std::vector<std::string>* metrics);
 
 /// Computes, with trec_eval's definitions (as pytrec_eval reports them per query), the mean
 /// over queries present in both `run` and `qrels` (queries with no relevant document count
@@ -82,10 +92,23 @@ struct EvalResult {
 /// query of the run lists a docid twice or has a NaN score. On error `*out` is unchanged.
 /// Thread-safety: reentrant.
 Status Evaluate(const Run& run, const Qrels& qrels, EvalResult* out);
+/// The same for any of trec_eval's measures, named (K a positive cutoff):
+///   - "map" (map): the mean over the query's relevant documents of the precision at each one's
+///     rank (unretrieved ones count 0); "map@K" (map_cut_K): ranks up to K only;
+///   - "P@K" (P_K): relevant documents in the top K over K;
+///   - "ndcg" (ndcg) and "ndcg@K" (ndcg_cut_K): as ndcg@10 above, over the whole run or the top K;
+///   - "recall@K" (recall_K): as above;
+///   - "mrr" (recip_rank) and "mrr@K": 1 / the rank of the first relevant document (in the top K);
+///   - "success@K" (success_K): 1 when a relevant document is in the top K.
+/// per_query: also each query's values (EvalResult::per_query).
+Status Evaluate(const Run& run, const Qrels& qrels, const std::vector<std::string>& metrics, bool per_query,
+                EvalResult* out);
 
 /// Formats `result` for printing. Text (json = false): one line `NAME\tall\tVALUE` per metric,
-/// VALUE with 4 decimals, as trec_eval prints. JSON (json = true): one object
-/// `{"n_queries": N, "mrr@10": V, ...}` with values printed to round-trip exactly.
+/// VALUE with 4 decimals, as trec_eval prints, after (with per-query values) the lines
+/// `NAME\tQID\tVALUE` of every query, as `trec_eval -q`. JSON (json = true): one object
+/// `{"n_queries": N, "mrr@10": V, ..., "per_query": {QID: {NAME: V, ...}, ...}}` with values
+/// printed to round-trip exactly.
 /// Both forms end with a newline.
 std::string FormatEval(const EvalResult& result, bool json);
 

@@ -153,3 +153,56 @@ def test_eval_text_output(tmp_path, tms_bin):
         name, _, value = line.split("\t")
         assert len(value.split(".")[1]) == 4, line
         assert abs(float(value) - ref[name]) <= 0.5e-4 + 1e-12, f"seed {SEED + 1} {line}: ref {ref[name]}"
+
+
+# tms name -> pytrec_eval measure (default cutoffs of trec_eval's measures)
+MEASURES = {"map": "map", "map@20": "map_cut_20", "P@5": "P_5", "P@100": "P_100", "ndcg": "ndcg",
+            "ndcg@20": "ndcg_cut_20", "recall@30": "recall_30", "mrr": "recip_rank", "success@1": "success_1",
+            "success@5": "success_5", "success@10": "success_10"}
+
+
+def test_chosen_metrics_and_per_query_values_match_pytrec_eval(tmp_path, tms_bin):
+    rng, run, qrels = make_data(SEED + 2)
+    run_path, qrels_path = tmp_path / "run.trec", tmp_path / "qrels.trec"
+    write_run(run_path, run, rng)
+    write_qrels(qrels_path, qrels, "trec")
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"map", "map_cut", "P", "ndcg", "ndcg_cut", "recall", "recip_rank",
+                                                 "success"}).evaluate(run)
+    names = list(MEASURES) + ["mrr@10"]
+    cmd = [tms_bin, "eval", "--run", str(run_path), "--qrels", str(qrels_path), "--metrics", ",".join(names),
+           "--per-query", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["n_queries"] == len(ref) and set(got["per_query"]) == set(ref)
+    top10 = {qid: dict(trec_order(docs)[:10]) for qid, docs in run.items()}
+    mrr10 = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    for qid, values in got["per_query"].items():
+        assert list(values) == names
+        for name, measure in MEASURES.items():
+            assert abs(values[name] - ref[qid][measure]) <= TOL, f"{qid} {name}: {values[name]} vs {ref[qid][measure]}"
+        assert abs(values["mrr@10"] - mrr10[qid]["recip_rank"]) <= TOL
+    for name, measure in MEASURES.items():
+        mean = sum(v[measure] for v in ref.values()) / len(ref)
+        assert abs(got[name] - mean) <= TOL, name
+    # Text: trec_eval -q's layout, every query's lines, then the means.
+    proc = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=120)
+    lines = [l.split("\t") for l in proc.stdout.splitlines()]
+    assert len(lines) == len(names) * (len(ref) + 1)
+    assert [l[1] for l in lines[-len(names):]] == ["all"] * len(names)
+    assert {l[1] for l in lines[:-len(names)]} == set(ref)
+
+
+@pytest.mark.parametrize("bad,message", [("map,foo", "unknown metric 'foo'"), ("P", "needs a cutoff"),
+                                         ("ndcg@0", "positive integer"), ("map,,P@5", "an empty name"),
+                                         ("map,map", "listed twice")])
+def test_bad_metric_lists(tmp_path, tms_bin, bad, message):
+    rng, run, qrels = make_data(SEED)
+    run_path, qrels_path = tmp_path / "run.trec", tmp_path / "qrels.trec"
+    write_run(run_path, run, rng)
+    write_qrels(qrels_path, qrels, "trec")
+    proc = subprocess.run([tms_bin, "eval", "--run", str(run_path), "--qrels", str(qrels_path), "--metrics", bad],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--metrics" in lines[0] and message in lines[0], proc.stderr
