@@ -2,11 +2,12 @@
 # Installs what TileMaxSim needs on Debian 12 (idempotent: installs only what is missing).
 #   Debian packages: compilers, CMake, FAISS (CPU), RocksDB, CLI11, nlohmann-json, GoogleTest,
 #   Google Benchmark, OpenMP, OpenBLAS, Open MPI (distributed search and builds); clang with libFuzzer and the sanitizer runtimes
-#   (scripts/fuzz.sh).   Python (tests only): numpy, pytest, pytrec-eval.
+#   (scripts/fuzz.sh).   Python: numpy, pytest, pytrec-eval (tests); pybind11 and
+#   scikit-build-core (the Python package, python/).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libfaiss-dev librocksdb-dev libcli11-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libopenblas-dev python3
-      clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
+      clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,10 +18,11 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if ! python3 -c "import numpy, pytest, pytrec_eval" 2>/dev/null; then
-  echo "setup: installing Python test packages (numpy, pytest, pytrec-eval-terrier)"
-  python3 -m pip install -q numpy pytest pytrec-eval-terrier 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages numpy pytest pytrec-eval-terrier \
+py=(numpy pytest pytrec-eval-terrier pybind11 scikit-build-core)
+if ! python3 -c "import numpy, pytest, pytrec_eval, pybind11, scikit_build_core" 2>/dev/null; then
+  echo "setup: installing Python packages (${py[*]})"
+  python3 -m pip install -q "${py[@]}" 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages "${py[@]}" \
     || { (command -v pip3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null) \
-         && python3 -m pip install -q --break-system-packages numpy pytest pytrec-eval-terrier; }
+         && python3 -m pip install -q --break-system-packages "${py[@]}"; }
 fi

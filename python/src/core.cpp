@@ -1,0 +1,263 @@
+// Copyright TileMaxSim authors. tilemaxsim._core: the engine's C++ API for Python (pybind11).
+// The Python package (tilemaxsim/__init__.py) converts inputs (numpy, torch, lists) into the
+// C-contiguous arrays these functions take; every long call releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tilemaxsim/tilemaxsim.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// The engine's Status as a C++ exception (thrown with or without the GIL), translated to a
+// Python one carrying its one-line message: ValueError (bad input), FileNotFoundError, or
+// tilemaxsim.Error.
+struct EngineError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+struct NotFoundError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+void check(const tms::Status& st) {
+    if (st.ok()) return;
+    if (st.code() == tms::Status::Code::kInvalidArgument) throw py::value_error(st.message());
+    if (st.code() == tms::Status::Code::kNotFound) throw NotFoundError(st.message());
+    throw EngineError(st.message());
+}
+
+// dtype: "f32", "f16" or "bf16" (bf16 travels as uint16 bits).
+tms::DType parse_dtype(const std::string& d) {
+    if (d == "f32") return tms::DType::kF32;
+    if (d == "f16") return tms::DType::kF16;
+    if (d == "bf16") return tms::DType::kBF16;
+    throw py::value_error("dtype must be f32, f16 or bf16, got " + d);
+}
+
+// A C-contiguous array of `rank` dimensions whose items are `dtype`'s size.
+void check_array(const py::array& a, int rank, tms::DType dtype, const char* what) {
+    if (a.ndim() != rank) {
+        throw py::value_error(std::string(what) + ": expected " + std::to_string(rank) + " dimensions, got " +
+                              std::to_string(a.ndim()));
+    }
+    if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(what) + ": not C-contiguous");
+    if (a.itemsize() != tms::DTypeSize(dtype)) throw py::value_error(std::string(what) + ": wrong item size");
+}
+
+std::vector<int64_t> as_lengths(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& l) {
+    if (l.ndim() != 1) throw py::value_error("lengths: expected one dimension");
+    return std::vector<int64_t>(l.data(), l.data() + l.size());
+}
+
+py::dict info_dict(const tms::IndexInfo& i) {
+    py::dict d;
+    d["n_docs"] = i.n_docs;
+    d["n_live_docs"] = i.n_docs - i.n_deleted;
+    d["n_deleted"] = i.n_deleted;
+    d["n_tokens"] = i.n_tokens;
+    d["dim"] = i.dim;
+    d["n_centroids"] = i.n_centroids;
+    d["codec"] = i.codec;
+    d["has_vectors"] = i.has_vectors;
+    d["format_version"] = i.format_version;
+    d["n_shards"] = i.shards.size();
+    d["build_config"] = i.build_config_json;
+    return d;
+}
+
+// Hits as (ids per query, scores per query as float32 arrays).
+py::tuple hits_to_python(const std::vector<std::vector<tms::SearchHit>>& res) {
+    py::list ids, scores;
+    for (const auto& q : res) {
+        py::list qi;
+        py::array_t<float> qs(static_cast<py::ssize_t>(q.size()));
+        auto* s = qs.mutable_data();
+        for (size_t j = 0; j < q.size(); ++j) {
+            qi.append(py::str(q[j].doc_id));
+            s[j] = q[j].score;
+        }
+        ids.append(qi);
+        scores.append(qs);
+    }
+    return py::make_tuple(ids, scores);
+}
+
+tms::QueryBatch query_batch(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens) {
+    const tms::DType dt = parse_dtype(dtype);
+    check_array(q, 3, dt, "queries");
+    tms::QueryBatch b;
+    b.data = q.data();
+    b.dtype = dt;
+    b.n_queries = static_cast<int>(q.shape(0));
+    b.q_tokens = static_cast<int>(q.shape(1));
+    b.dim = static_cast<int>(q.shape(2));
+    if (!lens.empty()) {
+        if (int64_t(lens.size()) != b.n_queries) throw py::value_error("lengths: one per query");
+        b.lengths = lens.data();
+    }
+    return b;
+}
+
+class PySearcher {
+public:
+    PySearcher(const std::string& path, const std::string& device, bool load_vectors, int threads, bool progress) {
+        tms::SearcherOptions o;
+        check(tms::ParseDeviceList(device, &o));
+        o.load_vectors = load_vectors;
+        o.threads = threads;
+        o.progress = progress;
+        py::gil_scoped_release nogil;
+        check(tms::Searcher::Open(o, path, &s_));
+    }
+
+    py::tuple search(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens, int k,
+                     bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning) {
+        tms::QueryBatch b = query_batch(q, dtype, lens);
+        tms::SearchOptions o;
+        o.k = k;
+        o.exhaustive = exhaustive;
+        o.nprobe = nprobe;
+        o.ncandidates = ncandidates;
+        o.rerank = rerank;
+        if (pruning != "probe" && pruning != "interaction") {
+            throw py::value_error("pruning must be probe or interaction, got " + pruning);
+        }
+        o.pruning = pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+        std::vector<std::vector<tms::SearchHit>> res;
+        {
+            py::gil_scoped_release nogil;
+            check(s_->Search(b, o, &res));
+        }
+        return hits_to_python(res);
+    }
+
+    py::tuple rerank(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens,
+                     const std::vector<std::vector<std::string>>& candidates, int k, bool skip_unknown) {
+        tms::QueryBatch b = query_batch(q, dtype, lens);
+        if (int64_t(candidates.size()) != b.n_queries) {
+            throw py::value_error(std::to_string(candidates.size()) + " candidate lists for " +
+                                  std::to_string(b.n_queries) + " queries");
+        }
+        std::vector<std::vector<tms::SearchHit>> res;
+        {
+            py::gil_scoped_release nogil;
+            std::vector<std::vector<int64_t>> internal(candidates.size());
+            for (size_t i = 0; i < candidates.size(); ++i) {
+                s_->FindDocs(candidates[i], &internal[i]);
+                std::vector<int64_t> kept;
+                for (size_t j = 0; j < internal[i].size(); ++j) {
+                    if (internal[i][j] >= 0) {
+                        kept.push_back(internal[i][j]);
+                    } else if (!skip_unknown) {
+                        throw py::value_error("query " + std::to_string(i) + ": document '" + candidates[i][j] +
+                                              "' is not in the index");
+                    }
+                }
+                internal[i] = std::move(kept);
+            }
+            check(s_->Rerank(b, internal, k, &res));
+        }
+        return hits_to_python(res);
+    }
+
+    py::dict info() const { return info_dict(s_->info()); }
+    std::string device() const { return tms::DeviceName(s_->device()); }
+
+private:
+    std::unique_ptr<tms::Searcher> s_;
+};
+
+tms::EmbeddingView tokens_view(const py::array& tokens, const std::string& dtype) {
+    const tms::DType dt = parse_dtype(dtype);
+    check_array(tokens, 2, dt, "documents");
+    return tms::EmbeddingView{tokens.data(), dt, static_cast<int64_t>(tokens.shape(0)), static_cast<int>(tokens.shape(1))};
+}
+
+py::dict build_index(const std::string& path, const py::array& tokens, const std::string& dtype,
+                     const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
+                     const std::vector<std::string>& ids, const std::string& options_json, bool overwrite,
+                     bool progress, const std::string& device) {
+    tms::IndexBuildOptions o;
+    if (!options_json.empty()) check(tms::ParseBuildOptionsJson(options_json, &o));
+    o.overwrite = overwrite;
+    o.progress = progress;
+    tms::SearcherOptions dev;
+    check(tms::ParseDeviceList(device, &dev));
+    o.device = dev.device;
+    if (!dev.gpus.empty()) o.gpu = dev.gpus[0];
+    const tms::EmbeddingView v = tokens_view(tokens, dtype);
+    const std::vector<int64_t> lens = as_lengths(lengths);
+    tms::BuildStats st;
+    {
+        py::gil_scoped_release nogil;
+        std::unique_ptr<tms::IndexBuilder> b;
+        check(tms::IndexBuilder::Create(o, path, &b));
+        check(b->Build(v, lens, ids, &st));
+    }
+    py::dict d;
+    d["n_docs"] = st.n_docs;
+    d["n_tokens"] = st.n_tokens;
+    d["n_centroids"] = st.n_centroids;
+    d["seconds"] = st.seconds_total;
+    return d;
+}
+
+void add_documents(const std::string& path, const py::array& tokens, const std::string& dtype,
+                   const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
+                   const std::vector<std::string>& ids, bool replace, bool progress) {
+    const tms::EmbeddingView v = tokens_view(tokens, dtype);
+    const std::vector<int64_t> lens = as_lengths(lengths);
+    py::gil_scoped_release nogil;
+    std::unique_ptr<tms::IndexUpdater> u;
+    check(tms::IndexUpdater::Open(path, progress, &u));
+    check(u->Add(v, lens, ids, replace));
+    check(u->Commit());
+}
+
+int64_t delete_documents(const std::string& path, const std::vector<std::string>& ids) {
+    py::gil_scoped_release nogil;
+    std::unique_ptr<tms::IndexUpdater> u;
+    check(tms::IndexUpdater::Open(path, false, &u));
+    int64_t already = 0;
+    check(u->Delete(ids, &already));
+    check(u->Commit());
+    return already;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "TileMaxSim's engine (C++): use the tilemaxsim package, not this module";
+    py::register_exception<EngineError>(m, "Error", PyExc_RuntimeError);
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const NotFoundError& e) {
+            PyErr_SetString(PyExc_FileNotFoundError, e.what());
+        }
+    });
+    m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
+          py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"));
+    m.def("add_documents", &add_documents, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
+          py::arg("ids"), py::arg("replace"), py::arg("progress"));
+    m.def("delete_documents", &delete_documents, py::arg("path"), py::arg("ids"));
+    m.def("index_info", [](const std::string& path) {
+        tms::IndexInfo i;
+        check(tms::ReadIndexInfo(path, &i));
+        return info_dict(i);
+    });
+    py::class_<PySearcher>(m, "Searcher")
+        .def(py::init<const std::string&, const std::string&, bool, int, bool>(), py::arg("path"),
+             py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"))
+        .def("search", &PySearcher::search)
+        .def("rerank", &PySearcher::rerank)
+        .def("info", &PySearcher::info)
+        .def("device", &PySearcher::device);
+}

@@ -1,0 +1,201 @@
+"""TileMaxSim: late-interaction (ColBERT-style) search on GPUs and CPUs, from Python.
+
+    import tilemaxsim
+    tilemaxsim.build_index("idx", documents, ids, keep_vectors=True)   # list of [len_i, dim] arrays
+    s = tilemaxsim.Searcher("idx")
+    ids, scores = s.search(queries, k=10)                              # [n_queries, tokens, dim]
+    ids, scores = s.rerank(queries, [["doc3", "doc9"], ...])          # exact MaxSim of given candidates
+
+Documents and queries may be numpy arrays (float32, float16; bfloat16 as ml_dtypes'), torch
+tensors (CPU or CUDA; bfloat16 too) or nested lists. Errors raise ValueError (bad input),
+FileNotFoundError (no index) or tilemaxsim.Error, with the engine's one-line message. Every
+long call releases the GIL; a search is split into batches, so Ctrl-C stops it between two.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from . import _core
+from ._core import Error
+
+__all__ = ["Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info"]
+
+# IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
+BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "pq_m", "pq_nbits", "residual_nbits",
+                 "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries")
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _as_array(x, what):
+    """x as a C-contiguous numpy array and its engine dtype ("f32", "f16", "bf16"), without a copy
+    where the layout allows (a CPU torch tensor or a contiguous numpy array is used in place)."""
+    if _is_torch(x):
+        import torch
+
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16), "bf16"
+        if t.dtype not in (torch.float16, torch.float32):
+            t = t.float()
+        x = t.numpy()
+    a = np.asarray(x)
+    if a.dtype.name == "bfloat16":  # ml_dtypes
+        return np.ascontiguousarray(a).view(np.uint16), "bf16"
+    if a.dtype == np.float16:
+        return np.ascontiguousarray(a), "f16"
+    if a.dtype == np.float32:
+        return np.ascontiguousarray(a), "f32"
+    if a.dtype.kind in "fiu":
+        return np.ascontiguousarray(a, dtype=np.float32), "f32"
+    raise ValueError(f"{what}: unsupported dtype {a.dtype} (float32, float16 or bfloat16)")
+
+
+def _documents(documents, lengths):
+    """Documents as one token array [n_tokens, dim] plus per-document lengths: a list of
+    [len_i, dim] arrays is concatenated (one copy); one flat array with `lengths` is used as is."""
+    if lengths is not None:
+        tokens, dtype = _as_array(documents, "documents")
+        lens = np.asarray(lengths, dtype=np.int64)
+        return tokens, dtype, lens
+    if isinstance(documents, (list, tuple)):
+        if not documents:
+            raise ValueError("documents: empty list")
+        parts, dtypes = [], set()
+        for i, d in enumerate(documents):
+            a, dt = _as_array(d, f"documents[{i}]")
+            if a.ndim != 2:
+                raise ValueError(f"documents[{i}]: expected [tokens, dim], got shape {a.shape}")
+            parts.append(a)
+            dtypes.add(dt)
+        if len(dtypes) > 1:
+            raise ValueError(f"documents: mixed dtypes {sorted(dtypes)}")
+        dims = {p.shape[1] for p in parts}
+        if len(dims) > 1:
+            raise ValueError(f"documents: ragged dimensions {sorted(dims)}")
+        lens = np.array([p.shape[0] for p in parts], dtype=np.int64)
+        return np.concatenate(parts, axis=0), dtypes.pop(), lens
+    raise ValueError("documents: a list of [tokens, dim] arrays, or one [n_tokens, dim] array with lengths=")
+
+
+def _queries(queries):
+    """Queries as [n_queries, q_tokens, dim] plus lengths: one 3-d array (every query padded to
+    the same tokens), a single [tokens, dim] query, or a list of [len_i, dim] arrays (padded here,
+    their lengths kept so that padding is never scored)."""
+    if isinstance(queries, (list, tuple)) and queries and not np.isscalar(queries[0]) and np.ndim(queries[0]) == 2:
+        parts = [_as_array(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        dtypes = {dt for _, dt in parts}
+        if len(dtypes) > 1:
+            raise ValueError(f"queries: mixed dtypes {sorted(dtypes)}")
+        dims = {a.shape[1] for a, _ in parts}
+        if len(dims) > 1:
+            raise ValueError(f"queries: ragged dimensions {sorted(dims)}")
+        qt = max(a.shape[0] for a, _ in parts)
+        out = np.zeros((len(parts), qt, dims.pop()), dtype=parts[0][0].dtype)
+        for i, (a, _) in enumerate(parts):
+            out[i, : a.shape[0]] = a
+        return out, dtypes.pop(), np.array([a.shape[0] for a, _ in parts], dtype=np.int32)
+    a, dt = _as_array(queries, "queries")
+    if a.ndim == 2:
+        a = a[None]
+    if a.ndim != 3:
+        raise ValueError(f"queries: expected [n_queries, tokens, dim], got shape {a.shape}")
+    return np.ascontiguousarray(a), dt, None
+
+
+def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=False, device="auto",
+                **options):
+    """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
+    model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`).
+    `ids`: external ids (default "0".."n-1"). Options as IndexBuildOptions' fields, e.g.
+    keep_vectors=True, codec="residual", shards=4. Returns the build's counts."""
+    unknown = sorted(set(options) - set(BUILD_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
+    tokens, dtype, lens = _documents(documents, lengths)
+    return _core.build_index(str(path), tokens, dtype, lens, [str(i) for i in ids] if ids is not None else [],
+                             json.dumps(options), overwrite, progress, device)
+
+
+def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False):
+    """Adds documents (as build_index takes them) with their external ids to the index at `path`,
+    in one commit; replace=True replaces documents whose ids it already holds."""
+    tokens, dtype, lens = _documents(documents, lengths)
+    _core.add_documents(str(path), tokens, dtype, lens, [str(i) for i in ids], replace, progress)
+
+
+def delete_documents(path, ids):
+    """Deletes documents by external id, in one commit; returns how many were already deleted."""
+    return _core.delete_documents(str(path), [str(i) for i in ids])
+
+
+def index_info(path):
+    """What the index at `path` holds (documents, tokens, dim, codec, shards, ...)."""
+    return _core.index_info(str(path))
+
+
+class Searcher:
+    """An opened index. device: "auto" (GPUs when present), "cpu", "gpu" / "all", or GPUs "0,1".
+
+    search() and rerank() return (ids, scores): per query a list of external ids and a float32
+    array of their scores, best first."""
+
+    def __init__(self, path, device="auto", *, load_vectors=True, threads=0, progress=False, batch=256):
+        self.path = str(path)
+        self._open = dict(device=device, load_vectors=load_vectors, threads=threads, progress=progress)
+        self.batch = batch
+        self._s = _core.Searcher(self.path, device, load_vectors, threads, progress)
+
+    @property
+    def info(self):
+        return self._s.info()
+
+    @property
+    def device(self):
+        return self._s.device()
+
+    def _batches(self, queries, run):
+        q, dtype, lens = _queries(queries)
+        ids, scores = [], []
+        for q0 in range(0, q.shape[0], self.batch):  # Ctrl-C lands between two batches
+            l = lens[q0: q0 + self.batch] if lens is not None else []
+            i, s = run(np.ascontiguousarray(q[q0: q0 + self.batch]), dtype, l, q0)
+            ids += i
+            scores += s
+        return ids, scores
+
+    def search(self, queries, k=10, *, exhaustive=False, nprobe=8, ncandidates=4096, rerank=256,
+               pruning="interaction"):
+        """The k best documents of each query (the engine's SearchOptions as keywords)."""
+        return self._batches(queries, lambda q, dt, l, q0: self._s.search(
+            q, dt, l, k, exhaustive, nprobe, ncandidates, rerank, pruning))
+
+    def rerank(self, queries, candidate_ids, k=0, *, skip_unknown=False):
+        """Exact MaxSim of each query's candidates (external ids), best first (the best k when
+        k > 0): a first stage's (BM25's) results reranked. An id the index does not hold is a
+        ValueError unless skip_unknown."""
+        cands = [[str(c) for c in cs] for cs in candidate_ids]
+        return self._batches(queries, lambda q, dt, l, q0: self._s.rerank(
+            q, dt, l, cands[q0: q0 + q.shape[0]], k, skip_unknown))
+
+    def add(self, documents, ids, lengths=None, *, replace=False):
+        """Adds documents to the index (add_documents), then reopens it."""
+        add_documents(self.path, documents, ids, lengths, replace=replace)
+        self._reopen()
+
+    def delete(self, ids):
+        """Deletes documents by external id (delete_documents), then reopens the index."""
+        n = delete_documents(self.path, ids)
+        self._reopen()
+        return n
+
+    def _reopen(self):
+        o = self._open
+        self._s = _core.Searcher(self.path, o["device"], o["load_vectors"], o["threads"], o["progress"])

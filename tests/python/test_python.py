@@ -1,0 +1,174 @@
+"""The Python package: results equal the CLI's, rerank equals exhaustive scores, the PyLate
+adapter's round trip, bad input as exceptions with the engine's message, and Ctrl-C.
+
+Run with PYTHONPATH=BUILD/python (ctest pytest_python) and TMS_BIN for the CLI comparisons.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+tilemaxsim = pytest.importorskip("tilemaxsim")
+TMS = os.environ.get("TMS_BIN")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("py")
+    rng = np.random.default_rng(3)
+    lens = rng.integers(8, 40, size=400)
+    centers = rng.standard_normal((30, 64)).astype(np.float32)
+    docs = []
+    for n in lens:
+        x = centers[rng.integers(0, 30, size=n)] + 0.3 * rng.standard_normal((n, 64)).astype(np.float32)
+        docs.append((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16))
+    q = centers[rng.integers(0, 30, size=(12, 16))] + 0.3 * rng.standard_normal((12, 16, 64)).astype(np.float32)
+    q = (q / np.linalg.norm(q, axis=2, keepdims=True)).astype(np.float16)
+    ids = [f"doc{i}" for i in range(len(docs))]
+    idx = d / "idx"
+    tilemaxsim.build_index(idx, docs, ids, keep_vectors=True, n_centroids=32)
+    np.save(d / "queries.npy", q)
+    return {"dir": d, "docs": docs, "ids": ids, "queries": q, "index": idx}
+
+
+def read_trec(path):
+    run = {}
+    for line in open(path):
+        qid, _, doc, _, score, _ = line.split()
+        run.setdefault(qid, []).append((doc, float(score)))
+    return run
+
+
+@pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
+@pytest.mark.parametrize("mode", [(), ("--exhaustive",)])
+def test_search_equals_the_cli(corpus, tmp_path, mode):
+    out = tmp_path / "run.trec"
+    subprocess.run([TMS, "search", "--index", corpus["index"], "--queries", corpus["dir"] / "queries.npy", "--out",
+                    out, "--k", "10", "--device", "cpu", "--no-progress", *mode], check=True, capture_output=True)
+    cli = read_trec(out)
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    for q in (corpus["queries"], corpus["queries"].astype(np.float32)):  # fp16 as stored, and fp32 of it
+        ids, scores = s.search(q, k=10, exhaustive=bool(mode))
+        for i in range(len(ids)):
+            assert ids[i] == [d for d, _ in cli[str(i)]]
+            assert np.allclose(scores[i], [s for _, s in cli[str(i)]], rtol=1e-5)
+
+
+def test_torch_tensors_equal_numpy(corpus):
+    torch = pytest.importorskip("torch")
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    want = s.search(corpus["queries"], k=10)
+    got = s.search(torch.from_numpy(corpus["queries"]), k=10)
+    assert got[0] == want[0]
+    assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1]))
+
+
+def test_documents_as_a_list_or_one_array(corpus, tmp_path):
+    flat = np.concatenate(corpus["docs"])
+    lens = [len(d) for d in corpus["docs"]]
+    tilemaxsim.build_index(tmp_path / "flat", flat, corpus["ids"], lengths=lens, keep_vectors=True, n_centroids=32)
+    a = tilemaxsim.Searcher(corpus["index"], "cpu").search(corpus["queries"], k=5, exhaustive=True)
+    b = tilemaxsim.Searcher(tmp_path / "flat", "cpu").search(corpus["queries"], k=5, exhaustive=True)
+    assert a[0] == b[0]
+    info = tilemaxsim.index_info(tmp_path / "flat")
+    assert info["n_docs"] == 400 and info["dim"] == 64 and info["has_vectors"]
+
+
+def test_rerank_equals_exhaustive_scores_of_the_candidates(corpus):
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    every_ids, every_scores = s.search(corpus["queries"], k=400, exhaustive=True)
+    rng = np.random.default_rng(1)
+    cands = [list(rng.choice(corpus["ids"], size=30, replace=False)) for _ in range(len(corpus["queries"]))]
+    ids, scores = s.rerank(corpus["queries"], cands)
+    for q in range(len(cands)):
+        exact = {d: sc for d, sc in zip(every_ids[q], every_scores[q])}
+        want = sorted(cands[q], key=lambda d: (-exact[d], int(d[3:])))
+        assert ids[q] == want
+        assert np.allclose(scores[q], [exact[d] for d in want], rtol=1e-5)
+    ids, _ = s.rerank(corpus["queries"], cands, k=3)
+    assert all(len(i) == 3 for i in ids)
+    with pytest.raises(ValueError, match="'nope' is not in the index"):
+        s.rerank(corpus["queries"][:1], [["doc1", "nope"]])
+    assert s.rerank(corpus["queries"][:1], [["doc1", "nope"]], skip_unknown=True)[0] == [["doc1"]]
+
+
+def test_queries_as_a_list_of_ragged_arrays(corpus):
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    full = [q[:n] for q, n in zip(corpus["queries"], [16, 5, 9] * 4)]
+    ids, _ = s.search(full, k=5, exhaustive=True)
+    one = s.search(corpus["queries"][1][:5], k=5, exhaustive=True)[0][0]  # a single [tokens, dim] query
+    assert ids[1] == one
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda q: q[:, :, :32], "query dimension 32 differs from the index's 64"),
+    (lambda q: np.where(np.arange(64) == 7, np.nan, q.astype(np.float32)), "non-finite value (NaN)"),
+    (lambda q: q.astype(np.complex64), "unsupported dtype"),
+    (lambda q: q[0, 0], "expected [n_queries, tokens, dim]"),
+    (lambda q: [q[0], q[1][:, :10]], "ragged dimensions"),
+])
+def test_bad_queries_raise_with_the_engines_message(corpus, bad, message):
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    with pytest.raises(ValueError) as e:
+        s.search(bad(corpus["queries"]), k=5)
+    assert message in str(e.value)
+
+
+def test_bad_documents_and_options(tmp_path, corpus):
+    with pytest.raises(ValueError, match="ragged dimensions"):
+        tilemaxsim.build_index(tmp_path / "x", [np.zeros((3, 8), np.float32), np.zeros((3, 9), np.float32)])
+    with pytest.raises(ValueError, match="unknown option 'codecs'"):
+        tilemaxsim.build_index(tmp_path / "x", corpus["docs"], codecs="pq")
+    bad = [d.astype(np.float32) for d in corpus["docs"]]
+    bad[3][1, 2] = np.inf
+    with pytest.raises(ValueError, match="non-finite"):
+        tilemaxsim.build_index(tmp_path / "x", bad, n_centroids=32)
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(FileNotFoundError, match="no such index"):
+        tilemaxsim.Searcher(tmp_path / "missing")
+
+
+def test_pylate_adapter_round_trip(corpus, tmp_path):
+    from tilemaxsim.pylate import TileMaxSimIndex
+
+    index = TileMaxSimIndex(index_folder=str(tmp_path), index_name="pl", override=True, device="cpu",
+                            n_centroids=32)
+    docs, ids = corpus["docs"], corpus["ids"]
+    assert index.add_documents(documents_ids=ids[:300], documents_embeddings=docs[:300]) is index
+    index.add_documents(documents_ids=ids[300:], documents_embeddings=docs[300:])
+    queries = [q for q in corpus["queries"]]  # PyLate passes one [tokens, dim] array per query
+    res = index(queries, k=5)
+    assert len(res) == len(queries) and all(len(r) == 5 for r in res)
+    assert set(res[0][0]) == {"id", "score"}
+    top = res[0][0]["id"]
+    index.remove_documents([top])
+    assert top not in [h["id"] for h in index(queries, k=5)[0]]
+    # retrieve.ColBERT(index=...).retrieve(...) returns index(queries_embeddings=..., k=..., subset=...)
+    sub = index(queries_embeddings=queries, k=3, subset=["doc1", "doc2", "doc3", "doc4", top, "not-there"])
+    assert all({h["id"] for h in r} <= {"doc1", "doc2", "doc3", "doc4"} for r in sub)
+    assert all(len(r) == 3 for r in sub)
+    again = TileMaxSimIndex(index_folder=str(tmp_path), index_name="pl", device="cpu")  # reopens, no override
+    assert again(queries, k=5) == index(queries, k=5)
+
+
+def test_ctrl_c_stops_a_long_search_and_leaves_the_index_intact(corpus, tmp_path):
+    script = (
+        "import numpy as np, sys, tilemaxsim\n"
+        f"s = tilemaxsim.Searcher({str(corpus['index'])!r}, 'cpu', batch=4)\n"
+        f"q = np.load({str(corpus['dir'] / 'queries.npy')!r})\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    s.search(np.concatenate([q] * 20), k=10, exhaustive=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ))
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "KeyboardInterrupt" in err, err
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    assert len(s.search(corpus["queries"], k=3)[0]) == len(corpus["queries"])
