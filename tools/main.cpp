@@ -71,7 +71,6 @@ tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBat
     } else {
         for (int i = 0; i < nq; ++i) qids.push_back(std::to_string(i));
     }
-    if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
     return tms::Status::OK();
 }
 
@@ -92,18 +91,33 @@ tms::Status check_query_dim(const SearchArgs& a, const tms::QueryBatch& all, con
                                         " differs from the index's " + std::to_string(info.dim));
 }
 
-// Loads queries, searches in batches, writes the run. Prints a summary to stderr.
-tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
+// What search and rerank start from: the queries (over arr's bytes), their ids, the options,
+// and the opened index.
+struct QueryJob {
     tms::HostArray arr;
     tms::QueryBatch whole;
     std::vector<std::string> qids;
-    TMS_RETURN_IF_ERROR(load_queries(a, &arr, &whole, &qids));
     tms::SearchOptions opts;
-    tms::SearcherOptions so;
-    TMS_RETURN_IF_ERROR(search_options(a, quiet, &opts, &so));
     std::unique_ptr<tms::Searcher> searcher;
-    TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &searcher));
-    TMS_RETURN_IF_ERROR(check_query_dim(a, whole, searcher->info()));
+};
+
+tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j) {
+    TMS_RETURN_IF_ERROR(load_queries(a, &j->arr, &j->whole, &j->qids));
+    tms::SearcherOptions so;
+    TMS_RETURN_IF_ERROR(search_options(a, quiet, &j->opts, &so));
+    TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &j->searcher));
+    return check_query_dim(a, j->whole, j->searcher->info());
+}
+
+// Loads queries, searches in batches, writes the run. Prints a summary to stderr.
+tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
+    if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
+    QueryJob job;
+    TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
+    const tms::QueryBatch& whole = job.whole;
+    const std::vector<std::string>& qids = job.qids;
+    const tms::SearchOptions& opts = job.opts;
+    const tms::Searcher* searcher = job.searcher.get();
     const int nq = whole.n_queries;
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     tms::SearchTimings phase;
@@ -148,20 +162,13 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
 
 // Rescores each query's candidates from a first-stage run exactly and writes the new run.
 tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
-    tms::HostArray arr;
-    tms::QueryBatch whole;
-    std::vector<std::string> qids;
-    SearchArgs la = a;
-    la.opts.k = 1;  // load_queries checks k > 0; rerank's 0 means every candidate
-    TMS_RETURN_IF_ERROR(load_queries(la, &arr, &whole, &qids));
     tms::Run run;
     TMS_RETURN_IF_ERROR(tms::ReadRun(first_stage, &run));
-    tms::SearchOptions opts;
-    tms::SearcherOptions so;
-    TMS_RETURN_IF_ERROR(search_options(a, false, &opts, &so));
-    std::unique_ptr<tms::Searcher> searcher;
-    TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &searcher));
-    TMS_RETURN_IF_ERROR(check_query_dim(a, whole, searcher->info()));
+    QueryJob job;
+    TMS_RETURN_IF_ERROR(open_query_job(a, false, &job));
+    const tms::QueryBatch& whole = job.whole;
+    const std::vector<std::string>& qids = job.qids;
+    const tms::Searcher* searcher = job.searcher.get();
     const int nq = whole.n_queries;
     int64_t unknown = 0, n_cand = 0;
     size_t matched = 0;

@@ -256,27 +256,45 @@ TEST_P(DefaultSearch, RecallAgainstExhaustive) {
 
 INSTANTIATE_TEST_SUITE_P(SearchCpu, DefaultSearch, ::testing::Values("pq", "residual"));
 
-// Searchers over parts of a sharded index (SearcherOptions::shards, as the ranks of a
-// distributed search open them), merged, equal one searcher over all of it, deletions included
-// (they live in the last shard's store); a part needs only its stores and the last.
-TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
+// A 3-shard synthetic index with vectors (d = 64, 32 centroids), searched on the CPU, and its
+// queries (fp16).
+struct ShardedSynth {
+    fs::path dir;
+    std::string index;
+    SearcherOptions opts;
+    HostArray qa;
+    QueryBatch qb;
+};
+
+void make_sharded_synth(const std::string& name, int n_docs, int n_queries, ShardedSynth* out) {
     SynthOptions so;
-    so.n_docs = 400;
-    so.n_queries = 12;
+    so.n_docs = n_docs;
+    so.n_queries = n_queries;
     so.dim = 64;
     IndexBuildOptions bo;
     bo.shards = 3;
     bo.keep_vectors = true;
     bo.n_centroids = 32;
     bo.progress = false;
-    const fs::path dir = testing::BuildSynthIndex("subsets", so, bo);
-    const std::string index = (dir / "index").string();
-    SearcherOptions opts;
-    opts.device = Device::kCpu;
-    opts.progress = false;
-    HostArray qa;
-    ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
-    const QueryBatch qb{qa.bytes.data(), DType::kF16, int(qa.shape[0]), int(qa.shape[1]), int(qa.shape[2]), nullptr};
+    out->dir = testing::BuildSynthIndex(name, so, bo);
+    out->index = (out->dir / "index").string();
+    out->opts.device = Device::kCpu;
+    out->opts.progress = false;
+    ASSERT_TRUE(LoadNpy((out->dir / "queries.npy").string(), &out->qa).ok());
+    out->qb = QueryBatch{out->qa.bytes.data(), DType::kF16, int(out->qa.shape[0]), int(out->qa.shape[1]),
+                         int(out->qa.shape[2]), nullptr};
+}
+
+// Searchers over parts of a sharded index (SearcherOptions::shards, as the ranks of a
+// distributed search open them), merged, equal one searcher over all of it, deletions included
+// (they live in the last shard's store); a part needs only its stores and the last.
+TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
+    ShardedSynth sy;
+    ASSERT_NO_FATAL_FAILURE(make_sharded_synth("subsets", 400, 12, &sy));
+    const fs::path& dir = sy.dir;
+    const std::string& index = sy.index;
+    const SearcherOptions& opts = sy.opts;
+    const QueryBatch& qb = sy.qb;
     SearchOptions exh;
     exh.exhaustive = true;
     std::vector<std::vector<SearchHit>> top;
@@ -344,25 +362,13 @@ TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
 // Rerank-only scoring: the exact scores of the given candidates (as exhaustive search scores
 // them), best first, over a sharded index; duplicates once, deleted documents dropped.
 TEST(SearchCpu, RerankScoresTheCandidatesExactly) {
-    SynthOptions so;
-    so.n_docs = 300;
-    so.n_queries = 9;
-    so.dim = 64;
-    IndexBuildOptions bo;
-    bo.shards = 3;
-    bo.keep_vectors = true;
-    bo.n_centroids = 32;
-    bo.progress = false;
-    const fs::path dir = testing::BuildSynthIndex("rerank", so, bo);
-    const std::string index = (dir / "index").string();
-    SearcherOptions opts;
-    opts.device = Device::kCpu;
-    opts.progress = false;
+    ShardedSynth sy;
+    ASSERT_NO_FATAL_FAILURE(make_sharded_synth("rerank", 300, 9, &sy));
+    const std::string& index = sy.index;
+    const SearcherOptions& opts = sy.opts;
+    const QueryBatch& qb = sy.qb;
     std::unique_ptr<Searcher> s;
     ASSERT_TRUE(Searcher::Open(opts, index, &s).ok());
-    HostArray qa;
-    ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
-    const QueryBatch qb{qa.bytes.data(), DType::kF16, int(qa.shape[0]), int(qa.shape[1]), int(qa.shape[2]), nullptr};
     SearchOptions all;
     all.exhaustive = true;
     all.k = 300;
