@@ -14,6 +14,7 @@
 #endif
 #include "tools/bench/bench_index.h"
 #include "tools/bench/bench_kernels.h"
+#include "tools/bench/bench_search.h"
 
 namespace {
 
@@ -582,6 +583,39 @@ int run(int argc, char** argv) {
     bi->add_option("--dir", ibo.dir, "Keep the corpus and indexes here (default: a temporary directory)");
     bi->add_option("--json", ib_json, "Write the results JSON here");
 
+    tms::bench::SearchBenchOptions sbo;
+    std::string sb_json, sb_device = "auto", sb_devices, sb_pruning = "interaction";
+    std::vector<std::string> sb_prunings;
+    bool sb_no_recall = false;
+    auto* bs = bench->add_subcommand("search",
+                                     "Search speed in one process: batch queries/s, one-query p50/p99, concurrent "
+                                     "callers, recall@k against exhaustive search, memory, open time, time per stage");
+    bs->add_option("--index", sbo.index, "Index directory")->required();
+    bs->add_option("--queries", sbo.queries, "Query embeddings .npy [n_queries, tokens, dim]")->required();
+    bs->add_option("--device", sb_device, "Where to score: auto, cpu or gpu")->capture_default_str();
+    bs->add_option("--devices", sb_devices, "Where the shards go: cpu, all, or GPUs like 0 or 0,1");
+    bs->add_option("--k", sbo.search.k, "Results per query")->capture_default_str()->check(CLI::Range(1, 100000));
+    bs->add_option("--nprobe", sbo.search.nprobe, "Centroids probed per query token")->capture_default_str();
+    bs->add_option("--ncandidates", sbo.search.ncandidates, "Candidates kept after pruning")->capture_default_str();
+    bs->add_option("--rerank", sbo.search.rerank, "Candidates rescored exactly")->capture_default_str();
+    bs->add_option("--pruning", sb_pruning, "probe or interaction")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"interaction", "probe"}));
+    bs->add_option("--batch", sbo.batch, "Queries per call in the batch rows")->capture_default_str();
+    bs->add_option("--passes", sbo.passes, "Batch passes (the best is reported)")->capture_default_str();
+    bs->add_option("--single", sbo.single, "One-query calls for p50 / p99 (0: none)")->capture_default_str();
+    bs->add_option("--concurrency", sbo.concurrency, "Concurrent callers, one query per call")
+        ->delimiter(',')
+        ->capture_default_str();
+    bs->add_option("--sweep-nprobe", sbo.nprobe_list, "More rows: these nprobe values")->delimiter(',');
+    bs->add_option("--sweep-ncandidates", sbo.ncandidates_list, "More rows: these ncandidates")->delimiter(',');
+    bs->add_option("--sweep-rerank", sbo.rerank_list, "More rows: these rerank depths")->delimiter(',');
+    bs->add_option("--sweep-pruning", sb_prunings, "More rows: these prunings")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"interaction", "probe"}));
+    bs->add_flag("--no-recall", sb_no_recall, "Skip the exhaustive search (and recall)");
+    bs->add_option("--json", sb_json, "Write the results JSON here");
+
     // demo
     std::string demo_dir;
     tms::SynthOptions demo_so;
@@ -656,6 +690,27 @@ int run(int argc, char** argv) {
         double qps;
         tms::Status st = run_search(sa, false, &qps);
         return st.ok() ? 0 : fail("search", st);
+    }
+    if (bs->parsed()) {
+        sbo.command = command_line;
+        sbo.recall = !sb_no_recall;
+        sbo.search.pruning = sb_pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+        for (const auto& p : sb_prunings) {
+            sbo.pruning_list.push_back(p == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction);
+        }
+        sbo.searcher.progress = false;
+        tms::Status st = parse_device(sb_device, &sbo.searcher.device);
+        if (st.ok() && !sb_devices.empty()) st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
+        std::string json;
+        if (st.ok()) st = tms::bench::RunSearchBench(sbo, &json);
+        if (st.ok() && !sb_json.empty()) {
+            std::ofstream f(sb_json);
+            f << json;
+            if (!f) st = tms::Status::IOError(sb_json + ": write failed");
+        }
+        if (!st.ok()) return fail("bench search", st);
+        if (sb_json.empty()) std::fputs(json.c_str(), stdout);
+        return 0;
     }
     if (rr->parsed()) {
         tms::Status st = run_rerank(ra, rerank_run);

@@ -137,6 +137,24 @@ def test_rerank_needs_vectors(corpus, tmp_path):
     expect_error(p, "rerank needs stored vectors")
 
 
+def test_bench_search(corpus, index, tmp_path):
+    out = tmp_path / "search.json"
+    tms("bench", "search", "--index", index, "--queries", corpus / "queries.npy", "--device", "cpu", "--single", 5,
+        "--concurrency", "1,3", "--passes", 1, "--sweep-pruning", "probe,interaction", "--sweep-ncandidates", 30,
+        "--json", out, check=True)
+    j = json.loads(out.read_text())
+    assert j["gpu"] == "cpu" and j["corpus"]["n_docs"] == 300 and j["corpus"]["n_queries"] == 20
+    first = j["rows"][0]
+    assert first["pruning"] == "interaction" and first["ncandidates"] == 4096 and first["index"] == "pq-8+vectors"
+    for key in ("batch_qps", "p50_ms", "p99_ms", "concurrent_qps_1", "concurrent_qps_3", "open_s", "host_rss_bytes",
+                "index_bytes"):
+        assert first[key] > 0, key
+    assert first["recall_at_10"] == 1.0  # nothing pruned at 300 documents: the rerank is exact
+    swept = {(r["pruning"], r["ncandidates"]) for r in j["rows"][1:]}
+    assert swept == {("probe", 30), ("interaction", 30)}
+    assert all(0.5 <= r["recall_at_10"] <= 1.0 for r in j["rows"])
+
+
 def test_residual_codec_and_float32(corpus, tmp_path):
     docs32 = save_npy(tmp_path / "d32.npy", np.load(corpus / "docs.npy").astype(np.float32))
     out = tmp_path / "res"

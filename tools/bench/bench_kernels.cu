@@ -262,4 +262,24 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     return Status::OK();
 }
 
+Status GpuState(int device, std::string* name, int64_t* used_bytes) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) {
+        cudaGetLastError();
+        return Status::NotSupported("no GPU " + std::to_string(device));
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return Status::Internal("cudaGetDeviceProperties failed");
+    *name = prop.name;
+    int prev = 0;
+    cudaGetDevice(&prev);
+    cudaSetDevice(device);
+    size_t free_b = 0, total_b = 0;
+    const cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    cudaSetDevice(prev);
+    if (e != cudaSuccess) return Status::Internal("cudaMemGetInfo failed");
+    *used_bytes = int64_t(total_b - free_b);
+    return Status::OK();
+}
+
 }  // namespace tms::bench

@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. `tms bench kernels`: GPU kernel benchmarks (host-only header).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "tilemaxsim/status.h"
@@ -24,6 +25,14 @@ struct KernelBenchOptions {
 /// the case's bytes, launched as often per sample): what the copy pipeline, and what a plain
 /// read of that many bytes, reach on this GPU in this run. NotSupported in builds without
 /// CUDA or without a device.
+/// GPU `device`'s name and the device memory in use on it (every process's), for the search
+/// benchmark's record. NotSupported without CUDA or without that device.
+#if TMS_WITH_CUDA
+Status GpuState(int device, std::string* name, int64_t* used_bytes);
+#else
+inline Status GpuState(int, std::string*, int64_t*) { return Status::NotSupported("no CUDA"); }
+#endif
+
 #if TMS_WITH_CUDA
 Status RunKernelBench(const KernelBenchOptions& o, std::string* json);
 /// The compressed (PQ / PLAID residual) kernels' rows to merge into `tms bench kernels`.

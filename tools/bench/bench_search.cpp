@@ -1,0 +1,256 @@
+// Copyright TileMaxSim authors. `tms bench search`: the search-speed issue's table in one process
+// (batch queries/s, one-query latency, concurrent callers, recall against exhaustive search,
+// memory, open time, time per stage), as JSON for data/results/search-<gpu>-<date>.json.
+#include "tools/bench/bench_search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "base/json_escape.h"
+#include "base/progress.h"
+#include "tilemaxsim/tilemaxsim.h"
+#include "tools/bench/bench_kernels.h"
+
+namespace tms::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The process's resident set now and at its peak (bytes), from /proc/self/status.
+void host_memory(int64_t* rss, int64_t* peak) {
+    *rss = *peak = 0;
+    std::ifstream f("/proc/self/status");
+    std::string key;
+    int64_t kb = 0;
+    while (f >> key) {
+        if (key == "VmRSS:" && f >> kb) *rss = kb * 1024;
+        else if (key == "VmHWM:" && f >> kb) *peak = kb * 1024;
+    }
+}
+
+int64_t dir_bytes(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    int64_t n = 0;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (it->is_regular_file(ec)) n += int64_t(it->file_size(ec));
+    }
+    return n;
+}
+
+QueryBatch slice(const QueryBatch& q, int q0, int n) {
+    QueryBatch b = q;
+    b.n_queries = n;
+    b.data = static_cast<const uint8_t*>(q.data) + size_t(q0) * q.q_tokens * q.dim * DTypeSize(q.dtype);
+    return b;
+}
+
+// Every query searched in batches; the hits of all and the summed stage times.
+Status search_all(const Searcher& s, const QueryBatch& q, int batch, const SearchOptions& o,
+                  std::vector<std::vector<SearchHit>>* hits, SearchTimings* t) {
+    hits->clear();
+    *t = SearchTimings{};
+    for (int q0 = 0; q0 < q.n_queries; q0 += batch) {
+        std::vector<std::vector<SearchHit>> r;
+        SearchTimings bt;
+        TMS_RETURN_IF_ERROR(s.Search(slice(q, q0, std::min(batch, q.n_queries - q0)), o, &r, &bt));
+        t->candidates += bt.candidates;
+        t->scoring += bt.scoring;
+        t->rerank += bt.rerank;
+        for (auto& h : r) hits->push_back(std::move(h));
+    }
+    return Status::OK();
+}
+
+double recall_at(const std::vector<std::vector<SearchHit>>& truth, const std::vector<std::vector<SearchHit>>& got) {
+    double sum = 0;
+    int n = 0;
+    for (size_t q = 0; q < truth.size(); ++q) {
+        if (truth[q].empty()) continue;
+        std::set<int64_t> t;
+        for (const auto& h : truth[q]) t.insert(h.internal_id);
+        int hit = 0;
+        for (const auto& h : got[q]) hit += int(t.count(h.internal_id));
+        sum += double(hit) / double(t.size());
+        ++n;
+    }
+    return n ? sum / n : 0;
+}
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
+}
+
+const char* pruning_name(Pruning p) { return p == Pruning::kProbe ? "probe" : "interaction"; }
+
+}  // namespace
+
+Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
+    if (o.batch <= 0 || o.passes <= 0 || o.single < 0) return Status::InvalidArgument("bench search: bad counts");
+    HostArray arr;
+    TMS_RETURN_IF_ERROR(LoadNpy(o.queries, &arr));
+    EmbeddingView view;
+    TMS_RETURN_IF_ERROR(EmbeddingsFromArray(arr, 3, o.queries, &view));
+    QueryBatch q;
+    q.data = view.data;
+    q.dtype = view.dtype;
+    q.n_queries = int(arr.shape[0]);
+    q.q_tokens = int(arr.shape[1]);
+    q.dim = view.dim;
+    auto t0 = Clock::now();
+    std::unique_ptr<Searcher> s;
+    TMS_RETURN_IF_ERROR(Searcher::Open(o.searcher, o.index, &s));
+    const double open_s = SecondsSince(t0);
+    const IndexInfo& info = s->info();
+    int64_t rss = 0, peak = 0, dev_used = 0;
+    host_memory(&rss, &peak);
+    std::string gpu = "cpu";
+    if (s->device() == Device::kGpu) {  // the GPUs the shards are on: their name, memory in use
+        std::set<int> gpus;
+        for (const ShardPlacement& p : s->placement()) gpus.insert(p.gpu);
+        for (int g : gpus) {
+            int64_t used = 0;
+            if (GpuState(g, &gpu, &used).ok()) dev_used += used;
+        }
+    }
+    std::fprintf(stderr, "bench search: %lld documents, %lld tokens, %d queries; open %.2f s, host RSS %.2f GB, %s\n",
+                 (long long)info.n_docs, (long long)info.n_tokens, q.n_queries, open_s, double(rss) / 1e9,
+                 gpu.c_str());
+    // The truth: exact MaxSim over every document.
+    std::vector<std::vector<SearchHit>> truth;
+    double exhaustive_s = 0;
+    const bool with_recall = o.recall && info.has_vectors && o.searcher.load_vectors;
+    if (with_recall) {
+        SearchOptions ex = o.search;
+        ex.exhaustive = true;
+        SearchTimings t;
+        t0 = Clock::now();
+        TMS_RETURN_IF_ERROR(search_all(*s, q, o.batch, ex, &truth, &t));
+        exhaustive_s = SecondsSince(t0);
+    }
+    // The rows: the first with the given options, then every combination of the lists.
+    std::vector<SearchOptions> rows{o.search};
+    auto or_one = [](const std::vector<int>& v, int d) { return v.empty() ? std::vector<int>{d} : v; };
+    const std::vector<Pruning> prunings = o.pruning_list.empty() ? std::vector<Pruning>{o.search.pruning} : o.pruning_list;
+    for (int np : or_one(o.nprobe_list, o.search.nprobe))
+        for (int nc : or_one(o.ncandidates_list, o.search.ncandidates))
+            for (int rr : or_one(o.rerank_list, o.search.rerank))
+                for (Pruning pr : prunings) {
+                    SearchOptions r = o.search;
+                    r.nprobe = np;
+                    r.ncandidates = nc;
+                    r.rerank = rr;
+                    r.pruning = pr;
+                    const bool same = np == o.search.nprobe && nc == o.search.ncandidates && rr == o.search.rerank &&
+                                      pr == o.search.pruning;
+                    if (!same) rows.push_back(r);
+                }
+    std::string index_name = info.codec == "pq" ? "pq-" + std::to_string(info.pq_m) : "residual-" + std::to_string(info.residual_nbits) + "bit";
+    if (info.has_vectors) index_name += "+vectors";
+    std::string out_rows;
+    std::fprintf(stderr, "%-12s %7s %7s %7s %10s %9s %8s %8s %12s\n", "pruning", "nprobe", "ncand", "rerank",
+                 "batch q/s", "recall@k", "p50 ms", "p99 ms", "64 callers");
+    for (size_t ri = 0; ri < rows.size(); ++ri) {
+        const SearchOptions& r = rows[ri];
+        std::vector<std::vector<SearchHit>> hits;
+        SearchTimings best_t;
+        double best = 1e300;
+        for (int p = 0; p < o.passes; ++p) {
+            SearchTimings t;
+            t0 = Clock::now();
+            TMS_RETURN_IF_ERROR(search_all(*s, q, o.batch, r, &hits, &t));
+            const double secs = SecondsSince(t0);
+            if (secs < best) {
+                best = secs;
+                best_t = t;
+            }
+        }
+        const double qps = best > 0 ? q.n_queries / best : 0;
+        const double recall = with_recall ? recall_at(truth, hits) : -1;
+        const double batches = double((q.n_queries + o.batch - 1) / o.batch);
+        // The first row: one query per call, alone, then from concurrent callers.
+        std::vector<double> lat;
+        std::vector<std::pair<int, double>> conc;
+        if (ri == 0) {
+            for (int i = 0; i < o.single; ++i) {
+                std::vector<std::vector<SearchHit>> one;
+                t0 = Clock::now();
+                TMS_RETURN_IF_ERROR(s->Search(slice(q, i % q.n_queries, 1), r, &one));
+                lat.push_back(SecondsSince(t0) * 1e3);
+            }
+            for (int c : o.concurrency) {
+                if (c <= 0) continue;
+                const int total = std::max(q.n_queries, 4 * c);
+                std::atomic<int> next{0};
+                std::atomic<bool> failed{false};
+                t0 = Clock::now();
+                std::vector<std::thread> th;
+                for (int k = 0; k < c; ++k) {
+                    th.emplace_back([&] {
+                        for (int i; (i = next.fetch_add(1)) < total;) {
+                            std::vector<std::vector<SearchHit>> one;
+                            if (!s->Search(slice(q, i % q.n_queries, 1), r, &one).ok()) failed = true;
+                        }
+                    });
+                }
+                for (auto& t : th) t.join();
+                if (failed) return Status::Internal("bench search: a concurrent search failed");
+                conc.emplace_back(c, total / SecondsSince(t0));
+            }
+        }
+        const double p50 = percentile(lat, 0.5), p99 = percentile(lat, 0.99);
+        double qps64 = 0;
+        for (const auto& [c, v] : conc)
+            if (c == 64) qps64 = v;
+        char rs[16] = "-";
+        if (with_recall) std::snprintf(rs, sizeof(rs), "%.4f", recall);
+        std::fprintf(stderr, "%-12s %7d %7d %7d %10.1f %9s %8.3f %8.3f %12.1f\n", pruning_name(r.pruning), r.nprobe,
+                     r.ncandidates, r.rerank, qps, rs, p50, p99, qps64);
+        char b[1536];
+        std::snprintf(b, sizeof(b),
+                      "%s{\"system\": \"tms\", \"index\": \"%s\", \"pruning\": \"%s\", \"nprobe\": %d, "
+                      "\"ncandidates\": %d, \"rerank\": %d, \"k\": %d, \"batch\": %d, \"batch_qps\": %.1f, "
+                      "\"recall_at_10\": %s, \"ms_per_batch\": {\"candidates\": %.3f, \"scoring\": %.3f, "
+                      "\"rerank\": %.3f}",
+                      out_rows.empty() ? "" : ",\n  ", index_name.c_str(), pruning_name(r.pruning), r.nprobe,
+                      r.ncandidates, r.rerank, r.k, o.batch, qps, with_recall ? std::to_string(recall).c_str() : "null",
+                      best_t.candidates * 1e3 / batches, best_t.scoring * 1e3 / batches, best_t.rerank * 1e3 / batches);
+        out_rows += b;
+        if (ri == 0) {
+            std::snprintf(b, sizeof(b), ", \"p50_ms\": %.3f, \"p99_ms\": %.3f", p50, p99);
+            out_rows += b;
+            for (const auto& [c, v] : conc) {
+                std::snprintf(b, sizeof(b), ", \"concurrent_qps_%d\": %.1f", c, v);
+                out_rows += b;
+            }
+            std::snprintf(b, sizeof(b), ", \"build_s\": null, \"index_bytes\": %lld, \"open_s\": %.3f, "
+                          "\"host_rss_bytes\": %lld, \"host_peak_rss_bytes\": %lld, \"device_used_bytes\": %lld, "
+                          "\"exhaustive_s\": %.3f",
+                          (long long)dir_bytes(o.index), open_s, (long long)rss, (long long)peak, (long long)dev_used,
+                          exhaustive_s);
+            out_rows += b;
+        }
+        out_rows += "}";
+    }
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+    *json = "{\"gpu\": \"" + json_escape(gpu) + "\", \"date\": \"" + date + "\", \"command\": \"" +
+            json_escape(o.command) + "\",\n \"corpus\": {\"n_docs\": " + std::to_string(info.n_docs) +
+            ", \"n_tokens\": " + std::to_string(info.n_tokens) + ", \"dim\": " + std::to_string(info.dim) +
+            ", \"n_queries\": " + std::to_string(q.n_queries) + ", \"shards\": " + std::to_string(info.shards.size()) +
+            "},\n \"rows\": [\n  " + out_rows + "\n ]}\n";
+    return Status::OK();
+}
+
+}  // namespace tms::bench

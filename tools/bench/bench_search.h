@@ -1,0 +1,35 @@
+// Copyright TileMaxSim authors. `tms bench search` (see bench_search.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tilemaxsim/options.h"
+#include "tilemaxsim/status.h"
+
+namespace tms::bench {
+
+struct SearchBenchOptions {
+    std::string index, queries;       ///< index directory, queries .npy [n, tokens, dim]
+    SearcherOptions searcher;         ///< where the shards go
+    SearchOptions search;             ///< the first row's parameters (the defaults)
+    int batch = 256;                  ///< queries per call in the batch rows
+    int passes = 3;                   ///< batch passes over the queries (the best is reported)
+    int single = 200;                 ///< one-query calls for the latency percentiles (0: none)
+    std::vector<int> concurrency{1, 16, 64};  ///< caller threads, one query per call
+    /// Further rows, batch queries/s and recall only: every combination of these lists (empty: the
+    /// first row's value).
+    std::vector<int> nprobe_list, ncandidates_list, rerank_list;
+    std::vector<Pruning> pruning_list;
+    bool recall = true;               ///< exhaustive search first (needs vectors), then recall@k
+    std::string command;              ///< recorded in the JSON
+};
+
+/// One process: opens the index (timed; host and device memory after), searches exhaustively
+/// for the truth, then per row the batch queries/s (best of `passes`) with its time per stage and
+/// recall@k against the truth; the first row also the one-query latency p50 / p99 and the
+/// queries/s of N concurrent callers of one query each. Returns the JSON of
+/// data/results/search-*.json and prints a table on stderr.
+Status RunSearchBench(const SearchBenchOptions& o, std::string* json);
+
+}  // namespace tms::bench
