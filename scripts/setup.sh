@@ -3,7 +3,7 @@
 #   Debian packages: compilers, CMake, FAISS (CPU), RocksDB, CLI11, nlohmann-json, GoogleTest,
 #   Google Benchmark, OpenMP, OpenBLAS, Open MPI (distributed search and builds); clang with libFuzzer and the sanitizer runtimes
 #   (scripts/fuzz.sh).   Python: numpy, pytest, pytrec-eval (tests); pybind11 and
-#   scikit-build-core (the Python package, python/).
+#   scikit-build-core (the Python package, python/), ml_dtypes (its bfloat16 test).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libfaiss-dev librocksdb-dev libcli11-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libopenblas-dev python3
@@ -18,8 +18,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-py=(numpy pytest pytrec-eval-terrier pybind11 scikit-build-core)
-if ! python3 -c "import numpy, pytest, pytrec_eval, pybind11, scikit_build_core" 2>/dev/null; then
+py=(numpy pytest pytrec-eval-terrier pybind11 scikit-build-core ml_dtypes)
+if ! python3 -c "import numpy, pytest, pytrec_eval, pybind11, scikit_build_core, ml_dtypes" 2>/dev/null; then
   echo "setup: installing Python packages (${py[*]})"
   python3 -m pip install -q "${py[@]}" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "${py[@]}" \

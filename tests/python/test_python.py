@@ -67,6 +67,16 @@ def test_torch_tensors_equal_numpy(corpus):
     assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1]))
 
 
+def test_bfloat16_queries_equal_float32_of_the_same_values(corpus):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    q16 = corpus["queries"].astype(np.float32).astype(ml_dtypes.bfloat16)
+    got = s.search(q16, k=10, exhaustive=True)
+    want = s.search(q16.astype(np.float32), k=10, exhaustive=True)
+    assert got[0] == want[0]
+    assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1]))
+
+
 def test_documents_as_a_list_or_one_array(corpus, tmp_path):
     flat = np.concatenate(corpus["docs"])
     lens = [len(d) for d in corpus["docs"]]
