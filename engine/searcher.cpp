@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <omp.h>
 #include <thread>
@@ -267,9 +269,8 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
     return Status::OK();
 }
 
-Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
-                            SearchTimings* timings) const {
-    const IndexInfo& info = data_.info;
+// A request's shape and options in range for an index of `info`'s dimension.
+Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchOptions& opts) {
     if (opts.k <= 0) return Status::InvalidArgument("k must be > 0, got " + std::to_string(opts.k));
     if (q.dim != info.dim) {
         return Status::InvalidArgument("query dimension " + std::to_string(q.dim) + " differs from the index's " +
@@ -288,6 +289,13 @@ Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std
     if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
     if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
     if (opts.max_batch_queries < 0) return Status::InvalidArgument("max_batch_queries must be >= 0");
+    return Status::OK();
+}
+
+Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                            SearchTimings* timings) const {
+    const IndexInfo& info = data_.info;
+    TMS_RETURN_IF_ERROR(validate_search(info, q, opts));
     // No request asks for more than the index holds: k, rerank and candidates beyond the
     // number of documents would only size buffers (k = 10^8 over 300 documents: gigabytes).
     const int64_t n_docs = std::max<int64_t>(1, info.n_docs);
@@ -564,11 +572,112 @@ public:
     Status Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
         TMS_RETURN_IF_ERROR(check_finite(q));
-        TMS_RETURN_IF_ERROR(SearchShards(q, opts, results, timings));
+        if (gather_us_ > 0 && q.n_queries > 0 && q.n_queries < kGatherMax) {
+            TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));  // a bad request fails alone
+            TMS_RETURN_IF_ERROR(Gathered(q, opts, results, timings));
+        } else {
+            TMS_RETURN_IF_ERROR(SearchShards(q, opts, results, timings));
+        }
         // A query of no tokens matches nothing (its MaxSim would be 0 for every document).
         for (int i = 0; q.lengths && i < q.n_queries; ++i)
             if (q.lengths[i] == 0) (*results)[size_t(i)].clear();
         return Status::OK();
+    }
+
+    // Concurrent callers' small batches, gathered (SearcherOptions::gather_us): each request
+    // waits in `pending_`; the first one not served leads, waits the window (or until the batch
+    // is full), takes the requests of its shape and options, and searches them as one batch.
+    static constexpr int kGatherMax = 256;  // requests of this many queries or more go alone
+    struct Request {
+        const QueryBatch* q;
+        const SearchOptions* opts;
+        std::vector<std::vector<SearchHit>>* out;
+        SearchTimings* timings;
+        Status st;
+        bool taken = false;  // in a leader's batch (done once that batch is searched)
+        bool done = false;
+    };
+    static bool same_shape(const Request& a, const Request& b) {
+        const SearchOptions &x = *a.opts, &y = *b.opts;
+        return a.q->q_tokens == b.q->q_tokens && a.q->dtype == b.q->dtype && a.q->dim == b.q->dim &&
+               (a.q->lengths == nullptr) == (b.q->lengths == nullptr) && x.k == y.k && x.exhaustive == y.exhaustive &&
+               x.nprobe == y.nprobe && x.ncandidates == y.ncandidates && x.rerank == y.rerank &&
+               x.pruning == y.pruning && x.max_batch_queries == y.max_batch_queries;
+    }
+
+    Status Gathered(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                    SearchTimings* timings) const {
+        Request me{&q, &opts, results, timings, Status::OK(), false, false};
+        std::unique_lock<std::mutex> lock(gather_mu_);
+        pending_.push_back(&me);
+        gather_cv_.notify_all();  // a leader waiting for a full batch counts it
+        while (!me.done) {
+            if (leading_ || me.taken) {  // another thread gathers, or searches this request
+                gather_cv_.wait(lock);
+                continue;
+            }
+            // This thread serves a batch: of the oldest pending request's shape (its own is pending,
+            // so pending_ is not empty).
+            leading_ = true;
+            const auto until = Clock::now() + std::chrono::microseconds(gather_us_);
+            gather_cv_.wait_until(lock, until, [&] {
+                int n = 0;
+                for (const Request* r : pending_) n += r->q->n_queries;
+                return n >= kGatherMax;
+            });
+            std::vector<Request*> batch;
+            int n = 0;
+            const Request* oldest = pending_.front();
+            for (auto it = pending_.begin(); it != pending_.end();) {
+                if (same_shape(**it, *oldest) && n + (*it)->q->n_queries <= kGatherMax) {
+                    n += (*it)->q->n_queries;
+                    (*it)->taken = true;
+                    batch.push_back(*it);
+                    it = pending_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            leading_ = false;
+            gather_cv_.notify_all();  // the requests left may elect the next leader now
+            lock.unlock();
+            RunGathered(batch, n);
+            lock.lock();
+            for (Request* r : batch) r->done = true;
+            gather_cv_.notify_all();
+        }
+        return me.st;
+    }
+
+    // One search of the requests' queries, copied side by side; each gets its own results.
+    void RunGathered(const std::vector<Request*>& batch, int n) const {
+        const QueryBatch& first = *batch.front()->q;
+        const size_t row = size_t(first.q_tokens) * first.dim * DTypeSize(first.dtype);
+        std::vector<uint8_t> data(size_t(n) * row);
+        std::vector<int32_t> lens(first.lengths ? size_t(n) : 0);
+        size_t at = 0;
+        for (const Request* r : batch) {
+            std::memcpy(data.data() + at * row, r->q->data, size_t(r->q->n_queries) * row);
+            if (first.lengths) std::copy_n(r->q->lengths, r->q->n_queries, lens.begin() + at);
+            at += size_t(r->q->n_queries);
+        }
+        QueryBatch all = first;
+        all.data = data.data();
+        all.n_queries = n;
+        all.lengths = first.lengths ? lens.data() : nullptr;
+        std::vector<std::vector<SearchHit>> res;
+        SearchTimings t;
+        const Status st = SearchShards(all, *batch.front()->opts, &res, &t);
+        at = 0;
+        for (Request* r : batch) {
+            r->st = st;
+            if (st.ok()) {
+                r->out->assign(std::make_move_iterator(res.begin() + at),
+                               std::make_move_iterator(res.begin() + at + r->q->n_queries));
+            }
+            if (r->timings) *r->timings = t;  // the batch's, which it shared
+            at += size_t(r->q->n_queries);
+        }
     }
 
     Status SearchShards(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
@@ -696,6 +805,11 @@ public:
     IndexInfo info_;
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
+    int gather_us_ = 0;  // SearcherOptions::gather_us
+    mutable std::mutex gather_mu_;
+    mutable std::condition_variable gather_cv_;
+    mutable std::vector<Request*> pending_;
+    mutable bool leading_ = false;
     mutable std::once_flag by_id_once_;
     mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
     std::vector<std::unique_ptr<ShardSearcher>> shards_;
@@ -764,7 +878,11 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         return Status::InvalidArgument("threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
                                        std::to_string(opts.threads));
     }
+    if (opts.gather_us < 0 || opts.gather_us > 1000000) {
+        return Status::InvalidArgument("gather_us must be in [0, 1000000], got " + std::to_string(opts.gather_us));
+    }
     auto s = std::make_unique<ShardedSearcher>();
+    s->gather_us_ = opts.gather_us;
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     index::SingleThreadedBlas();
     Trace trace = LoadTrace();

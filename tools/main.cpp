@@ -613,6 +613,10 @@ int run(int argc, char** argv) {
     bs->add_option("--sweep-pruning", sb_prunings, "More rows: these prunings")
         ->delimiter(',')
         ->check(CLI::IsMember({"interaction", "probe"}));
+    bs->add_option("--gather-us", sbo.searcher.gather_us,
+                   "Gather concurrent callers' queries into shared batches, waiting up to this many us (0: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000000));
     bs->add_flag("--no-recall", sb_no_recall, "Skip the exhaustive search (and recall)");
     bs->add_option("--json", sb_json, "Write the results JSON here");
 

@@ -81,6 +81,12 @@ struct SearcherOptions {
     bool progress = true;
     /// Threads for OpenMP work (0: all cores; at most kMaxThreads). Default: 0
     int threads = 0;
+    /// Gather concurrent callers' small batches (fewer than 256 queries) into one search: a
+    /// request waits up to this many microseconds for others of the same shape and options, so
+    /// that many threads searching a query each get close to batch throughput on a GPU. 0: every
+    /// call searches alone. Results are those of a search of the gathered batch (on a GPU, up to
+    /// the rounding of the centroid GEMM, as for max_batch_queries). Default: 0
+    int gather_us = 0;
     /// On a GPU, run one search of a synthetic batch (256 queries x 32 tokens) at open, so
     /// that the first real search does not pay for loading kernels (CUDA loads them on first
     /// use, and cuBLAS chooses its GEMM kernel by shape: ~45 ms measured on an H200).

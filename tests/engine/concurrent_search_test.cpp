@@ -8,5 +8,11 @@ TEST(ConcurrentSearchCpu, SixteenThreadsMatchSerialCalls) { testing::ExpectConcu
 
 TEST(ConcurrentSearchCpu, ThreeShardsMatchSerialCalls) { testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 8, 3); }
 
+// Gathered: the calls of a shape and options share batches (waiting up to 2 ms for each other),
+// and every one still gets exactly its own results.
+TEST(ConcurrentSearchCpu, GatheredCallsMatchSerialCalls) {
+    testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 16, 1, 2000);
+}
+
 }  // namespace
 }  // namespace tms
