@@ -321,12 +321,8 @@ Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opt
     if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
     results->assign(size_t(q.n_queries), {});
     SearchTimings sum;
-    const size_t row_bytes = size_t(q.q_tokens) * q.dim * DTypeSize(q.dtype);
     for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
-        QueryBatch b = q;
-        b.n_queries = int(std::min<int64_t>(chunk, q.n_queries - q0));
-        b.data = static_cast<const uint8_t*>(q.data) + size_t(q0) * row_bytes;
-        b.lengths = q.lengths ? q.lengths + q0 : nullptr;
+        const QueryBatch b = q.Slice(int(q0), int(std::min<int64_t>(chunk, q.n_queries - q0)));
         std::vector<std::vector<SearchHit>> part;
         SearchTimings t;
         TMS_RETURN_IF_ERROR(SearchChunk(b, opts, &part, &t));

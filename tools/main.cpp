@@ -124,11 +124,8 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     tms::SearchTimings phase;
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
     const auto t0 = Clock::now();
-    const size_t row_bytes = size_t(whole.q_tokens) * whole.dim * tms::DTypeSize(whole.dtype);
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
-        tms::QueryBatch b = whole;
-        b.n_queries = std::min(a.batch, nq - q0);
-        b.data = static_cast<const uint8_t*>(whole.data) + row_bytes * q0;
+        const tms::QueryBatch b = whole.Slice(q0, std::min(a.batch, nq - q0));
         std::vector<std::vector<tms::SearchHit>> res;
         tms::SearchTimings t;
         TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
@@ -176,11 +173,8 @@ tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
     std::vector<std::vector<std::pair<std::string, float>>> all(static_cast<size_t>(nq));
     tms::Progress prog("reranking", nq, !a.no_progress, " q");
     const auto t0 = Clock::now();
-    const size_t row_bytes = size_t(whole.q_tokens) * whole.dim * tms::DTypeSize(whole.dtype);
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
-        tms::QueryBatch b = whole;
-        b.n_queries = std::min(a.batch, nq - q0);
-        b.data = static_cast<const uint8_t*>(whole.data) + row_bytes * q0;
+        const tms::QueryBatch b = whole.Slice(q0, std::min(a.batch, nq - q0));
         std::vector<std::vector<int64_t>> cand(static_cast<size_t>(b.n_queries));
         for (int i = 0; i < b.n_queries; ++i) {
             const auto it = run.find(qids[size_t(q0 + i)]);

@@ -20,6 +20,15 @@ struct QueryBatch {
     int dim = 0;
     /// Optional [n_queries] tokens used per query (<= q_tokens); nullptr: all q_tokens.
     const int32_t* lengths = nullptr;
+
+    /// Queries [first, first + n) of this batch (a view of the same memory).
+    QueryBatch Slice(int first, int n) const {
+        QueryBatch b = *this;
+        b.n_queries = n;
+        b.data = static_cast<const unsigned char*>(data) + size_t(first) * size_t(q_tokens) * size_t(dim) * size_t(DTypeSize(dtype));
+        b.lengths = lengths ? lengths + first : nullptr;
+        return b;
+    }
 };
 
 /// Timing of the last Search call, in seconds.

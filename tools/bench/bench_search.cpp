@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -35,24 +34,6 @@ void host_memory(int64_t* rss, int64_t* peak) {
     }
 }
 
-int64_t dir_bytes(const std::string& dir) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    int64_t n = 0;
-    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-        if (it->is_regular_file(ec)) n += int64_t(it->file_size(ec));
-    }
-    return n;
-}
-
-QueryBatch slice(const QueryBatch& q, int q0, int n) {
-    QueryBatch b = q;
-    b.n_queries = n;
-    b.data = static_cast<const uint8_t*>(q.data) + size_t(q0) * q.q_tokens * q.dim * DTypeSize(q.dtype);
-    return b;
-}
-
 // Every query searched in batches; the hits of all and the summed stage times.
 Status search_all(const Searcher& s, const QueryBatch& q, int batch, const SearchOptions& o,
                   std::vector<std::vector<SearchHit>>* hits, SearchTimings* t) {
@@ -61,7 +42,7 @@ Status search_all(const Searcher& s, const QueryBatch& q, int batch, const Searc
     for (int q0 = 0; q0 < q.n_queries; q0 += batch) {
         std::vector<std::vector<SearchHit>> r;
         SearchTimings bt;
-        TMS_RETURN_IF_ERROR(s.Search(slice(q, q0, std::min(batch, q.n_queries - q0)), o, &r, &bt));
+        TMS_RETURN_IF_ERROR(s.Search(q.Slice(q0, std::min(batch, q.n_queries - q0)), o, &r, &bt));
         t->candidates += bt.candidates;
         t->scoring += bt.scoring;
         t->rerank += bt.rerank;
@@ -112,6 +93,8 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     TMS_RETURN_IF_ERROR(Searcher::Open(o.searcher, o.index, &s));
     const double open_s = SecondsSince(t0);
     const IndexInfo& info = s->info();
+    int64_t index_bytes = 0;  // on disk, every shard's store
+    for (const ShardInfo& sh : info.shards) index_bytes += sh.bytes;
     int64_t rss = 0, peak = 0, dev_used = 0;
     host_memory(&rss, &peak);
     std::string gpu = "cpu";
@@ -185,7 +168,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             for (int i = 0; i < o.single; ++i) {
                 std::vector<std::vector<SearchHit>> one;
                 t0 = Clock::now();
-                TMS_RETURN_IF_ERROR(s->Search(slice(q, i % q.n_queries, 1), r, &one));
+                TMS_RETURN_IF_ERROR(s->Search(q.Slice(i % q.n_queries, 1), r, &one));
                 lat.push_back(SecondsSince(t0) * 1e3);
             }
             for (int c : o.concurrency) {
@@ -199,7 +182,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                     th.emplace_back([&] {
                         for (int i; (i = next.fetch_add(1)) < total;) {
                             std::vector<std::vector<SearchHit>> one;
-                            if (!s->Search(slice(q, i % q.n_queries, 1), r, &one).ok()) failed = true;
+                            if (!s->Search(q.Slice(i % q.n_queries, 1), r, &one).ok()) failed = true;
                         }
                     });
                 }
@@ -236,7 +219,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             std::snprintf(b, sizeof(b), ", \"build_s\": null, \"index_bytes\": %lld, \"open_s\": %.3f, "
                           "\"host_rss_bytes\": %lld, \"host_peak_rss_bytes\": %lld, \"device_used_bytes\": %lld, "
                           "\"exhaustive_s\": %.3f",
-                          (long long)dir_bytes(o.index), open_s, (long long)rss, (long long)peak, (long long)dev_used,
+                          (long long)index_bytes, open_s, (long long)rss, (long long)peak, (long long)dev_used,
                           exhaustive_s);
             out_rows += b;
         }
