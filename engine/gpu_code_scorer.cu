@@ -263,6 +263,28 @@ struct GpuCodeScorer::Impl {
         return Status::OK();
     }
 
+    /// The per-query candidate counts dcount [nq] (device) as offsets: *off [nq + 1] on the host
+    /// and doff on the device (enqueued; *off must outlive the stream's next synchronisation),
+    /// and *max_count the largest count.
+    Status CountsToOffsets(const int64_t* dcount, int nq, int64_t* doff, std::vector<int64_t>* off,
+                           int64_t* max_count) {
+        std::vector<int64_t> counts(static_cast<size_t>(nq));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(counts.data(), dcount, size_t(nq) * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        *max_count = 0;
+        for (int q = 0; q < nq; ++q) {
+            (*off)[q + 1] = (*off)[q] + counts[q];
+            *max_count = std::max(*max_count, counts[q]);
+        }
+        if (off->back() > INT32_MAX) {
+            return Status::ResourceExhausted("GpuCodeScorer::Candidates: more than 2^31 candidates in one batch");
+        }
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(doff, off->data(), size_t(nq + 1) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+        return Status::OK();
+    }
+
     /// Records what a Candidates call leaves on the device for ScoreCandidates.
     void SetLast(int q_stride, const float* dq, const int32_t* dl, const float* dcs, const int64_t* d_off,
                  const int32_t* d_docs, const std::vector<int64_t>& h_off, bool table_built) {
@@ -310,17 +332,11 @@ struct GpuCodeScorer::Impl {
         TMS_RETURN_IF_ERROR(kernels::probe_accumulate_cuda(pp, d_ivf_rix, dense, hist, stream));
         trace("probe scores");
         TMS_RETURN_IF_ERROR(kernels::probe_threshold_cuda(hist, nq, keep, dthr, dcount, stream));
-        std::vector<int64_t> counts(static_cast<size_t>(nq));
-        TMS_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(counts.data(), dcount, size_t(nq) * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
-        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-        for (int q = 0; q < nq; ++q) (*off)[q + 1] = (*off)[q] + counts[q];
+        int64_t max_count = 0;
+        TMS_RETURN_IF_ERROR(CountsToOffsets(dcount, nq, doff, off, &max_count));
         const int64_t total = off->back();
-        if (total > INT32_MAX) return Status::ResourceExhausted("GpuCodeScorer::Candidates: more than 2^31 candidates in one batch");
         TMS_RETURN_IF_ERROR(g_docs.Reserve(std::max<size_t>(size_t(total) * sizeof(int32_t), 4), stream));
         TMS_RETURN_IF_ERROR(g_scores.Reserve(std::max<size_t>(size_t(total) * sizeof(float), 4), stream));
-        TMS_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(doff, off->data(), size_t(nq + 1) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
         uint32_t* cursor = dthr + nq;
         TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cursor, 0, size_t(nq) * sizeof(uint32_t), stream));
         auto* docs = static_cast<int32_t*>(g_docs.p);
@@ -632,69 +648,58 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     up.ivf_docs = im.d_ivf_docs;
     up.n_centroids = im.n_centroids;
     up.n_docs = im.n_docs;
+    // The candidate lists left on the device (result_off, result): pruned by probe scores, or
+    // the union of the probed lists, pruned by centroid interaction when a query has too many.
+    const int32_t* result = nullptr;
+    const int64_t* result_off = nullptr;
+    bool table_built = false;
     if (by_probes) {
         TMS_RETURN_IF_ERROR(im.ProbeCandidates(up, dp, dcs, dps, dthr, dcount, doff, ncandidates, off, &noff, trace));
         *off = noff;
-        if (docs) docs->resize(size_t(off->back()));
-        if (docs && !docs->empty()) {
-            TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(docs->data(), im.g_heads.p, docs->size() * sizeof(int32_t),
-                                                     cudaMemcpyDeviceToHost, im.stream));
-        }
-        TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
-        trace("gather + download");
-        im.SetLast(q_stride, dq, dl, dcs, static_cast<const int64_t*>(im.g_new_off.p),
-                   static_cast<const int32_t*>(im.g_heads.p), *off, /*table_built=*/false);
-        return Status::OK();
-    }
-    TMS_RETURN_IF_ERROR(im.TopCentroids(dcs, rows, nprobe, dp));
-    trace("probe");
-    // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
-    TMS_RETURN_IF_ERROR(kernels::ivf_mark_cuda(up, dbits, im.stream));
-    TMS_RETURN_IF_ERROR(kernels::bit_count_cuda(dbits, words, n_queries, dcount, im.stream));
-    std::vector<int64_t> counts(n_queries);
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts.data(), dcount, c_bytes, cudaMemcpyDeviceToHost, im.stream));
-    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
-    trace("union");
-    int64_t max_count = 0;
-    for (int q = 0; q < n_queries; ++q) {
-        (*off)[q + 1] = (*off)[q] + counts[q];
-        max_count = std::max(max_count, counts[q]);
-    }
-    const int64_t total = off->back();
-    if (total > INT32_MAX) return Status::ResourceExhausted("GpuCodeScorer::Candidates: more than 2^31 candidates in one batch");
-    TMS_RETURN_IF_ERROR(im.g_docs.Reserve(size_t(total) * sizeof(int32_t), im.stream));
-    int32_t* ddocs = static_cast<int32_t*>(im.g_docs.p);
-    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(doff, off->data(), o_bytes, cudaMemcpyHostToDevice, im.stream));
-    TMS_RETURN_IF_ERROR(kernels::bit_emit_cuda(dbits, words, n_queries, doff, ddocs, im.stream));
-    trace("emit");
-    const int32_t* result = ddocs;
-    const int64_t* result_off = doff;
-    bool table_built = false;
-    if (ncandidates > 0 && max_count > ncandidates) {
-        // 3. Centroid-only scores of every candidate, then the ncandidates best of each query.
-        kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, /*centroids_only=*/true);
-        p.queries = dq;
-        p.query_lens = dl;
-        p.centroid_scores = dcs;
-        p.cand_offsets = doff;
-        p.n_candidates = total;
-        p.cand_docs = ddocs;
-        TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));
-        p.scores = static_cast<float*>(im.g_scores.p);
-        const size_t tb = kernels::code_centroid_table_bytes(p);
-        TMS_RETURN_IF_ERROR(im.g_table.Reserve(tb, im.stream));
-        TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, im.g_table.p, im.stream));
-        trace("table");
-        TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
-        trace("centroid-only scores");
-        TMS_RETURN_IF_ERROR(im.KeepBest(p.scores, ddocs, doff, *off, ncandidates, &noff, im.g_new_off, im.g_heads,
-                                        nullptr));
-        trace("sort");
-        *off = noff;
         result = static_cast<const int32_t*>(im.g_heads.p);
         result_off = static_cast<const int64_t*>(im.g_new_off.p);
-        table_built = true;
+    } else {
+        TMS_RETURN_IF_ERROR(im.TopCentroids(dcs, rows, nprobe, dp));
+        trace("probe");
+        // 2. Union of the probed lists: a bitmap per query, counted, then emitted in id order.
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dbits, 0, b_bytes, im.stream));
+        TMS_RETURN_IF_ERROR(kernels::ivf_mark_cuda(up, dbits, im.stream));
+        TMS_RETURN_IF_ERROR(kernels::bit_count_cuda(dbits, words, n_queries, dcount, im.stream));
+        int64_t max_count = 0;
+        TMS_RETURN_IF_ERROR(im.CountsToOffsets(dcount, n_queries, doff, off, &max_count));
+        trace("union");
+        const int64_t total = off->back();
+        TMS_RETURN_IF_ERROR(im.g_docs.Reserve(size_t(total) * sizeof(int32_t), im.stream));
+        int32_t* ddocs = static_cast<int32_t*>(im.g_docs.p);
+        TMS_RETURN_IF_ERROR(kernels::bit_emit_cuda(dbits, words, n_queries, doff, ddocs, im.stream));
+        trace("emit");
+        result = ddocs;
+        result_off = doff;
+        if (ncandidates > 0 && max_count > ncandidates) {
+            // 3. Centroid-only scores of every candidate, then the ncandidates best of each query.
+            kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, /*centroids_only=*/true);
+            p.queries = dq;
+            p.query_lens = dl;
+            p.centroid_scores = dcs;
+            p.cand_offsets = doff;
+            p.n_candidates = total;
+            p.cand_docs = ddocs;
+            TMS_RETURN_IF_ERROR(im.g_scores.Reserve(size_t(total) * sizeof(float), im.stream));
+            p.scores = static_cast<float*>(im.g_scores.p);
+            const size_t tb = kernels::code_centroid_table_bytes(p);
+            TMS_RETURN_IF_ERROR(im.g_table.Reserve(tb, im.stream));
+            TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, im.g_table.p, im.stream));
+            trace("table");
+            TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
+            trace("centroid-only scores");
+            TMS_RETURN_IF_ERROR(im.KeepBest(p.scores, ddocs, doff, *off, ncandidates, &noff, im.g_new_off, im.g_heads,
+                                            nullptr));
+            trace("sort");
+            *off = noff;
+            result = static_cast<const int32_t*>(im.g_heads.p);
+            result_off = static_cast<const int64_t*>(im.g_new_off.p);
+            table_built = true;
+        }
     }
     if (docs) docs->resize(size_t(off->back()));
     if (docs && !docs->empty()) {

@@ -10,9 +10,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <condition_variable>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <mutex>
 #include <omp.h>
 #include <thread>
@@ -315,8 +316,11 @@ Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opt
     // or the device); exhaustive search bounds its [queries, documents] scores itself.
     int64_t chunk = opts.max_batch_queries;
     if (chunk == 0) {
-        const int64_t per_query = 4 * std::max<int64_t>(int64_t(q.q_tokens) * info.n_centroids + info.n_docs, 1);
-        chunk = std::clamp<int64_t>((int64_t(1) << 31) / per_query, 1, 4096);
+        constexpr int64_t kBudget = int64_t(1) << 30;
+        chunk = kBudget / (4 * std::max<int64_t>(int64_t(q.q_tokens) * info.n_centroids, 1));
+        // Probe-score pruning on a GPU holds dense [queries, documents] scores too.
+        if (opts.pruning == Pruning::kProbe) chunk = std::min(chunk, kBudget / (4 * std::max<int64_t>(info.n_docs, 1)));
+        chunk = std::clamp<int64_t>(chunk, 1, 4096);
     }
     if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
     results->assign(size_t(q.n_queries), {});
@@ -392,18 +396,23 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         } else {
             cs.resize(size_t(nq) * qt * K);
             index::CentroidScores(host_f32(), int64_t(nq) * qt, data_.model, cs.data());
-            // Probe-score pruning also needs each row's best unprobed centroid (its floor).
+            // Probe-score pruning also needs each row's best unprobed centroid (its floor): the
+            // rows' take-th best, then each row's first nprobe moved together (in place).
             const int64_t rows = int64_t(nq) * qt;
             const int take = by_probes ? std::min(nprobe + 1, K) : nprobe;
-            std::vector<int32_t> top(size_t(rows) * take);
-            std::vector<float> top_scores(top.size());
-            TMS_RETURN_IF_ERROR(select_topk(cs.data(), nullptr, K, rows, nullptr, take, top.data(), top_scores.data()));
-            std::vector<int32_t> probe(size_t(rows) * nprobe);
-            std::vector<float> probe_scores(probe.size()), floors(by_probes ? size_t(rows) : 0);
-            for (int64_t r = 0; r < rows; ++r) {
-                std::copy_n(top.begin() + r * take, nprobe, probe.begin() + r * nprobe);
-                std::copy_n(top_scores.begin() + r * take, nprobe, probe_scores.begin() + r * nprobe);
-                if (by_probes) floors[r] = top_scores[size_t(r * take + take - 1)];
+            std::vector<int32_t> probe(size_t(rows) * take);
+            std::vector<float> probe_scores(probe.size()), floors;
+            TMS_RETURN_IF_ERROR(
+                select_topk(cs.data(), nullptr, K, rows, nullptr, take, probe.data(), probe_scores.data()));
+            if (by_probes) {
+                floors.resize(size_t(rows));
+                for (int64_t r = 0; r < rows; ++r) {
+                    floors[size_t(r)] = probe_scores[size_t(r * take + take - 1)];
+                    std::copy_n(probe.begin() + r * take, nprobe, probe.begin() + r * nprobe);
+                    std::copy_n(probe_scores.begin() + r * take, nprobe, probe_scores.begin() + r * nprobe);
+                }
+                probe.resize(size_t(rows) * nprobe);
+                probe_scores.resize(probe.size());
             }
             kernels::IvfUnionParams up;
             up.probe = probe.data();
@@ -718,13 +727,7 @@ public:
 
     Status Rerank(const QueryBatch& q, const std::vector<std::vector<int64_t>>& candidates, int k,
                   std::vector<std::vector<SearchHit>>* results) const override {
-        if (q.dim != info_.dim) {
-            return Status::InvalidArgument("query dimension " + std::to_string(q.dim) + " differs from the index's " +
-                                           std::to_string(info_.dim));
-        }
-        if (q.n_queries < 0 || q.q_tokens <= 0 || (q.n_queries > 0 && q.data == nullptr)) {
-            return Status::InvalidArgument("queries: empty or null");
-        }
+        TMS_RETURN_IF_ERROR(validate_search(info_, q, SearchOptions{}));  // the queries' shape and lengths
         if (int64_t(candidates.size()) != q.n_queries) {
             return Status::InvalidArgument(std::to_string(candidates.size()) + " candidate lists for " +
                                            std::to_string(q.n_queries) + " queries");
@@ -746,7 +749,8 @@ public:
                                                std::to_string(info_.n_docs) + ")");
             }
         }
-        results->assign(size_t(nq), {});
+        // Each shard's hits (parts[s][q]), merged as a search's are.
+        std::vector<std::vector<std::vector<SearchHit>>> parts;
         for (const auto& sh : shards_) {
             const index::IndexData& d = sh->data_;
             std::vector<int64_t> off(1, 0);
@@ -764,22 +768,17 @@ public:
             if (docs.empty()) continue;
             std::vector<float> scores;
             TMS_RETURN_IF_ERROR(sh->ExactLocal(q, off, docs, &scores));
+            auto& part = parts.emplace_back(static_cast<size_t>(nq));
             for (int i = 0; i < nq; ++i) {
                 for (int64_t e = off[size_t(i)]; e < off[size_t(i) + 1]; ++e) {
-                    (*results)[size_t(i)].push_back(
+                    part[size_t(i)].push_back(
                         {d.doc_ids[size_t(docs[size_t(e)])], d.first_doc + docs[size_t(e)], scores[size_t(e)]});
                 }
             }
         }
-        for (int i = 0; i < nq; ++i) {
-            auto& r = (*results)[size_t(i)];
-            if (q.lengths && q.lengths[i] == 0) r.clear();  // a query of no tokens matches nothing
-            const size_t keep = k > 0 ? std::min(r.size(), size_t(k)) : r.size();
-            std::partial_sort(r.begin(), r.begin() + keep, r.end(), [](const SearchHit& a, const SearchHit& b) {
-                return a.score > b.score || (a.score == b.score && a.internal_id < b.internal_id);
-            });
-            r.resize(keep);
-        }
+        MergeHits(&parts, nq, k > 0 ? k : std::numeric_limits<int>::max(), results);
+        for (int i = 0; q.lengths && i < nq; ++i)
+            if (q.lengths[i] == 0) (*results)[size_t(i)].clear();  // a query of no tokens matches nothing
         return Status::OK();
     }
 

@@ -33,6 +33,11 @@ tms::Status parse_device(const std::string& s, tms::Device* d) {
     return tms::Status::OK();
 }
 
+// --pruning's value (checked against {interaction, probe} by CLI11).
+tms::Pruning parse_pruning(const std::string& s) {
+    return s == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+}
+
 struct SearchArgs {
     std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", pruning = "interaction";
     tms::SearchOptions opts;
@@ -78,7 +83,7 @@ tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBat
 // The search options and searcher options of the command line.
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
-    opts->pruning = a.pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+    opts->pruning = parse_pruning(a.pruning);
     TMS_RETURN_IF_ERROR(parse_device(a.device, &so->device));
     if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, so).WithContext("--devices"));
     so->load_vectors = true;
@@ -692,9 +697,9 @@ int run(int argc, char** argv) {
     if (bs->parsed()) {
         sbo.command = command_line;
         sbo.recall = !sb_no_recall;
-        sbo.search.pruning = sb_pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+        sbo.search.pruning = parse_pruning(sb_pruning);
         for (const auto& p : sb_prunings) {
-            sbo.pruning_list.push_back(p == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction);
+            sbo.pruning_list.push_back(parse_pruning(p));
         }
         sbo.searcher.progress = false;
         tms::Status st = parse_device(sb_device, &sbo.searcher.device);

@@ -114,8 +114,9 @@ struct SearchOptions {
     /// (0: no rerank; always at least k when enabled). Default: 256
     int rerank = 256;
     /// Queries searched together at most; a larger batch is searched in chunks of this many,
-    /// which bounds the per-batch centroid scores [queries, tokens, centroids] and probe scores
-    /// [queries, documents], 4 bytes each. 0: as many as keep them under 2 GiB, at most 4096. A query's results do not depend on the chunk it is in (on a GPU, up to the rounding
+    /// which bounds the per-batch centroid scores [queries, tokens, centroids] and, with
+    /// Pruning::kProbe, probe scores [queries, documents], 4 bytes each. 0: as many as keep each
+    /// under 1 GiB, at most 4096. A query's results do not depend on the chunk it is in (on a GPU, up to the rounding
     /// of the centroid GEMM, whose kernel cuBLAS picks by shape). Default: 0
     int max_batch_queries = 0;
 };
