@@ -44,6 +44,8 @@ const char* DeviceName(Device d) {
     return "unknown";
 }
 
+const char* PruningName(Pruning p) { return p == Pruning::kProbe ? "probe" : "interaction"; }
+
 const char* VersionString() { return "0.1.0"; }
 
 }  // namespace tms

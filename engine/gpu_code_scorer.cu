@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/fault.h"
 #include "base/progress.h"
 #include "engine/gpu_code_scorer.h"
 #include "kernels/cuda/candidates_cuda.h"
@@ -637,6 +638,10 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
     TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));
+    if (fault::Fire("gpu.candidates")) {  // tests: a device allocation that fails mid-batch
+        void* p = nullptr;
+        TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, size_t(1) << 60));
+    }
     trace("gemm");
     kernels::IvfUnionParams up;
     up.probe = dp;

@@ -577,7 +577,7 @@ public:
     Status Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
         TMS_RETURN_IF_ERROR(check_finite(q));
-        if (gather_us_ > 0 && q.n_queries > 0 && q.n_queries < kGatherMax) {
+        if (gather_ && q.n_queries > 0 && q.n_queries < kGatherMax) {
             TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));  // a bad request fails alone
             TMS_RETURN_IF_ERROR(Gathered(q, opts, results, timings));
         } else {
@@ -589,9 +589,11 @@ public:
         return Status::OK();
     }
 
-    // Concurrent callers' small batches, gathered (SearcherOptions::gather_us): each request
-    // waits in `pending_`; the first one not served leads, waits the window (or until the batch
-    // is full), takes the requests of its shape and options, and searches them as one batch.
+    // Concurrent callers' small batches, gathered (SearcherOptions::gather): each request waits
+    // in `pending_`; the first one not served leads: it waits its window (gather_us), then for
+    // the gathered search in flight to end (or the batch to fill), takes the requests of its
+    // shape and options and searches them as one batch. One gathered search runs at a time, so
+    // callers arriving during it make the next batch; a lone caller starts at once.
     static constexpr int kGatherMax = 256;  // requests of this many queries or more go alone
     struct Request {
         const QueryBatch* q;
@@ -624,12 +626,13 @@ public:
             // This thread serves a batch: of the oldest pending request's shape (its own is pending,
             // so pending_ is not empty).
             leading_ = true;
-            const auto until = Clock::now() + std::chrono::microseconds(gather_us_);
-            gather_cv_.wait_until(lock, until, [&] {
+            auto full = [&] {
                 int n = 0;
                 for (const Request* r : pending_) n += r->q->n_queries;
                 return n >= kGatherMax;
-            });
+            };
+            if (gather_us_ > 0) gather_cv_.wait_until(lock, Clock::now() + std::chrono::microseconds(gather_us_), full);
+            gather_cv_.wait(lock, [&] { return !running_ || full(); });
             std::vector<Request*> batch;
             int n = 0;
             const Request* oldest = pending_.front();
@@ -644,10 +647,12 @@ public:
                 }
             }
             leading_ = false;
+            ++running_;
             gather_cv_.notify_all();  // the requests left may elect the next leader now
             lock.unlock();
             RunGathered(batch, n);
             lock.lock();
+            --running_;
             for (Request* r : batch) r->done = true;
             gather_cv_.notify_all();
         }
@@ -656,6 +661,13 @@ public:
 
     // One search of the requests' queries, copied side by side; each gets its own results.
     void RunGathered(const std::vector<Request*>& batch, int n) const {
+        if (batch.size() == 1) {  // alone: its own queries, no copy
+            Request* r = batch.front();
+            SearchTimings t;
+            r->st = SearchShards(*r->q, *r->opts, r->out, &t);
+            if (r->timings) *r->timings = t;
+            return;
+        }
         const QueryBatch& first = *batch.front()->q;
         const size_t row = size_t(first.q_tokens) * first.dim * DTypeSize(first.dtype);
         std::vector<uint8_t> data(size_t(n) * row);
@@ -800,11 +812,13 @@ public:
     IndexInfo info_;
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
-    int gather_us_ = 0;  // SearcherOptions::gather_us
+    bool gather_ = true;  // SearcherOptions::gather
+    int gather_us_ = 0;   // SearcherOptions::gather_us
     mutable std::mutex gather_mu_;
     mutable std::condition_variable gather_cv_;
     mutable std::vector<Request*> pending_;
     mutable bool leading_ = false;
+    mutable int running_ = 0;  // gathered searches in flight (at most one)
     mutable std::once_flag by_id_once_;
     mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
     std::vector<std::unique_ptr<ShardSearcher>> shards_;
@@ -877,6 +891,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         return Status::InvalidArgument("gather_us must be in [0, 1000000], got " + std::to_string(opts.gather_us));
     }
     auto s = std::make_unique<ShardedSearcher>();
+    s->gather_ = opts.gather;
     s->gather_us_ = opts.gather_us;
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
     index::SingleThreadedBlas();

@@ -39,7 +39,8 @@ tms::Pruning parse_pruning(const std::string& s) {
 }
 
 struct SearchArgs {
-    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", pruning = "interaction";
+    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms",
+                pruning = tms::PruningName(tms::SearchOptions().pruning);
     tms::SearchOptions opts;
     int batch = 256;
     double mpi_timeout = 600;
@@ -583,7 +584,8 @@ int run(int argc, char** argv) {
     bi->add_option("--json", ib_json, "Write the results JSON here");
 
     tms::bench::SearchBenchOptions sbo;
-    std::string sb_json, sb_device = "auto", sb_devices, sb_pruning = "interaction";
+    std::string sb_json, sb_device = "auto", sb_devices,
+                sb_pruning = tms::PruningName(tms::SearchOptions().pruning);
     std::vector<std::string> sb_prunings;
     bool sb_no_recall = false;
     auto* bs = bench->add_subcommand("search",
@@ -612,11 +614,17 @@ int run(int argc, char** argv) {
     bs->add_option("--sweep-pruning", sb_prunings, "More rows: these prunings")
         ->delimiter(',')
         ->check(CLI::IsMember({"interaction", "probe"}));
+    bs->add_flag("!--no-gather", sbo.searcher.gather, "Every concurrent call searches alone (no shared batches)");
     bs->add_option("--gather-us", sbo.searcher.gather_us,
-                   "Gather concurrent callers' queries into shared batches, waiting up to this many us (0: off)")
+                   "A gathered batch also waits up to this many us for more callers")
         ->capture_default_str()
         ->check(CLI::Range(0, 1000000));
     bs->add_flag("--no-recall", sb_no_recall, "Skip the exhaustive search (and recall)");
+    bs->add_option("--truth", sbo.truth,
+                   "TREC run taken as the truth for recall (qids 0, 1, ... in query order) instead of an "
+                   "exhaustive search: an index without vectors, or another system's run")
+        ->check(CLI::ExistingFile);
+    bs->add_option("--truth-out", sbo.truth_out, "Write the exhaustive search's run here (the --truth format)");
     bs->add_option("--json", sb_json, "Write the results JSON here");
 
     // demo

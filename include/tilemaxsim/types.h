@@ -22,6 +22,7 @@ const char* DeviceName(Device d);
 /// probed lists' entries. kInteraction: PLAID's centroid interaction, every candidate token
 /// against every query token, a cost that grows with the candidates' tokens.
 enum class Pruning : uint8_t { kProbe = 0, kInteraction = 1 };
+const char* PruningName(Pruning p);
 
 /// A non-owning view of a row-major matrix [rows, dim] of token embeddings.
 /// `data` points to rows * dim elements of `dtype`, C order, no row padding.

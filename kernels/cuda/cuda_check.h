@@ -38,6 +38,10 @@ inline bool is_sticky(cudaError_t e) {
            e == cudaErrorInvalidAddressSpace || e == cudaErrorInvalidPc || e == cudaErrorAssert;
 }
 inline bool is_sticky(cublasStatus_t) { return false; }
+/// A failed runtime call also stays in the thread's last-error slot, where the next launch
+/// check (cudaPeekAtLastError) would report it again: the error is returned, then cleared.
+inline void clear_error(cudaError_t) { (void)cudaGetLastError(); }
+inline void clear_error(cublasStatus_t) {}
 
 template <typename E>
 Status to_status(E e, const char* expr, const char* file, int line) {
@@ -47,6 +51,7 @@ Status to_status(E e, const char* expr, const char* file, int line) {
                      file, line, expr);
         std::abort();
     }
+    clear_error(e);
     std::string msg = std::string(expr) + " failed on device " + std::to_string(dev) + " (" + file + ":" +
                       std::to_string(line) + "): " + err_name(e);
     if (is_oom(e)) return Status::ResourceExhausted(msg);

@@ -243,6 +243,15 @@ PYBIND11_MODULE(_core, m) {
             PyErr_SetString(PyExc_FileNotFoundError, e.what());
         }
     });
+    m.def("search_defaults", [] {  // SearchOptions' defaults: the Python keywords' source
+        const tms::SearchOptions o;
+        py::dict d;
+        d["nprobe"] = o.nprobe;
+        d["ncandidates"] = o.ncandidates;
+        d["rerank"] = o.rerank;
+        d["pruning"] = tms::PruningName(o.pruning);
+        return d;
+    });
     m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"));
     m.def("add_documents", &add_documents, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),

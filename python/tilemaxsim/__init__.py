@@ -20,7 +20,10 @@ import numpy as np
 from . import _core
 from ._core import Error
 
-__all__ = ["Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info"]
+__all__ = ["Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
+           "search_defaults"]
+
+search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
 
 # IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
 BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "pq_m", "pq_nbits", "residual_nbits",
@@ -171,11 +174,16 @@ class Searcher:
             scores += s
         return ids, scores
 
-    def search(self, queries, k=10, *, exhaustive=False, nprobe=8, ncandidates=4096, rerank=256,
-               pruning="interaction"):
-        """The k best documents of each query (the engine's SearchOptions as keywords)."""
+    def search(self, queries, k=10, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
+               pruning=None):
+        """The k best documents of each query (the engine's SearchOptions as keywords; None: the
+        engine's default, search_defaults())."""
+        d = search_defaults()
+        pick = lambda v, name: d[name] if v is None else v
+        args = (pick(nprobe, "nprobe"), pick(ncandidates, "ncandidates"), pick(rerank, "rerank"),
+                pick(pruning, "pruning"))
         return self._batches(queries, lambda q, dt, l, q0: self._s.search(
-            q, dt, l, k, exhaustive, nprobe, ncandidates, rerank, pruning))
+            q, dt, l, k, exhaustive, *args))
 
     def rerank(self, queries, candidate_ids, k=0, *, skip_unknown=False):
         """Exact MaxSim of each query's candidates (external ids), best first (the best k when

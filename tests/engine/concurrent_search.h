@@ -17,8 +17,9 @@
 namespace tms::testing {
 
 /// `shards`: of the index searched (several shards on one device share its scratch);
-/// `gather_us`: SearcherOptions::gather_us (concurrent calls gathered into shared batches).
-inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, int shards = 1, int gather_us = 0) {
+/// `gather`, `gather_us`: SearcherOptions' (concurrent calls gathered into shared batches).
+inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, int shards = 1, bool gather = false,
+                                                int gather_us = 0) {
     namespace fs = std::filesystem;
     SynthOptions so;
     so.n_docs = 800;
@@ -36,6 +37,7 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, in
     SearcherOptions sopt;
     sopt.device = device;
     sopt.progress = false;
+    sopt.gather = gather;
     sopt.gather_us = gather_us;
     std::unique_ptr<Searcher> s;
     st = Searcher::Open(sopt, (dir / "index").string(), &s);

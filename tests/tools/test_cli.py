@@ -145,7 +145,7 @@ def test_bench_search(corpus, index, tmp_path):
     j = json.loads(out.read_text())
     assert j["gpu"] == "cpu" and j["corpus"]["n_docs"] == 300 and j["corpus"]["n_queries"] == 20
     first = j["rows"][0]
-    assert first["pruning"] == "interaction" and first["ncandidates"] == 4096 and first["index"] == "pq-8+vectors"
+    assert first["pruning"] == "probe" and first["ncandidates"] == 1024 and first["index"] == "pq-8+vectors"
     for key in ("batch_qps", "p50_ms", "p99_ms", "concurrent_qps_1", "concurrent_qps_3", "open_s", "host_rss_bytes",
                 "index_bytes"):
         assert first[key] > 0, key

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <set>
@@ -55,11 +56,11 @@ double recall_at(const std::vector<std::vector<SearchHit>>& truth, const std::ve
     double sum = 0;
     int n = 0;
     for (size_t q = 0; q < truth.size(); ++q) {
-        if (truth[q].empty()) continue;
-        std::set<int64_t> t;
-        for (const auto& h : truth[q]) t.insert(h.internal_id);
+        if (truth[q].empty() || q >= got.size()) continue;
+        std::set<std::string> t;
+        for (const auto& h : truth[q]) t.insert(h.doc_id);
         int hit = 0;
-        for (const auto& h : got[q]) hit += int(t.count(h.internal_id));
+        for (const auto& h : got[q]) hit += int(t.count(h.doc_id));
         sum += double(hit) / double(t.size());
         ++n;
     }
@@ -71,8 +72,6 @@ double percentile(std::vector<double> v, double p) {
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
 }
-
-const char* pruning_name(Pruning p) { return p == Pruning::kProbe ? "probe" : "interaction"; }
 
 }  // namespace
 
@@ -109,17 +108,43 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     std::fprintf(stderr, "bench search: %lld documents, %lld tokens, %d queries; open %.2f s, host RSS %.2f GB, %s\n",
                  (long long)info.n_docs, (long long)info.n_tokens, q.n_queries, open_s, double(rss) / 1e9,
                  gpu.c_str());
-    // The truth: exact MaxSim over every document.
+    // The truth: exact MaxSim over every document, or the given run (its best k per query).
     std::vector<std::vector<SearchHit>> truth;
     double exhaustive_s = 0;
-    const bool with_recall = o.recall && info.has_vectors && o.searcher.load_vectors;
-    if (with_recall) {
+    const bool exhaustive = o.truth.empty() && o.recall && info.has_vectors && o.searcher.load_vectors;
+    const bool with_recall = exhaustive || !o.truth.empty();
+    if (exhaustive) {
         SearchOptions ex = o.search;
         ex.exhaustive = true;
         SearchTimings t;
         t0 = Clock::now();
         TMS_RETURN_IF_ERROR(search_all(*s, q, o.batch, ex, &truth, &t));
         exhaustive_s = SecondsSince(t0);
+        if (!o.truth_out.empty()) {
+            std::vector<std::string> qids;
+            std::vector<std::vector<std::pair<std::string, float>>> rows;
+            for (size_t i = 0; i < truth.size(); ++i) {
+                qids.push_back(std::to_string(i));
+                rows.emplace_back();
+                for (const SearchHit& h : truth[i]) rows.back().emplace_back(h.doc_id, h.score);
+            }
+            TMS_RETURN_IF_ERROR(WriteRun(o.truth_out, qids, rows, "exhaustive"));
+        }
+    } else if (!o.truth.empty()) {
+        Run run;
+        TMS_RETURN_IF_ERROR(ReadRun(o.truth, &run));
+        truth.resize(size_t(q.n_queries));
+        for (auto& [qid, hits] : run) {
+            char* end = nullptr;
+            const long i = std::strtol(qid.c_str(), &end, 10);
+            if (*end != '\0' || i < 0 || i >= q.n_queries) {
+                return Status::InvalidArgument(o.truth + ": query id '" + qid + "' is not a query number in [0, " +
+                                               std::to_string(q.n_queries) + ")");
+            }
+            std::stable_sort(hits.begin(), hits.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+            for (size_t j = 0; j < hits.size() && j < size_t(o.search.k); ++j)
+                truth[size_t(i)].push_back(SearchHit{hits[j].first, -1, float(hits[j].second)});
+        }
     }
     // The rows: the first with the given options, then every combination of the lists.
     std::vector<SearchOptions> rows{o.search};
@@ -197,7 +222,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             if (c == 64) qps64 = v;
         char rs[16] = "-";
         if (with_recall) std::snprintf(rs, sizeof(rs), "%.4f", recall);
-        std::fprintf(stderr, "%-12s %7d %7d %7d %10.1f %9s %8.3f %8.3f %12.1f\n", pruning_name(r.pruning), r.nprobe,
+        std::fprintf(stderr, "%-12s %7d %7d %7d %10.1f %9s %8.3f %8.3f %12.1f\n", PruningName(r.pruning), r.nprobe,
                      r.ncandidates, r.rerank, qps, rs, p50, p99, qps64);
         char b[1536];
         std::snprintf(b, sizeof(b),
@@ -205,7 +230,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                       "\"ncandidates\": %d, \"rerank\": %d, \"k\": %d, \"batch\": %d, \"batch_qps\": %.1f, "
                       "\"recall_at_10\": %s, \"ms_per_batch\": {\"candidates\": %.3f, \"scoring\": %.3f, "
                       "\"rerank\": %.3f}",
-                      out_rows.empty() ? "" : ",\n  ", index_name.c_str(), pruning_name(r.pruning), r.nprobe,
+                      out_rows.empty() ? "" : ",\n  ", index_name.c_str(), PruningName(r.pruning), r.nprobe,
                       r.ncandidates, r.rerank, r.k, o.batch, qps, with_recall ? std::to_string(recall).c_str() : "null",
                       best_t.candidates * 1e3 / batches, best_t.scoring * 1e3 / batches, best_t.rerank * 1e3 / batches);
         out_rows += b;

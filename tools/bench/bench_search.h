@@ -22,6 +22,10 @@ struct SearchBenchOptions {
     std::vector<int> nprobe_list, ncandidates_list, rerank_list;
     std::vector<Pruning> pruning_list;
     bool recall = true;               ///< exhaustive search first (needs vectors), then recall@k
+    /// A TREC run (qids "0", "1", ... in query order; external doc ids) taken as the truth instead
+    /// of an exhaustive search: recall for an index without vectors, or against another system.
+    std::string truth;
+    std::string truth_out;            ///< where to write the exhaustive run (the same format)
     std::string command;              ///< recorded in the JSON
 };
 

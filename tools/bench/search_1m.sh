@@ -8,7 +8,7 @@ set -euo pipefail
 out=${1:?OUTDIR}
 docs=${2:-1000000}
 mkdir -p "$out"
-d=/tmp/search-$docs
+d=${D:-/tmp}/search-$docs  # D=/dev/shm keeps the corpus off the disk the index needs
 gpu=$( (nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | tr ' ' '-') || echo cpu)
 date=$(date -u +%Y-%m-%d)
 if [ ! -f $d/queries.npy ]; then
