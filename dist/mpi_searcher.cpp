@@ -100,7 +100,11 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
     s->size_ = s->ch_->size();
     Status st = ReadIndexShardCount(path, &s->n_shards_);
     if (st.ok()) {
-        for (int sh = s->rank_; sh < s->n_shards_; sh += s->size_) s->mine_.push_back(sh);
+        // Consecutive shards per rank (the first n_shards % size ranks one more): one segment
+        // each, searched as one (Searcher::Open joins a device's consecutive shards).
+        const int base = s->n_shards_ / s->size_, extra = s->n_shards_ % s->size_;
+        const int first = s->rank_ * base + std::min(s->rank_, extra);
+        for (int sh = first; sh < first + base + (s->rank_ < extra ? 1 : 0); ++sh) s->mine_.push_back(sh);
         if (!s->mine_.empty()) {
             SearcherOptions o = opts;
             o.shards = s->mine_;

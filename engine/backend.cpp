@@ -39,12 +39,13 @@ Status GpuDeviceCount(int* n) {
 }
 
 Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                    std::unique_ptr<GpuShard>* out) {
+                    const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out) {
 #if TMS_WITH_CUDA
-    return CreateCudaShard(std::move(ctx), d, out);
+    return CreateCudaShard(std::move(ctx), d, vector_parts, out);
 #else
     (void)ctx;
     (void)d;
+    (void)vector_parts;
     (void)out;
     return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
 #endif

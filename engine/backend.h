@@ -6,12 +6,12 @@
 #include "tilemaxsim/types.h"
 
 #include <memory>
+#include <vector>
+
+#include "index/index_data.h"
 
 namespace tms::kernels {
 class GpuContext;
-}
-namespace tms::index {
-struct IndexData;
 }
 
 namespace tms::engine {
@@ -27,8 +27,9 @@ Status GpuDeviceCount(int* n);
 Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out);
 
 class GpuShard;
-/// Shard `d` uploaded to the GPU of `ctx` (engine/gpu_shard.h); NotSupported without CUDA.
+/// Shard `d` uploaded to the GPU of `ctx` (engine/gpu_shard.h), its vectors d's own or else
+/// `vector_parts` in order; NotSupported without CUDA.
 Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                    std::unique_ptr<GpuShard>* out);
+                    const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out);
 
 }  // namespace tms::engine

@@ -93,10 +93,15 @@ struct GpuExactScorer::Impl {
 
 GpuExactScorer::~GpuExactScorer() = default;
 
-Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
+Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const std::vector<TokenPart>& parts, int dim,
                               const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
-    if (n_tokens < 0 || n_docs < 0 || dim <= 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
-    if (n_tokens > 0 && h_tokens_f16 == nullptr) return Status::InvalidArgument("GpuExactScorer: tokens null");
+    int64_t n_tokens = 0;
+    for (const TokenPart& p : parts) {
+        if (p.n_tokens < 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
+        if (p.n_tokens > 0 && p.data == nullptr) return Status::InvalidArgument("GpuExactScorer: tokens null");
+        n_tokens += p.n_tokens;
+    }
+    if (n_docs < 0 || dim <= 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
     if (h_doc_offsets == nullptr) return Status::InvalidArgument("GpuExactScorer: doc_offsets null");
     if (dim % 32 != 0 || dim > 1024) {
         return Status::NotSupported("GpuExactScorer: dim " + std::to_string(dim) + " (multiples of 32 up to 1024)");
@@ -119,7 +124,12 @@ Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const ui
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
     {
         kernels::StagedUploader uploader(im.stream);
-        TMS_RETURN_IF_ERROR(uploader.Upload(im.d_tokens, h_tokens_f16, tok_bytes));
+        char* at = static_cast<char*>(im.d_tokens);
+        for (const TokenPart& p : parts) {
+            const size_t bytes = size_t(p.n_tokens) * dim * sizeof(uint16_t);
+            TMS_RETURN_IF_ERROR(uploader.Upload(at, p.data, bytes));
+            at += bytes;
+        }
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t),
                                              cudaMemcpyHostToDevice, im.stream));

@@ -20,6 +20,16 @@ namespace tms::engine {
 class GpuExactScorer {
 public:
     static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
+                         const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
+        return Create(std::move(ctx), {{h_tokens_f16, n_tokens}}, dim, h_doc_offsets, n_docs, out);
+    }
+    /// Host tokens in consecutive parts (the shards of one device), uploaded in order into one
+    /// device array of the parts' summed tokens.
+    struct TokenPart {
+        const uint16_t* data;
+        int64_t n_tokens;
+    };
+    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const std::vector<TokenPart>& parts, int dim,
                          const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out);
     ~GpuExactScorer();
     /// Top-k per query (doc indices, -1 padded) and scores, on the host. h_queries

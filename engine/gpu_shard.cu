@@ -43,7 +43,7 @@ public:
 }  // namespace
 
 Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                       std::unique_ptr<GpuShard>* out) {
+                       const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out) {
     auto s = std::make_unique<CudaShard>();
     Status st = GpuCodeScorer::Create(ctx, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
                                       d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
@@ -52,9 +52,14 @@ Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::In
     if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
     // The IVF lists go with the codes: candidates are generated on the GPU too.
     if (s->code_) TMS_RETURN_IF_ERROR(s->code_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
-    if (!d.vectors.empty()) {
-        TMS_RETURN_IF_ERROR(GpuExactScorer::Create(ctx, d.vectors.data(), d.info.n_tokens, d.info.dim,
-                                                   d.doc_offsets.data(), d.info.n_docs, &s->exact_));
+    std::vector<GpuExactScorer::TokenPart> parts;
+    if (!d.vectors.empty()) parts.push_back({d.vectors.data(), int64_t(d.vectors.size()) / d.info.dim});
+    for (const auto& v : vector_parts) {
+        if (!v.empty()) parts.push_back({v.data(), int64_t(v.size()) / d.info.dim});
+    }
+    if (!parts.empty()) {
+        TMS_RETURN_IF_ERROR(
+            GpuExactScorer::Create(ctx, parts, d.info.dim, d.doc_offsets.data(), d.info.n_docs, &s->exact_));
     }
     *out = std::move(s);
     return Status::OK();

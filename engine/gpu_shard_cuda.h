@@ -5,18 +5,17 @@
 #include <memory>
 
 #include "engine/gpu_shard.h"
+#include "index/index_data.h"
 
 namespace tms::kernels {
 class GpuContext;
 }
-namespace tms::index {
-struct IndexData;
-}
 
 namespace tms::engine {
 
-/// The shard's codes, IVF lists and (when loaded) vectors uploaded to the GPU of `ctx`.
+/// The shard's codes, IVF lists and (when loaded) vectors uploaded to the GPU of `ctx`: d's own
+/// vectors, else `vector_parts` in order (ConcatShards' parts of a device's shards).
 Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                       std::unique_ptr<GpuShard>* out);
+                       const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out);
 
 }  // namespace tms::engine

@@ -32,7 +32,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One shard's pipeline, on the CPU or on one GPU. Hits carry global internal ids.
+// The pipeline of one device's documents: consecutive shards placed on the CPU or on one GPU,
+// searched as one (ConcatShards), so that shards sharing a device cost what one shard of
+// their documents would, and give its results. Hits carry global internal ids.
 class ShardSearcher {
 public:
     const IndexInfo& info() const { return data_.info; }
@@ -97,8 +99,10 @@ public:
         return exact_candidates(qf, q, off, docs, scores);
     }
 
-    /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up.
-    Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up);
+    /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up;
+    /// `vector_parts`: its vectors when data_ holds none (ConcatShards'), freed once uploaded.
+    Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up,
+                 std::vector<index::PodVector<uint16_t>>* vector_parts);
 
     index::IndexData data_;
     // The GPU scorers run on the context's stream with its shared scratch, and keep per-call
@@ -513,11 +517,14 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     return Status::OK();
 }
 
-Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up) {
+Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up,
+                            std::vector<index::PodVector<uint16_t>>* vector_parts) {
     if (!ctx) return Status::OK();
     ctx_ = ctx;
-    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, &dev_));
-    if (dev_->has_vectors()) index::PodVector<uint16_t>().swap(data_.vectors);  // the device copy is the one used
+    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, *vector_parts, &dev_));
+    // The device copy is the one used (MakeGpuShard uploads every vector it is given).
+    if (dev_->has_vectors()) index::PodVector<uint16_t>().swap(data_.vectors);
+    vector_parts->clear();
     if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
     return Status::OK();
 }
@@ -567,8 +574,9 @@ Status check_finite(const QueryBatch& q) {
     return Status::OK();
 }
 
-// The public Searcher: shards placed on devices; a batch runs on every device at once (one host
-// thread per GPU shard), then the per-shard top-k lists are merged.
+// The public Searcher: shards placed on devices, each device's consecutive shards one segment; a
+// batch runs on every device at once (one host thread per GPU), then the per-segment top-k lists
+// are merged.
 class ShardedSearcher final : public Searcher {
 public:
     const IndexInfo& info() const override { return info_; }
@@ -699,16 +707,17 @@ public:
 
     Status SearchShards(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                         SearchTimings* timings) const {
-        if (shards_.size() == 1) return shards_[0]->Search(q, opts, results, timings);
+        if (segments_.size() == 1) return segments_[0]->Search(q, opts, results, timings);
         const auto t0 = Clock::now();
-        const size_t n = shards_.size();
+        const size_t n = segments_.size();
         std::vector<std::vector<std::vector<SearchHit>>> parts(n);
         std::vector<SearchTimings> ts(n);
         std::vector<Status> sts(n);
-        // One host thread per GPU runs that GPU's shards one after the other (they share its
-        // stream and scratch); on the CPU the shards run in turn, each step using every core.
+        // One host thread per GPU runs that GPU's segments one after the other (they share its
+        // stream and scratch; there are several only for a subset of the shards with gaps); on
+        // the CPU the segments run in turn, each step using every core.
         auto device_shards = [&](size_t g) {
-            for (size_t s : by_device_[g]) sts[s] = shards_[s]->Search(q, opts, &parts[s], &ts[s]);
+            for (size_t s : by_device_[g]) sts[s] = segments_[s]->Search(q, opts, &parts[s], &ts[s]);
         };
         std::vector<std::thread> workers;
         for (size_t g = 1; g < by_device_.size(); ++g) workers.emplace_back(device_shards, g);
@@ -745,7 +754,7 @@ public:
                                            std::to_string(q.n_queries) + " queries");
         }
         if (k < 0) return Status::InvalidArgument("k must be >= 0, got " + std::to_string(k));
-        for (const auto& sh : shards_) TMS_RETURN_IF_ERROR(sh->CheckExact());
+        for (const auto& sh : segments_) TMS_RETURN_IF_ERROR(sh->CheckExact());
         TMS_RETURN_IF_ERROR(check_finite(q));
         const int nq = q.n_queries;
         // Each query's candidates, once each, ascending (so that each shard's are contiguous).
@@ -763,7 +772,7 @@ public:
         }
         // Each shard's hits (parts[s][q]), merged as a search's are.
         std::vector<std::vector<std::vector<SearchHit>>> parts;
-        for (const auto& sh : shards_) {
+        for (const auto& sh : segments_) {
             const index::IndexData& d = sh->data_;
             std::vector<int64_t> off(1, 0);
             std::vector<int32_t> docs;
@@ -796,7 +805,7 @@ public:
 
     void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const override {
         std::call_once(by_id_once_, [this] {
-            for (const auto& sh : shards_) {
+            for (const auto& sh : segments_) {
                 const index::IndexData& d = sh->data_;
                 for (int64_t i = 0; i < d.info.n_docs; ++i)
                     if (!d.deleted[size_t(i)]) by_id_.emplace(d.doc_ids[size_t(i)], d.first_doc + i);
@@ -821,8 +830,8 @@ public:
     mutable int running_ = 0;  // gathered searches in flight (at most one)
     mutable std::once_flag by_id_once_;
     mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
-    std::vector<std::unique_ptr<ShardSearcher>> shards_;
-    std::vector<std::vector<size_t>> by_device_;  // shard numbers per device (one group: the CPU)
+    std::vector<std::unique_ptr<ShardSearcher>> segments_;
+    std::vector<std::vector<size_t>> by_device_;  // segments per device (one group: the CPU)
 };
 
 // GPUs for the shards: opts.gpus (each present) or every visible one.
@@ -847,18 +856,20 @@ Status choose_gpus(const SearcherOptions& opts, std::vector<int>* gpus) {
     return Status::OK();
 }
 
-// Largest shard first onto the GPU holding the fewest bytes so far (ties: the earlier GPU of
-// the list): each GPU ends with about the same bytes.
+// Shards in order onto the GPUs in order, cut where the running byte count passes each GPU's
+// even share (a shard goes where its middle byte falls): each GPU holds consecutive shards,
+// searched as one, and about the same bytes.
 std::vector<int> place_by_size(const std::vector<int64_t>& bytes, const std::vector<int>& gpus) {
-    std::vector<size_t> order(bytes.size());
-    for (size_t s = 0; s < order.size(); ++s) order[s] = s;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
-    std::vector<int64_t> load(gpus.size(), 0);
+    int64_t total = 0;
+    for (int64_t b : bytes) total += b;
     std::vector<int> out(bytes.size(), -1);
-    for (size_t s : order) {
-        const size_t g = size_t(std::min_element(load.begin(), load.end()) - load.begin());
-        out[s] = gpus[g];
-        load[g] += bytes[s];
+    const int64_t g = int64_t(gpus.size());
+    int64_t before = 0;
+    for (size_t s = 0; s < bytes.size(); ++s) {
+        const double middle = double(before) + 0.5 * double(bytes[s]);
+        const int64_t at = total > 0 ? int64_t(middle * double(g) / double(total)) : int64_t(s) * g / int64_t(bytes.size());
+        out[s] = gpus[size_t(std::clamp<int64_t>(at, 0, g - 1))];
+        before += bytes[s];
     }
     return out;
 }
@@ -911,47 +922,65 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     for (const auto& d : data) bytes.push_back(shard_bytes(d));
     const std::vector<int> where = s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
     for (size_t i = 0; i < data.size(); ++i) {
-        auto sh = std::make_unique<ShardSearcher>();
-        sh->data_ = std::move(data[i]);
         ShardPlacement p;
         p.shard = opts.shards.empty() ? int(i) : numbers[i];
         p.device = s->device_;
         p.gpu = where[i];
-        p.first_doc = sh->data_.first_doc;
-        p.n_docs = sh->data_.info.n_docs;
+        p.first_doc = data[i].first_doc;
+        p.n_docs = data[i].info.n_docs;
         p.bytes = bytes[i];
         s->placement_.push_back(p);
-        s->shards_.push_back(std::move(sh));
     }
-    // One context per GPU, shared by its shards; GPUs are filled side by side (one thread each).
+    // Segments: runs of consecutive shards on one device (a subset of the shards breaks runs
+    // at its gaps), each concatenated into one ShardSearcher. On a GPU the vectors stay in
+    // their shards' arrays until they are uploaded (no host copy of the whole).
+    struct Segment {
+        int gpu;
+        std::vector<index::IndexData> shards;
+    };
+    std::vector<Segment> runs;
+    for (size_t i = 0; i < data.size(); ++i) {
+        const bool joins = i > 0 && where[i] == where[i - 1] &&
+                           data[i].first_doc == data[i - 1].first_doc + data[i - 1].info.n_docs;
+        if (!joins) runs.push_back({where[i], {}});
+        runs.back().shards.push_back(std::move(data[i]));
+    }
+    data.clear();
+    std::vector<std::vector<index::PodVector<uint16_t>>> vectors(runs.size());
+    for (size_t r = 0; r < runs.size(); ++r) {
+        auto sh = std::make_unique<ShardSearcher>();
+        index::ConcatShards(&runs[r].shards, &sh->data_, s->device_ == Device::kGpu ? &vectors[r] : nullptr);
+        s->segments_.push_back(std::move(sh));
+    }
+    trace.Mark("segments");
+    // One context per GPU, shared by its segments; GPUs are filled side by side (one thread each).
     if (s->device_ == Device::kGpu) {
         std::vector<std::shared_ptr<kernels::GpuContext>> ctx(gpus.size());
+        std::vector<size_t> ctx_of;  // by_device_ group -> index into gpus
         for (size_t g = 0; g < gpus.size(); ++g) {
             std::vector<size_t> mine;
-            for (size_t i = 0; i < where.size(); ++i)
-                if (where[i] == gpus[g]) mine.push_back(i);
+            for (size_t r = 0; r < runs.size(); ++r)
+                if (runs[r].gpu == gpus[g]) mine.push_back(r);
             if (mine.empty()) continue;
             TMS_RETURN_IF_ERROR(engine::MakeGpuContext(gpus[g], &ctx[g]));
             s->by_device_.push_back(mine);
+            ctx_of.push_back(g);
         }
         std::vector<Status> sts(s->by_device_.size());
         std::vector<std::thread> up;
-        size_t gi = 0;
-        for (size_t g = 0; g < gpus.size(); ++g) {
-            if (!ctx[g]) continue;
-            up.emplace_back([&, g, gi] {
-                for (size_t i : s->by_device_[gi]) {
-                    sts[gi] = s->shards_[i]->Place(ctx[g], opts.warm_up);
+        for (size_t gi = 0; gi < s->by_device_.size(); ++gi) {
+            up.emplace_back([&, gi] {
+                for (size_t r : s->by_device_[gi]) {
+                    sts[gi] = s->segments_[r]->Place(ctx[ctx_of[gi]], opts.warm_up, &vectors[r]);
                     if (!sts[gi].ok()) return;
                 }
             });
-            ++gi;
         }
         for (auto& t : up) t.join();
         for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
     } else {
         s->by_device_.emplace_back();
-        for (size_t i = 0; i < s->shards_.size(); ++i) s->by_device_[0].push_back(i);
+        for (size_t r = 0; r < s->segments_.size(); ++r) s->by_device_[0].push_back(r);
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
     *out = std::move(s);

@@ -111,8 +111,12 @@ Status ReadShardCount(const std::string& path, int* n);
 /// The metadata of the whole index from its shards' (ReadIndexShards): counts summed, one
 /// ShardInfo each.
 IndexInfo SumShardInfos(const std::vector<IndexData>& shards);
-/// The shards as one IndexData with global ids (moved from, then cleared).
-void ConcatShards(std::vector<IndexData>* shards, IndexData* out);
+/// Consecutive shards (each one's first_doc the end of the one before) as one IndexData whose
+/// ids count from the first's first_doc (0 for a whole index: global ids); moved from, then
+/// cleared. `vector_parts`: when given, the shards' vectors are moved there, one per shard in
+/// order, instead of being concatenated (out->vectors stays empty; a GPU uploads the parts).
+void ConcatShards(std::vector<IndexData>* shards, IndexData* out,
+                  std::vector<PodVector<uint16_t>>* vector_parts = nullptr);
 
 /// Read only the metadata.
 Status ReadIndexInfo(const std::string& path, IndexInfo* info);

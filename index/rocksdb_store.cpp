@@ -1608,29 +1608,66 @@ IndexInfo SumShardInfos(const std::vector<IndexData>& shards) {
     return info;
 }
 
-void ConcatShards(std::vector<IndexData>* shards, IndexData* d) {
-    if (shards->size() == 1) {
-        *d = std::move((*shards)[0]);
+namespace {
+// dst[at ..) = src, in parallel (the copies of ConcatShards are gigabytes), then src freed.
+template <class T>
+void append_parallel(const PodVector<T>& src, int64_t at, PodVector<T>* dst) {
+    const int64_t n = int64_t(src.size());
+    constexpr int64_t kBlock = int64_t(1) << 20;
+#pragma omp parallel for schedule(static) if (n > kBlock)
+    for (int64_t b = 0; b < n; b += kBlock) {
+        std::memcpy(dst->data() + at + b, src.data() + b, size_t(std::min(kBlock, n - b)) * sizeof(T));
+    }
+}
+}  // namespace
+
+void ConcatShards(std::vector<IndexData>* shards, IndexData* d, std::vector<PodVector<uint16_t>>* vector_parts) {
+    std::vector<IndexData>& v = *shards;
+    if (vector_parts) vector_parts->clear();
+    if (v.size() == 1) {
+        *d = std::move(v[0]);
+        if (vector_parts) vector_parts->push_back(std::move(d->vectors));
+        shards->clear();
         return;
     }
-    std::vector<IndexData>& v = *shards;
     *d = IndexData();
     d->model = v[0].model;
     d->info = SumShardInfos(v);
+    d->first_doc = v[0].first_doc;
+    int64_t tokens = 0, vec = 0, code_bytes = 0;
+    for (const IndexData& s : v) {
+        tokens += int64_t(s.token_centroids.size());
+        code_bytes += int64_t(s.codes.size());
+        vec += int64_t(s.vectors.size());
+    }
+    // Sized once and filled shard by shard, each shard's arrays freed as soon as they are
+    // copied: the resident peak is the whole plus one shard, not twice the whole.
+    d->token_centroids.resize(size_t(tokens));
+    d->codes.resize(size_t(code_bytes));
+    if (!vector_parts) d->vectors.resize(size_t(vec));
     d->doc_offsets.assign(1, 0);
+    int64_t at_tok = 0, at_code = 0, at_vec = 0;
     for (IndexData& s : v) {
         const int64_t t0 = d->doc_offsets.back();
         for (size_t i = 1; i < s.doc_offsets.size(); ++i) d->doc_offsets.push_back(t0 + s.doc_offsets[i]);
-        d->token_centroids.insert(d->token_centroids.end(), s.token_centroids.begin(), s.token_centroids.end());
-        d->codes.insert(d->codes.end(), s.codes.begin(), s.codes.end());
-        d->vectors.insert(d->vectors.end(), s.vectors.begin(), s.vectors.end());
+        append_parallel(s.token_centroids, at_tok, &d->token_centroids);
+        append_parallel(s.codes, at_code, &d->codes);
+        at_tok += int64_t(s.token_centroids.size());
+        at_code += int64_t(s.codes.size());
+        if (vector_parts) {
+            vector_parts->push_back(std::move(s.vectors));
+        } else {
+            append_parallel(s.vectors, at_vec, &d->vectors);
+            at_vec += int64_t(s.vectors.size());
+        }
         d->doc_ids.insert(d->doc_ids.end(), std::make_move_iterator(s.doc_ids.begin()), std::make_move_iterator(s.doc_ids.end()));
         d->deleted.insert(d->deleted.end(), s.deleted.begin(), s.deleted.end());
         PodVector<uint32_t>().swap(s.token_centroids);
         PodVector<uint8_t>().swap(s.codes);
         PodVector<uint16_t>().swap(s.vectors);
     }
-    // IVF lists: each centroid's lists of the shards in order (ids ascend across shards).
+    // IVF lists: each centroid's lists of the shards in order (ids ascend across shards, which
+    // are consecutive document ranges from v[0].first_doc).
     const int K = d->model.n_centroids;
     d->ivf_offsets.assign(K + 1, 0);
     for (int k = 0; k < K; ++k) {
@@ -1639,15 +1676,14 @@ void ConcatShards(std::vector<IndexData>* shards, IndexData* d) {
         d->ivf_offsets[k + 1] = d->ivf_offsets[k] + len;
     }
     d->ivf_docs.resize(d->ivf_offsets.back());
+#pragma omp parallel for schedule(dynamic, 64)
     for (int k = 0; k < K; ++k) {
         int64_t w = d->ivf_offsets[k];
         for (const IndexData& s : v) {
-            for (int64_t e = s.ivf_offsets[k]; e < s.ivf_offsets[k + 1]; ++e) {
-                d->ivf_docs[w++] = static_cast<int32_t>(s.first_doc + s.ivf_docs[e]);
-            }
+            const int32_t base = static_cast<int32_t>(s.first_doc - d->first_doc);
+            for (int64_t e = s.ivf_offsets[k]; e < s.ivf_offsets[k + 1]; ++e) d->ivf_docs[w++] = base + s.ivf_docs[e];
         }
     }
-    d->first_doc = 0;
     shards->clear();
 }
 

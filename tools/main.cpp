@@ -227,7 +227,7 @@ bool under_mpirun() {
     return false;
 }
 
-// The distributed search (tilemaxsim/mpi_searcher.h): rank r opens shards r, r + R, ...; rank 0
+// The distributed search (tilemaxsim/mpi_searcher.h): rank r opens its run of shards; rank 0
 // reads the queries, writes the run and prints the summary (and any rank's failure). The other
 // ranks print nothing: *quiet_failure tells the caller so.
 tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {

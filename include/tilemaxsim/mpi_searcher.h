@@ -27,10 +27,12 @@ struct MpiSearchStats {
     double merge_s = 0;      ///< rank 0: decoding and merging the per-rank top-k lists
 };
 
-/// Scatter-gather search: rank r of the communicator opens shards r, r + R, ... of the index
-/// (SearcherOptions::shards is set so; its devices, as in one process, place them), rank 0's
+/// Scatter-gather search: rank r of the communicator opens the r-th of R runs of consecutive
+/// shards of the index (S shards: S / R each, the first S % R ranks one more;
+/// SearcherOptions::shards is set so; its devices, as in one process, place them), rank 0's
 /// queries are broadcast batch by batch, every rank searches its shards, and the per-rank top-k
-/// lists are merged on rank 0 (MergeHits: exactly what one Searcher over every shard returns).
+/// lists are merged on rank 0 (MergeHits: exhaustive search returns exactly what one Searcher
+/// over every shard does; approximate search prunes per rank's device, as exact or more).
 /// Every call is collective: all ranks make it, in the same order. Every wait is bounded
 /// (timeout_s): a rank that stops answering ends the job (MPI_Abort) with a message naming what
 /// did not arrive. A rank that fails (a missing shard, a bad batch) fails the call on every rank
