@@ -4,10 +4,13 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -15,6 +18,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -116,6 +120,87 @@ private:
     const char* p_;
     const char* end_;
 };
+
+// The fp16 vectors of a store (format 5) live beside its RocksDB files in one flat file, in
+// token order; each chunk's entry in the vectors family is a sealed reference to its bytes there
+// (magic, offset, length, CRC-32C of the bytes). The bulk of an index's bytes thus bypasses
+// RocksDB's memtables and blob files, and is read straight into place.
+constexpr const char* kVectorsFile = "vectors.f16";
+constexpr uint32_t kVectorRefMagic = 0x544d5652;  // "TMVR"
+constexpr int kInlineVectorsFormat = 3;           // vectors inside the vectors family, read only
+
+struct VectorRef {
+    uint64_t offset = 0, bytes = 0;
+    uint32_t crc = 0;
+};
+
+std::string encode_vector_ref(const VectorRef& r) {
+    std::string v;
+    put1<uint32_t>(&v, kVectorRefMagic);
+    put1<uint64_t>(&v, r.offset);
+    put1<uint64_t>(&v, r.bytes);
+    put1<uint32_t>(&v, r.crc);
+    seal(&v);
+    return v;
+}
+
+// A file descriptor, closed with its owner.
+struct Fd {
+    int fd = -1;
+    Fd() = default;
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+    Fd& operator=(Fd&& o) noexcept {
+        if (this != &o) {
+            reset();
+            fd = std::exchange(o.fd, -1);
+        }
+        return *this;
+    }
+    ~Fd() { reset(); }
+    void reset() {
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+    }
+};
+
+Status io_error(const std::string& what, int err) {
+    if (err == ENOSPC) return Status::IOError(what + ": disk full");
+    return Status::IOError(what + ": " + std::strerror(err));
+}
+
+Status pwrite_all(int fd, const void* p, size_t n, uint64_t at, const std::string& what) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+        const ssize_t w = ::pwrite(fd, c, std::min<size_t>(n, size_t(1) << 30), off_t(at));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return io_error(what + ": write failed", w < 0 ? errno : EIO);
+        c += w;
+        n -= size_t(w);
+        at += uint64_t(w);
+    }
+    return Status::OK();
+}
+
+Status pread_all(int fd, void* p, size_t n, uint64_t at, const std::string& what) {
+    char* c = static_cast<char*>(p);
+    while (n > 0) {
+        const ssize_t r = ::pread(fd, c, std::min<size_t>(n, size_t(1) << 30), off_t(at));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return io_error(what + ": read failed", errno);
+        if (r == 0) return Status::Corruption(what + ": truncated");
+        c += r;
+        n -= size_t(r);
+        at += uint64_t(r);
+    }
+    return Status::OK();
+}
+
+Status fsync_fd(int fd, const std::string& what) {
+    if (::fsync(fd) != 0) return io_error(what + ": fsync failed", errno);
+    return Status::OK();
+}
 
 // Calls emit(id) for each id of a sealed ids value (payload already checked), in order.
 template <typename Emit>
@@ -303,9 +388,10 @@ Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::jso
     TMS_RETURN_IF_ERROR(from_rocks(s, path));
     TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "format_version", &v), path));
     const int fv = std::atoi(v.c_str());
-    if (fv != kIndexFormatVersion) {
+    if (fv != kIndexFormatVersion && fv != kInlineVectorsFormat) {
         return Status::NotSupported(path + ": index format version " + v + " is not supported by this build (reads " +
-                                    std::to_string(kIndexFormatVersion) + "); rebuild the index");
+                                    std::to_string(kInlineVectorsFormat) + " and " + std::to_string(kIndexFormatVersion) +
+                                    "); rebuild the index");
     }
     std::string js, cfg;
     TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "stats", &js), path));
@@ -498,6 +584,7 @@ struct IndexUpdaterImpl {
     std::vector<std::vector<int32_t>> ivf;
     std::vector<char> ivf_loaded;
     int64_t committed_docs = 0;  // head documents the stored lists may name
+    Fd vec_file;                 // the head's vectors file (format 5 with vectors), appended to
     std::vector<char> ivf_dirty;
     std::vector<int64_t> tombstones;  // global ids
     void update_view() {
@@ -610,6 +697,15 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     u->ivf_loaded.assign(u->model.n_centroids, 0);
     u->ivf_dirty.assign(u->model.n_centroids, 0);
     u->committed_docs = u->info.n_docs;
+    if (u->info.has_vectors && u->info.format_version != kInlineVectorsFormat) {
+        // Bytes past the committed tokens' are an uncommitted update's: added chunks overwrite them.
+        const std::string vp = (fs::path(head) / kVectorsFile).string();
+        u->vec_file.fd = ::open(vp.c_str(), O_WRONLY | O_CLOEXEC);
+        if (u->vec_file.fd < 0) {
+            return errno == ENOENT ? Status::Corruption(vp + ": missing (the index is damaged)")
+                                   : io_error(vp + ": cannot open for writing", errno);
+        }
+    }
     *out = std::move(u);
     return Status::OK();
 }
@@ -666,10 +762,20 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         if (u->info.has_vectors) {
             vecs.resize(size_t(n) * dim);
             ToHalf(tokens, row, n, vecs.data());
-            std::string v;
-            put(&v, vecs.data(), vecs.size());
-            seal(&v);
-            b.Put(u->db().cf[kVectors], be64(chunk), v);
+            if (u->vec_file.fd >= 0) {
+                VectorRef r;
+                r.offset = uint64_t(u->info.n_tokens) * dim * sizeof(uint16_t);
+                r.bytes = vecs.size() * sizeof(uint16_t);
+                r.crc = Crc32(vecs.data(), r.bytes);
+                TMS_RETURN_IF_ERROR(pwrite_all(u->vec_file.fd, vecs.data(), r.bytes, r.offset,
+                                               (fs::path(u->layout.stores.back()) / kVectorsFile).string()));
+                b.Put(u->db().cf[kVectors], be64(chunk), encode_vector_ref(r));
+            } else {  // format 3
+                std::string v;
+                put(&v, vecs.data(), vecs.size());
+                seal(&v);
+                b.Put(u->db().cf[kVectors], be64(chunk), v);
+            }
         }
         b.Put(u->db().cf[kIds], ids_key(chunk), encode_ids(doc_ids.data() + d0, d1 - d0));
         int64_t t = 0;
@@ -744,6 +850,8 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     u->update_view();
     b.Put(u->db().cf[kMeta], "stats", info_json(u->info, u->model, u->chunk_docs, u->first_doc));
     TMS_RETURN_IF_ERROR(check_free_space(*u, int64_t(b.GetDataSize())));
+    // The added vectors are durable before the references to them commit.
+    if (u->vec_file.fd >= 0) TMS_RETURN_IF_ERROR(fsync_fd(u->vec_file.fd, u->path + ": " + kVectorsFile));
     CrashPoint("update:commit");
     {
         std::unique_ptr<FileLock> readers;  // the flush replaces logs that a reader may be listing
@@ -872,6 +980,8 @@ struct StoreWriter {
     std::vector<uint8_t> codes;
     std::vector<uint16_t> vectors;
     std::vector<std::string> ids;
+    Fd vec_file;            // kVectorsFile, with keep_vectors
+    uint64_t vec_bytes = 0;  // written to it
 
     Status Open(const fs::path& dir, const IndexBuildOptions& o, const IndexModel& m, int64_t first) {
         path = dir.string();
@@ -880,6 +990,11 @@ struct StoreWriter {
         first_doc = first;
         ivf.resize(m.n_centroids);
         TMS_RETURN_IF_ERROR(open_db(path, false, &db));
+        if (opts.keep_vectors) {
+            const std::string vp = (dir / kVectorsFile).string();
+            vec_file.fd = ::open(vp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (vec_file.fd < 0) return io_error(vp + ": cannot create", errno);
+        }
         rocksdb::WriteBatch b;
         b.Put(db.cf[kModel], "centroids", encode_floats(m.centroids));
         b.Put(db.cf[kModel], "codebook", encode_floats(m.codebook));
@@ -977,10 +1092,13 @@ struct StoreWriter {
               encode_chunk(first, lens.data(), static_cast<int64_t>(lens.size()), cids.data(), codes.data(),
                            static_cast<int64_t>(cids.size()), model->n_code_bytes));
         if (opts.keep_vectors) {
-            std::string v;
-            put(&v, vectors.data(), vectors.size());
-            seal(&v);
-            b.Put(db.cf[kVectors], be64(n_chunks), v);
+            VectorRef r;
+            r.offset = vec_bytes;
+            r.bytes = vectors.size() * sizeof(uint16_t);
+            r.crc = Crc32(vectors.data(), r.bytes);
+            TMS_RETURN_IF_ERROR(pwrite_all(vec_file.fd, vectors.data(), r.bytes, r.offset, path + "/" + kVectorsFile));
+            vec_bytes += r.bytes;
+            b.Put(db.cf[kVectors], be64(n_chunks), encode_vector_ref(r));
         }
         b.Put(db.cf[kIds], ids_key(n_chunks), encode_ids(ids.data(), ids.size()));
         TMS_RETURN_IF_ERROR(write(b));
@@ -1037,6 +1155,14 @@ struct StoreWriter {
         rocksdb::FlushOptions fo;
         fo.wait = true;
         TMS_RETURN_IF_ERROR(from_rocks(db.db->Flush(fo, db.cf), path));
+        if (vec_file.fd >= 0) {  // durable, with its directory entry, before the store is marked complete
+            TMS_RETURN_IF_ERROR(fsync_fd(vec_file.fd, path + "/" + kVectorsFile));
+            vec_file.reset();
+            Fd d;
+            d.fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (d.fd < 0) return io_error(path + ": cannot open", errno);
+            TMS_RETURN_IF_ERROR(fsync_fd(d.fd, path));
+        }
         tr.Mark("finish: flush");
         // Marked complete last, durably (WAL on, synced).
         rocksdb::WriteOptions sync;
@@ -1609,7 +1735,7 @@ IndexInfo SumShardInfos(const std::vector<IndexData>& shards) {
 }
 
 namespace {
-// dst[at ..) = src, in parallel (the copies of ConcatShards are gigabytes), then src freed.
+// dst[at ..) = src, in parallel (the copies of ConcatShards are gigabytes).
 template <class T>
 void append_parallel(const PodVector<T>& src, int64_t at, PodVector<T>* dst) {
     const int64_t n = int64_t(src.size());
@@ -1710,6 +1836,25 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
     const int64_t n_docs = info.n_docs, n_tokens = info.n_tokens;
     const int ncb = m.n_code_bytes;
     const bool vec = load_vectors && info.has_vectors;
+    // Format 5: the vectors file, at least as long as the store's tokens (an update that did not
+    // commit may have left more).
+    const bool vec_in_file = vec && info.format_version != kInlineVectorsFormat;
+    const std::string vec_path = path + "/" + kVectorsFile;
+    Fd vec_file;
+    if (vec_in_file) {
+        vec_file.fd = ::open(vec_path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (vec_file.fd < 0) {
+            return errno == ENOENT ? Status::Corruption(vec_path + ": missing (the index is damaged)")
+                                   : io_error(vec_path + ": cannot open", errno);
+        }
+        struct stat st;
+        if (::fstat(vec_file.fd, &st) != 0) return io_error(vec_path + ": cannot stat", errno);
+        const uint64_t want = uint64_t(n_tokens) * uint64_t(m.dim) * 2;
+        if (uint64_t(st.st_size) < want) {
+            return Status::Corruption(vec_path + ": truncated (" + std::to_string(st.st_size) + " bytes, the index's " +
+                                      std::to_string(n_tokens) + " tokens need " + std::to_string(want) + ")");
+        }
+    }
     try {
         d->doc_offsets.assign(size_t(n_docs) + 1, 0);
         d->token_centroids.resize(n_tokens);
@@ -1738,6 +1883,7 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
         const char* codes = nullptr;
         int64_t t0 = 0, ntok = 0;
         int64_t d0 = 0, ndocs = 0;
+        VectorRef vref;  // format 5: where the chunk's vectors are in the vectors file
     };
     std::vector<Part> parts(window);
     int64_t next_doc = 0, next_tok = 0, reported = 0;
@@ -1790,8 +1936,22 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
             parts[i].codes = r.pos();
             TMS_RETURN_IF_ERROR(r.skip(size_t(ntok) * ncb));
             if (!r.done()) return Status::Corruption(what + ": trailing bytes");
-            if (vec && vecs_v[i].size() != size_t(ntok) * m.dim * 2 + 4) {
+            if (vec && !vec_in_file && vecs_v[i].size() != size_t(ntok) * m.dim * 2 + 4) {
                 return Status::Corruption(path + ": vectors chunk " + std::to_string(c) + ": wrong size");
+            }
+            if (vec_in_file) {
+                const std::string vw = path + ": vectors chunk " + std::to_string(c);
+                Reader vr(vw, vecs_v[i].data(), vecs_v[i].size() - 4);
+                uint32_t vmagic = 0;
+                VectorRef& ref = parts[i].vref;
+                TMS_RETURN_IF_ERROR(vr.get(&vmagic, 1));
+                TMS_RETURN_IF_ERROR(vr.get(&ref.offset, 1));
+                TMS_RETURN_IF_ERROR(vr.get(&ref.bytes, 1));
+                TMS_RETURN_IF_ERROR(vr.get(&ref.crc, 1));
+                if (vmagic != kVectorRefMagic || !vr.done() || ref.offset != uint64_t(next_tok) * m.dim * 2 ||
+                    ref.bytes != uint64_t(ntok) * m.dim * 2) {
+                    return Status::Corruption(vw + ": bad reference to " + kVectorsFile);
+                }
             }
             next_tok += ntok;
         }
@@ -1801,12 +1961,21 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
             uint32_t* cid = d->token_centroids.data() + p.t0;
             std::memcpy(cid, p.cids, size_t(p.ntok) * sizeof(uint32_t));
             std::memcpy(d->codes.data() + size_t(p.t0) * ncb, p.codes, size_t(p.ntok) * ncb);
-            if (vec) std::memcpy(d->vectors.data() + size_t(p.t0) * m.dim, vecs_v[i].data(), size_t(p.ntok) * m.dim * 2);
+            Status vst;
+            uint16_t* vdst = vec ? d->vectors.data() + size_t(p.t0) * m.dim : nullptr;
+            if (vec_in_file) {
+                const std::string vw = vec_path + ": chunk " + std::to_string(w0 + i);
+                vst = pread_all(vec_file.fd, vdst, p.vref.bytes, p.vref.offset, vw);
+                if (vst.ok() && Crc32(vdst, p.vref.bytes) != p.vref.crc) vst = Status::Corruption(vw + ": checksum mismatch");
+            } else if (vec) {
+                std::memcpy(vdst, vecs_v[i].data(), size_t(p.ntok) * m.dim * 2);
+            }
             uint32_t bad = 0;
             for (int64_t t = 0; t < p.ntok; ++t) bad |= cid[t] >= uint32_t(m.n_centroids) ? 1u : 0u;
             sts[i] = bad ? Status::Corruption(path + ": docs chunk " + std::to_string(w0 + i) + ": centroid id out of range")
-                         : decode_ids(path + ": ids of chunk " + std::to_string(w0 + i), ids_v[i], size_t(p.ndocs),
-                                      d->doc_ids.data() + p.d0);
+                         : !vst.ok() ? vst
+                                     : decode_ids(path + ": ids of chunk " + std::to_string(w0 + i), ids_v[i],
+                                                  size_t(p.ndocs), d->doc_ids.data() + p.d0);
         }
         for (int64_t i = 0; i < nw; ++i) TMS_RETURN_IF_ERROR(sts[i]);
         prog.Add(next_doc - reported);

@@ -53,7 +53,7 @@ def test_synth_outputs(corpus):
 def test_end_to_end(corpus, index, tmp_path):
     info = tms("info", "--index", index, check=True).stdout
     assert "documents\t300" in info and "dim\t64" in info and "codec\tpq" in info
-    assert "format_version\t3" in info and "vectors\tyes" in info and "live_documents\t300" in info
+    assert "format_version\t5" in info and "vectors\tyes" in info and "live_documents\t300" in info
     # The stored config says what was asked (pq_m 0: the default rule); build_resolved what it became.
     resolved = json.loads([l for l in info.splitlines() if l.startswith("build_resolved\t")][0].split("\t")[1])
     assert resolved == {"codec": "pq", "n_centroids": 64, "pq_m": 8, "pq_nbits": 8, "residual_nbits": 0}

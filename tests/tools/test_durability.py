@@ -517,12 +517,14 @@ def test_batch_zero_message_is_short(corpus, tmp_path):
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 def test_damaged_files_fail_clearly_or_read_right(corpus, idx, tmp_path, writer):
-    """After each writer, a byte flip in any table, blob or manifest file: a clear error or the
-    right results."""
+    """After each writer, a byte flip in any table, blob, manifest or vectors file: a clear error
+    or the right results."""
     prepare(corpus, idx, writer)
     tms(*WRITERS[writer](corpus, idx), check=True)
     want = run_of(corpus, idx, tmp_path, "want.trec")
-    files = sorted(p for p in idx.iterdir() if p.suffix in (".sst", ".blob") or p.name.startswith("MANIFEST"))
+    files = sorted(p for p in idx.iterdir()
+                   if p.suffix in (".sst", ".blob", ".f16") or p.name.startswith("MANIFEST"))
+    assert (idx / "vectors.f16").exists()
     assert files
     for f in files:
         for frac in (0.3, 0.7):

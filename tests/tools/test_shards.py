@@ -65,7 +65,7 @@ def test_info_lists_shards(built):
     firsts = [int(r[3].split()[1]) for r in rows]
     assert sum(docs) == 400 and firsts == [0, docs[0], docs[0] + docs[1]]
     one = tms("info", "--index", built[1], check=True).stdout
-    assert "format_version\t3" in one and "shards\t1" in one
+    assert "format_version\t5" in one and "shards\t1" in one
 
 
 def test_sharded_equals_unsharded(built, corpus, tmp_path):

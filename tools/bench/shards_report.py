@@ -1,6 +1,7 @@
-"""Summarises shards_1m.sh (its run helpers are shared with the CLI tests): per shard count, queries/s, open time, recall@10 against the
-exhaustive run, and whether the run equals the one-shard run (same documents in the same
-order, scores within 1e-5 relative). Usage: shards_report.py DATADIR OUTDIR COUNT..."""
+"""Summarises shards_1m.sh (its run helpers are shared with the CLI tests): per shard count,
+queries/s, latency, open time, recall@10 against the exhaustive run, and whether the run equals
+the first count's run (same documents in the same
+order, scores within 1e-5 relative). Usage: shards_report.py OUTDIR COUNT..."""
 import json
 import re
 import sys
@@ -33,31 +34,26 @@ def same(a, b):
 
 
 def main():
-    data, out, counts = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
-    exact = read_run(data / "exact.trec")
+    out, counts = Path(sys.argv[1]), sys.argv[2:]
     base = None
     rows = []
     for n in counts:
-        run = read_run(data / f"run-{n}.trec")
+        run = read_run(out / f"run-{n}.trec")
         base = base or run
-        best = None
-        for rep in (1, 2):
-            t = (out / f"search-{n}-{rep}.txt").read_text()
-            qps = float(re.search(r"\(([\d.]+) queries/s", t).group(1))
-            secs = float(re.search(r"queries in ([\d.]+) s", t).group(1))
-            wall = float(re.search(r"wall ([\d.]+)", t).group(1))
-            read = sum(float(x) for x in re.findall(r"load read \(total\): ([\d.]+)", t))
-            up = sum(float(x) for x in re.findall(r"load gpu upload and warm-up: ([\d.]+)", t))
-            row = {"shards": int(n), "batch_qps": qps, "open_s": round(wall - secs, 2), "read_s": read,
-                   "upload_warmup_s": up}
-            if best is None or qps > best["batch_qps"]:
-                best = row
+        t = (out / f"search-{n}.txt").read_text()
+        secs = float(re.search(r"queries in ([\d.]+) s", t).group(1))
+        wall = float(re.search(r"wall ([\d.]+)", t).group(1))
+        bench = json.loads((out / f"bench-{n}.json").read_text())["rows"][0]
         idx = (out / f"index-{n}.txt").read_text()
-        m = re.search(r"([\d.]+) s total \(([\d.]+) tokens/s\)", idx)
-        best.update({"recall_at_10": round(recall(run, exact), 4), "same_as_1_shard": same(base, run),
-                     "build_s": float(m.group(1)) if m else None,
-                     "index_bytes": int((out / f"bytes-{n}.txt").read_text())})
-        rows.append(best)
+        row = {"shards": int(n), "batch_qps": bench["batch_qps"], "p50_ms": bench["p50_ms"], "p99_ms": bench["p99_ms"],
+               "concurrent_qps_64": bench["concurrent_qps_64"], "recall_at_10": bench["recall_at_10"],
+               "same_as_first": same(base, run), "open_s": round(wall - secs, 2),
+               "build_s": float(re.search(r"build_s ([\d.]+)", idx).group(1)),
+               "index_bytes": int((out / f"bytes-{n}.txt").read_text())}
+        for step in ("read (total)", "segments", "gpu upload and warm-up"):
+            m = re.findall(r"load " + re.escape(step) + r": ([\d.]+)", t)
+            row[step.split(" (")[0].replace(" ", "_") + "_s"] = sum(float(x) for x in m)
+        rows.append(row)
     print(json.dumps({"gpu": (out / "gpu.txt").read_text().strip(), "rows": rows}, indent=1))
 
 

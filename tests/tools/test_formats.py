@@ -1,0 +1,109 @@
+"""Index formats: the vectors file of format 5 (truncated, missing or damaged: one line naming
+it), and indexes of format 3 (vectors inside the store; tests/data/index-v3, written by the
+build before format 5) still open, search and take updates in their own format."""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_util import TMS, expect_error, tms
+
+pytestmark = pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
+V3 = Path(__file__).resolve().parents[1] / "data" / "index-v3"
+
+
+def info(index):
+    p = tms("info", "--index", index, check=True)
+    return dict(l.split("\t", 1) for l in p.stdout.splitlines())
+
+
+def exact_run(index, queries, out, k=5):
+    tms("search", "--index", index, "--queries", queries, "--out", out, "--k", k, "--exhaustive", "--device", "cpu",
+        "--no-progress", check=True)
+    return [(l.split()[0], l.split()[2], round(float(l.split()[4]), 4)) for l in Path(out).read_text().splitlines()]
+
+
+def build(d, out, docs="docs.npy", lens="doclens.npy", ids="doc_ids.txt"):
+    tms("index", "--docs", d / docs, "--doclens", d / lens, "--doc-ids", d / ids, "--out", out, "--keep-vectors",
+        "--centroids", 8, "--no-progress", check=True)
+    return out
+
+
+@pytest.fixture
+def v3(tmp_path):
+    shutil.copytree(V3, tmp_path / "v3")
+    return tmp_path / "v3"
+
+
+def test_format_3_opens_and_searches_as_written(v3, tmp_path):
+    assert info(v3 / "index")["format_version"] == "3"
+    want = [(l.split()[0], l.split()[2], round(float(l.split()[4]), 4)) for l in (v3 / "exact.trec").read_text().splitlines()]
+    assert exact_run(v3 / "index", v3 / "queries.npy", tmp_path / "r.trec") == want
+    tms("search", "--index", v3 / "index", "--queries", v3 / "queries.npy", "--out", tmp_path / "d.trec", "--k", 5,
+        "--device", "cpu", "--no-progress", check=True)
+
+
+def test_format_3_takes_updates_in_its_format(v3, tmp_path):
+    docs, lens = np.load(v3 / "docs.npy"), np.load(v3 / "doclens.npy")
+    n = int(lens[:10].sum())
+    np.save(tmp_path / "new.npy", docs[:n] * -1)
+    np.save(tmp_path / "new_lens.npy", lens[:10].astype(np.int64))
+    (tmp_path / "new_ids.txt").write_text("".join(f"new{i}\n" for i in range(10)))
+    tms("add", "--index", v3 / "index", "--docs", tmp_path / "new.npy", "--doclens", tmp_path / "new_lens.npy",
+        "--doc-ids", tmp_path / "new_ids.txt", check=True)
+    i = info(v3 / "index")
+    assert i["format_version"] == "3" and i["documents"] == "70"
+    assert not (v3 / "index" / "vectors.f16").exists()
+    # The same documents built afresh (format 5): the same exhaustive run.
+    np.save(tmp_path / "all.npy", np.concatenate([docs, docs[:n] * -1]))
+    np.save(tmp_path / "all_lens.npy", np.concatenate([lens, lens[:10]]).astype(np.int64))
+    (tmp_path / "all_ids.txt").write_text((v3 / "doc_ids.txt").read_text() + (tmp_path / "new_ids.txt").read_text())
+    fresh = build(tmp_path, tmp_path / "fresh", "all.npy", "all_lens.npy", "all_ids.txt")
+    assert info(fresh)["format_version"] == "5" and (fresh / "vectors.f16").exists()
+    q = v3 / "queries.npy"
+    assert exact_run(v3 / "index", q, tmp_path / "a.trec", 20) == exact_run(fresh, q, tmp_path / "b.trec", 20)
+
+
+@pytest.fixture
+def v5(v3, tmp_path):
+    return build(v3, tmp_path / "v5")
+
+
+def test_vectors_file_of_an_add_is_appended(v5, v3, tmp_path):
+    docs, lens = np.load(v3 / "docs.npy"), np.load(v3 / "doclens.npy")
+    before = (v5 / "vectors.f16").stat().st_size
+    assert before == docs.shape[0] * docs.shape[1] * 2
+    n = int(lens[:5].sum())
+    np.save(tmp_path / "new.npy", docs[:n])
+    np.save(tmp_path / "new_lens.npy", lens[:5].astype(np.int64))
+    (tmp_path / "new_ids.txt").write_text("".join(f"new{i}\n" for i in range(5)))
+    tms("add", "--index", v5, "--docs", tmp_path / "new.npy", "--doclens", tmp_path / "new_lens.npy", "--doc-ids",
+        tmp_path / "new_ids.txt", check=True)
+    assert (v5 / "vectors.f16").stat().st_size == before + n * docs.shape[1] * 2
+    run = exact_run(v5, v3 / "queries.npy", tmp_path / "r.trec", 100)
+    assert {d for _, d, _ in run} >= {f"new{i}" for i in range(5)}
+
+
+def test_truncated_vectors_file_is_one_line(v5, v3, tmp_path):
+    f = v5 / "vectors.f16"
+    with open(f, "r+b") as fh:
+        fh.truncate(f.stat().st_size - 2)
+    p = tms("search", "--index", v5, "--queries", v3 / "queries.npy", "--out", tmp_path / "r.trec", "--device", "cpu")
+    expect_error(p, "vectors.f16", "truncated")
+    assert not (tmp_path / "r.trec").exists()
+
+
+def test_missing_vectors_file_is_one_line(v5, v3, tmp_path):
+    (v5 / "vectors.f16").unlink()
+    p = tms("search", "--index", v5, "--queries", v3 / "queries.npy", "--out", tmp_path / "r.trec", "--device", "cpu")
+    expect_error(p, "vectors.f16", "missing")
+
+
+def test_flipped_vector_byte_is_a_checksum_error(v5, v3, tmp_path):
+    f = v5 / "vectors.f16"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    f.write_bytes(bytes(data))
+    p = tms("search", "--index", v5, "--queries", v3 / "queries.npy", "--out", tmp_path / "r.trec", "--device", "cpu")
+    expect_error(p, "vectors.f16", "checksum mismatch")
