@@ -978,10 +978,12 @@ struct StoreWriter {
     std::vector<int64_t> lens;
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;
-    std::vector<uint16_t> vectors;
     std::vector<std::string> ids;
-    Fd vec_file;            // kVectorsFile, with keep_vectors
-    uint64_t vec_bytes = 0;  // written to it
+    Fd vec_file;                 // kVectorsFile, with keep_vectors
+    uint64_t vec_written = 0;    // bytes written to it (WriteVectors, ahead of Append)
+    uint64_t chunk_vec_at = 0;   // the chunk's first vector byte in it
+    uint64_t chunk_vec_bytes = 0;
+    uint32_t chunk_vec_crc = 0;  // CRC-32C of the chunk's vector bytes so far
 
     Status Open(const fs::path& dir, const IndexBuildOptions& o, const IndexModel& m, int64_t first) {
         path = dir.string();
@@ -1093,12 +1095,14 @@ struct StoreWriter {
                            static_cast<int64_t>(cids.size()), model->n_code_bytes));
         if (opts.keep_vectors) {
             VectorRef r;
-            r.offset = vec_bytes;
-            r.bytes = vectors.size() * sizeof(uint16_t);
-            r.crc = Crc32(vectors.data(), r.bytes);
-            TMS_RETURN_IF_ERROR(pwrite_all(vec_file.fd, vectors.data(), r.bytes, r.offset, path + "/" + kVectorsFile));
-            vec_bytes += r.bytes;
+            r.offset = chunk_vec_at;
+            r.bytes = chunk_vec_bytes;
+            r.crc = chunk_vec_crc;
+            if (r.offset + r.bytes > vec_written) return Status::Internal(path + ": vectors appended before they were written");
             b.Put(db.cf[kVectors], be64(n_chunks), encode_vector_ref(r));
+            chunk_vec_at += chunk_vec_bytes;
+            chunk_vec_bytes = 0;
+            chunk_vec_crc = 0;
         }
         b.Put(db.cf[kIds], ids_key(n_chunks), encode_ids(ids.data(), ids.size()));
         TMS_RETURN_IF_ERROR(write(b));
@@ -1106,12 +1110,32 @@ struct StoreWriter {
         lens.clear();
         cids.clear();
         codes.clear();
-        vectors.clear();
         ids.clear();
         return Status::OK();
     }
 
-    // One document: `len` tokens' centroid ids, codes and vectors (null unless kept).
+    // The vectors of the next documents to Append, n_tokens rows, written to the vectors file
+    // in parallel pieces at once (they are the bulk of the bytes); the kernel is asked to start
+    // writing them back, so that Finish's sync has little left to wait for.
+    Status WriteVectors(const uint16_t* v, int64_t n_tok) {
+        const uint64_t bytes = uint64_t(n_tok) * model->dim * sizeof(uint16_t);
+        constexpr uint64_t kPiece = uint64_t(8) << 20;
+        const int64_t pieces = int64_t((bytes + kPiece - 1) / kPiece);
+        const std::string what = path + "/" + kVectorsFile;
+        std::vector<Status> sts(size_t(std::max<int64_t>(pieces, 0)));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(8) if (pieces > 1)
+        for (int64_t i = 0; i < pieces; ++i) {
+            const uint64_t at = uint64_t(i) * kPiece, n = std::min(kPiece, bytes - at);
+            sts[size_t(i)] = pwrite_all(vec_file.fd, reinterpret_cast<const char*>(v) + at, n, vec_written + at, what);
+        }
+        for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
+        if (bytes > 0) (void)::sync_file_range(vec_file.fd, off_t(vec_written), off_t(bytes), SYNC_FILE_RANGE_WRITE);
+        vec_written += bytes;
+        return Status::OK();
+    }
+
+    // One document: `len` tokens' centroid ids, codes and vectors (null unless kept; written
+    // before by WriteVectors, here only checksummed into the chunk's reference).
     Status Append(int64_t len, const uint32_t* tc, const uint8_t* cd, const uint16_t* vec, const std::string& id) {
         const int nb = model->n_code_bytes, dim = model->dim;
         const int32_t doc = static_cast<int32_t>(first_doc + n_docs);
@@ -1125,7 +1149,11 @@ struct StoreWriter {
         lens.push_back(len);
         cids.insert(cids.end(), tc, tc + len);
         codes.insert(codes.end(), cd, cd + len * nb);
-        if (opts.keep_vectors) vectors.insert(vectors.end(), vec, vec + len * dim);
+        if (opts.keep_vectors) {
+            const uint64_t bytes = uint64_t(len) * dim * sizeof(uint16_t);
+            chunk_vec_crc = Crc32(vec, bytes, chunk_vec_crc);
+            chunk_vec_bytes += bytes;
+        }
         ids.push_back(id);
         ++n_docs;
         n_tokens += len;
@@ -1341,7 +1369,7 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
     Impl& im = *impl_;
     const int nb = im.model->n_code_bytes, dim = im.model->dim;
     int64_t t = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n;) {
         if (!im.cur) return Status::InvalidArgument(im.path + ": more documents than this writer's shards hold");
         if (im.cur->n_docs == im.shard_docs[size_t(im.cur_shard)]) {
             TMS_RETURN_IF_ERROR(im.finish_cur());
@@ -1350,10 +1378,20 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
             }
             TMS_RETURN_IF_ERROR(im.open_next());
         }
-        const int64_t len = doclens[i];
-        TMS_RETURN_IF_ERROR(im.cur->Append(len, token_centroids + t, codes + t * nb,
-                                           im.opts.keep_vectors ? vectors + t * dim : nullptr, ids[i]));
-        t += len;
+        // The documents the current shard still takes: their vectors in one write, then each.
+        const int64_t room = im.shard_docs[size_t(im.cur_shard)] - im.cur->n_docs;  // INT64_MAX - n unsharded
+        const int64_t i1 = room >= n - i ? n : i + room;
+        if (im.opts.keep_vectors) {
+            int64_t run = 0;
+            for (int64_t j = i; j < i1; ++j) run += doclens[j];
+            TMS_RETURN_IF_ERROR(im.cur->WriteVectors(vectors + t * dim, run));
+        }
+        for (; i < i1; ++i) {
+            const int64_t len = doclens[i];
+            TMS_RETURN_IF_ERROR(im.cur->Append(len, token_centroids + t, codes + t * nb,
+                                               im.opts.keep_vectors ? vectors + t * dim : nullptr, ids[i]));
+            t += len;
+        }
     }
     return Status::OK();
 }
