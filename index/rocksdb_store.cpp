@@ -6,6 +6,7 @@
 #include <rocksdb/write_batch.h>
 #include <fcntl.h>
 #include <omp.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,6 +143,15 @@ std::string encode_vector_ref(const VectorRef& r) {
     put1<uint32_t>(&v, r.crc);
     seal(&v);
     return v;
+}
+
+// Asks for transparent huge pages on a large array before it is first written: reading an
+// index faults in gigabytes of fresh memory, 512 times fewer faults with 2 MB pages.
+void advise_huge_pages(void* p, size_t bytes) {
+    constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+    if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
 }
 
 // A file descriptor, closed with its owner.
@@ -1899,6 +1909,9 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
         d->codes.resize(size_t(n_tokens) * ncb);
         d->vectors.clear();
         if (vec) d->vectors.resize(size_t(n_tokens) * m.dim);
+        advise_huge_pages(d->vectors.data(), d->vectors.size() * sizeof(uint16_t));
+        advise_huge_pages(d->codes.data(), d->codes.size());
+        advise_huge_pages(d->token_centroids.data(), d->token_centroids.size() * sizeof(uint32_t));
         d->doc_ids.assign(size_t(n_docs), std::string());
     } catch (const std::bad_alloc&) {
         return Status::ResourceExhausted(path + ": not enough host memory to load " + std::to_string(n_tokens) + " tokens");
