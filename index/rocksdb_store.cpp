@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <functional>
@@ -1132,12 +1133,20 @@ struct StoreWriter {
         constexpr uint64_t kPiece = uint64_t(8) << 20;
         const int64_t pieces = int64_t((bytes + kPiece - 1) / kPiece);
         const std::string what = path + "/" + kVectorsFile;
+        // Plain threads, not OpenMP: this runs on the build's writer thread, beside the
+        // encoder's OpenMP team.
         std::vector<Status> sts(size_t(std::max<int64_t>(pieces, 0)));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(8) if (pieces > 1)
-        for (int64_t i = 0; i < pieces; ++i) {
-            const uint64_t at = uint64_t(i) * kPiece, n = std::min(kPiece, bytes - at);
-            sts[size_t(i)] = pwrite_all(vec_file.fd, reinterpret_cast<const char*>(v) + at, n, vec_written + at, what);
-        }
+        std::atomic<int64_t> next{0};
+        auto work = [&] {
+            for (int64_t i; (i = next.fetch_add(1)) < pieces;) {
+                const uint64_t at = uint64_t(i) * kPiece, n = std::min(kPiece, bytes - at);
+                sts[size_t(i)] = pwrite_all(vec_file.fd, reinterpret_cast<const char*>(v) + at, n, vec_written + at, what);
+            }
+        };
+        std::vector<std::thread> writers;
+        for (int64_t t = 1; t < std::min<int64_t>(pieces, 8); ++t) writers.emplace_back(work);
+        work();
+        for (auto& t : writers) t.join();
         for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
         if (bytes > 0) (void)::sync_file_range(vec_file.fd, off_t(vec_written), off_t(bytes), SYNC_FILE_RANGE_WRITE);
         vec_written += bytes;
