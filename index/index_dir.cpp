@@ -57,6 +57,16 @@ Leftover leftover_kind(const std::string& name, const std::string& base) {
     return Leftover::kNone;
 }
 
+// A build directory killed before its marker was written holds nothing, or only its writer
+// lock: ours by its name alone, and nothing in it to lose.
+bool unmarked_build_dir(const fs::path& dir) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (it->path().filename() != kWriterLockFile || !fs::is_regular_file(it->symlink_status(ec))) return false;
+    }
+    return !ec;
+}
+
 }  // namespace
 
 FileLock::~FileLock() {
@@ -236,7 +246,8 @@ void RecoverLeftovers(const fs::path& target) {
     for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
         const Leftover k = leftover_kind(it->path().filename().string(), base);
         if (k != Leftover::kNone && !fs::is_symlink(it->symlink_status(ec)) && fs::is_directory(it->path(), ec) &&
-            fs::is_regular_file(it->path() / kMarkerFile, ec)) {
+            (fs::is_regular_file(it->path() / kMarkerFile, ec) ||
+             (k == Leftover::kBuild && unmarked_build_dir(it->path())))) {
             found.emplace_back(k, it->path());
         }
     }

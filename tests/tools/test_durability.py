@@ -333,6 +333,19 @@ def test_leftover_of_a_killed_build_is_removed_with_a_line(corpus, tmp_path):
     assert leftovers(out) == []
 
 
+def test_build_dir_killed_before_its_marker_is_removed(corpus, idx, tmp_path):
+    """A build killed between creating its directory and writing the marker leaves it empty (or
+    holding only its lock): removed; one holding anything else is not ours to remove."""
+    empty, locked, foreign = (idx.parent / f"{idx.name}.tmp-build-999999-{i}" for i in range(3))
+    empty.mkdir()
+    locked.mkdir()
+    (locked / "TILEMAXSIM.writer").write_text("")
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("someone's")
+    assert run_of(corpus, idx, tmp_path) and not empty.exists() and not locked.exists()
+    assert (foreign / "notes.txt").read_text() == "someone's"
+
+
 # ---- rows 6, 7: inputs that crashed --------------------------------------------------------
 
 def wrapping_lens(lens):
