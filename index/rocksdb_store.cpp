@@ -26,6 +26,7 @@
 
 #include "index/index_data.h"
 #include "index/index_dir.h"
+#include "kernels/cpu/parallel_copy.h"
 #include "base/progress.h"
 #include "tilemaxsim/version.h"
 
@@ -206,6 +207,15 @@ Status pread_all(int fd, void* p, size_t n, uint64_t at, const std::string& what
         at += uint64_t(r);
     }
     return Status::OK();
+}
+
+// Opens the vectors file `vp` of a store that has one (a missing one: the index is damaged).
+Status open_vectors_file(const std::string& vp, int flags, Fd* out) {
+    out->reset();
+    out->fd = ::open(vp.c_str(), flags | O_CLOEXEC);
+    if (out->fd >= 0) return Status::OK();
+    return errno == ENOENT ? Status::Corruption(vp + ": missing (the index is damaged)")
+                           : io_error(vp + ": cannot open", errno);
 }
 
 Status fsync_fd(int fd, const std::string& what) {
@@ -710,12 +720,7 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     u->committed_docs = u->info.n_docs;
     if (u->info.has_vectors && u->info.format_version != kInlineVectorsFormat) {
         // Bytes past the committed tokens' are an uncommitted update's: added chunks overwrite them.
-        const std::string vp = (fs::path(head) / kVectorsFile).string();
-        u->vec_file.fd = ::open(vp.c_str(), O_WRONLY | O_CLOEXEC);
-        if (u->vec_file.fd < 0) {
-            return errno == ENOENT ? Status::Corruption(vp + ": missing (the index is damaged)")
-                                   : io_error(vp + ": cannot open for writing", errno);
-        }
+        TMS_RETURN_IF_ERROR(open_vectors_file((fs::path(head) / kVectorsFile).string(), O_WRONLY, &u->vec_file));
     }
     *out = std::move(u);
     return Status::OK();
@@ -1135,7 +1140,7 @@ struct StoreWriter {
         const std::string what = path + "/" + kVectorsFile;
         // Plain threads, not OpenMP: this runs on the build's writer thread, beside the
         // encoder's OpenMP team.
-        std::vector<Status> sts(size_t(std::max<int64_t>(pieces, 0)));
+        std::vector<Status> sts(static_cast<size_t>(pieces));
         std::atomic<int64_t> next{0};
         auto work = [&] {
             for (int64_t i; (i = next.fetch_add(1)) < pieces;) {
@@ -1792,15 +1797,10 @@ IndexInfo SumShardInfos(const std::vector<IndexData>& shards) {
 }
 
 namespace {
-// dst[at ..) = src, in parallel (the copies of ConcatShards are gigabytes).
+// dst[at ..) = src (the copies of ConcatShards are gigabytes: on several threads).
 template <class T>
 void append_parallel(const PodVector<T>& src, int64_t at, PodVector<T>* dst) {
-    const int64_t n = int64_t(src.size());
-    constexpr int64_t kBlock = int64_t(1) << 20;
-#pragma omp parallel for schedule(static) if (n > kBlock)
-    for (int64_t b = 0; b < n; b += kBlock) {
-        std::memcpy(dst->data() + at + b, src.data() + b, size_t(std::min(kBlock, n - b)) * sizeof(T));
-    }
+    kernels::ParallelMemcpy(dst->data() + at, src.data(), src.size() * sizeof(T));
 }
 }  // namespace
 
@@ -1899,11 +1899,7 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
     const std::string vec_path = path + "/" + kVectorsFile;
     Fd vec_file;
     if (vec_in_file) {
-        vec_file.fd = ::open(vec_path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (vec_file.fd < 0) {
-            return errno == ENOENT ? Status::Corruption(vec_path + ": missing (the index is damaged)")
-                                   : io_error(vec_path + ": cannot open", errno);
-        }
+        TMS_RETURN_IF_ERROR(open_vectors_file(vec_path, O_RDONLY, &vec_file));
         struct stat st;
         if (::fstat(vec_file.fd, &st) != 0) return io_error(vec_path + ": cannot stat", errno);
         const uint64_t want = uint64_t(n_tokens) * uint64_t(m.dim) * 2;

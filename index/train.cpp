@@ -22,6 +22,7 @@
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
 #include "base/progress.h"
+#include "kernels/cpu/parallel_copy.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 
@@ -600,10 +601,7 @@ std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed) {
 void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out) {
     const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;
     if (tokens.dtype == DType::kF16) {
-        const uint16_t* in = static_cast<const uint16_t*>(tokens.data) + base;
-        constexpr int64_t kBlock = int64_t(1) << 20;
-#pragma omp parallel for schedule(static) if (cnt > kBlock)
-        for (int64_t b = 0; b < cnt; b += kBlock) std::copy_n(in + b, std::min(kBlock, cnt - b), out + b);
+        kernels::ParallelMemcpy(out, static_cast<const uint16_t*>(tokens.data) + base, size_t(cnt) * sizeof(uint16_t));
     } else {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::float_to_half(kernels::load_as_float(tokens.data, tokens.dtype, base + i));
