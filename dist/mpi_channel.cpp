@@ -2,6 +2,7 @@
 // waits on non-blocking collectives, and agreement on every rank's status.
 #include "dist/mpi_channel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -47,28 +48,49 @@ void Channel::Wait(MPI_Request* req, const char* what) {
     }
 }
 
+Status Channel::Gather(const std::string& mine, std::vector<std::string>* all) {
+    if (mine.size() > size_t(INT32_MAX)) return Status::ResourceExhausted("a rank's message over 2 GB");
+    int len = int(mine.size());
+    // Every rank learns every length, so that all of them see whether the whole fits in 2 GB.
+    std::vector<int> lens(size_t(size_), 0), displs(size_t(size_), 0);
+    MPI_Request r;
+    MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, &r);
+    Wait(&r, "gathering from every rank");
+    int64_t total = 0;
+    for (int i = 0; i < size_; ++i) {
+        displs[size_t(i)] = int(std::min<int64_t>(total, INT32_MAX));
+        total += lens[size_t(i)];
+    }
+    const bool fits = total <= INT32_MAX;
+    if (!fits) return Status::ResourceExhausted("the ranks' messages to rank 0 are over 2 GB in all");
+    std::string buf(rank_ == 0 ? size_t(total) : 0, '\0');
+    MPI_Igatherv(mine.data(), len, MPI_CHAR, buf.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm_, &r);
+    Wait(&r, "gathering from every rank");
+    all->clear();
+    if (rank_ != 0) return Status::OK();
+    for (int i = 0; i < size_; ++i) all->push_back(buf.substr(size_t(displs[size_t(i)]), size_t(lens[size_t(i)])));
+    return Status::OK();
+}
+
+void Channel::AllReduce(int64_t* v, int n, MPI_Op op, const char* what) {
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, op, comm_, &r);
+    Wait(&r, what);
+}
+
 Status Channel::Agree(const Status& mine) {
     // Each rank sends its code (one byte) and message; empty: ok.
     const std::string msg = mine.ok() ? std::string() : char(int(mine.code())) + mine.message();
-    int len = int(msg.size());
-    std::vector<int> lens(size_t(size_), 0);
-    MPI_Request r;
-    MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_, &r);
-    Wait(&r, "gathering each rank's status");
-    std::vector<int> displs(size_t(size_), 0);
-    for (int i = 1; i < size_; ++i) displs[size_t(i)] = displs[size_t(i - 1)] + lens[size_t(i - 1)];
-    std::string all(rank_ == 0 ? size_t(displs.back() + lens.back()) : 0, '\0');
-    MPI_Igatherv(msg.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm_, &r);
-    Wait(&r, "gathering each rank's status");
+    std::vector<std::string> all;
+    Status verdict = Gather(msg, &all);
     // Rank 0 words the verdict: the failed ranks and their messages, in rank order, with the
     // first one's code.
-    Status verdict;
-    if (rank_ == 0) {
+    if (rank_ == 0 && verdict.ok()) {
         std::string text;
         Status::Code code = Status::Code::kOk;
         for (int i = 0; i < size_; ++i) {
-            if (lens[size_t(i)] == 0) continue;
-            const std::string m = all.substr(size_t(displs[size_t(i)]), size_t(lens[size_t(i)]));
+            const std::string& m = all[size_t(i)];
+            if (m.empty()) continue;
             if (code == Status::Code::kOk) code = Status::Code(int(m[0]));
             text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + ": " + m.substr(1);
         }

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "tilemaxsim/status.h"
 
@@ -29,6 +30,10 @@ public:
     Status ShareRoot(const Status& st);
     /// Rank 0's bytes on every rank.
     Status Broadcast(std::string* bytes);
+    /// Every rank's bytes on rank 0, in rank order (*all is empty elsewhere).
+    Status Gather(const std::string& mine, std::vector<std::string>* all);
+    /// v[0 .. n) reduced by `op` over every rank, on every rank.
+    void AllReduce(int64_t* v, int n, MPI_Op op, const char* what);
 
 private:
     MPI_Comm comm_ = MPI_COMM_NULL;

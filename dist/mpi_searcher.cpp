@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "base/progress.h"
 #include "dist/mpi_channel.h"
@@ -87,6 +89,107 @@ Status decode(const char* p, size_t n, int nq, std::vector<std::vector<SearchHit
     return Status::OK();
 }
 
+// The cuts of a search over the ranks (SearchCuts): each rank's best keys (or its error) go to
+// rank 0, which finds each query's keep-th best over all of them and broadcasts it (or the
+// failed ranks' first error, "rank R: ...").
+class MpiCuts final : public SearchCuts {
+public:
+    MpiCuts(dist::Channel* ch, int64_t n_docs, int n_centroids) : ch_(ch), n_docs_(n_docs), n_centroids_(n_centroids) {}
+    int64_t n_docs() const override { return n_docs_; }
+    int n_centroids() const override { return n_centroids_; }
+    /// A cut failed (on some rank): its status is already every rank's, worded.
+    bool failed() const { return failed_; }
+
+    /// Seconds spent in cuts.
+    double seconds() const { return seconds_; }
+
+    Status Cut(int keep, const Status& mine, const std::vector<std::vector<CutKey>>& best,
+               std::vector<CutKey>* cut) override {
+        const auto t0 = Clock::now();
+        const Status st = Exchange(keep, mine, best, cut);
+        seconds_ += SecondsSince(t0);
+        return st;
+    }
+
+private:
+    Status Exchange(int keep, const Status& mine, const std::vector<std::vector<CutKey>>& best,
+                    std::vector<CutKey>* cut) {
+        const size_t nq = best.size();
+        std::string blob;
+        put(&blob, int32_t(mine.code()));
+        if (!mine.ok()) {
+            put(&blob, mine.message().data(), mine.message().size());
+        } else {
+            for (const auto& b : best) {
+                put(&blob, uint32_t(b.size()));
+                put(&blob, b.data(), b.size() * sizeof(CutKey));
+            }
+        }
+        std::vector<std::string> all;
+        Status verdict = ch_->Gather(blob, &all);
+        std::string reply;
+        if (ch_->rank() == 0 && verdict.ok()) {
+            std::vector<std::vector<CutKey>> merged(nq);
+            for (size_t r = 0; r < all.size() && verdict.ok(); ++r) {
+                const char* p = all[r].data();
+                const char* end = p + all[r].size();
+                int32_t code = 0;
+                std::memcpy(&code, p, 4);
+                p += 4;
+                if (code != 0) {
+                    verdict = Status(Status::Code(code), "rank " + std::to_string(r) + ": " + std::string(p, end));
+                    break;
+                }
+                for (size_t q = 0; q < nq; ++q) {
+                    uint32_t c = 0;
+                    std::memcpy(&c, p, 4);
+                    p += 4;
+                    const size_t at = merged[q].size();
+                    merged[q].resize(at + c);
+                    std::memcpy(merged[q].data() + at, p, c * sizeof(CutKey));
+                    p += c * sizeof(CutKey);
+                }
+            }
+            if (verdict.ok()) {
+                const auto better = [](const CutKey& a, const CutKey& b) {
+                    return a.score > b.score || (a.score == b.score && a.id < b.id);
+                };
+                put(&reply, int32_t(0));
+                for (auto& m : merged) {
+                    CutKey at{-INFINITY, std::numeric_limits<int64_t>::max()};  // fewer than keep: keep all
+                    if (m.size() >= size_t(keep)) {
+                        std::nth_element(m.begin(), m.begin() + (keep - 1), m.end(), better);
+                        at = m[size_t(keep - 1)];
+                    }
+                    put(&reply, at);
+                }
+            }
+        }
+        if (ch_->rank() == 0 && !verdict.ok()) {
+            reply.clear();
+            put(&reply, int32_t(verdict.code()));
+            put(&reply, verdict.message().data(), verdict.message().size());
+        }
+        if (!verdict.ok() && ch_->rank() != 0) reply.clear();
+        TMS_RETURN_IF_ERROR(ch_->Broadcast(&reply));
+        int32_t code = 0;
+        std::memcpy(&code, reply.data(), 4);
+        if (code != 0) {
+            failed_ = true;
+            return Status(Status::Code(code), reply.substr(4));
+        }
+        cut->resize(nq);
+        std::memcpy(cut->data(), reply.data() + 4, nq * sizeof(CutKey));
+        return Status::OK();
+    }
+
+    dist::Channel* ch_;
+    int64_t n_docs_;
+    int n_centroids_;
+    bool failed_ = false;
+    double seconds_ = 0;
+};
+
 }  // namespace
 
 MpiSearcher::~MpiSearcher() = default;
@@ -112,6 +215,12 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
         }
     }
     TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
+    // The whole index's documents and centroids (they size the search's chunks on every rank).
+    int64_t docs = s->local_ ? s->local_->info().n_docs : 0, cents = s->local_ ? s->local_->info().n_centroids : 0;
+    s->ch_->AllReduce(&docs, 1, MPI_SUM, "summing the ranks' documents");
+    s->ch_->AllReduce(&cents, 1, MPI_MAX, "sharing the centroid count");
+    s->n_docs_ = docs;
+    s->n_centroids_ = int(cents);
     *out = std::move(s);
     return Status::OK();
 }
@@ -193,44 +302,34 @@ Status MpiSearcher::SearchBatches(
         // This rank's answer: its shards' hits, or its error.
         t = Clock::now();
         std::vector<std::vector<SearchHit>> mine(static_cast<size_t>(n));
-        Status st;
-        if (local_) {
-            QueryBatch qb;
-            qb.data = b.data() + sizeof(int64_t);
-            qb.dtype = dtype;
-            qb.n_queries = n;
-            qb.q_tokens = int(su.q_tokens);
-            qb.dim = int(su.dim);
-            qb.lengths = su.has_lengths ? lens.data() + i * su.batch : nullptr;
-            st = local_->Search(qb, o, &mine);
-        }
+        QueryBatch qb;
+        qb.data = b.data() + sizeof(int64_t);
+        qb.dtype = dtype;
+        qb.n_queries = n;
+        qb.q_tokens = int(su.q_tokens);
+        qb.dim = int(su.dim);
+        qb.lengths = su.has_lengths ? lens.data() + i * su.batch : nullptr;
+        // Every rank takes part in the search's cuts, holding shards or not.
+        MpiCuts cuts(ch_.get(), n_docs_, n_centroids_);
+        Status st = SearchWithCuts(local_.get(), qb, o, &cuts, &mine);
+        // A failed cut's error is every rank's already, worded with the failing rank.
+        if (rank_ == 0 && cuts.failed() && pending.ok()) pending = st;
+        stats_.cut_s += cuts.seconds();
         if (rank_ == 0 && !pending.ok()) st = pending;
         const std::string blob = encode(st, mine);
         stats_.search_s += SecondsSince(t);
         t = Clock::now();
-        if (blob.size() > size_t(INT32_MAX)) return Status::ResourceExhausted("MpiSearcher: a rank's answer over 2 GB");
-        int len = int(blob.size());
-        std::vector<int> lens_r(size_t(size_), 0), displs(size_t(size_), 0);
-        MPI_Request g;
-        MPI_Igather(&len, 1, MPI_INT, lens_r.data(), 1, MPI_INT, 0, ch_->comm(), &g);
-        ch_->Wait(&g, "gathering a batch's results");
-        int64_t total = 0;
-        for (int k = 0; k < size_; ++k) {
-            displs[size_t(k)] = int(total);
-            total += lens_r[size_t(k)];
-        }
-        if (rank_ == 0 && total > INT32_MAX) pending = Status::ResourceExhausted("MpiSearcher: a batch's answers over 2 GB");
-        std::string all(rank_ == 0 ? size_t(total) : 0, '\0');
-        MPI_Igatherv(blob.data(), len, MPI_CHAR, all.data(), lens_r.data(), displs.data(), MPI_CHAR, 0, ch_->comm(), &g);
-        ch_->Wait(&g, "gathering a batch's results");
+        std::vector<std::string> answers;
+        const Status gst = ch_->Gather(blob, &answers);
+        if (!gst.ok() && pending.ok()) pending = Status(gst.code(), "MpiSearcher: " + gst.message());
         stats_.gather_s += SecondsSince(t);
         // Rank 0 decodes: any rank's error stops the search (the next batch goes out as a stop).
         std::vector<std::vector<std::vector<SearchHit>>> parts;
         t = Clock::now();
-        if (rank_ == 0) {
+        if (rank_ == 0 && gst.ok()) {
             parts.resize(size_t(size_));
             for (int k = 0; k < size_; ++k) {
-                Status dst = decode(all.data() + displs[size_t(k)], size_t(lens_r[size_t(k)]), n, &parts[size_t(k)]);
+                Status dst = decode(answers[size_t(k)].data(), answers[size_t(k)].size(), n, &parts[size_t(k)]);
                 if (!dst.ok() && pending.ok()) pending = Status(dst.code(), "rank " + std::to_string(k) + ": " + dst.message());
             }
         }

@@ -305,11 +305,12 @@ struct GpuCodeScorer::Impl {
     /// (kernels::ProbeScoreParams) into g_heads at the offsets g_new_off (*new_off on the host).
     /// u: the probes (written to dp = u.probe), lengths and lists; dcs the centroid scores; dps [rows *
     /// (nprobe + 1)] floats, dthr [2 * n_queries], dcount [n_queries], doff [n_queries + 1]
-    /// workspaces; *off gets the offsets of the emitted lists (a superset of the kept ones).
+    /// workspaces; *off gets the offsets of the emitted lists (a superset of the kept ones);
+    /// kept_scores (when given) the kept documents' scores.
     template <class TraceFn>
     Status ProbeCandidates(const kernels::IvfUnionParams& u, int32_t* dp, const float* dcs, float* dps, uint32_t* dthr,
                            int64_t* dcount, int64_t* doff, int keep, std::vector<int64_t>* off,
-                           std::vector<int64_t>* new_off, TraceFn& trace) {
+                           std::vector<int64_t>* new_off, kernels::DeviceScratch* kept_scores, TraceFn& trace) {
         const int nq = u.n_queries, nprobe = u.nprobe;
         const int64_t rows = int64_t(nq) * u.q_stride;
         float* floors = dps + rows * nprobe;
@@ -344,8 +345,19 @@ struct GpuCodeScorer::Impl {
         auto* scores = static_cast<float*>(g_scores.p);
         TMS_RETURN_IF_ERROR(kernels::probe_emit_cuda(dense, nq, n_docs, dthr, doff, cursor, docs, scores, stream));
         trace("emit");
-        TMS_RETURN_IF_ERROR(KeepBest(scores, docs, doff, *off, keep, new_off, g_new_off, g_heads, nullptr));
+        TMS_RETURN_IF_ERROR(KeepBest(scores, docs, doff, *off, keep, new_off, g_new_off, g_heads, kept_scores));
         trace("sort");
+        return Status::OK();
+    }
+
+    /// Query rows to the device as fp32 into dq [rows, dim]: 16-bit ones through draw (rows x dim
+    /// of q_dtype), converted there.
+    Status QueriesToDevice(const void* h_queries, DType q_dtype, int64_t rows, float* dq, void* draw) {
+        if (q_dtype == DType::kF32) return inputs().Upload(dq, h_queries, size_t(rows) * dim * sizeof(float));
+        TMS_RETURN_IF_ERROR(inputs().Upload(draw, h_queries, size_t(rows) * dim * DTypeSize(q_dtype)));
+        const int64_t n = rows * dim;
+        kernels::raw_to_float<<<stride_blocks(n), 256, 0, stream>>>(draw, static_cast<int>(q_dtype), n, dq, nullptr);
+        TMS_CUDA_CHECK_LAUNCH();
         return Status::OK();
     }
 
@@ -562,9 +574,13 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
 
 Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                  const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
-                                 std::vector<int64_t>* off, std::vector<int32_t>* docs) {
+                                 std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys) {
     Impl& im = *impl_;
     im.last.valid = false;
+    if (keys && !docs) return Status::InvalidArgument("GpuCodeScorer::Candidates: keys need docs");
+    if (keys) keys->clear();
+    // With keys, every list is cut (and its scores kept) even where nothing needs pruning.
+    kernels::DeviceScratch* kept_scores = keys && ncandidates > 0 ? &im.t_scores : nullptr;
     if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
     if (n_queries < 0 || q_stride <= 0 || ncandidates < 0) return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
     TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Candidates", nprobe));
@@ -626,14 +642,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
     void* draw = raw_bytes ? take(raw_bytes) : nullptr;
     trace("reserve");
-    if (draw) {
-        TMS_RETURN_IF_ERROR(im.inputs().Upload(draw, h_queries, raw_bytes));
-        const int64_t n = rows * im.dim;
-        kernels::raw_to_float<<<stride_blocks(n), 256, 0, im.stream>>>(draw, static_cast<int>(q_dtype), n, dq, nullptr);
-        TMS_CUDA_CHECK_LAUNCH();
-    } else {
-        TMS_RETURN_IF_ERROR(im.inputs().Upload(dq, h_queries, q_bytes));
-    }
+    TMS_RETURN_IF_ERROR(im.QueriesToDevice(h_queries, q_dtype, rows, dq, draw));
     if (dl) TMS_RETURN_IF_ERROR(im.inputs().Upload(dl, h_query_lens, l_bytes));
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
@@ -659,7 +668,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     const int64_t* result_off = nullptr;
     bool table_built = false;
     if (by_probes) {
-        TMS_RETURN_IF_ERROR(im.ProbeCandidates(up, dp, dcs, dps, dthr, dcount, doff, ncandidates, off, &noff, trace));
+        TMS_RETURN_IF_ERROR(
+            im.ProbeCandidates(up, dp, dcs, dps, dthr, dcount, doff, ncandidates, off, &noff, kept_scores, trace));
         *off = noff;
         result = static_cast<const int32_t*>(im.g_heads.p);
         result_off = static_cast<const int64_t*>(im.g_new_off.p);
@@ -680,7 +690,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
         trace("emit");
         result = ddocs;
         result_off = doff;
-        if (ncandidates > 0 && max_count > ncandidates) {
+        if (ncandidates > 0 && (max_count > ncandidates || kept_scores)) {
             // 3. Centroid-only scores of every candidate, then the ncandidates best of each query.
             kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, /*centroids_only=*/true);
             p.queries = dq;
@@ -698,7 +708,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
             TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
             trace("centroid-only scores");
             TMS_RETURN_IF_ERROR(im.KeepBest(p.scores, ddocs, doff, *off, ncandidates, &noff, im.g_new_off, im.g_heads,
-                                            nullptr));
+                                            kept_scores));
             trace("sort");
             *off = noff;
             result = static_cast<const int32_t*>(im.g_heads.p);
@@ -710,6 +720,13 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     if (docs && !docs->empty()) {
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(docs->data(), result, docs->size() * sizeof(int32_t),
                                                  cudaMemcpyDeviceToHost, im.stream));
+    }
+    if (kept_scores) {
+        keys->resize(size_t(off->back()));
+        if (!keys->empty()) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(keys->data(), kept_scores->p, keys->size() * sizeof(float),
+                                                     cudaMemcpyDeviceToHost, im.stream));
+        }
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
@@ -776,6 +793,51 @@ Status GpuCodeScorer::ScoreCandidatesTop(int keep, std::vector<int64_t>* off, st
         cudaMemcpyAsync(scores->data(), im.t_scores.p, size_t(kept) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
+}
+
+}  // namespace tms::engine
+
+namespace tms::engine {
+
+Status GpuCodeScorer::ScoreLists(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
+                                 const int32_t* h_query_lens, const int64_t* h_off, const int32_t* h_docs, int keep,
+                                 std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* scores) {
+    Impl& im = *impl_;
+    im.last.valid = false;  // the arena is reused below
+    if (keep <= 0) return Status::InvalidArgument("GpuCodeScorer::ScoreLists: keep must be > 0");
+    if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::ScoreLists: more than 65535 queries in one call");
+    int64_t n_cand = 0;
+    TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::ScoreLists", n_queries, q_stride, h_queries,
+                                                        h_query_lens, h_off, h_docs, im.n_docs, &n_cand));
+    DeviceGuard g(im.device);
+    const int64_t rows = int64_t(n_queries) * q_stride;
+    const size_t q_bytes = size_t(rows) * im.dim * sizeof(float);
+    const size_t raw_bytes = q_dtype == DType::kF32 ? 0 : size_t(rows) * im.dim * DTypeSize(q_dtype);
+    const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
+    const size_t cs_bytes = size_t(rows) * im.n_centroids * sizeof(float);
+    const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t);
+    const size_t d_bytes = size_t(n_cand) * sizeof(int32_t);
+    TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(raw_bytes) + align256(l_bytes) + align256(cs_bytes) +
+                                   align256(o_bytes) + align256(d_bytes)));
+    char* cur = static_cast<char*>(im.arena.p);
+    auto take = [&](size_t bytes) {
+        char* p = cur;
+        cur += align256(bytes);
+        return p;
+    };
+    float* dq = reinterpret_cast<float*>(take(q_bytes));
+    void* draw = raw_bytes ? take(raw_bytes) : nullptr;
+    int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(take(l_bytes)) : nullptr;
+    float* dcs = reinterpret_cast<float*>(take(cs_bytes));
+    int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
+    int32_t* ddocs = reinterpret_cast<int32_t*>(take(d_bytes));
+    if (rows > 0) TMS_RETURN_IF_ERROR(im.QueriesToDevice(h_queries, q_dtype, rows, dq, draw));
+    if (dl) TMS_RETURN_IF_ERROR(im.inputs().Upload(dl, h_query_lens, l_bytes));
+    TMS_RETURN_IF_ERROR(im.inputs().Upload(doff, h_off, o_bytes));
+    if (d_bytes) TMS_RETURN_IF_ERROR(im.inputs().Upload(ddocs, h_docs, d_bytes));
+    TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));
+    im.SetLast(q_stride, dq, dl, dcs, doff, ddocs, std::vector<int64_t>(h_off, h_off + n_queries + 1), false);
+    return ScoreCandidatesTop(keep, off, docs, scores);
 }
 
 }  // namespace tms::engine

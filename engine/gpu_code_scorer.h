@@ -59,9 +59,13 @@ public:
     /// dim] of q_dtype: 16-bit ones are uploaded as they are and converted on the device.
     /// pruning: how to prune (kProbe: kernels::ProbeScoreParams, the kept documents in the order
     /// score descending, lower id first).
+    /// keys (with docs): the pruning scores of the kept documents (kProbe: the fixed-point
+    /// score; kInteraction: the centroid-only score), every query cut to its ncandidates best
+    /// (score descending, lower id first) even where nothing needed pruning (the cut of a search
+    /// spread over several shards, SearchCuts); unset when ncandidates == 0.
     Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                       int nprobe, int ncandidates, Pruning pruning, std::vector<int64_t>* off,
-                      std::vector<int32_t>* docs);
+                      std::vector<int32_t>* docs, std::vector<float>* keys = nullptr);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
         return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning,
@@ -80,6 +84,14 @@ public:
     /// document id first on ties (kernels::topk_cpu's order). keep > 0.
     Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                               std::vector<float>* scores);
+
+    /// Compressed scores of given candidate lists (h_off [n_queries + 1], h_docs), the `keep`
+    /// best of each query back as ScoreCandidatesTop returns them, computed as a Candidates call
+    /// followed by ScoreCandidatesTop computes them (the same query conversion, centroid GEMM
+    /// and table kernel), so that a list cut between the two steps scores as it would have.
+    Status ScoreLists(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
+                      const int64_t* h_off, const int32_t* h_docs, int keep, std::vector<int64_t>* off,
+                      std::vector<int32_t>* docs, std::vector<float>* scores);
 
 private:
     GpuCodeScorer() = default;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <mutex>
@@ -31,6 +32,33 @@ namespace tms {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Candidate lists of a batch: query q's documents (a segment's ids) docs[off[q] .. off[q + 1])
+// and, where a stage scored them, their scores.
+struct Lists {
+    std::vector<int64_t> off;
+    std::vector<int32_t> docs;
+    std::vector<float> scores;
+};
+
+// One segment's state through the stages of a search cut across segments (ShardSearcher's
+// PruneStage, CompressedStage).
+struct SegmentCall {
+    std::vector<float> qconv;  // the queries as fp32, when they are not and the host needs them
+    std::vector<float> cs;     // the host's centroid scores (host candidate generation)
+    bool on_gpu = false;       // candidates were generated (and are scored) on the GPU
+    Lists lists;
+};
+
+// The queries as fp32 on the host: q's own data, or its conversion into *conv.
+const float* HostF32(const QueryBatch& q, std::vector<float>* conv) {
+    if (q.dtype == DType::kF32) return static_cast<const float*>(q.data);
+    if (conv->empty()) {
+        conv->resize(size_t(q.n_queries) * q.q_tokens * q.dim);
+        kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(conv->size()), conv->data());
+    }
+    return conv->data();
+}
 
 // The pipeline of one device's documents: consecutive shards placed on the CPU or on one GPU,
 // searched as one (ConcatShards), so that shards sharing a device cost what one shard of
@@ -86,18 +114,17 @@ public:
         std::unique_lock<std::mutex> gpu_lock;
         if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
         std::vector<float> qconv;
-        const float* qf = nullptr;
-        if (!gpu_exact()) {
-            if (q.dtype == DType::kF32) {
-                qf = static_cast<const float*>(q.data);
-            } else {
-                qconv.resize(size_t(q.n_queries) * q.q_tokens * q.dim);
-                kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
-                qf = qconv.data();
-            }
-        }
-        return exact_candidates(qf, q, off, docs, scores);
+        return exact_candidates(gpu_exact() ? nullptr : HostF32(q, &qconv), q, off, docs, scores);
     }
+
+    // The stages of a search whose candidates are cut together with other segments' (and
+    // other participants', SearchCuts) between them: they compute what SearchChunk does, in
+    // steps that return to the host. Each holds the GPU context's mutex for its own step only.
+    /// The documents the probes reach, each query's cut to its ncandidates best by pruning
+    /// score (c->lists.scores), or all of them (no scores) when ncandidates == 0.
+    Status PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c) const;
+    /// Compressed scores of c's lists, each query's `keep` best.
+    Status CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const;
 
     /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up;
     /// `vector_parts`: its vectors when data_ holds none (ConcatShards'), freed once uploaded.
@@ -114,6 +141,16 @@ public:
     bool gpu_exact() const { return dev_ && dev_->has_vectors(); }
 
 private:
+    /// On the host: centroid scores (*cs), probing, and the documents the probes reach, cut to
+    /// ncandidates per query by probe score (kProbe) or, when a query has more than ncandidates
+    /// (or cut_all), by centroid-only score (kInteraction): lists->scores then holds the
+    /// pruning scores, else it is empty.
+    Status HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
+                          std::vector<float>* cs, Lists* lists) const;
+    /// Compressed (or centroid-only) scores of the host lists `l` into *scores (cs: the
+    /// centroid scores, on the host path).
+    Status ListScores(const float* qf, const QueryBatch& q, const float* cs, const Lists& l, bool centroids_only,
+                      std::vector<float>* scores) const;
     // qf: as for exact_candidates.
     Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores) const;
@@ -175,6 +212,8 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
     *scores = std::move(nscores);
     return Status::OK();
 }
+
+Status select_top(int n_queries, int keep, Lists* l) { return select_top(n_queries, keep, &l->off, &l->docs, &l->scores); }
 
 // Compressed (or centroid-only) scores of p's candidates into p.scores, on the GPU when the
 // shard's codes live there.
@@ -311,21 +350,24 @@ Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std
     return SearchCapped(q, capped, results, timings);
 }
 
+// Queries searched together: opts.max_batch_queries, or as many as keep the per-batch centroid
+// scores [queries, tokens, centroids] (and, with probe pruning, the dense probe scores
+// [queries, documents]: a GPU holds them) under 1 GiB of fp32 each, at most 4096. Exhaustive
+// search bounds its [queries, documents] scores itself.
+int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, int64_t n_docs) {
+    if (opts.max_batch_queries > 0) return opts.max_batch_queries;
+    constexpr int64_t kBudget = int64_t(1) << 30;
+    int64_t chunk = kBudget / (4 * std::max<int64_t>(int64_t(q_tokens) * n_centroids, 1));
+    if (opts.pruning == Pruning::kProbe) chunk = std::min(chunk, kBudget / (4 * std::max<int64_t>(n_docs, 1)));
+    return std::clamp<int64_t>(chunk, 1, 4096);
+}
+
 Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
                                   std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
     std::unique_lock<std::mutex> gpu_lock;
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     const IndexInfo& info = data_.info;
-    // Chunks bound the per-batch centroid scores [queries, tokens, centroids], fp32 (on the host
-    // or the device); exhaustive search bounds its [queries, documents] scores itself.
-    int64_t chunk = opts.max_batch_queries;
-    if (chunk == 0) {
-        constexpr int64_t kBudget = int64_t(1) << 30;
-        chunk = kBudget / (4 * std::max<int64_t>(int64_t(q.q_tokens) * info.n_centroids, 1));
-        // Probe-score pruning on a GPU holds dense [queries, documents] scores too.
-        if (opts.pruning == Pruning::kProbe) chunk = std::min(chunk, kBudget / (4 * std::max<int64_t>(info.n_docs, 1)));
-        chunk = std::clamp<int64_t>(chunk, 1, 4096);
-    }
+    const int64_t chunk = chunk_queries(opts, q.q_tokens, info.n_centroids, info.n_docs);
     if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
     results->assign(size_t(q.n_queries), {});
     SearchTimings sum;
@@ -354,23 +396,14 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
                                         ? "exhaustive search needs the stored vectors, which were not loaded"
                                         : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
-    const int nq = q.n_queries, qt = q.q_tokens, dim = q.dim, k = opts.k;
+    const int nq = q.n_queries, k = opts.k;
     // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
     Trace trace("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
     // fp32 queries are used in place; fp16 / bf16 ones are converted once, and only for the
     // steps that read them on the host: the GPU scorers take them as they are (H200, 256 fp16
     // queries of 32 x 128: the host conversion took 0.5-2.3 ms of a ~5 ms batch).
     std::vector<float> qconv;
-    bool converted = q.dtype == DType::kF32;
-    const auto host_f32 = [&]() -> const float* {
-        if (!converted) {
-            qconv.resize(size_t(nq) * qt * dim);
-            kernels::load_as_float_parallel(q.data, q.dtype, 0, int64_t(qconv.size()), qconv.data());
-            converted = true;
-            trace.Mark("queries to fp32");
-        }
-        return q.dtype == DType::kF32 ? static_cast<const float*>(q.data) : qconv.data();
-    };
+    const auto host_f32 = [&] { return HostF32(q, &qconv); };
 
     std::vector<int32_t> top_ids;
     std::vector<float> top_scores;
@@ -381,95 +414,20 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         t.scoring = SecondsSince(t0);
         trace.Mark("exhaustive");
     } else {
-        // 1. Centroid scores and probing.
+        // 1-3. Centroid scores, probing and pruning.
         auto t0 = Clock::now();
-        const int K = info.n_centroids;
-        const int nprobe = std::min(opts.nprobe, K);
+        const int nprobe = std::min(opts.nprobe, info.n_centroids);
+        Lists l;
         std::vector<float> cs;
-        std::vector<int64_t> off;
-        std::vector<int32_t> docs;
-        bool gpu_candidates = false;  // generated (and pruned) on the GPU, still on the device
-        const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
-        if (gpu_codes() && nprobe <= 64) {
-            // With the codes and IVF lists on the GPU, probing, the union and the pruning run
-            // there; the [nq, qt, K] centroid scores never exist on the host.
-            // The lists stay on the device (ScoreCandidatesTop below brings back the best).
-            TMS_RETURN_IF_ERROR(
-                dev_->Candidates(q.data, q.dtype, nq, qt, q.lengths, nprobe, opts.ncandidates, opts.pruning, &off));
-            gpu_candidates = true;
+        // With the codes and IVF lists on the GPU, probing, the union and the pruning run there;
+        // the [nq, qt, K] centroid scores never exist on the host, and the lists stay on the
+        // device (ScoreCandidatesTop below brings back the best).
+        const bool gpu_candidates = gpu_codes() && nprobe <= 64;
+        if (gpu_candidates) {
+            TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, opts.ncandidates,
+                                                 opts.pruning, &l.off, nullptr, nullptr));
         } else {
-            cs.resize(size_t(nq) * qt * K);
-            index::CentroidScores(host_f32(), int64_t(nq) * qt, data_.model, cs.data());
-            // Probe-score pruning also needs each row's best unprobed centroid (its floor): the
-            // rows' take-th best, then each row's first nprobe moved together (in place).
-            const int64_t rows = int64_t(nq) * qt;
-            const int take = by_probes ? std::min(nprobe + 1, K) : nprobe;
-            std::vector<int32_t> probe(size_t(rows) * take);
-            std::vector<float> probe_scores(probe.size()), floors;
-            TMS_RETURN_IF_ERROR(
-                select_topk(cs.data(), nullptr, K, rows, nullptr, take, probe.data(), probe_scores.data()));
-            if (by_probes) {
-                floors.resize(size_t(rows));
-                for (int64_t r = 0; r < rows; ++r) {
-                    floors[size_t(r)] = probe_scores[size_t(r * take + take - 1)];
-                    std::copy_n(probe.begin() + r * take, nprobe, probe.begin() + r * nprobe);
-                    std::copy_n(probe_scores.begin() + r * take, nprobe, probe_scores.begin() + r * nprobe);
-                }
-                probe.resize(size_t(rows) * nprobe);
-                probe_scores.resize(probe.size());
-            }
-            kernels::IvfUnionParams up;
-            up.probe = probe.data();
-            up.n_queries = nq;
-            up.q_stride = qt;
-            up.nprobe = nprobe;
-            up.query_lens = q.lengths;
-            up.ivf_offsets = data_.ivf_offsets.data();
-            up.ivf_docs = data_.ivf_docs.data();
-            up.n_centroids = K;
-            up.n_docs = info.n_docs;
-            if (by_probes) {
-                kernels::ProbeScoreParams pp;
-                pp.lists = up;
-                pp.probe_scores = probe_scores.data();
-                pp.floor_scores = floors.data();
-                pp.keep = opts.ncandidates;
-                std::vector<uint32_t> fixed;
-                TMS_RETURN_IF_ERROR(kernels::probe_scores_cpu(pp, &off, &docs, &fixed));
-            } else {
-                TMS_RETURN_IF_ERROR(kernels::ivf_union_cpu(up, &off, &docs));
-            }
-        }
-        kernels::CodeMaxSimParams cp;
-        cp.queries = gpu_candidates ? nullptr : host_f32();  // ScoreCandidatesTop has them on the device
-        cp.n_queries = nq;
-        cp.q_stride = qt;
-        cp.dim = dim;
-        cp.query_lens = q.lengths;
-        cp.centroid_scores = cs.empty() ? nullptr : cs.data();  // null: the GPU scorer computes them
-        cp.n_centroids = K;
-        cp.token_centroids = data_.token_centroids.data();
-        cp.doc_offsets = data_.doc_offsets.data();
-        cp.n_docs = info.n_docs;
-        // 3. Centroid-interaction pruning (PLAID stages 2-3, Pruning::kInteraction): score by
-        // centroids alone (kProbe pruned above).
-        std::vector<float> scores;
-        int64_t max_cands = 0;
-        for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, off[qi + 1] - off[qi]);
-        // Compressed (or centroid-only) scores of the host lists (off, docs) into `scores`.
-        auto host_list_scores = [&](bool centroids_only) {
-            scores.resize(docs.size());
-            cp.codes = data_.codes.data();
-            cp.n_code_bytes = data_.model.n_code_bytes;
-            cp.codebook = data_.model.codebook.data();
-            cp.cand_offsets = off.data();
-            cp.cand_docs = docs.data();
-            cp.scores = scores.data();
-            return code_scores(cp, centroids_only);
-        };
-        if (!gpu_candidates && !by_probes && opts.ncandidates > 0 && max_cands > opts.ncandidates) {
-            TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/true));
-            TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, &off, &docs, &scores));
+            TMS_RETURN_IF_ERROR(HostCandidates(host_f32(), q, opts, /*cut_all=*/false, &cs, &l));
         }
         t.candidates = SecondsSince(t0);
         trace.Mark("candidates");
@@ -480,24 +438,25 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         if (gpu_candidates) {
             // The lists Candidates left on the device (with its query rows and centroid
             // scores), and only their `keep` best come back (the selection below, done there).
-            TMS_RETURN_IF_ERROR(dev_->ScoreCandidatesTop(keep, &off, &docs, &scores));
+            TMS_RETURN_IF_ERROR(dev_->ScoreCandidatesTop(keep, &l.off, &l.docs, &l.scores));
         } else {
-            TMS_RETURN_IF_ERROR(host_list_scores(/*centroids_only=*/false));
+            TMS_RETURN_IF_ERROR(ListScores(host_f32(), q, cs.data(), l, /*centroids_only=*/false, &l.scores));
         }
         t.scoring = SecondsSince(t0);
         trace.Mark("compressed scoring");
         // 5. Exact rerank of the best compressed candidates.
         if (rerank) {
             t0 = Clock::now();
-            if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &off, &docs, &scores));
+            if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &l));
             trace.Mark("rerank selection");
-            TMS_RETURN_IF_ERROR(exact_candidates(gpu_exact() ? nullptr : host_f32(), q, off, docs, &scores));
+            TMS_RETURN_IF_ERROR(exact_candidates(gpu_exact() ? nullptr : host_f32(), q, l.off, l.docs, &l.scores));
             t.rerank = SecondsSince(t0);
             trace.Mark("exact rerank");
         }
         top_ids.resize(size_t(nq) * k);
         top_scores.resize(size_t(nq) * k);
-        TMS_RETURN_IF_ERROR(select_topk(scores.data(), off.data(), 0, nq, docs.data(), k, top_ids.data(), top_scores.data()));
+        TMS_RETURN_IF_ERROR(
+            select_topk(l.scores.data(), l.off.data(), 0, nq, l.docs.data(), k, top_ids.data(), top_scores.data()));
         trace.Mark("top-k");
     }
     results->assign(nq, {});
@@ -515,6 +474,118 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     t.total = SecondsSince(t_start);
     if (timings) *timings = t;
     return Status::OK();
+}
+
+Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
+                                     std::vector<float>* cs, Lists* lists) const {
+    const int nq = q.n_queries, qt = q.q_tokens;
+    const int K = data_.model.n_centroids;
+    const int nprobe = std::min(opts.nprobe, K);
+    const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
+    cs->resize(size_t(nq) * qt * K);
+    index::CentroidScores(qf, int64_t(nq) * qt, data_.model, cs->data());
+    // Probe-score pruning also needs each row's best unprobed centroid (its floor): the rows'
+    // take-th best, then each row's first nprobe moved together (in place).
+    const int64_t rows = int64_t(nq) * qt;
+    const int take = by_probes ? std::min(nprobe + 1, K) : nprobe;
+    std::vector<int32_t> probe(size_t(rows) * take);
+    std::vector<float> probe_scores(probe.size()), floors;
+    TMS_RETURN_IF_ERROR(select_topk(cs->data(), nullptr, K, rows, nullptr, take, probe.data(), probe_scores.data()));
+    if (by_probes) {
+        floors.resize(size_t(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            floors[size_t(r)] = probe_scores[size_t(r * take + take - 1)];
+            std::copy_n(probe.begin() + r * take, nprobe, probe.begin() + r * nprobe);
+            std::copy_n(probe_scores.begin() + r * take, nprobe, probe_scores.begin() + r * nprobe);
+        }
+        probe.resize(size_t(rows) * nprobe);
+        probe_scores.resize(probe.size());
+    }
+    kernels::IvfUnionParams up;
+    up.probe = probe.data();
+    up.n_queries = nq;
+    up.q_stride = qt;
+    up.nprobe = nprobe;
+    up.query_lens = q.lengths;
+    up.ivf_offsets = data_.ivf_offsets.data();
+    up.ivf_docs = data_.ivf_docs.data();
+    up.n_centroids = K;
+    up.n_docs = data_.info.n_docs;
+    lists->scores.clear();
+    if (by_probes) {
+        kernels::ProbeScoreParams pp;
+        pp.lists = up;
+        pp.probe_scores = probe_scores.data();
+        pp.floor_scores = floors.data();
+        pp.keep = opts.ncandidates;
+        std::vector<uint32_t> fixed;
+        TMS_RETURN_IF_ERROR(kernels::probe_scores_cpu(pp, &lists->off, &lists->docs, &fixed));
+        lists->scores.assign(fixed.begin(), fixed.end());  // below 2^24: exact in fp32
+        return Status::OK();
+    }
+    TMS_RETURN_IF_ERROR(kernels::ivf_union_cpu(up, &lists->off, &lists->docs));
+    // Centroid-interaction pruning (PLAID stages 2-3): score by centroids alone.
+    int64_t max_cands = 0;
+    for (int qi = 0; qi < nq; ++qi) max_cands = std::max(max_cands, lists->off[qi + 1] - lists->off[qi]);
+    if (opts.ncandidates > 0 && (cut_all || max_cands > opts.ncandidates)) {
+        TMS_RETURN_IF_ERROR(ListScores(qf, q, cs->data(), *lists, /*centroids_only=*/true, &lists->scores));
+        TMS_RETURN_IF_ERROR(select_top(nq, opts.ncandidates, lists));
+    }
+    return Status::OK();
+}
+
+Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const float* cs, const Lists& l,
+                                 bool centroids_only, std::vector<float>* scores) const {
+    scores->resize(l.docs.size());
+    kernels::CodeMaxSimParams cp;
+    cp.queries = qf;
+    cp.n_queries = q.n_queries;
+    cp.q_stride = q.q_tokens;
+    cp.dim = q.dim;
+    cp.query_lens = q.lengths;
+    cp.centroid_scores = cs;
+    cp.n_centroids = data_.model.n_centroids;
+    cp.token_centroids = data_.token_centroids.data();
+    cp.doc_offsets = data_.doc_offsets.data();
+    cp.n_docs = data_.info.n_docs;
+    cp.codes = data_.codes.data();
+    cp.n_code_bytes = data_.model.n_code_bytes;
+    cp.codebook = data_.model.codebook.data();
+    cp.cand_offsets = l.off.data();
+    cp.cand_docs = l.docs.data();
+    cp.scores = scores->data();
+    return code_scores(cp, centroids_only);
+}
+
+Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c) const {
+    std::unique_lock<std::mutex> gpu_lock;
+    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    SearchOptions o = opts;  // more candidates than documents would only size buffers
+    o.ncandidates = int(std::min<int64_t>(opts.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
+    if (opts.ncandidates == 0) o.ncandidates = 0;
+    const int nprobe = std::min(o.nprobe, data_.info.n_centroids);
+    c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
+    if (c->on_gpu) {
+        return dev_->Candidates(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nprobe, o.ncandidates, o.pruning,
+                                &c->lists.off, &c->lists.docs, &c->lists.scores);
+    }
+    return HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/true, &c->cs, &c->lists);
+}
+
+Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const {
+    std::unique_lock<std::mutex> gpu_lock;
+    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    keep = int(std::min<int64_t>(keep, std::max<int64_t>(1, data_.info.n_docs)));
+    Lists& l = c->lists;
+    if (c->on_gpu) {
+        Lists top;
+        TMS_RETURN_IF_ERROR(dev_->ScoreLists(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, l.off.data(),
+                                             l.docs.data(), keep, &top.off, &top.docs, &top.scores));
+        l = std::move(top);
+        return Status::OK();
+    }
+    TMS_RETURN_IF_ERROR(ListScores(HostF32(q, &c->qconv), q, c->cs.data(), l, /*centroids_only=*/false, &l.scores));
+    return select_top(q.n_queries, keep, &l);
 }
 
 Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up,
@@ -571,6 +642,138 @@ Status check_finite(const QueryBatch& q) {
                                        (std::isnan(v) ? "NaN" : "Inf") + ") at token " + std::to_string(e / q.dim) +
                                        ", dimension " + std::to_string(e % q.dim));
     }
+    return Status::OK();
+}
+
+// Cut order: a higher score first, then a lower id.
+bool better(const CutKey& a, const CutKey& b) { return a.score > b.score || (a.score == b.score && a.id < b.id); }
+constexpr CutKey kKeepAll{-INFINITY, std::numeric_limits<int64_t>::max()};
+
+// Approximate search of the segments `segs` (`groups`: their indices per device) as one segment
+// over all of them, and with `cuts` over every participant's, would search: each stage runs on
+// every device at once, and between stages the host cuts the candidates to the best
+// ncandidates (by pruning score), then to the best rerank-or-k (by compressed score), keys
+// (score, global id) compared across segments. Results: these segments' share of the top-k.
+// n_docs, n_centroids: of the whole (they size the chunks, which must be the same everywhere).
+// st: the caller's error so far, still taken through the cuts (the other participants wait
+// in them).
+Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vector<std::vector<size_t>>& groups,
+                  int64_t n_docs, int n_centroids, const QueryBatch& q, const SearchOptions& opts, Status st,
+                  SearchCuts* cuts, std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) {
+    const auto t_start = Clock::now();
+    const size_t n = segs.size();
+    bool have_vectors = true;
+    for (const ShardSearcher* sg : segs) have_vectors = have_vectors && sg->CheckExact().ok();
+    const bool rerank = have_vectors && opts.rerank > 0;
+    const int keep = rerank ? std::max(opts.rerank, opts.k) : opts.k;
+    const int64_t chunk = chunk_queries(opts, q.q_tokens, n_centroids, n_docs);
+    SearchTimings t;
+    // One stage on every segment: one thread per device, each running its segments in turn.
+    auto run = [&](const std::function<Status(size_t)>& step, double* seconds) {
+        const auto t0 = Clock::now();
+        std::vector<Status> sts(n);
+        auto device = [&](size_t g) {
+            for (size_t i : groups[g]) sts[i] = step(i);
+        };
+        std::vector<std::thread> workers;
+        for (size_t g = 1; g < groups.size(); ++g) workers.emplace_back(device, g);
+        if (!groups.empty()) device(0);
+        for (auto& w : workers) w.join();
+        *seconds += SecondsSince(t0);
+        for (const Status& e : sts) TMS_RETURN_IF_ERROR(e);
+        return Status::OK();
+    };
+    results->assign(size_t(q.n_queries), {});
+    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
+        const int nb = int(std::min<int64_t>(chunk, q.n_queries - q0));
+        const QueryBatch b = q.Slice(int(q0), nb);
+        std::vector<SegmentCall> calls(n);
+        // Cuts every segment's lists to the best `keep` of each query over all of them.
+        auto cut = [&](int keep_n) {
+            std::vector<std::vector<CutKey>> best(static_cast<size_t>(nb));
+            if (st.ok()) {
+#pragma omp parallel for schedule(dynamic, 4)
+                for (int i = 0; i < nb; ++i) {
+                    auto& bq = best[size_t(i)];
+                    for (size_t s = 0; s < n; ++s) {
+                        const Lists& l = calls[s].lists;
+                        for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e)
+                            bq.push_back({l.scores[size_t(e)], segs[s]->data_.first_doc + l.docs[size_t(e)]});
+                    }
+                    if (bq.size() > size_t(keep_n)) {
+                        std::nth_element(bq.begin(), bq.begin() + (keep_n - 1), bq.end(), better);
+                        bq.resize(size_t(keep_n));
+                    }
+                }
+            }
+            std::vector<CutKey> at(size_t(nb), kKeepAll);
+            if (cuts) {
+                st = cuts->Cut(keep_n, st, best, &at);
+            } else if (st.ok()) {
+                for (int i = 0; i < nb; ++i) {
+                    const auto& bq = best[size_t(i)];
+                    if (bq.size() == size_t(keep_n)) at[size_t(i)] = *std::max_element(bq.begin(), bq.end(), better);  // the worst kept
+                }
+            }
+            if (!st.ok()) return;
+            for (size_t s = 0; s < n; ++s) {
+                Lists& l = calls[s].lists;
+                const int64_t first = segs[s]->data_.first_doc;
+                const auto kept = [&](int i, int64_t e) {
+                    return !better(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]});
+                };
+                Lists out;
+                out.off.assign(size_t(nb) + 1, 0);
+                for (int i = 0; i < nb; ++i) {
+                    int64_t c = 0;
+                    for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) c += kept(i, e);
+                    out.off[size_t(i) + 1] = out.off[size_t(i)] + c;
+                }
+                out.docs.resize(size_t(out.off.back()));
+                out.scores.resize(out.docs.size());
+#pragma omp parallel for schedule(static) if (l.docs.size() > 65536)
+                for (int i = 0; i < nb; ++i) {
+                    int64_t w = out.off[size_t(i)];
+                    for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
+                        if (!kept(i, e)) continue;
+                        out.docs[size_t(w)] = l.docs[size_t(e)];
+                        out.scores[size_t(w++)] = l.scores[size_t(e)];
+                    }
+                }
+                l = std::move(out);
+            }
+        };
+        if (st.ok()) st = run([&](size_t s) { return segs[s]->PruneStage(b, opts, &calls[s]); }, &t.candidates);
+        if (opts.ncandidates > 0) cut(opts.ncandidates);
+        if (st.ok()) st = run([&](size_t s) { return segs[s]->CompressedStage(b, keep, &calls[s]); }, &t.scoring);
+        cut(keep);
+        TMS_RETURN_IF_ERROR(st);
+        if (rerank) {
+            TMS_RETURN_IF_ERROR(run(
+                [&](size_t s) {
+                    Lists& l = calls[s].lists;
+                    return l.docs.empty() ? Status::OK() : segs[s]->ExactLocal(b, l.off, l.docs, &l.scores);
+                },
+                &t.rerank));
+        }
+        std::vector<std::vector<std::vector<SearchHit>>> parts(n, std::vector<std::vector<SearchHit>>(size_t(nb)));
+        for (size_t s = 0; s < n; ++s) {
+            const index::IndexData& d = segs[s]->data_;
+            const Lists& l = calls[s].lists;
+            for (int i = 0; i < nb; ++i) {
+                for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
+                    const int32_t id = l.docs[size_t(e)];
+                    if (!d.deleted[size_t(id)]) parts[s][size_t(i)].push_back({d.doc_ids[size_t(id)], d.first_doc + id, l.scores[size_t(e)]});
+                }
+            }
+        }
+        std::vector<std::vector<SearchHit>> merged;
+        MergeHits(&parts, nb, opts.k, &merged);
+        std::move(merged.begin(), merged.end(), results->begin() + q0);
+    }
+    TMS_RETURN_IF_ERROR(st);
+    t.total = SecondsSince(t_start);
+    if (timings) *timings = t;
     return Status::OK();
 }
 
@@ -708,14 +911,19 @@ public:
     Status SearchShards(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                         SearchTimings* timings) const {
         if (segments_.size() == 1) return segments_[0]->Search(q, opts, results, timings);
+        if (!opts.exhaustive) {
+            TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));
+            return search_cut(segment_ptrs(), by_device_, info_.n_docs, n_centroids(), q, opts, Status::OK(), nullptr,
+                              results, timings);
+        }
         const auto t0 = Clock::now();
         const size_t n = segments_.size();
         std::vector<std::vector<std::vector<SearchHit>>> parts(n);
         std::vector<SearchTimings> ts(n);
         std::vector<Status> sts(n);
-        // One host thread per GPU runs that GPU's segments one after the other (they share its
-        // stream and scratch; there are several only for a subset of the shards with gaps); on
-        // the CPU the segments run in turn, each step using every core.
+        // Exhaustive search: each segment's exact top-k, merged. One host thread per GPU runs
+        // that GPU's segments one after the other (they share its stream and scratch); on the
+        // CPU the segments run in turn, each step using every core.
         auto device_shards = [&](size_t g) {
             for (size_t s : by_device_[g]) sts[s] = segments_[s]->Search(q, opts, &parts[s], &ts[s]);
         };
@@ -818,6 +1026,13 @@ public:
         }
     }
 
+    std::vector<const ShardSearcher*> segment_ptrs() const {
+        std::vector<const ShardSearcher*> out;
+        for (const auto& sg : segments_) out.push_back(sg.get());
+        return out;
+    }
+    int n_centroids() const { return segments_.empty() ? 0 : segments_[0]->data_.model.n_centroids; }
+
     IndexInfo info_;
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
@@ -877,6 +1092,33 @@ std::vector<int> place_by_size(const std::vector<int64_t>& bytes, const std::vec
 }  // namespace
 
 Searcher::~Searcher() = default;
+SearchCuts::~SearchCuts() = default;
+
+Status SearchWithCuts(const Searcher* searcher, const QueryBatch& q, const SearchOptions& opts, SearchCuts* cuts,
+                      std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) {
+    if (cuts == nullptr) return Status::InvalidArgument("SearchWithCuts: no cuts");
+    const auto* s = dynamic_cast<const ShardedSearcher*>(searcher);
+    if (searcher && !s) return Status::InvalidArgument("SearchWithCuts: not a Searcher of this library");
+    if (opts.exhaustive) {  // exact per participant: no cuts
+        if (s) return s->Search(q, opts, results, timings);
+        results->assign(size_t(std::max(q.n_queries, 0)), {});
+        return Status::OK();
+    }
+    Status st;
+    std::vector<const ShardSearcher*> segs;
+    std::vector<std::vector<size_t>> groups;
+    if (s) {
+        st = validate_search(s->info_, q, opts);
+        if (st.ok()) st = check_finite(q);
+        segs = s->segment_ptrs();
+        groups = s->by_device_;
+    }
+    TMS_RETURN_IF_ERROR(search_cut(segs, groups, cuts->n_docs(), cuts->n_centroids(), q, opts, st, cuts, results,
+                                   timings));
+    for (int i = 0; q.lengths && i < q.n_queries; ++i)
+        if (q.lengths[i] == 0) (*results)[size_t(i)].clear();  // a query of no tokens matches nothing
+    return Status::OK();
+}
 
 void MergeHits(std::vector<std::vector<std::vector<SearchHit>>>* parts, int n_queries, int k,
                std::vector<std::vector<SearchHit>>* out) {
@@ -940,7 +1182,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     };
     std::vector<Segment> runs;
     for (size_t i = 0; i < data.size(); ++i) {
-        const bool joins = i > 0 && where[i] == where[i - 1] &&
+        const bool joins = opts.join_shards && i > 0 && where[i] == where[i - 1] &&
                            data[i].first_doc == data[i - 1].first_doc + data[i - 1].info.n_docs;
         if (!joins) runs.push_back({where[i], {}});
         runs.back().shards.push_back(std::move(data[i]));

@@ -272,9 +272,10 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
                  secs > 0 ? nq / secs : 0.0, size, ms->n_shards(), a.opts.exhaustive ? ", exhaustive" : "",
                  a.out.c_str());
     std::fprintf(stderr,
-                 "tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us, gather %.0f us, merge %.0f us "
-                 "(%lld batches)\n",
-                 m.broadcast_s * per, m.search_s * per, m.gather_s * per, m.merge_s * per, (long long)m.batches);
+                 "tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us (cuts %.0f us), gather %.0f us, "
+                 "merge %.0f us (%lld batches)\n",
+                 m.broadcast_s * per, m.search_s * per, m.cut_s * per, m.gather_s * per, m.merge_s * per,
+                 (long long)m.batches);
     return tms::Status::OK();
 }
 #endif
@@ -615,6 +616,9 @@ int run(int argc, char** argv) {
         ->delimiter(',')
         ->check(CLI::IsMember({"interaction", "probe"}));
     bs->add_flag("!--no-gather", sbo.searcher.gather, "Every concurrent call searches alone (no shared batches)");
+    bs->add_flag("!--separate-shards", sbo.searcher.join_shards,
+                 "Each shard a segment of its own, their candidates cut together on the host (what several "
+                 "devices or ranks do), instead of a device's shards searched as one");
     bs->add_option("--gather-us", sbo.searcher.gather_us,
                    "A gathered batch also waits up to this many us for more callers")
         ->capture_default_str()

@@ -22,7 +22,9 @@ class Channel;
 struct MpiSearchStats {
     int64_t batches = 0;
     double broadcast_s = 0;  ///< waiting for a batch's queries to arrive (every rank: the broadcast)
-    double search_s = 0;     ///< this rank's own search of its shards
+    double search_s = 0;     ///< this rank's own search of its shards, cuts included
+    double cut_s = 0;        ///< of search_s: the cuts (every rank's best keys to rank 0 and each
+                             ///< cut back, including waiting for slower ranks' stages)
     double gather_s = 0;     ///< the per-rank results reaching rank 0 (including slower ranks' search)
     double merge_s = 0;      ///< rank 0: decoding and merging the per-rank top-k lists
 };
@@ -31,8 +33,8 @@ struct MpiSearchStats {
 /// shards of the index (S shards: S / R each, the first S % R ranks one more;
 /// SearcherOptions::shards is set so; its devices, as in one process, place them), rank 0's
 /// queries are broadcast batch by batch, every rank searches its shards, and the per-rank top-k
-/// lists are merged on rank 0 (MergeHits: exhaustive search returns exactly what one Searcher
-/// over every shard does; approximate search prunes per rank's device, as exact or more).
+/// lists are merged on rank 0 (MergeHits): the results of one Searcher over every shard, exhaustive
+/// or approximate (the ranks cut their candidates together, SearchWithCuts).
 /// Every call is collective: all ranks make it, in the same order. Every wait is bounded
 /// (timeout_s): a rank that stops answering ends the job (MPI_Abort) with a message naming what
 /// did not arrive. A rank that fails (a missing shard, a bad batch) fails the call on every rank
@@ -67,7 +69,8 @@ public:
 private:
     MpiSearcher() = default;
     std::unique_ptr<dist::Channel> ch_;
-    int rank_ = 0, size_ = 1, n_shards_ = 0;
+    int rank_ = 0, size_ = 1, n_shards_ = 0, n_centroids_ = 0;
+    int64_t n_docs_ = 0;  // of the whole index
     std::vector<int> mine_;
     std::unique_ptr<Searcher> local_;
     MpiSearchStats stats_;

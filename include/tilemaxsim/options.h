@@ -67,8 +67,9 @@ struct SearcherOptions {
     /// The GPUs that hold shards (CUDA ordinals, as CUDA_VISIBLE_DEVICES numbers them), when
     /// scoring runs on GPUs; empty: every visible GPU. Shards are placed by size, so that each
     /// GPU holds about the same bytes (several shards may share one); every GPU works on a
-    /// batch at once and the per-shard results are merged exactly, so the results do not depend
-    /// on the placement. A GPU that is not present is an error naming it. Default: empty
+    /// batch at once, their candidates are cut together as one device's would be, and their
+    /// results merged exactly, so the results do not depend on the placement. A GPU that is not
+    /// present is an error naming it. Default: empty
     std::vector<int> gpus;
     /// The shards to open (numbers, as `tms info` lists them); empty: every shard. A searcher
     /// over some shards returns their documents only (a distributed search opens each rank's
@@ -92,6 +93,11 @@ struct SearcherOptions {
     /// With gather: a batch also waits up to this many microseconds for more callers before it
     /// starts (trades each call's latency for fuller batches). Default: 0
     int gather_us = 0;
+    /// Search each device's consecutive shards as one segment (one pipeline, one candidate list
+    /// per query). false: every shard is a segment of its own, cut together with the others
+    /// (SearchCuts), which gives the same results more slowly: for tests and measurements.
+    /// Default: true
+    bool join_shards = true;
     /// On a GPU, run one search of a synthetic batch (256 queries x 32 tokens) at open, so
     /// that the first real search does not pay for loading kernels (CUDA loads them on first
     /// use, and cuBLAS chooses its GEMM kernel by shape: ~45 ms measured on an H200).

@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <limits>
+#include <mutex>
 #include <random>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <unistd.h>
 
 #include "kernels/maxsim.h"
@@ -285,10 +289,104 @@ void make_sharded_synth(const std::string& name, int n_docs, int n_queries, Shar
                          int(out->qa.shape[2]), nullptr};
 }
 
+// SearchCuts for participants that are threads of this process (as MPI ranks are processes):
+// each Cut waits for every participant's keys, then all get the same cut.
+class ThreadCuts {
+public:
+    ThreadCuts(int n, int64_t n_docs, int n_centroids) : n_(n), n_docs_(n_docs), n_centroids_(n_centroids) {}
+    struct Member final : SearchCuts {
+        ThreadCuts* group = nullptr;
+        int64_t n_docs() const override { return group->n_docs_; }
+        int n_centroids() const override { return group->n_centroids_; }
+        Status Cut(int keep, const Status& mine, const std::vector<std::vector<CutKey>>& best,
+                   std::vector<CutKey>* cut) override {
+            return group->Cut(keep, mine, best, cut);
+        }
+    };
+    Member member() {
+        Member m;
+        m.group = this;
+        return m;
+    }
+
+private:
+    Status Cut(int keep, const Status& mine, const std::vector<std::vector<CutKey>>& best, std::vector<CutKey>* cut) {
+        std::unique_lock<std::mutex> lock(mu_);
+        const int64_t round = round_;
+        if (!mine.ok() && err_.ok()) err_ = mine;
+        pool_.resize(best.size());
+        for (size_t q = 0; q < best.size(); ++q) pool_[q].insert(pool_[q].end(), best[q].begin(), best[q].end());
+        if (++arrived_ == n_) {
+            at_.assign(pool_.size(), CutKey{-INFINITY, std::numeric_limits<int64_t>::max()});
+            for (size_t q = 0; q < pool_.size(); ++q) {
+                auto& p = pool_[q];
+                std::sort(p.begin(), p.end(), [](const CutKey& a, const CutKey& b) {
+                    return a.score > b.score || (a.score == b.score && a.id < b.id);
+                });
+                if (p.size() >= size_t(keep)) at_[q] = p[size_t(keep - 1)];
+            }
+            result_ = err_;
+            err_ = Status::OK();
+            pool_.clear();
+            arrived_ = 0;
+            ++round_;
+            cv_.notify_all();
+        } else {
+            cv_.wait(lock, [&] { return round_ != round; });
+        }
+        *cut = at_;
+        return result_;
+    }
+
+    const int n_;
+    const int64_t n_docs_;
+    const int n_centroids_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    int arrived_ = 0;
+    int64_t round_ = 0;
+    Status err_, result_;
+    std::vector<std::vector<CutKey>> pool_;
+    std::vector<CutKey> at_;
+};
+
+// Every approximate setting the cuts must reproduce: the default, and deep cuts (few candidates,
+// a short rerank, none, no pruning) under both prunings.
+std::vector<SearchOptions> cut_settings() {
+    std::vector<SearchOptions> out;
+    out.emplace_back();
+    for (const Pruning pr : {Pruning::kProbe, Pruning::kInteraction}) {
+        for (const auto [ncand, rerank] : {std::pair{20, 12}, std::pair{20, 0}, std::pair{0, 12}, std::pair{7, 3}}) {
+            SearchOptions o;
+            o.nprobe = 2;
+            o.pruning = pr;
+            o.ncandidates = ncand;
+            o.rerank = rerank;
+            out.push_back(o);
+        }
+    }
+    return out;
+}
+
+// Hits equal: the same documents in the same order, with the same scores.
+void expect_same_hits(const std::vector<std::vector<SearchHit>>& got, const std::vector<std::vector<SearchHit>>& want,
+                      const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t q = 0; q < want.size(); ++q) {
+        ASSERT_EQ(got[q].size(), want[q].size()) << what << " query " << q;
+        for (size_t j = 0; j < want[q].size(); ++j) {
+            EXPECT_EQ(got[q][j].doc_id, want[q][j].doc_id) << what << " query " << q << " rank " << j;
+            EXPECT_EQ(got[q][j].internal_id, want[q][j].internal_id) << what << " query " << q << " rank " << j;
+            EXPECT_EQ(got[q][j].score, want[q][j].score) << what << " query " << q << " rank " << j;
+        }
+    }
+}
+
 // Searchers over parts of a sharded index (SearcherOptions::shards, as the ranks of a
-// distributed search open them), merged, equal one searcher over all of it in exhaustive search
-// and are as exact in default search, deletions included (they live in the last shard's store);
-// a part needs only its stores and the last.
+// distributed search open them), cutting their candidates together (SearchWithCuts), merged,
+// equal one searcher over all of it, exhaustive or approximate, deletions included (they live
+// in the last shard's store); a participant without shards takes part in the cuts; a part
+// needs only its stores and the last.
 TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
     ShardedSynth sy;
     ASSERT_NO_FATAL_FAILURE(make_sharded_synth("subsets", 400, 12, &sy));
@@ -316,55 +414,70 @@ TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
         ASSERT_TRUE(u->Commit().ok());
         gone.insert(ids.begin(), ids.end());
     }
-    // Exhaustive: the parts' merged hits are the whole's. Default search prunes per segment
-    // (each process's consecutive shards), so the parts' run may differ from the whole's: its
-    // recall@10 against the whole's exhaustive run is at least the whole's minus 0.005.
+    std::unique_ptr<Searcher> whole;
+    ASSERT_TRUE(Searcher::Open(opts, index, &whole).ok());
+    std::vector<std::unique_ptr<Searcher>> part_searchers;
+    for (const std::vector<int>& part : {std::vector<int>{0}, std::vector<int>{2, 1}}) {
+        SearcherOptions po = opts;
+        po.shards = part;
+        std::unique_ptr<Searcher> s;
+        ASSERT_TRUE(Searcher::Open(po, index, &s).ok());
+        ASSERT_EQ(s->placement().size(), part.size());
+        EXPECT_EQ(s->placement()[0].shard, *std::min_element(part.begin(), part.end()));
+        EXPECT_EQ(s->placement()[0].first_doc, whole->placement()[size_t(s->placement()[0].shard)].first_doc);
+        part_searchers.push_back(std::move(s));
+    }
+    part_searchers.push_back(nullptr);  // a participant that holds no shard
     std::vector<std::vector<SearchHit>> exact;
-    auto recall = [&](const std::vector<std::vector<SearchHit>>& r) {
-        int64_t hit = 0, n = 0;
-        for (size_t q = 0; q < exact.size(); ++q) {
-            std::set<std::string> truth;
-            for (const SearchHit& h : exact[q]) truth.insert(h.doc_id);
-            for (const SearchHit& h : r[q]) hit += truth.count(h.doc_id);
-            n += int64_t(truth.size());
-        }
-        return n ? double(hit) / double(n) : 1.0;
-    };
-    for (const SearchOptions& so2 : {exh, SearchOptions{}}) {
-        std::unique_ptr<Searcher> whole;
-        ASSERT_TRUE(Searcher::Open(opts, index, &whole).ok());
+    ASSERT_TRUE(whole->Search(qb, exh, &exact).ok());
+    int differ = 0;  // settings whose approximate run differs from the exhaustive one
+    std::vector<SearchOptions> settings = cut_settings();
+    settings.push_back(exh);
+    for (const SearchOptions& so2 : settings) {
+        const std::string what = "ncandidates " + std::to_string(so2.ncandidates) + " rerank " +
+                                 std::to_string(so2.rerank) + " pruning " + PruningName(so2.pruning) +
+                                 (so2.exhaustive ? " exhaustive" : "");
         std::vector<std::vector<SearchHit>> want;
         ASSERT_TRUE(whole->Search(qb, so2, &want).ok());
-        std::vector<std::vector<std::vector<SearchHit>>> parts;
-        for (const std::vector<int>& part : {std::vector<int>{0}, std::vector<int>{2, 1}}) {
-            SearcherOptions po = opts;
-            po.shards = part;
-            std::unique_ptr<Searcher> s;
-            ASSERT_TRUE(Searcher::Open(po, index, &s).ok());
-            ASSERT_EQ(s->placement().size(), part.size());
-            EXPECT_EQ(s->placement()[0].shard, *std::min_element(part.begin(), part.end()));
-            EXPECT_EQ(s->placement()[0].first_doc, whole->placement()[size_t(s->placement()[0].shard)].first_doc);
-            parts.emplace_back();
-            ASSERT_TRUE(s->Search(qb, so2, &parts.back()).ok());
+        ThreadCuts group(int(part_searchers.size()), whole->info().n_docs, whole->info().n_centroids);
+        std::vector<std::vector<std::vector<SearchHit>>> parts(part_searchers.size());
+        std::vector<Status> sts(part_searchers.size());
+        std::vector<std::thread> threads;
+        for (size_t p = 0; p < part_searchers.size(); ++p) {
+            threads.emplace_back([&, p] {
+                ThreadCuts::Member m = group.member();
+                sts[p] = SearchWithCuts(part_searchers[p].get(), qb, so2, &m, &parts[p]);
+            });
         }
+        for (auto& t : threads) t.join();
+        for (const Status& st : sts) ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
         std::vector<std::vector<SearchHit>> got;
-        MergeHits(&parts, qb.n_queries, 10, &got);
-        ASSERT_EQ(got.size(), want.size());
-        if (!so2.exhaustive) {
-            EXPECT_GE(recall(got), recall(want) - 0.005);
-            for (const auto& hits : got)
-                for (const SearchHit& h : hits) EXPECT_EQ(gone.count(h.doc_id), 0u) << "a deleted document came back";
-            continue;
-        }
-        exact = want;
-        for (size_t q = 0; q < want.size(); ++q) {
-            ASSERT_EQ(got[q].size(), want[q].size()) << "query " << q;
-            for (size_t j = 0; j < want[q].size(); ++j) {
-                EXPECT_EQ(got[q][j].doc_id, want[q][j].doc_id) << "query " << q << " rank " << j;
-                EXPECT_EQ(got[q][j].score, want[q][j].score) << "query " << q << " rank " << j;
-                EXPECT_EQ(gone.count(got[q][j].doc_id), 0u) << "a deleted document came back";
-            }
-        }
+        MergeHits(&parts, qb.n_queries, so2.k, &got);
+        expect_same_hits(got, want, what);
+        for (const auto& hits : got)
+            for (const SearchHit& h : hits) EXPECT_EQ(gone.count(h.doc_id), 0u) << "a deleted document came back";
+        bool same = true;
+        for (size_t q = 0; q < want.size(); ++q)
+            for (size_t j = 0; j < want[q].size(); ++j) same = same && want[q][j].internal_id == exact[q][j].internal_id;
+        differ += !same;
+    }
+    EXPECT_GT(differ, 0) << "no setting cut deep enough to differ from exhaustive search: the test checks nothing";
+    // A participant's error reaches every participant, through the first cut.
+    {
+        ThreadCuts group(2, whole->info().n_docs, whole->info().n_centroids);
+        SearchOptions bad;
+        bad.nprobe = 0;
+        std::vector<std::vector<SearchHit>> r0, r1;
+        Status s0, s1;
+        std::thread t([&] {
+            ThreadCuts::Member m = group.member();
+            s0 = SearchWithCuts(part_searchers[0].get(), qb, bad, &m, &r0);
+        });
+        ThreadCuts::Member m = group.member();
+        s1 = SearchWithCuts(nullptr, qb, bad, &m, &r1);
+        t.join();
+        EXPECT_EQ(s0.code(), Status::Code::kInvalidArgument) << s0.ToString();
+        EXPECT_EQ(s1.code(), Status::Code::kInvalidArgument) << s1.ToString();
     }
     // Without shard 1's store: shard 0 still opens (with the last), shard 1 is named missing.
     fs::rename(dir / "index" / "shard-0001", dir / "shard-0001.aside");
@@ -379,6 +492,31 @@ TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
     p1.shards = {3};
     EXPECT_EQ(Searcher::Open(p1, index, &s).code(), Status::Code::kInvalidArgument);
     fs::rename(dir / "shard-0001.aside", dir / "index" / "shard-0001");
+}
+
+// Each shard its own segment (SearcherOptions::join_shards = false), their candidates cut
+// together on the host between stages, gives what one segment of all the shards gives, in
+// every setting and in chunks of queries.
+TEST(SearchCpu, SeparateShardSegmentsEqualOne) {
+    ShardedSynth sy;
+    ASSERT_NO_FATAL_FAILURE(make_sharded_synth("segments", 400, 12, &sy));
+    SearcherOptions apart = sy.opts;
+    apart.join_shards = false;
+    std::unique_ptr<Searcher> one, three;
+    ASSERT_TRUE(Searcher::Open(sy.opts, sy.index, &one).ok());
+    ASSERT_TRUE(Searcher::Open(apart, sy.index, &three).ok());
+    for (SearchOptions so : cut_settings()) {
+        for (const int chunk : {0, 5}) {
+            so.max_batch_queries = chunk;
+            const std::string what = "ncandidates " + std::to_string(so.ncandidates) + " rerank " +
+                                     std::to_string(so.rerank) + " pruning " + PruningName(so.pruning) + " chunk " +
+                                     std::to_string(chunk);
+            std::vector<std::vector<SearchHit>> want, got;
+            ASSERT_TRUE(one->Search(sy.qb, so, &want).ok());
+            ASSERT_TRUE(three->Search(sy.qb, so, &got).ok());
+            expect_same_hits(got, want, what);
+        }
+    }
 }
 
 // Rerank-only scoring: the exact scores of the given candidates (as exhaustive search scores

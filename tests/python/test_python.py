@@ -58,13 +58,68 @@ def test_search_equals_the_cli(corpus, tmp_path, mode):
             assert np.allclose(scores[i], [s for _, s in cli[str(i)]], rtol=1e-5)
 
 
+def _torch_devices(torch):
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
 def test_torch_tensors_equal_numpy(corpus):
     torch = pytest.importorskip("torch")
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
-    want = s.search(corpus["queries"], k=10)
-    got = s.search(torch.from_numpy(corpus["queries"]), k=10)
-    assert got[0] == want[0]
-    assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1]))
+    for exhaustive in (False, True):
+        want = s.search(corpus["queries"], k=10, exhaustive=exhaustive)
+        for dev in _torch_devices(torch):
+            for q in (corpus["queries"], corpus["queries"].astype(np.float32)):
+                got = s.search(torch.from_numpy(q).to(dev), k=10, exhaustive=exhaustive)
+                assert got[0] == want[0], dev
+                assert all(np.allclose(a, b, rtol=1e-6) for a, b in zip(got[1], want[1])), dev
+            # a ragged list of tensors, each query's own length
+            ragged = [torch.from_numpy(q[: 8 + i % 8]).to(dev) for i, q in enumerate(corpus["queries"])]
+            want_r = s.search([t.cpu().numpy() for t in ragged], k=10, exhaustive=exhaustive)
+            assert s.search(ragged, k=10, exhaustive=exhaustive)[0] == want_r[0], dev
+
+
+def test_torch_bfloat16_equals_float32_of_the_same_values(corpus):
+    torch = pytest.importorskip("torch")
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    for dev in _torch_devices(torch):
+        qb = torch.from_numpy(corpus["queries"]).to(dev).to(torch.bfloat16)
+        got = s.search(qb, k=10, exhaustive=True)
+        want = s.search(qb.float().cpu().numpy(), k=10, exhaustive=True)
+        assert got[0] == want[0], dev
+        assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1])), dev
+
+
+def test_torch_documents_build_the_numpy_index(corpus, tmp_path):
+    torch = pytest.importorskip("torch")
+    want = tilemaxsim.Searcher(corpus["index"], "cpu").search(corpus["queries"], k=10, exhaustive=True)
+    for dev in _torch_devices(torch):
+        docs = [torch.from_numpy(d).to(dev) for d in corpus["docs"]]
+        tilemaxsim.build_index(tmp_path / dev, docs, corpus["ids"], keep_vectors=True, n_centroids=32, device="cpu")
+        got = tilemaxsim.Searcher(tmp_path / dev, "cpu").search(corpus["queries"], k=10, exhaustive=True)
+        assert got[0] == want[0], dev
+        assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1])), dev
+
+
+def _gpu_searcher(index):
+    try:
+        return tilemaxsim.Searcher(index, "gpu")
+    except Exception as e:  # a CPU-only build, or no GPU
+        pytest.skip(f"no GPU searcher: {e}")
+
+
+def test_gpu_searcher_equals_cpu(corpus):
+    g = _gpu_searcher(corpus["index"])
+    c = tilemaxsim.Searcher(corpus["index"], "cpu")
+    assert g.device == "gpu"
+    for exhaustive in (False, True):
+        want = c.search(corpus["queries"], k=10, exhaustive=exhaustive)
+        got = g.search(corpus["queries"], k=10, exhaustive=exhaustive)
+        assert got[0] == want[0]
+        assert all(np.allclose(a, b, rtol=1e-3) for a, b in zip(got[1], want[1]))
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        got = g.search(torch.from_numpy(corpus["queries"]).cuda(), k=10)
+        assert got[0] == g.search(corpus["queries"], k=10)[0]
 
 
 def test_bfloat16_queries_equal_float32_of_the_same_values(corpus):
