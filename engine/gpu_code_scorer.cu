@@ -113,7 +113,9 @@ struct CodeScorerScratch {
         const int32_t* d_docs = nullptr;
         std::vector<int64_t> h_off;  // the offsets Candidates returned: [n_queries + 1], h_off.back() candidates
         bool table_built = false;  // g_table holds these queries' centroid-score table
+        uint64_t ticket = 0;       // the Candidates call's ticket (ScoreLists reuses its state)
     } last;
+    uint64_t tickets = 0;  // Candidates calls on the device so far
 };
 
 struct GpuCodeScorer::Impl {
@@ -574,9 +576,11 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
 
 Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                  const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
-                                 std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys) {
+                                 std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
+                                 uint64_t* ticket) {
     Impl& im = *impl_;
     im.last.valid = false;
+    if (ticket) *ticket = 0;
     if (keys && !docs) return Status::InvalidArgument("GpuCodeScorer::Candidates: keys need docs");
     if (keys) keys->clear();
     // With keys, every list is cut (and its scores kept) even where nothing needs pruning.
@@ -731,6 +735,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
     im.SetLast(q_stride, dq, dl, dcs, result_off, result, *off, table_built);
+    im.last.ticket = ++im.sc.tickets;
+    if (ticket) *ticket = im.last.ticket;
     return Status::OK();
 }
 
@@ -801,10 +807,31 @@ namespace tms::engine {
 
 Status GpuCodeScorer::ScoreLists(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                  const int32_t* h_query_lens, const int64_t* h_off, const int32_t* h_docs, int keep,
-                                 std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* scores) {
+                                 std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* scores,
+                                 uint64_t ticket) {
     Impl& im = *impl_;
-    im.last.valid = false;  // the arena is reused below
     if (keep <= 0) return Status::InvalidArgument("GpuCodeScorer::ScoreLists: keep must be > 0");
+    if (ticket != 0 && im.last.valid && im.last.owner == &im && im.last.ticket == ticket) {
+        // That Candidates call's query rows, centroid scores (and table) are still on the device:
+        // only the lists go up, over the ones it left.
+        if (int64_t(im.last.h_off.size()) != int64_t(n_queries) + 1) {
+            return Status::InvalidArgument("GpuCodeScorer::ScoreLists: not the batch of that Candidates call");
+        }
+        int64_t n_cand = 0;
+        TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::ScoreLists", n_queries, q_stride, h_queries,
+                                                            h_query_lens, h_off, h_docs, im.n_docs, &n_cand));
+        DeviceGuard g(im.device);
+        const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t), d_bytes = size_t(n_cand) * sizeof(int32_t);
+        TMS_RETURN_IF_ERROR(im.g_new_off.Reserve(o_bytes, im.stream));
+        TMS_RETURN_IF_ERROR(im.g_heads.Reserve(std::max<size_t>(d_bytes, 4), im.stream));
+        TMS_RETURN_IF_ERROR(im.inputs().Upload(im.g_new_off.p, h_off, o_bytes));
+        if (d_bytes) TMS_RETURN_IF_ERROR(im.inputs().Upload(im.g_heads.p, h_docs, d_bytes));
+        im.last.d_off = static_cast<const int64_t*>(im.g_new_off.p);
+        im.last.d_docs = static_cast<const int32_t*>(im.g_heads.p);
+        im.last.h_off.assign(h_off, h_off + n_queries + 1);
+        return ScoreCandidatesTop(keep, off, docs, scores);
+    }
+    im.last.valid = false;  // the arena is reused below
     if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::ScoreLists: more than 65535 queries in one call");
     int64_t n_cand = 0;
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::ScoreLists", n_queries, q_stride, h_queries,

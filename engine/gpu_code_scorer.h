@@ -62,10 +62,11 @@ public:
     /// keys (with docs): the pruning scores of the kept documents (kProbe: the fixed-point
     /// score; kInteraction: the centroid-only score), every query cut to its ncandidates best
     /// (score descending, lower id first) even where nothing needed pruning (the cut of a search
-    /// spread over several shards, SearchCuts); unset when ncandidates == 0.
+    /// spread over several shards, SearchCuts); unset when ncandidates == 0. ticket: names this
+    /// call's device state for ScoreLists.
     Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                       int nprobe, int ncandidates, Pruning pruning, std::vector<int64_t>* off,
-                      std::vector<int32_t>* docs, std::vector<float>* keys = nullptr);
+                      std::vector<int32_t>* docs, std::vector<float>* keys = nullptr, uint64_t* ticket = nullptr);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
         return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning,
@@ -89,9 +90,12 @@ public:
     /// best of each query back as ScoreCandidatesTop returns them, computed as a Candidates call
     /// followed by ScoreCandidatesTop computes them (the same query conversion, centroid GEMM
     /// and table kernel), so that a list cut between the two steps scores as it would have.
+    /// ticket: a Candidates call's on the same queries; while its device state is still there (no
+    /// call on the device since), the query rows, centroid scores and table are reused, not
+    /// uploaded and computed again. 0: none.
     Status ScoreLists(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                       const int64_t* h_off, const int32_t* h_docs, int keep, std::vector<int64_t>* off,
-                      std::vector<int32_t>* docs, std::vector<float>* scores);
+                      std::vector<int32_t>* docs, std::vector<float>* scores, uint64_t ticket = 0);
 
 private:
     GpuCodeScorer() = default;

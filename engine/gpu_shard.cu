@@ -15,13 +15,13 @@ public:
     bool has_vectors() const override { return exact_ != nullptr; }
     Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
                       Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs,
-                      std::vector<float>* keys) override {
-        return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, pruning, off, docs, keys);
+                      std::vector<float>* keys, uint64_t* ticket) override {
+        return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, pruning, off, docs, keys, ticket);
     }
     Status ScoreLists(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* h_off,
                       const int32_t* h_docs, int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
-                      std::vector<float>* scores) override {
-        return code_->ScoreLists(q, dt, nq, qt, lens, h_off, h_docs, keep, off, docs, scores);
+                      std::vector<float>* scores, uint64_t ticket) override {
+        return code_->ScoreLists(q, dt, nq, qt, lens, h_off, h_docs, keep, off, docs, scores, ticket);
     }
     Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                               std::vector<float>* scores) override {

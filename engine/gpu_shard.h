@@ -26,12 +26,14 @@ public:
     // With has_codes(): GpuCodeScorer's Candidates, ScoreCandidatesTop, ScoreLists and Score.
     virtual Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                               const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
-                              std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys) = 0;
+                              std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
+                              uint64_t* ticket) = 0;
     virtual Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                                       std::vector<float>* scores) = 0;
     virtual Status ScoreLists(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                               const int32_t* h_query_lens, const int64_t* h_off, const int32_t* h_docs, int keep,
-                              std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* scores) = 0;
+                              std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* scores,
+                              uint64_t ticket) = 0;
     virtual Status CodeScore(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
                              const int64_t* h_cand_offsets, const int32_t* h_cand_docs, bool centroids_only,
                              std::vector<float>* scores) = 0;

@@ -47,6 +47,7 @@ struct SegmentCall {
     std::vector<float> qconv;  // the queries as fp32, when they are not and the host needs them
     std::vector<float> cs;     // the host's centroid scores (host candidate generation)
     bool on_gpu = false;       // candidates were generated (and are scored) on the GPU
+    uint64_t ticket = 0;       // that generation's device state (GpuCodeScorer::ScoreLists)
     Lists lists;
 };
 
@@ -425,7 +426,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         const bool gpu_candidates = gpu_codes() && nprobe <= 64;
         if (gpu_candidates) {
             TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, opts.ncandidates,
-                                                 opts.pruning, &l.off, nullptr, nullptr));
+                                                 opts.pruning, &l.off, nullptr, nullptr, nullptr));
         } else {
             TMS_RETURN_IF_ERROR(HostCandidates(host_f32(), q, opts, /*cut_all=*/false, &cs, &l));
         }
@@ -567,7 +568,7 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
     if (c->on_gpu) {
         return dev_->Candidates(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nprobe, o.ncandidates, o.pruning,
-                                &c->lists.off, &c->lists.docs, &c->lists.scores);
+                                &c->lists.off, &c->lists.docs, &c->lists.scores, &c->ticket);
     }
     return HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/true, &c->cs, &c->lists);
 }
@@ -580,7 +581,7 @@ Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall
     if (c->on_gpu) {
         Lists top;
         TMS_RETURN_IF_ERROR(dev_->ScoreLists(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, l.off.data(),
-                                             l.docs.data(), keep, &top.off, &top.docs, &top.scores));
+                                             l.docs.data(), keep, &top.off, &top.docs, &top.scores, c->ticket));
         l = std::move(top);
         return Status::OK();
     }

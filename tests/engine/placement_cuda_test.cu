@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "tests/engine/synth_index.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -116,6 +119,54 @@ TEST(PlacementCuda, SeparateSegmentsOnOneGpuEqualOne) {
         SCOPED_TRACE("ncandidates " + std::to_string(so.ncandidates) + " rerank " + std::to_string(so.rerank) +
                      " pruning " + PruningName(so.pruning));
         ExpectSameHits(f.Search(*one, so), f.Search(*three, so), 0);
+    }
+}
+
+// A participant alone: its cut keeps the best `keep` of its own keys.
+struct AloneCuts final : SearchCuts {
+    int64_t docs = 0;
+    int centroids = 0;
+    int64_t n_docs() const override { return docs; }
+    int n_centroids() const override { return centroids; }
+    Status Cut(int keep, const Status& mine, const std::vector<std::vector<CutKey>>& best,
+               std::vector<CutKey>* cut) override {
+        TMS_RETURN_IF_ERROR(mine);
+        cut->assign(best.size(), CutKey{-INFINITY, std::numeric_limits<int64_t>::max()});
+        for (size_t q = 0; q < best.size(); ++q) {
+            if (best[q].size() < size_t(keep)) continue;
+            (*cut)[q] = *std::max_element(best[q].begin(), best[q].end(), [](const CutKey& a, const CutKey& b) {
+                return a.score > b.score || (a.score == b.score && a.id < b.id);
+            });
+        }
+        return Status::OK();
+    }
+};
+
+// One segment searched through the cuts (as an MPI rank with one GPU searches): the lists it
+// scores after the cut reuse its candidate generation's device state (GpuCodeScorer::ScoreLists'
+// ticket), and give its plain search's results exactly.
+TEST(PlacementCuda, CutsOfOneSegmentEqualItsSearch) {
+    SKIP_WITHOUT_GPU();
+    Fixture f;
+    f.Build(3);
+    std::unique_ptr<Searcher> one;
+    ASSERT_TRUE(f.Open(Device::kGpu, {0}, &one).ok());
+    AloneCuts cuts;
+    cuts.docs = one->info().n_docs;
+    cuts.centroids = one->info().n_centroids;
+    QueryBatch q;
+    q.data = f.qa.bytes.data();
+    q.dtype = DType::kF16;
+    q.n_queries = int(f.qa.shape[0]);
+    q.q_tokens = int(f.qa.shape[1]);
+    q.dim = f.so.dim;
+    for (const SearchOptions& so : CutSettings()) {
+        SCOPED_TRACE("ncandidates " + std::to_string(so.ncandidates) + " rerank " + std::to_string(so.rerank) +
+                     " pruning " + PruningName(so.pruning));
+        std::vector<std::vector<SearchHit>> got;
+        const Status st = SearchWithCuts(one.get(), q, so, &cuts, &got);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        ExpectSameHits(f.Search(*one, so), got, 0);
     }
 }
 

@@ -31,5 +31,6 @@ for b in 256 1; do
   mpirun -np 2 -x OMP_NUM_THREADS=$(( $(nproc) / 2 )) $search --batch $b --out $out/mpi-$b.trec 2> $out/mpi-$b.txt
   tail -n 2 $out/mpi-$b.txt
   if cmp -s $out/one-$b.trec $out/mpi-$b.trec; then echo "batch $b: mpi run = one process's"; else echo "batch $b: RUNS DIFFER"; fi
+  rm -f $out/one-$b.trec $out/mpi-$b.trec
 done
-rm -rf $idx
+rm -rf $idx $out/exact.trec
