@@ -33,7 +33,12 @@ Status Channel::Broadcast(std::string* bytes) {
 }
 
 void Channel::Wait(MPI_Request* req, const char* what) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_s_);
+    // Non-blocking collectives progress only inside MPI_Test: poll (yielding the core) for the
+    // first 20 ms, which moves a message of megabytes through its many pipeline steps at full
+    // speed, and only then sleep between polls (a rank waiting for a slower one).
+    const auto poll_until = start + std::chrono::milliseconds(20);
     for (int spins = 0;; ++spins) {
         int done = 0;
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -44,7 +49,11 @@ void Channel::Wait(MPI_Request* req, const char* what) {
             std::fflush(stderr);
             MPI_Abort(comm_, 1);
         }
-        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (spins % 64 == 63 && Clock::now() > poll_until) {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        } else {
+            std::this_thread::yield();
+        }
     }
 }
 

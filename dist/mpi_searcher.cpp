@@ -120,6 +120,9 @@ private:
         if (!mine.ok()) {
             put(&blob, mine.message().data(), mine.message().size());
         } else {
+            size_t bytes = 4;
+            for (const auto& b : best) bytes += 4 + b.size() * sizeof(CutKey);
+            blob.reserve(bytes);
             for (const auto& b : best) {
                 put(&blob, uint32_t(b.size()));
                 put(&blob, b.data(), b.size() * sizeof(CutKey));
