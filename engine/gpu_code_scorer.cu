@@ -83,6 +83,16 @@ __global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64
     }
 }
 
+// Consecutive 256-byte-aligned blocks carved out of an arena reserved for their sum.
+struct Carver {
+    char* cur;
+    char* take(size_t bytes) {
+        char* p = cur;
+        cur += align256(bytes);
+        return p;
+    }
+};
+
 /// Blocks of 256 threads for a grid-stride loop over n elements (at most 4,096).
 unsigned stride_blocks(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 4096)); }
 
@@ -629,22 +639,17 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(p_bytes) +
                                    align256(b_bytes) + align256(c_bytes) + align256(o_bytes) + align256(raw_bytes) +
                                    align256(ps_bytes) + align256(t_bytes)));
-    char* cur = static_cast<char*>(im.arena.p);
-    auto take = [&](size_t bytes) {
-        char* p = cur;
-        cur += align256(bytes);
-        return p;
-    };
-    float* dq = reinterpret_cast<float*>(take(q_bytes));
-    int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(take(l_bytes)) : nullptr;
-    float* dcs = reinterpret_cast<float*>(take(cs_bytes));
-    int32_t* dp = reinterpret_cast<int32_t*>(take(p_bytes));
-    uint32_t* dbits = reinterpret_cast<uint32_t*>(take(b_bytes));
-    float* dps = reinterpret_cast<float*>(take(ps_bytes));  // [rows, nprobe] scores, then [rows] floors
-    uint32_t* dthr = reinterpret_cast<uint32_t*>(take(t_bytes));  // [n_queries] thresholds, then cursors
-    int64_t* dcount = reinterpret_cast<int64_t*>(take(c_bytes));
-    int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
-    void* draw = raw_bytes ? take(raw_bytes) : nullptr;
+    Carver carve{static_cast<char*>(im.arena.p)};
+    float* dq = reinterpret_cast<float*>(carve.take(q_bytes));
+    int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(carve.take(l_bytes)) : nullptr;
+    float* dcs = reinterpret_cast<float*>(carve.take(cs_bytes));
+    int32_t* dp = reinterpret_cast<int32_t*>(carve.take(p_bytes));
+    uint32_t* dbits = reinterpret_cast<uint32_t*>(carve.take(b_bytes));
+    float* dps = reinterpret_cast<float*>(carve.take(ps_bytes));  // [rows, nprobe] scores, then [rows] floors
+    uint32_t* dthr = reinterpret_cast<uint32_t*>(carve.take(t_bytes));  // [n_queries] thresholds, then cursors
+    int64_t* dcount = reinterpret_cast<int64_t*>(carve.take(c_bytes));
+    int64_t* doff = reinterpret_cast<int64_t*>(carve.take(o_bytes));
+    void* draw = raw_bytes ? carve.take(raw_bytes) : nullptr;
     trace("reserve");
     TMS_RETURN_IF_ERROR(im.QueriesToDevice(h_queries, q_dtype, rows, dq, draw));
     if (dl) TMS_RETURN_IF_ERROR(im.inputs().Upload(dl, h_query_lens, l_bytes));
@@ -846,18 +851,13 @@ Status GpuCodeScorer::ScoreLists(const void* h_queries, DType q_dtype, int n_que
     const size_t d_bytes = size_t(n_cand) * sizeof(int32_t);
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(raw_bytes) + align256(l_bytes) + align256(cs_bytes) +
                                    align256(o_bytes) + align256(d_bytes)));
-    char* cur = static_cast<char*>(im.arena.p);
-    auto take = [&](size_t bytes) {
-        char* p = cur;
-        cur += align256(bytes);
-        return p;
-    };
-    float* dq = reinterpret_cast<float*>(take(q_bytes));
-    void* draw = raw_bytes ? take(raw_bytes) : nullptr;
-    int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(take(l_bytes)) : nullptr;
-    float* dcs = reinterpret_cast<float*>(take(cs_bytes));
-    int64_t* doff = reinterpret_cast<int64_t*>(take(o_bytes));
-    int32_t* ddocs = reinterpret_cast<int32_t*>(take(d_bytes));
+    Carver carve{static_cast<char*>(im.arena.p)};
+    float* dq = reinterpret_cast<float*>(carve.take(q_bytes));
+    void* draw = raw_bytes ? carve.take(raw_bytes) : nullptr;
+    int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(carve.take(l_bytes)) : nullptr;
+    float* dcs = reinterpret_cast<float*>(carve.take(cs_bytes));
+    int64_t* doff = reinterpret_cast<int64_t*>(carve.take(o_bytes));
+    int32_t* ddocs = reinterpret_cast<int32_t*>(carve.take(d_bytes));
     if (rows > 0) TMS_RETURN_IF_ERROR(im.QueriesToDevice(h_queries, q_dtype, rows, dq, draw));
     if (dl) TMS_RETURN_IF_ERROR(im.inputs().Upload(dl, h_query_lens, l_bytes));
     TMS_RETURN_IF_ERROR(im.inputs().Upload(doff, h_off, o_bytes));

@@ -562,8 +562,7 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     std::unique_lock<std::mutex> gpu_lock;
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     SearchOptions o = opts;  // more candidates than documents would only size buffers
-    o.ncandidates = int(std::min<int64_t>(opts.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
-    if (opts.ncandidates == 0) o.ncandidates = 0;
+    if (o.ncandidates > 0) o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
     const int nprobe = std::min(o.nprobe, data_.info.n_centroids);
     c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
     if (c->on_gpu) {

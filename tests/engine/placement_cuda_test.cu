@@ -86,24 +86,6 @@ TEST(PlacementCuda, ThreeShardsOnOneGpuEqualCpuAndOneShard) {
     for (bool ex : {true, false}) ExpectSameHits(f.Search(*cpu, ex), f.Search(*gpu, ex), 1e-3f);
 }
 
-// Every approximate setting a cut must reproduce: the default, and deep cuts (few candidates,
-// a short rerank, none, no pruning) under both prunings.
-std::vector<SearchOptions> CutSettings() {
-    std::vector<SearchOptions> out;
-    out.emplace_back();
-    for (const Pruning pr : {Pruning::kProbe, Pruning::kInteraction}) {
-        for (const auto [ncand, rerank] : {std::pair{64, 16}, std::pair{64, 0}, std::pair{0, 16}, std::pair{9, 4}}) {
-            SearchOptions o;
-            o.nprobe = 2;
-            o.pruning = pr;
-            o.ncandidates = ncand;
-            o.rerank = rerank;
-            out.push_back(o);
-        }
-    }
-    return out;
-}
-
 // Three shards as three segments on one GPU (join_shards = false: their candidates generated,
 // downloaded with their pruning scores, cut on the host, then rescored from the cut lists) give
 // exactly what the three as one segment give: the GPU's scores of a document do not depend on
@@ -115,7 +97,7 @@ TEST(PlacementCuda, SeparateSegmentsOnOneGpuEqualOne) {
     std::unique_ptr<Searcher> one, three;
     ASSERT_TRUE(f.Open(Device::kGpu, {0}, &one).ok());
     ASSERT_TRUE(f.Open(Device::kGpu, {0}, &three, /*join_shards=*/false).ok());
-    for (const SearchOptions& so : CutSettings()) {
+    for (const SearchOptions& so : testing::CutSettings(64, 16)) {
         SCOPED_TRACE("ncandidates " + std::to_string(so.ncandidates) + " rerank " + std::to_string(so.rerank) +
                      " pruning " + PruningName(so.pruning));
         ExpectSameHits(f.Search(*one, so), f.Search(*three, so), 0);
@@ -160,7 +142,7 @@ TEST(PlacementCuda, CutsOfOneSegmentEqualItsSearch) {
     q.n_queries = int(f.qa.shape[0]);
     q.q_tokens = int(f.qa.shape[1]);
     q.dim = f.so.dim;
-    for (const SearchOptions& so : CutSettings()) {
+    for (const SearchOptions& so : testing::CutSettings(64, 16)) {
         SCOPED_TRACE("ncandidates " + std::to_string(so.ncandidates) + " rerank " + std::to_string(so.rerank) +
                      " pruning " + PruningName(so.pruning));
         std::vector<std::vector<SearchHit>> got;

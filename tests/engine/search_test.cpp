@@ -350,24 +350,6 @@ private:
     std::vector<CutKey> at_;
 };
 
-// Every approximate setting the cuts must reproduce: the default, and deep cuts (few candidates,
-// a short rerank, none, no pruning) under both prunings.
-std::vector<SearchOptions> cut_settings() {
-    std::vector<SearchOptions> out;
-    out.emplace_back();
-    for (const Pruning pr : {Pruning::kProbe, Pruning::kInteraction}) {
-        for (const auto [ncand, rerank] : {std::pair{20, 12}, std::pair{20, 0}, std::pair{0, 12}, std::pair{7, 3}}) {
-            SearchOptions o;
-            o.nprobe = 2;
-            o.pruning = pr;
-            o.ncandidates = ncand;
-            o.rerank = rerank;
-            out.push_back(o);
-        }
-    }
-    return out;
-}
-
 // Hits equal: the same documents in the same order, with the same scores.
 void expect_same_hits(const std::vector<std::vector<SearchHit>>& got, const std::vector<std::vector<SearchHit>>& want,
                       const std::string& what) {
@@ -431,7 +413,7 @@ TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
     std::vector<std::vector<SearchHit>> exact;
     ASSERT_TRUE(whole->Search(qb, exh, &exact).ok());
     int differ = 0;  // settings whose approximate run differs from the exhaustive one
-    std::vector<SearchOptions> settings = cut_settings();
+    std::vector<SearchOptions> settings = testing::CutSettings(20, 12);
     settings.push_back(exh);
     for (const SearchOptions& so2 : settings) {
         const std::string what = "ncandidates " + std::to_string(so2.ncandidates) + " rerank " +
@@ -505,7 +487,7 @@ TEST(SearchCpu, SeparateShardSegmentsEqualOne) {
     std::unique_ptr<Searcher> one, three;
     ASSERT_TRUE(Searcher::Open(sy.opts, sy.index, &one).ok());
     ASSERT_TRUE(Searcher::Open(apart, sy.index, &three).ok());
-    for (SearchOptions so : cut_settings()) {
+    for (SearchOptions so : testing::CutSettings(20, 12)) {
         for (const int chunk : {0, 5}) {
             so.max_batch_queries = chunk;
             const std::string what = "ncandidates " + std::to_string(so.ncandidates) + " rerank " +

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tilemaxsim/tilemaxsim.h"
 
@@ -26,6 +28,25 @@ inline std::filesystem::path BuildSynthIndex(const std::string& name, const Synt
     const Status st = b->BuildFromFiles((dir / "docs.npy").string(), (dir / "doclens.npy").string(), "");
     EXPECT_TRUE(st.ok()) << st.ToString();
     return dir;
+}
+
+/// Every approximate setting a cut across segments must reproduce: the default, and, under both
+/// prunings with nprobe 2, deep cuts: (ncandidates, rerank), no rerank, no pruning, and a
+/// third of the candidates with a quarter of the rerank.
+inline std::vector<SearchOptions> CutSettings(int ncandidates, int rerank) {
+    std::vector<SearchOptions> out(1);
+    for (const Pruning pr : {Pruning::kProbe, Pruning::kInteraction}) {
+        for (const auto& [nc, rr] : {std::pair{ncandidates, rerank}, std::pair{ncandidates, 0}, std::pair{0, rerank},
+                                     std::pair{ncandidates / 3, rerank / 4}}) {
+            SearchOptions o;
+            o.nprobe = 2;
+            o.pruning = pr;
+            o.ncandidates = nc;
+            o.rerank = rr;
+            out.push_back(o);
+        }
+    }
+    return out;
 }
 
 }  // namespace tms::testing
