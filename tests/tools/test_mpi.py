@@ -1,24 +1,18 @@
 """Distributed search under mpirun (oversubscribed on this machine: a correctness check).
 
 `mpirun -np R tms search` over a sharded index writes the same run as one process, exhaustive or
-approximate; a rank that
-cannot open its shard, or stops answering, ends the job with one message on rank 0 in bounded
-time. Skipped when tms was built without MPI or mpirun is missing.
+approximate; a rank that cannot open its shard, or stops answering, ends the job with one message
+on rank 0 in bounded time. Skipped when tms was built without MPI or mpirun is missing.
 """
 import os
 import shutil
 import subprocess
 import time
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from cli_util import TMS, tms
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
-from shards_report import read_run, recall  # noqa: E402
 
 MPIRUN = shutil.which("mpirun")
 
