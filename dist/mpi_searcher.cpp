@@ -154,14 +154,11 @@ private:
                 }
             }
             if (verdict.ok()) {
-                const auto better = [](const CutKey& a, const CutKey& b) {
-                    return a.score > b.score || (a.score == b.score && a.id < b.id);
-                };
                 put(&reply, int32_t(0));
                 for (auto& m : merged) {
                     CutKey at{-INFINITY, std::numeric_limits<int64_t>::max()};  // fewer than keep: keep all
                     if (m.size() >= size_t(keep)) {
-                        std::nth_element(m.begin(), m.begin() + (keep - 1), m.end(), better);
+                        std::nth_element(m.begin(), m.begin() + (keep - 1), m.end(), CutKeyBetter);
                         at = m[size_t(keep - 1)];
                     }
                     put(&reply, at);

@@ -645,8 +645,6 @@ Status check_finite(const QueryBatch& q) {
     return Status::OK();
 }
 
-// Cut order: a higher score first, then a lower id.
-bool better(const CutKey& a, const CutKey& b) { return a.score > b.score || (a.score == b.score && a.id < b.id); }
 constexpr CutKey kKeepAll{-INFINITY, std::numeric_limits<int64_t>::max()};
 
 // Approximate search of the segments `segs` (`groups`: their indices per device) as one segment
@@ -701,7 +699,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                             bq.push_back({l.scores[size_t(e)], segs[s]->data_.first_doc + l.docs[size_t(e)]});
                     }
                     if (bq.size() > size_t(keep_n)) {
-                        std::nth_element(bq.begin(), bq.begin() + (keep_n - 1), bq.end(), better);
+                        std::nth_element(bq.begin(), bq.begin() + (keep_n - 1), bq.end(), CutKeyBetter);
                         bq.resize(size_t(keep_n));
                     }
                 }
@@ -712,7 +710,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             } else if (st.ok()) {
                 for (int i = 0; i < nb; ++i) {
                     const auto& bq = best[size_t(i)];
-                    if (bq.size() == size_t(keep_n)) at[size_t(i)] = *std::max_element(bq.begin(), bq.end(), better);  // the worst kept
+                    if (bq.size() == size_t(keep_n)) at[size_t(i)] = *std::max_element(bq.begin(), bq.end(), CutKeyBetter);  // the worst kept
                 }
             }
             if (!st.ok()) return;
@@ -720,7 +718,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 Lists& l = calls[s].lists;
                 const int64_t first = segs[s]->data_.first_doc;
                 const auto kept = [&](int i, int64_t e) {
-                    return !better(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]});
+                    return !CutKeyBetter(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]});
                 };
                 Lists out;
                 out.off.assign(size_t(nb) + 1, 0);

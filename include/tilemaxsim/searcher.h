@@ -80,11 +80,15 @@ public:
     virtual void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const = 0;
 };
 
-/// A candidate's place in a cut: its score and internal id (better: higher score, then lower id).
+/// A candidate's place in a cut: its score and internal id.
 struct CutKey {
     float score = 0;
     int64_t id = 0;
 };
+/// The cut order: a higher score first, then a lower id (as Search ranks hits).
+inline bool CutKeyBetter(const CutKey& a, const CutKey& b) {
+    return a.score > b.score || (a.score == b.score && a.id < b.id);
+}
 
 /// The collective steps of one approximate search spread over several searchers, each holding
 /// some of an index's shards (MPI ranks, or any other group of processes): through it, every

@@ -116,9 +116,7 @@ struct AloneCuts final : SearchCuts {
         cut->assign(best.size(), CutKey{-INFINITY, std::numeric_limits<int64_t>::max()});
         for (size_t q = 0; q < best.size(); ++q) {
             if (best[q].size() < size_t(keep)) continue;
-            (*cut)[q] = *std::max_element(best[q].begin(), best[q].end(), [](const CutKey& a, const CutKey& b) {
-                return a.score > b.score || (a.score == b.score && a.id < b.id);
-            });
+            (*cut)[q] = *std::max_element(best[q].begin(), best[q].end(), CutKeyBetter);
         }
         return Status::OK();
     }

@@ -320,9 +320,7 @@ private:
             at_.assign(pool_.size(), CutKey{-INFINITY, std::numeric_limits<int64_t>::max()});
             for (size_t q = 0; q < pool_.size(); ++q) {
                 auto& p = pool_[q];
-                std::sort(p.begin(), p.end(), [](const CutKey& a, const CutKey& b) {
-                    return a.score > b.score || (a.score == b.score && a.id < b.id);
-                });
+                std::sort(p.begin(), p.end(), CutKeyBetter);
                 if (p.size() >= size_t(keep)) at_[q] = p[size_t(keep - 1)];
             }
             result_ = err_;
