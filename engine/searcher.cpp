@@ -647,6 +647,22 @@ Status check_finite(const QueryBatch& q) {
 
 constexpr CutKey kKeepAll{-INFINITY, std::numeric_limits<int64_t>::max()};
 
+// step(i) for every segment i of `groups` (segment indices per device, n in all): one host
+// thread per GPU runs its segments in turn (they share its stream and scratch); on the CPU (one
+// group) they run in turn, each step using every core. Returns each segment's status.
+std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& groups, size_t n,
+                                   const std::function<Status(size_t)>& step) {
+    std::vector<Status> sts(n);
+    auto device = [&](size_t g) {
+        for (size_t i : groups[g]) sts[i] = step(i);
+    };
+    std::vector<std::thread> workers;
+    for (size_t g = 1; g < groups.size(); ++g) workers.emplace_back(device, g);
+    if (!groups.empty()) device(0);
+    for (auto& w : workers) w.join();
+    return sts;
+}
+
 // Approximate search of the segments `segs` (`groups`: their indices per device) as one segment
 // over all of them, and with `cuts` over every participant's, would search: each stage runs on
 // every device at once, and between stages the host cuts the candidates to the best
@@ -666,17 +682,10 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
     const int keep = rerank ? std::max(opts.rerank, opts.k) : opts.k;
     const int64_t chunk = chunk_queries(opts, q.q_tokens, n_centroids, n_docs);
     SearchTimings t;
-    // One stage on every segment: one thread per device, each running its segments in turn.
+    // One stage on every segment, every device at once.
     auto run = [&](const std::function<Status(size_t)>& step, double* seconds) {
         const auto t0 = Clock::now();
-        std::vector<Status> sts(n);
-        auto device = [&](size_t g) {
-            for (size_t i : groups[g]) sts[i] = step(i);
-        };
-        std::vector<std::thread> workers;
-        for (size_t g = 1; g < groups.size(); ++g) workers.emplace_back(device, g);
-        if (!groups.empty()) device(0);
-        for (auto& w : workers) w.join();
+        const std::vector<Status> sts = run_on_devices(groups, n, step);
         *seconds += SecondsSince(t0);
         for (const Status& e : sts) TMS_RETURN_IF_ERROR(e);
         return Status::OK();
@@ -710,7 +719,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             } else if (st.ok()) {
                 for (int i = 0; i < nb; ++i) {
                     const auto& bq = best[size_t(i)];
-                    if (bq.size() == size_t(keep_n)) at[size_t(i)] = *std::max_element(bq.begin(), bq.end(), CutKeyBetter);  // the worst kept
+                    if (bq.size() == size_t(keep_n))  // the worst kept
+                        at[size_t(i)] = *std::max_element(bq.begin(), bq.end(), CutKeyBetter);
                 }
             }
             if (!st.ok()) return;
@@ -918,17 +928,9 @@ public:
         const size_t n = segments_.size();
         std::vector<std::vector<std::vector<SearchHit>>> parts(n);
         std::vector<SearchTimings> ts(n);
-        std::vector<Status> sts(n);
-        // Exhaustive search: each segment's exact top-k, merged. One host thread per GPU runs
-        // that GPU's segments one after the other (they share its stream and scratch); on the
-        // CPU the segments run in turn, each step using every core.
-        auto device_shards = [&](size_t g) {
-            for (size_t s : by_device_[g]) sts[s] = segments_[s]->Search(q, opts, &parts[s], &ts[s]);
-        };
-        std::vector<std::thread> workers;
-        for (size_t g = 1; g < by_device_.size(); ++g) workers.emplace_back(device_shards, g);
-        device_shards(0);
-        for (auto& w : workers) w.join();
+        // Exhaustive search: each segment's exact top-k, merged.
+        const std::vector<Status> sts = run_on_devices(
+            by_device_, n, [&](size_t s) { return segments_[s]->Search(q, opts, &parts[s], &ts[s]); });
         for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
         const int k = int(std::min<int64_t>(opts.k, std::max<int64_t>(1, info_.n_docs)));
         MergeHits(&parts, q.n_queries, k, results);
