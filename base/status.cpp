@@ -46,6 +46,15 @@ const char* DeviceName(Device d) {
 
 const char* PruningName(Pruning p) { return p == Pruning::kProbe ? "probe" : "interaction"; }
 
+const char* MetaTypeName(MetaType t) {
+    switch (t) {
+        case MetaType::kInteger: return "integer";
+        case MetaType::kReal: return "real";
+        case MetaType::kText: return "text";
+    }
+    return "unknown";
+}
+
 const char* VersionString() { return "0.1.0"; }
 
 }  // namespace tms

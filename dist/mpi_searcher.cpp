@@ -26,6 +26,7 @@ struct Setup {
     int64_t ok = 1;  // 0: rank 0's input was refused (every rank returns its message)
     int64_t n_queries = 0, q_tokens = 0, dim = 0, dtype = 0, has_lengths = 0, batch = 0;
     int64_t k = 0, exhaustive = 0, nprobe = 0, ncandidates = 0, rerank = 0, pruning = 0, max_batch_queries = 0;
+    int64_t has_filter = 0, has_allow = 0, direct_max = -1;  // the filter's text follows; an allow set is refused
 };
 static_assert(sizeof(Setup) % sizeof(int64_t) == 0);
 
@@ -243,12 +244,19 @@ Status MpiSearcher::SearchBatches(
         su.rerank = opts.rerank;
         su.pruning = int64_t(opts.pruning);
         su.max_batch_queries = opts.max_batch_queries;
+        su.has_filter = !opts.filter.empty();
+        su.direct_max = opts.direct_max;
+        su.has_allow = opts.allow != nullptr;
         su.ok = batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 && (q.n_queries == 0 || q.data);
     }
     MPI_Request r;
     MPI_Ibcast(&su, int(sizeof(Setup) / sizeof(int64_t)), MPI_INT64_T, 0, ch_->comm(), &r);
     ch_->Wait(&r, "broadcasting the search");
     if (!su.ok) return Status::InvalidArgument("MpiSearcher: rank 0's queries or batch size are invalid");
+    if (su.has_allow) {
+        return Status::NotSupported("MpiSearcher: an allow set (internal ids) is not sent to the ranks; filter by "
+                                    "metadata (SearchOptions::filter), which every rank evaluates alike");
+    }
     SearchOptions o;
     o.k = int(su.k);
     o.exhaustive = su.exhaustive != 0;
@@ -257,6 +265,11 @@ Status MpiSearcher::SearchBatches(
     o.rerank = int(su.rerank);
     o.pruning = Pruning(su.pruning);
     o.max_batch_queries = int(su.max_batch_queries);
+    o.direct_max = su.direct_max;
+    if (su.has_filter) {  // every rank filters by its own copy of the index's metadata: the same set
+        o.filter = rank_ == 0 ? opts.filter : std::string();
+        TMS_RETURN_IF_ERROR(ch_->Broadcast(&o.filter));
+    }
     const int64_t nq = su.n_queries;
     std::vector<int32_t> lens;
     if (su.has_lengths) {

@@ -587,7 +587,7 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
 Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                  const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
                                  std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
-                                 uint64_t* ticket) {
+                                 uint64_t* ticket, const uint32_t* h_allow, bool allow_per_query) {
     Impl& im = *impl_;
     im.last.valid = false;
     if (ticket) *ticket = 0;
@@ -613,7 +613,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::Candidates: more than 65535 queries in one call");
     DeviceGuard g(im.device);
     const int64_t rows = int64_t(n_queries) * q_stride;
-    const int64_t words = kernels::ivf_bitmap_words(im.n_docs);
+    const int64_t words = kernels::bitmap_words(im.n_docs);
     std::vector<int64_t> noff;  // pruned offsets (alive until the final synchronisation)
     // TMS_TRACE_SEARCH=1: time of each stage on stderr (synchronises between stages).
     Trace tracer("TMS_TRACE_SEARCH", "candidates", Trace::Unit::kMilliseconds);
@@ -634,11 +634,12 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     const size_t t_bytes = by_probes ? 2 * size_t(n_queries) * sizeof(uint32_t) : 0;
     const size_t c_bytes = size_t(n_queries) * sizeof(int64_t);
     const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t);
+    const size_t a_bytes = h_allow ? size_t(allow_per_query ? n_queries : 1) * size_t(words) * sizeof(uint32_t) : 0;
     // 16-bit queries travel as they are and become fp32 on the device.
     const size_t raw_bytes = q_dtype == DType::kF32 ? 0 : size_t(rows) * im.dim * DTypeSize(q_dtype);
     TMS_RETURN_IF_ERROR(im.Reserve(align256(q_bytes) + align256(l_bytes) + align256(cs_bytes) + align256(p_bytes) +
                                    align256(b_bytes) + align256(c_bytes) + align256(o_bytes) + align256(raw_bytes) +
-                                   align256(ps_bytes) + align256(t_bytes)));
+                                   align256(ps_bytes) + align256(t_bytes) + align256(a_bytes)));
     Carver carve{static_cast<char*>(im.arena.p)};
     float* dq = reinterpret_cast<float*>(carve.take(q_bytes));
     int32_t* dl = h_query_lens ? reinterpret_cast<int32_t*>(carve.take(l_bytes)) : nullptr;
@@ -650,9 +651,11 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     int64_t* dcount = reinterpret_cast<int64_t*>(carve.take(c_bytes));
     int64_t* doff = reinterpret_cast<int64_t*>(carve.take(o_bytes));
     void* draw = raw_bytes ? carve.take(raw_bytes) : nullptr;
+    uint32_t* dallow = h_allow ? reinterpret_cast<uint32_t*>(carve.take(a_bytes)) : nullptr;
     trace("reserve");
     TMS_RETURN_IF_ERROR(im.QueriesToDevice(h_queries, q_dtype, rows, dq, draw));
     if (dl) TMS_RETURN_IF_ERROR(im.inputs().Upload(dl, h_query_lens, l_bytes));
+    if (dallow) TMS_RETURN_IF_ERROR(im.inputs().Upload(dallow, h_allow, a_bytes));
     trace("upload");
     // 1. Centroid scores of every query row (kept for the pruning table) and probing.
     TMS_RETURN_IF_ERROR(im.CentroidScores(dq, rows, dcs));
@@ -671,6 +674,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     up.ivf_docs = im.d_ivf_docs;
     up.n_centroids = im.n_centroids;
     up.n_docs = im.n_docs;
+    up.allow = dallow;
+    up.allow_stride = allow_per_query ? words : 0;
     // The candidate lists left on the device (result_off, result): pruned by probe scores, or
     // the union of the probed lists, pruned by centroid interaction when a query has too many.
     const int32_t* result = nullptr;

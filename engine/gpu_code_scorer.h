@@ -63,10 +63,13 @@ public:
     /// score; kInteraction: the centroid-only score), every query cut to its ncandidates best
     /// (score descending, lower id first) even where nothing needed pruning (the cut of a search
     /// spread over several shards, SearchCuts); unset when ncandidates == 0. ticket: names this
-    /// call's device state for ScoreLists.
+    /// call's device state for ScoreLists. h_allow: the documents the search may return
+    /// (kernels::IvfUnionParams::allow), one host row of bitmap_words(n_docs) words for every query,
+    /// or one per query when allow_per_query; nullptr: every document.
     Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                       int nprobe, int ncandidates, Pruning pruning, std::vector<int64_t>* off,
-                      std::vector<int32_t>* docs, std::vector<float>* keys = nullptr, uint64_t* ticket = nullptr);
+                      std::vector<int32_t>* docs, std::vector<float>* keys = nullptr, uint64_t* ticket = nullptr,
+                      const uint32_t* h_allow = nullptr, bool allow_per_query = false);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
         return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning,

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <omp.h>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "engine/gpu_shard.h"
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
+#include "index/metadata.h"
 #include "base/progress.h"
 #include "kernels/candidates.h"
 #include "kernels/maxsim.h"
@@ -39,6 +41,24 @@ struct Lists {
     std::vector<int64_t> off;
     std::vector<int32_t> docs;
     std::vector<float> scores;
+};
+
+// The documents a search may return (SearchOptions::allow and filter, resolved), global ids: row
+// row(q) of `set` for query q of the batch. A query of a direct row scores its allowed documents
+// all (no probing).
+struct Allowed {
+    std::shared_ptr<const DocSet> set;
+    std::shared_ptr<const std::vector<char>> direct_rows;
+    int row0 = 0;  // the row of the batch's first query (a chunk of a larger batch)
+    bool per_query() const { return set->rows > 1; }
+    int row(int q) const { return per_query() ? row0 + q : 0; }
+    bool direct(int q) const { return (*direct_rows)[size_t(row(q))] != 0; }
+    /// The same for the queries from q0 on.
+    Allowed From(int q0) const {
+        Allowed a = *this;
+        a.row0 += q0;
+        return a;
+    }
 };
 
 // One segment's state through the stages of a search cut across segments (ShardSearcher's
@@ -67,14 +87,17 @@ const float* HostF32(const QueryBatch& q, std::vector<float>* conv) {
 class ShardSearcher {
 public:
     const IndexInfo& info() const { return data_.info; }
+    /// allowed: exhaustive search only (approximate search with a filter runs the stages).
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
-                  SearchTimings* timings) const;
+                  SearchTimings* timings, const Allowed* allowed = nullptr) const;
     /// Search of a validated batch with options capped by the index's size.
     Status SearchCapped(const QueryBatch& queries, const SearchOptions& opts,
-                        std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
+                        std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                        const Allowed* allowed) const;
     /// Search of one chunk of a validated batch (Search splits batches by max_batch_queries).
     Status SearchChunk(const QueryBatch& queries, const SearchOptions& opts,
-                       std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const;
+                       std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                       const Allowed* allowed) const;
 
     /// One search of 256 synthetic queries of 32 tokens (centroids as tokens), results dropped,
     /// as fp32 and as fp16 (the GPU scorers take 16-bit queries as they are, through other
@@ -122,8 +145,11 @@ public:
     // other participants', SearchCuts) between them: they compute what SearchChunk does, in
     // steps that return to the host. Each holds the GPU context's mutex for its own step only.
     /// The documents the probes reach, each query's cut to its ncandidates best by pruning
-    /// score (c->lists.scores), or all of them (no scores) when ncandidates == 0.
-    Status PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c) const;
+    /// score (c->lists.scores), or all of them (no scores) when ncandidates == 0. With
+    /// `allowed`: only allowed documents; a query allowed few (Allowed::direct) gets them all,
+    /// each with pruning score 0.
+    Status PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c,
+                      const Allowed* allowed = nullptr) const;
     /// Compressed scores of c's lists, each query's `keep` best.
     Status CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const;
 
@@ -146,15 +172,22 @@ private:
     /// ncandidates per query by probe score (kProbe) or, when a query has more than ncandidates
     /// (or cut_all), by centroid-only score (kInteraction): lists->scores then holds the
     /// pruning scores, else it is empty.
+    /// allow, allow_stride: kernels::IvfUnionParams's (local ids).
     Status HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
-                          std::vector<float>* cs, Lists* lists) const;
+                          std::vector<float>* cs, Lists* lists, const uint32_t* allow = nullptr,
+                          int64_t allow_stride = 0) const;
+    /// The allowed documents of this segment for the batch's queries (local ids): one row of
+    /// bitmap_words(n_docs) words for every query, or one per query (per_query()).
+    std::vector<uint32_t> LocalAllow(const Allowed& a, int n_queries) const;
+    /// Query q's live allowed documents of this segment (local ids, ascending) into *out.
+    void AllowedDocs(const std::vector<uint32_t>& local, const Allowed& a, int q, std::vector<int32_t>* out) const;
     /// Compressed (or centroid-only) scores of the host lists `l` into *scores (cs: the
     /// centroid scores, on the host path).
     Status ListScores(const float* qf, const QueryBatch& q, const float* cs, const Lists& l, bool centroids_only,
                       std::vector<float>* scores) const;
     // qf: as for exact_candidates.
     Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
-                      std::vector<float>* scores) const;
+                      std::vector<float>* scores, const Allowed* allowed) const;
     Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
     // Exact MaxSim of fp32 queries against the host fp16 vectors (candidates and output unset).
     kernels::MaxSimParams exact_params(const float* q, int n_queries, int q_stride, const int32_t* lens) const {
@@ -245,24 +278,32 @@ Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, con
 }
 
 Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
-                                std::vector<float>* scores) const {
+                                std::vector<float>* scores, const Allowed* allowed) const {
     const int64_t n_docs = data_.info.n_docs;
     const int64_t n_deleted = data_.info.n_deleted;
-    // The GPU selects the top-k itself up to kGpuMaxTopK; past that, or with deletions, it scores
-    // candidate lists of live documents and the CPU selects.
+    // The GPU selects the top-k itself up to kGpuMaxTopK; past that, or with deletions or a
+    // filter, it scores candidate lists of live (allowed) documents and the CPU selects.
     constexpr int kGpuMaxTopK = 1024;
-    if (gpu_exact() && n_deleted == 0 && k <= kGpuMaxTopK) {
+    if (gpu_exact() && n_deleted == 0 && !allowed && k <= kGpuMaxTopK) {
         return dev_->ExactScoreTopK(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids,
                                     scores);
     }
+    const std::vector<uint32_t> local = allowed ? LocalAllow(*allowed, q.n_queries) : std::vector<uint32_t>();
     if (gpu_exact()) {
+        // Each query's documents: the live ones, or (per query) its live allowed ones.
         std::vector<int32_t> live;
-        for (int64_t d = 0; d < n_docs; ++d)
-            if (!data_.deleted[d]) live.push_back(static_cast<int32_t>(d));
+        const bool shared = !allowed || !allowed->per_query();
+        if (shared && allowed) {
+            AllowedDocs(local, *allowed, 0, &live);
+        } else if (shared) {
+            for (int64_t d = 0; d < n_docs; ++d)
+                if (!data_.deleted[d]) live.push_back(static_cast<int32_t>(d));
+        }
         ids->assign(size_t(q.n_queries) * k, -1);
         scores->assign(size_t(q.n_queries) * k, -INFINITY);
-        const int block = static_cast<int>(std::max<size_t>(
-            1, std::min<size_t>(q.n_queries, (size_t(64) << 20) / std::max<size_t>(1, live.size()))));
+        const int64_t per_query = shared ? int64_t(live.size()) : n_docs;  // a bound on each list
+        const int block = static_cast<int>(std::max<int64_t>(
+            1, std::min<int64_t>(q.n_queries, (int64_t(64) << 20) / std::max<int64_t>(1, per_query))));
         std::vector<int64_t> off;
         std::vector<int32_t> cand;
         std::vector<float> s;
@@ -271,6 +312,7 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
             off.assign(1, 0);
             cand.clear();
             for (int i = 0; i < nq; ++i) {
+                if (!shared) AllowedDocs(local, *allowed, q0 + i, &live);
                 cand.insert(cand.end(), live.begin(), live.end());
                 off.push_back(static_cast<int64_t>(cand.size()));
             }
@@ -308,8 +350,26 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
                 for (int64_t d = 0; d < n_docs; ++d)
                     if (data_.deleted[d]) dense[size_t(i) * n_docs + d] = -INFINITY;
         }
+        if (allowed) {
+            const int64_t words = kernels::bitmap_words(n_docs);
+#pragma omp parallel for schedule(static)
+            for (int i = 0; i < nq; ++i) {
+                const uint32_t* row = local.data() + (allowed->per_query() ? size_t(q0 + i) * words : 0);
+                for (int64_t d = 0; d < n_docs; ++d)
+                    if (!((row[d >> 5] >> (d & 31)) & 1u)) dense[size_t(i) * n_docs + d] = -INFINITY;
+            }
+        }
         TMS_RETURN_IF_ERROR(select_topk(dense.data(), nullptr, n_docs, nq, nullptr, k, ids->data() + size_t(q0) * k,
                                         scores->data() + size_t(q0) * k));
+        if (allowed) {  // fewer allowed documents than k: the rest (-inf) are padding
+            const int64_t words = kernels::bitmap_words(n_docs);
+            for (int i = 0; i < nq; ++i) {
+                const uint32_t* row = local.data() + (allowed->per_query() ? size_t(q0 + i) * words : 0);
+                int32_t* top = ids->data() + size_t(q0 + i) * k;
+                for (int j = 0; j < k; ++j)
+                    if (top[j] >= 0 && !((row[top[j] >> 5] >> (top[j] & 31)) & 1u)) top[j] = -1;
+            }
+        }
     }
     return Status::OK();
 }
@@ -338,7 +398,7 @@ Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchO
 }
 
 Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
-                            SearchTimings* timings) const {
+                            SearchTimings* timings, const Allowed* allowed) const {
     const IndexInfo& info = data_.info;
     TMS_RETURN_IF_ERROR(validate_search(info, q, opts));
     // No request asks for more than the index holds: k, rerank and candidates beyond the
@@ -348,7 +408,7 @@ Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std
     capped.k = int(std::min<int64_t>(opts.k, n_docs));
     capped.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
     capped.ncandidates = int(std::min<int64_t>(opts.ncandidates, n_docs));
-    return SearchCapped(q, capped, results, timings);
+    return SearchCapped(q, capped, results, timings, allowed);
 }
 
 // Queries searched together: opts.max_batch_queries, or as many as keep the per-batch centroid
@@ -364,19 +424,21 @@ int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, 
 }
 
 Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
-                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
+                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                  const Allowed* allowed) const {
     std::unique_lock<std::mutex> gpu_lock;
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     const IndexInfo& info = data_.info;
     const int64_t chunk = chunk_queries(opts, q.q_tokens, info.n_centroids, info.n_docs);
-    if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings);
+    if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings, allowed);
     results->assign(size_t(q.n_queries), {});
     SearchTimings sum;
     for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
         const QueryBatch b = q.Slice(int(q0), int(std::min<int64_t>(chunk, q.n_queries - q0)));
         std::vector<std::vector<SearchHit>> part;
         SearchTimings t;
-        TMS_RETURN_IF_ERROR(SearchChunk(b, opts, &part, &t));
+        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
+        TMS_RETURN_IF_ERROR(SearchChunk(b, opts, &part, &t, allowed ? &a : nullptr));
         std::move(part.begin(), part.end(), results->begin() + q0);
         sum.candidates += t.candidates;
         sum.scoring += t.scoring;
@@ -388,7 +450,8 @@ Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opt
 }
 
 Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
-                                 std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) const {
+                                 std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                 const Allowed* allowed) const {
     const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
     const bool have_vectors = !data_.vectors.empty() || gpu_exact();
@@ -411,9 +474,11 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     SearchTimings t;
     if (opts.exhaustive) {
         const auto t0 = Clock::now();
-        TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : host_f32(), q, k, &top_ids, &top_scores));
+        TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : host_f32(), q, k, &top_ids, &top_scores, allowed));
         t.scoring = SecondsSince(t0);
         trace.Mark("exhaustive");
+    } else if (allowed) {
+        return Status::Internal("SearchChunk: a filtered approximate search runs the stages (search_cut)");
     } else {
         // 1-3. Centroid scores, probing and pruning.
         auto t0 = Clock::now();
@@ -426,7 +491,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
         const bool gpu_candidates = gpu_codes() && nprobe <= 64;
         if (gpu_candidates) {
             TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, opts.ncandidates,
-                                                 opts.pruning, &l.off, nullptr, nullptr, nullptr));
+                                                 opts.pruning, &l.off, nullptr, nullptr, nullptr, nullptr, false));
         } else {
             TMS_RETURN_IF_ERROR(HostCandidates(host_f32(), q, opts, /*cut_all=*/false, &cs, &l));
         }
@@ -478,7 +543,8 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
 }
 
 Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
-                                     std::vector<float>* cs, Lists* lists) const {
+                                     std::vector<float>* cs, Lists* lists, const uint32_t* allow,
+                                     int64_t allow_stride) const {
     const int nq = q.n_queries, qt = q.q_tokens;
     const int K = data_.model.n_centroids;
     const int nprobe = std::min(opts.nprobe, K);
@@ -512,6 +578,8 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
     up.ivf_docs = data_.ivf_docs.data();
     up.n_centroids = K;
     up.n_docs = data_.info.n_docs;
+    up.allow = allow;
+    up.allow_stride = allow_stride;
     lists->scores.clear();
     if (by_probes) {
         kernels::ProbeScoreParams pp;
@@ -558,18 +626,103 @@ Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const flo
     return code_scores(cp, centroids_only);
 }
 
-Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c) const {
+Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c,
+                                 const Allowed* allowed) const {
     std::unique_lock<std::mutex> gpu_lock;
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     SearchOptions o = opts;  // more candidates than documents would only size buffers
     if (o.ncandidates > 0) o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
     const int nprobe = std::min(o.nprobe, data_.info.n_centroids);
+    const int nq = q.n_queries;
     c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
-    if (c->on_gpu) {
-        return dev_->Candidates(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nprobe, o.ncandidates, o.pruning,
-                                &c->lists.off, &c->lists.docs, &c->lists.scores, &c->ticket);
+    std::vector<uint32_t> local;
+    int n_direct = 0;
+    if (allowed) {
+        local = LocalAllow(*allowed, nq);
+        for (int i = 0; i < nq; ++i) n_direct += allowed->direct(i);
     }
-    return HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/true, &c->cs, &c->lists);
+    const int64_t stride = allowed && allowed->per_query() ? kernels::bitmap_words(data_.info.n_docs) : 0;
+    if (n_direct < nq) {  // some query probes
+        if (c->on_gpu) {
+            TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates,
+                                                 o.pruning, &c->lists.off, &c->lists.docs, &c->lists.scores,
+                                                 &c->ticket, allowed ? local.data() : nullptr, stride > 0));
+        } else {
+            TMS_RETURN_IF_ERROR(HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/true, &c->cs, &c->lists,
+                                               allowed ? local.data() : nullptr, stride));
+        }
+    } else {  // the compressed stage scores the lists below: on the host, with these centroid scores
+        c->ticket = 0;
+        if (!c->on_gpu) {
+            c->cs.resize(size_t(nq) * q.q_tokens * data_.model.n_centroids);
+            index::CentroidScores(HostF32(q, &c->qconv), int64_t(nq) * q.q_tokens, data_.model, c->cs.data());
+        }
+        c->lists.off.assign(size_t(nq) + 1, 0);
+        c->lists.docs.clear();
+        c->lists.scores.clear();
+    }
+    if (n_direct == 0) return Status::OK();
+    // The queries allowed few documents: all of them, pruning score 0 (the cuts spare them).
+    const bool scored = o.ncandidates > 0;
+    std::vector<std::vector<int32_t>> mine(allowed->per_query() ? size_t(nq) : 1);
+    if (!allowed->per_query()) AllowedDocs(local, *allowed, 0, &mine[0]);
+#pragma omp parallel for schedule(dynamic) if (allowed->per_query())
+    for (int i = 0; i < nq; ++i)
+        if (allowed->per_query() && allowed->direct(i)) AllowedDocs(local, *allowed, i, &mine[size_t(i)]);
+    const Lists& l = c->lists;
+    const auto list_of = [&](int i) -> std::pair<const int32_t*, int64_t> {
+        if (!allowed->direct(i)) return {l.docs.data() + l.off[size_t(i)], l.off[size_t(i) + 1] - l.off[size_t(i)]};
+        const auto& m = mine[allowed->per_query() ? size_t(i) : 0];
+        return {m.data(), int64_t(m.size())};
+    };
+    Lists out;
+    out.off.assign(size_t(nq) + 1, 0);
+    for (int i = 0; i < nq; ++i) out.off[size_t(i) + 1] = out.off[size_t(i)] + list_of(i).second;
+    out.docs.resize(size_t(out.off.back()));
+    if (scored) out.scores.assign(out.docs.size(), 0.f);
+#pragma omp parallel for schedule(dynamic)
+    for (int i = 0; i < nq; ++i) {
+        const auto [docs, len] = list_of(i);
+        std::copy(docs, docs + len, out.docs.begin() + out.off[size_t(i)]);
+        if (scored && !allowed->direct(i)) {
+            std::copy(l.scores.begin() + l.off[size_t(i)], l.scores.begin() + l.off[size_t(i) + 1],
+                      out.scores.begin() + out.off[size_t(i)]);
+        }
+    }
+    c->lists = std::move(out);
+    return Status::OK();
+}
+
+std::vector<uint32_t> ShardSearcher::LocalAllow(const Allowed& a, int n_queries) const {
+    const int64_t n = data_.info.n_docs, words = kernels::bitmap_words(n), first = data_.first_doc;
+    const int rows = a.per_query() ? n_queries : 1;
+    std::vector<uint32_t> out(size_t(rows) * size_t(words), 0u);
+    const int sh = int(first % 32);
+#pragma omp parallel for schedule(static) if (int64_t(rows) * words > 65536)
+    for (int r = 0; r < rows; ++r) {
+        const uint32_t* src = a.set->Row(a.row(r)) + first / 32;
+        const int64_t src_words = DocSet::Words(a.set->n_docs) - first / 32;
+        uint32_t* dst = out.data() + size_t(r) * size_t(words);
+        for (int64_t w = 0; w < words; ++w) {  // bits [first + 32 w, first + 32 w + 32) of the row
+            uint32_t lo = w < src_words ? src[w] : 0u, hi = w + 1 < src_words ? src[w + 1] : 0u;
+            dst[w] = sh ? (lo >> sh) | (hi << (32 - sh)) : lo;
+        }
+        if (n % 32) dst[words - 1] &= (1u << (n % 32)) - 1u;  // no bit past the segment's documents
+    }
+    return out;
+}
+
+void ShardSearcher::AllowedDocs(const std::vector<uint32_t>& local, const Allowed& a, int q,
+                                std::vector<int32_t>* out) const {
+    const int64_t words = kernels::bitmap_words(data_.info.n_docs);
+    const uint32_t* row = local.data() + (a.per_query() ? size_t(q) * size_t(words) : 0);
+    out->clear();
+    for (int64_t w = 0; w < words; ++w) {
+        for (uint32_t x = row[w]; x; x &= x - 1) {
+            const int32_t d = int32_t(w * 32 + __builtin_ctz(x));
+            if (!data_.deleted[size_t(d)]) out->push_back(d);
+        }
+    }
 }
 
 Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const {
@@ -673,7 +826,8 @@ std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& group
 // in them).
 Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vector<std::vector<size_t>>& groups,
                   int64_t n_docs, int n_centroids, const QueryBatch& q, const SearchOptions& opts, Status st,
-                  SearchCuts* cuts, std::vector<std::vector<SearchHit>>* results, SearchTimings* timings) {
+                  SearchCuts* cuts, std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                  const Allowed* allowed = nullptr) {
     const auto t_start = Clock::now();
     const size_t n = segs.size();
     bool have_vectors = true;
@@ -695,12 +849,17 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         const int nb = int(std::min<int64_t>(chunk, q.n_queries - q0));
         const QueryBatch b = q.Slice(int(q0), nb);
         std::vector<SegmentCall> calls(n);
-        // Cuts every segment's lists to the best `keep` of each query over all of them.
-        auto cut = [&](int keep_n) {
+        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
+        // Cuts every segment's lists to the best `keep` of each query over all of them; with
+        // spare_direct, not those of queries that score all their allowed documents (their
+        // pruning scores are all 0: a cut would keep the lowest ids, not the best).
+        auto cut = [&](int keep_n, bool spare_direct) {
+            const auto spared = [&](int i) { return spare_direct && allowed && a.direct(i); };
             std::vector<std::vector<CutKey>> best(static_cast<size_t>(nb));
             if (st.ok()) {
 #pragma omp parallel for schedule(dynamic, 4)
                 for (int i = 0; i < nb; ++i) {
+                    if (spared(i)) continue;
                     auto& bq = best[size_t(i)];
                     for (size_t s = 0; s < n; ++s) {
                         const Lists& l = calls[s].lists;
@@ -724,6 +883,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 }
             }
             if (!st.ok()) return;
+            for (int i = 0; i < nb; ++i)
+                if (spared(i)) at[size_t(i)] = kKeepAll;
             for (size_t s = 0; s < n; ++s) {
                 Lists& l = calls[s].lists;
                 const int64_t first = segs[s]->data_.first_doc;
@@ -751,10 +912,13 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 l = std::move(out);
             }
         };
-        if (st.ok()) st = run([&](size_t s) { return segs[s]->PruneStage(b, opts, &calls[s]); }, &t.candidates);
-        if (opts.ncandidates > 0) cut(opts.ncandidates);
+        if (st.ok()) {
+            st = run([&](size_t s) { return segs[s]->PruneStage(b, opts, &calls[s], allowed ? &a : nullptr); },
+                     &t.candidates);
+        }
+        if (opts.ncandidates > 0) cut(opts.ncandidates, /*spare_direct=*/true);
         if (st.ok()) st = run([&](size_t s) { return segs[s]->CompressedStage(b, keep, &calls[s]); }, &t.scoring);
-        cut(keep);
+        cut(keep, /*spare_direct=*/false);
         TMS_RETURN_IF_ERROR(st);
         if (rerank) {
             TMS_RETURN_IF_ERROR(run(
@@ -796,7 +960,9 @@ public:
     Status Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
         TMS_RETURN_IF_ERROR(check_finite(q));
-        if (gather_ && q.n_queries > 0 && q.n_queries < kGatherMax) {
+        // Per-query sets name queries by their place in the caller's batch: they go alone.
+        const bool per_query = opts.allow && opts.allow->rows > 1;
+        if (gather_ && !per_query && q.n_queries > 0 && q.n_queries < kGatherMax) {
             TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));  // a bad request fails alone
             TMS_RETURN_IF_ERROR(Gathered(q, opts, results, timings));
         } else {
@@ -828,7 +994,8 @@ public:
         return a.q->q_tokens == b.q->q_tokens && a.q->dtype == b.q->dtype && a.q->dim == b.q->dim &&
                (a.q->lengths == nullptr) == (b.q->lengths == nullptr) && x.k == y.k && x.exhaustive == y.exhaustive &&
                x.nprobe == y.nprobe && x.ncandidates == y.ncandidates && x.rerank == y.rerank &&
-               x.pruning == y.pruning && x.max_batch_queries == y.max_batch_queries;
+               x.pruning == y.pruning && x.max_batch_queries == y.max_batch_queries && x.allow == y.allow &&
+               x.filter == y.filter && x.direct_max == y.direct_max;
     }
 
     Status Gathered(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
@@ -916,13 +1083,103 @@ public:
         }
     }
 
-    Status SearchShards(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+    Status Filter(const std::string& where, DocSet* out) const override {
+        if (!metadata_) {
+            return Status::NotSupported("filter: this index has no metadata (index or add documents with --metadata)");
+        }
+        DocSet d(metadata_n_docs_);
+        int64_t count = 0;
+        TMS_RETURN_IF_ERROR(metadata_->Filter(where, &d.bits, &count));
+        d.bits.resize(size_t(DocSet::Words(d.n_docs)), 0u);
+        *out = std::move(d);
+        return Status::OK();
+    }
+
+    // The documents a search may return: opts.allow and opts.filter together (null when
+    // neither is set), with *o the options the search runs with (nprobe widened for them).
+    Status Resolve(const QueryBatch& q, const SearchOptions& opts, SearchOptions* o, std::optional<Allowed>* out) const {
+        *o = opts;
+        out->reset();
+        if (!opts.allow && opts.filter.empty()) return Status::OK();
+        int64_t end = 0;  // documents of this searcher's shards are below it
+        for (const ShardPlacement& p : placement_) end = std::max(end, p.first_doc + p.n_docs);
+        std::shared_ptr<DocSet> set;
+        if (!opts.filter.empty()) {
+            set = std::make_shared<DocSet>();
+            TMS_RETURN_IF_ERROR(Filter(opts.filter, set.get()));
+        }
+        if (opts.allow) {
+            const DocSet& a = *opts.allow;
+            if (a.n_docs < end || a.rows < 1 || (a.rows > 1 && a.rows != q.n_queries) ||
+                a.bits.size() != size_t(a.rows) * size_t(DocSet::Words(a.n_docs))) {
+                return Status::InvalidArgument("allow: a set of " + std::to_string(a.rows) + " rows over " +
+                                               std::to_string(a.n_docs) + " documents (" + std::to_string(a.bits.size()) +
+                                               " words) for " + std::to_string(q.n_queries) + " queries over " +
+                                               std::to_string(end) + " documents; want 1 or " +
+                                               std::to_string(q.n_queries) + " rows of Words(n_docs) words");
+            }
+            if (!set) {
+                set = std::const_pointer_cast<DocSet>(opts.allow);  // read only below
+            } else {  // both: the filter's row and each of allow's
+                auto both = std::make_shared<DocSet>(std::min(a.n_docs, set->n_docs), a.rows);
+                const int64_t words = DocSet::Words(both->n_docs);
+                for (int r = 0; r < a.rows; ++r)
+                    for (int64_t w = 0; w < words; ++w)
+                        both->bits[size_t(r) * size_t(words) + size_t(w)] = a.Row(r)[w] & set->Row(0)[w];
+                if (both->n_docs % 32) {
+                    for (int r = 0; r < a.rows; ++r)
+                        both->bits[size_t(r + 1) * size_t(words) - 1] &= (1u << (both->n_docs % 32)) - 1u;
+                }
+                set = std::move(both);
+            }
+        }
+        // Per row: a query allowed no more than direct_max documents (SearchOptions) scores
+        // them all. Otherwise it
+        // allowed a share f of the documents finds about f of its usual candidates in the lists
+        // it probes, so it probes nprobe / sqrt(f) lists (at most kMaxWidenedProbes, the most the
+        // GPU's candidate generation takes). The batch probes as its widest probing row needs.
+        const int64_t n = std::max<int64_t>(1, set->n_docs);
+        const int64_t keeps = std::max<int64_t>({opts.ncandidates, opts.rerank, opts.k});
+        const double widest = double(q.q_tokens) * kMaxWidenedProbes * double(n) / std::max(1, n_centroids());
+        const double direct_max = opts.direct_max >= 0 ? double(opts.direct_max) : widest;
+        auto direct = std::make_shared<std::vector<char>>(size_t(set->rows), 0);
+        // Either way its best documents score closer to the rest than an unfiltered query's,
+        // so it reranks rerank / sqrt(f) of them (at most kMaxWidenedRerank).
+        for (int r = 0; r < set->rows; ++r) {
+            const int64_t c = set->Count(r);
+            const double widen = 1.0 / std::sqrt(std::max(double(c), 1.0) / double(n));
+            if (opts.rerank > 0) {
+                const double wide = std::min<double>({std::ceil(opts.rerank * widen), double(c), kMaxWidenedRerank});
+                o->rerank = std::max(o->rerank, int(wide));
+            }
+            (*direct)[size_t(r)] = c <= keeps || double(c) <= direct_max;
+            if ((*direct)[size_t(r)] || opts.nprobe >= kMaxWidenedProbes) continue;
+            o->nprobe = std::max(o->nprobe, int(std::min<double>(kMaxWidenedProbes, std::ceil(opts.nprobe * widen))));
+        }
+        Allowed al;
+        al.set = set;
+        al.direct_rows = direct;
+        *out = std::move(al);
+        return Status::OK();
+    }
+    static constexpr int kMaxWidenedProbes = 64;
+    static constexpr int kMaxWidenedRerank = 4096;
+
+    Status SearchShards(const QueryBatch& q, const SearchOptions& opts_in, std::vector<std::vector<SearchHit>>* results,
                         SearchTimings* timings) const {
-        if (segments_.size() == 1) return segments_[0]->Search(q, opts, results, timings);
+        SearchOptions opts;
+        std::optional<Allowed> allowed;
+        TMS_RETURN_IF_ERROR(Resolve(q, opts_in, &opts, &allowed));
+        const Allowed* al = allowed ? &*allowed : nullptr;
+        if (segments_.size() == 1 && (!al || opts.exhaustive)) return segments_[0]->Search(q, opts, results, timings, al);
         if (!opts.exhaustive) {
             TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));
+            // Capped by the index's size, as ShardSearcher::Search caps them.
+            const int64_t n_docs = std::max<int64_t>(1, info_.n_docs);
+            opts.k = int(std::min<int64_t>(opts.k, n_docs));
+            opts.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
             return search_cut(segment_ptrs(), by_device_, info_.n_docs, n_centroids(), q, opts, Status::OK(), nullptr,
-                              results, timings);
+                              results, timings, al);
         }
         const auto t0 = Clock::now();
         const size_t n = segments_.size();
@@ -930,7 +1187,7 @@ public:
         std::vector<SearchTimings> ts(n);
         // Exhaustive search: each segment's exact top-k, merged.
         const std::vector<Status> sts = run_on_devices(
-            by_device_, n, [&](size_t s) { return segments_[s]->Search(q, opts, &parts[s], &ts[s]); });
+            by_device_, n, [&](size_t s) { return segments_[s]->Search(q, opts, &parts[s], &ts[s], al); });
         for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
         const int k = int(std::min<int64_t>(opts.k, std::max<int64_t>(1, info_.n_docs)));
         MergeHits(&parts, q.n_queries, k, results);
@@ -1034,6 +1291,8 @@ public:
     int n_centroids() const { return segments_.empty() ? 0 : segments_[0]->data_.model.n_centroids; }
 
     IndexInfo info_;
+    std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
+    int64_t metadata_n_docs_ = 0;                        // the whole index's documents (its ids)
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
     bool gather_ = true;  // SearcherOptions::gather
@@ -1092,6 +1351,13 @@ std::vector<int> place_by_size(const std::vector<int64_t>& bytes, const std::vec
 }  // namespace
 
 Searcher::~Searcher() = default;
+
+int64_t DocSet::Count(int r) const {
+    int64_t n = 0;
+    const uint32_t* row = Row(r);
+    for (int64_t w = 0; w < Words(n_docs); ++w) n += __builtin_popcount(row[w]);
+    return n;
+}
 SearchCuts::~SearchCuts() = default;
 
 Status SearchWithCuts(const Searcher* searcher, const QueryBatch& q, const SearchOptions& opts, SearchCuts* cuts,
@@ -1107,14 +1373,17 @@ Status SearchWithCuts(const Searcher* searcher, const QueryBatch& q, const Searc
     Status st;
     std::vector<const ShardSearcher*> segs;
     std::vector<std::vector<size_t>> groups;
+    SearchOptions o = opts;
+    std::optional<Allowed> allowed;
     if (s) {
         st = validate_search(s->info_, q, opts);
         if (st.ok()) st = check_finite(q);
+        if (st.ok()) st = s->Resolve(q, opts, &o, &allowed);
         segs = s->segment_ptrs();
         groups = s->by_device_;
     }
-    TMS_RETURN_IF_ERROR(search_cut(segs, groups, cuts->n_docs(), cuts->n_centroids(), q, opts, st, cuts, results,
-                                   timings));
+    TMS_RETURN_IF_ERROR(search_cut(segs, groups, cuts->n_docs(), cuts->n_centroids(), q, o, st, cuts, results,
+                                   timings, allowed ? &*allowed : nullptr));
     for (int i = 0; q.lengths && i < q.n_queries; ++i)
         if (q.lengths[i] == 0) (*results)[size_t(i)].clear();  // a query of no tokens matches nothing
     return Status::OK();
@@ -1154,7 +1423,9 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     if (s->device_ == Device::kGpu) TMS_RETURN_IF_ERROR(choose_gpus(opts, &gpus));
     trace.Mark("device");
     std::vector<index::IndexData> data;
-    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data, opts.shards));
+    TMS_RETURN_IF_ERROR(
+        index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data, opts.shards, &s->metadata_));
+    if (s->metadata_) s->metadata_n_docs_ = s->metadata_->n_docs();
     trace.Mark("read (total)");
     s->info_ = index::SumShardInfos(data);
     std::vector<int> numbers = opts.shards;  // the shards read, in shard order

@@ -15,7 +15,8 @@
 
 #include "base/progress.h"
 #include "index/index_data.h"
-#include "base/progress.h"
+#include "index/index_dir.h"
+#include "index/metadata.h"
 #include "tilemaxsim/io.h"
 
 namespace fs = std::filesystem;
@@ -32,7 +33,8 @@ using index::ReleaseFn;
 Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vector<std::vector<int64_t>>& shard_lens,
                        const std::vector<std::string>& names, std::vector<std::string> ids,
                        const IndexBuildOptions& opts, const std::string& path, BuildStats* stats, BuildGroup* group,
-                       const ReleaseFn& release = nullptr, const std::function<void()>& restart = nullptr) {
+                       const DocMetadata* metadata, const ReleaseFn& release = nullptr,
+                       const std::function<void()>& restart = nullptr) {
     std::vector<int64_t> all_lens;
     int64_t rows = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
@@ -47,6 +49,11 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     const bool parted = group && group->size() > 1;
     const int rank = parted ? group->rank() : 0;
     const auto agree = [&](const Status& st) { return parted ? group->Agree(st) : st; };
+    // The metadata is checked before anything is trained; rank 0 writes it.
+    index::MetaRows meta_rows;
+    if (metadata) {
+        TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::ResolveMetadata(*metadata, ids, {}, &meta_rows) : Status::OK()));
+    }
     std::vector<std::pair<std::string, double>> phases;
     index::IndexModel model;
     TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));
@@ -179,8 +186,22 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     IndexInfo info;
     index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
     TMS_RETURN_IF_ERROR(agree(encoded.ok() ? writer->FinishShards() : encoded));
-    // Every rank's shards are done: rank 0 writes the manifest and puts the index in place.
-    TMS_RETURN_IF_ERROR(agree(rank == 0 ? writer->Complete() : Status::OK()));
+    // Every rank's shards are done: rank 0 writes the metadata and the manifest into the build
+    // directory and puts the index in place (with its metadata, or none).
+    const auto complete = [&]() -> Status {
+        if (metadata) {
+            std::unique_ptr<index::MetadataWriter> w;
+            TMS_RETURN_IF_ERROR(index::MetadataWriter::Create(
+                (fs::path(writer->build_dir()) / index::kMetadataFile).string(), meta_rows.columns, &w));
+            for (size_t d = 0; d < ids.size(); ++d) {
+                TMS_RETURN_IF_ERROR(w->Insert(int64_t(d), ids[d], meta_rows.cells[d]));
+            }
+            TMS_RETURN_IF_ERROR(w->Commit());
+            index::CrashPoint("meta:built");
+        }
+        return writer->Complete();
+    };
+    TMS_RETURN_IF_ERROR(agree(rank == 0 ? complete() : Status::OK()));
     phases.emplace_back("finish", SecondsSince(t0));
     if (stats) {
         stats->n_docs = info.n_docs;
@@ -358,15 +379,15 @@ Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& pa
 }
 
 Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
-                           const std::vector<std::string>& doc_ids, BuildStats* stats) {
+                           const std::vector<std::string>& doc_ids, BuildStats* stats, const DocMetadata* metadata) {
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats, group_);
+    Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats, group_, metadata);
     if (stats) stats->seconds_total += SecondsSince(t0);
     return st;
 }
 
 Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& doclens, const std::string& doc_ids_txt,
-                                    BuildStats* stats) {
+                                    BuildStats* stats, const DocMetadata* metadata) {
     const auto t0 = std::chrono::steady_clock::now();
     Inputs in;
     std::vector<std::string> ids;
@@ -408,7 +429,8 @@ Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& 
         in.released.assign(in.maps.size(), 0);
         for (auto& m : in.maps) m->Advise(false);
     };
-    Status st = build_streaming(in.shards, in.lens, in.names, ids, opts_, path_, stats, group_, release, restart);
+    Status st =
+        build_streaming(in.shards, in.lens, in.names, ids, opts_, path_, stats, group_, metadata, release, restart);
     if (stats) stats->seconds_total += SecondsSince(t0);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0 && !doc_ids_txt.empty()) {
         return Status(st.code(), doc_ids_txt + st.message().substr(7));

@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "index/index_dir.h"
+#include "tilemaxsim/metadata.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
 namespace tms::index {
+
+class MetadataSnapshot;
 
 /// Trained parameters: coarse centroids and the codec's residual decoder.
 struct IndexModel {
@@ -92,8 +95,11 @@ struct IndexData {
 /// directory and renamed into place only when complete; an existing index at `path` is
 /// replaced only with `overwrite` (and only after the new one is complete). `target_lock`: the
 /// writer lock of the index at `path`, when the caller holds it already (compaction).
+/// `before_complete(build_dir)`: called once the stores are written, before the index is put
+/// in place, to add files that must appear with it (compaction's metadata).
 Status WriteIndex(const std::string& path, const IndexData& data, const IndexBuildOptions& opts,
-                  std::unique_ptr<FileLock> target_lock = nullptr);
+                  std::unique_ptr<FileLock> target_lock = nullptr,
+                  const std::function<Status(const std::string& build_dir)>& before_complete = nullptr);
 
 /// Read an index as one IndexData (the shards of a sharded index concatenated). Fails with a
 /// one-line message on anything that is not a complete index of a supported format, or on a
@@ -103,9 +109,11 @@ Status ReadIndex(const std::string& path, bool load_vectors, bool progress, Inde
 /// (first_doc its global offset), info its own counts (info.shards its one entry), every
 /// shard's tombstones applied. An unsharded index reads as one shard. `want`: only these shards
 /// (numbers, any order; empty: all), in shard order; only their stores and the last shard's
-/// (which holds every shard's tombstones) need exist.
+/// (which holds every shard's tombstones) need exist. `metadata`: when given, the index's
+/// metadata (null when it has none), loaded under the same reader lock as the stores, for
+/// the whole index's documents whatever `want` selects.
 Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards,
-                       const std::vector<int>& want = {});
+                       const std::vector<int>& want = {}, std::unique_ptr<MetadataSnapshot>* metadata = nullptr);
 /// The number of shards of the index at `path` (1 unsharded), from its manifest alone.
 Status ReadShardCount(const std::string& path, int* n);
 /// The metadata of the whole index from its shards' (ReadIndexShards): counts summed, one
@@ -302,8 +310,9 @@ struct UpdaterDeleter {
 };
 using UpdaterPtr = std::unique_ptr<IndexUpdaterImpl, UpdaterDeleter>;
 Status OpenUpdater(const std::string& path, UpdaterPtr* out);
+/// `metadata`: the new documents' (null: none; in an index with metadata they get NULLs).
 Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
-                  std::vector<std::string> doc_ids, bool replace, bool progress);
+                  std::vector<std::string> doc_ids, bool replace, bool progress, const DocMetadata* metadata = nullptr);
 /// Ids of documents deleted before (and not added again) are skipped and counted in
 /// *already_deleted; an id the index never held is an error naming its line.
 Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_ids, const std::string& what,

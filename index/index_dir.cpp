@@ -28,14 +28,6 @@ namespace {
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-// fsync of a directory, so that a rename in it is durable.
-void sync_dir(const fs::path& dir) {
-    const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)::fsync(fd);
-    ::close(fd);
-}
-
 // renameat2's flags are not supported by this file system (or kernel): fall back to rename.
 bool renameat2_unsupported(int e) { return e == EINVAL || e == ENOSYS || e == ENOTSUP; }
 
@@ -68,6 +60,13 @@ bool unmarked_build_dir(const fs::path& dir) {
 }
 
 }  // namespace
+
+void SyncDir(const fs::path& dir) {
+    const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)::fsync(fd);
+    ::close(fd);
+}
 
 FileLock::~FileLock() {
     if (fd_ >= 0) {
@@ -202,7 +201,7 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
         if (rc != 0) {
             return Status::IOError(target.string() + ": cannot move the new index into place: " + errno_text(errno));
         }
-        sync_dir(parent);
+        SyncDir(parent);
         return Status::OK();
     }
     // No reader is loading the old copy from here on; readers that wait re-check the marker,
@@ -214,7 +213,7 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
     static const bool exchange = std::getenv("TMS_TEST_NO_RENAME_EXCHANGE") == nullptr;
     if (exchange) {
         if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-            sync_dir(parent);
+            SyncDir(parent);
             CrashPoint("swap:exchanged");
             fs::remove_all(fresh, ec);  // now the old copy
             return Status::OK();
@@ -233,7 +232,7 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
         fs::rename(old, target, ec2);
         return Status::IOError(target.string() + ": cannot move the new index into place: " + ec.message());
     }
-    sync_dir(parent);
+    SyncDir(parent);
     fs::remove_all(old, ec);
     return Status::OK();
 }
@@ -260,7 +259,7 @@ void RecoverLeftovers(const fs::path& target) {
         if (kind == Leftover::kOld && !fs::exists(fs::symlink_status(target, ec))) {
             fs::rename(dir, target, ec);
             if (!ec) {
-                sync_dir(parent);
+                SyncDir(parent);
                 std::fprintf(stderr, "tms: %s: restored from %s (an interrupted replacement)\n", target.c_str(),
                              dir.filename().c_str());
                 continue;

@@ -88,6 +88,9 @@ void RecoverLeftovers(const std::filesystem::path& target);
 /// each point reached ("crash-point NAME") on stderr.
 void CrashPoint(const char* name);
 
+/// fsync of a directory, so that a rename or an unlink in it is durable (best effort).
+void SyncDir(const std::filesystem::path& dir);
+
 /// Bytes free to unprivileged users on the file system holding `path` (-1 when unknown).
 int64_t FreeBytes(const std::filesystem::path& path);
 

@@ -23,12 +23,12 @@ Status IndexUpdater::Open(const std::string& path, bool progress, std::unique_pt
 }
 
 Status IndexUpdater::Add(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
-                         const std::vector<std::string>& doc_ids, bool replace) {
-    return index::UpdaterAdd(impl_->u.get(), tokens, doclens, doc_ids, replace, impl_->progress);
+                         const std::vector<std::string>& doc_ids, bool replace, const DocMetadata* metadata) {
+    return index::UpdaterAdd(impl_->u.get(), tokens, doclens, doc_ids, replace, impl_->progress, metadata);
 }
 
 Status IndexUpdater::AddFromFiles(const std::string& docs_npy, const std::string& doclens_npy,
-                                  const std::string& doc_ids_txt, bool replace) {
+                                  const std::string& doc_ids_txt, bool replace, const DocMetadata* metadata) {
     std::unique_ptr<index::MappedNpy> m;
     TMS_RETURN_IF_ERROR(index::MappedNpy::Open(docs_npy, &m));
     EmbeddingView v;
@@ -39,7 +39,7 @@ Status IndexUpdater::AddFromFiles(const std::string& docs_npy, const std::string
     TMS_RETURN_IF_ERROR(IntegersFromArray(lens, doclens_npy, &l));
     std::vector<std::string> ids;
     TMS_RETURN_IF_ERROR(ReadLines(doc_ids_txt, &ids));
-    Status st = Add(v, l, ids, replace);
+    Status st = Add(v, l, ids, replace, metadata);
     if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0) return Status(st.code(), doc_ids_txt + st.message().substr(7));
     if (!st.ok() && st.message().rfind("doclens:", 0) == 0) return Status(st.code(), doclens_npy + st.message().substr(7));
     if (!st.ok() && st.message().rfind("docs:", 0) == 0) return Status(st.code(), docs_npy + st.message().substr(4));

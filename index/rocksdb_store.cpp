@@ -26,6 +26,7 @@
 
 #include "index/index_data.h"
 #include "index/index_dir.h"
+#include "index/metadata.h"
 #include "kernels/cpu/parallel_copy.h"
 #include "base/progress.h"
 #include "tilemaxsim/version.h"
@@ -281,6 +282,7 @@ std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs
 
 // Where an index's stores are: the index directory itself, or the shards of its manifest.
 struct Layout {
+    fs::path dir;  // the index directory
     bool sharded = false;
     std::vector<fs::path> stores;
     uint32_t model_crc = 0;  // the manifest's
@@ -574,7 +576,8 @@ namespace {  // the reading side, defined below
 Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,
                         std::vector<IndexInfo>* infos, std::vector<nlohmann::json>* stats);
 Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
-                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards);
+                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards,
+                   int64_t* index_docs = nullptr);
 Status read_layout(const fs::path& dir, const std::string& path, Layout* out, const std::vector<int>& want = {},
                    bool count_only = false);
 IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos,
@@ -608,6 +611,24 @@ struct IndexUpdaterImpl {
     Fd vec_file;                 // the head's vectors file (format 5 with vectors), appended to
     std::vector<char> ivf_dirty;
     std::vector<int64_t> tombstones;  // global ids
+    std::vector<IndexInfo> store_infos;  // every store's metadata at open
+    // Document metadata (index/metadata.h): the columns (the file's, then those added rows
+    // bring) and a row for each added document, written at Commit before the stores' commit.
+    bool meta_exists = false;  // the index has a metadata file
+    bool meta_given = false;   // an add brought metadata: Commit creates the file if missing
+    std::vector<MetaColumn> meta_columns;
+    int64_t meta_rows = 0;     // rows of the file below the committed documents
+    struct StagedRow {
+        int64_t doc;
+        std::string id;
+        MetaCells cells;
+    };
+    std::vector<StagedRow> meta_staged;  // the added documents' rows, in doc order
+    int64_t committed_global() const { return first_doc + committed_docs; }
+    // Staged rows of documents that exist (an add that failed part way wrote fewer).
+    void trim_staged() {
+        while (!meta_staged.empty() && meta_staged.back().doc >= first_doc + info.n_docs) meta_staged.pop_back();
+    }
     void update_view() {
         view.n_docs = first_doc + info.n_docs;
         view.n_tokens = info.n_tokens;
@@ -616,6 +637,12 @@ struct IndexUpdaterImpl {
         view.n_deleted = others_deleted + info.n_deleted;
         view.shards.back().n_docs = info.n_docs;
         view.shards.back().n_tokens = info.n_tokens;
+        // Every added document gets a row (NULLs without metadata of its own).
+        const bool meta = meta_exists || meta_given;
+        view.metadata_columns = meta ? meta_columns : std::vector<MetaColumn>();
+        view.metadata_rows = meta_exists  ? meta_rows + (view.n_docs - committed_global())
+                             : meta_given ? view.n_docs
+                                          : -1;
     }
 };
 
@@ -689,6 +716,7 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     std::vector<IndexInfo> infos;
     std::vector<nlohmann::json> stats;
     TMS_RETURN_IF_ERROR(read_shard_metas(u->layout, u->dbs, path, &infos, &stats));
+    u->store_infos = infos;
     u->info = infos.back();
     u->stats = stats.back();
     u->first_doc = u->stats.value("first_doc", int64_t{0});
@@ -718,6 +746,21 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
     u->ivf_loaded.assign(u->model.n_centroids, 0);
     u->ivf_dirty.assign(u->model.n_centroids, 0);
     u->committed_docs = u->info.n_docs;
+    const std::string meta_path = (u->dir / kMetadataFile).string();
+    std::error_code ec;
+    u->meta_exists = fs::exists(meta_path, ec);
+    if (u->meta_exists) {
+        // Rows past the committed documents are a commit's that stopped before the stores'
+        // commit (invisible to readers): their documents' ids are given out again.
+        std::unique_ptr<MetadataWriter> w;
+        TMS_RETURN_IF_ERROR(MetadataWriter::Open(meta_path, &w));
+        TMS_RETURN_IF_ERROR(w->DeleteFrom(u->view.n_docs));
+        TMS_RETURN_IF_ERROR(w->Commit());
+        int64_t rows = 0;
+        TMS_RETURN_IF_ERROR(ReadMetadataInfo(meta_path, u->view.n_docs, &u->meta_columns, &rows));
+        u->meta_rows = rows;
+        u->update_view();
+    }
     if (u->info.has_vectors && u->info.format_version != kInlineVectorsFormat) {
         // Bytes past the committed tokens' are an uncommitted update's: added chunks overwrite them.
         TMS_RETURN_IF_ERROR(open_vectors_file((fs::path(head) / kVectorsFile).string(), O_WRONLY, &u->vec_file));
@@ -727,7 +770,7 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
 }
 
 Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
-                  std::vector<std::string> doc_ids, bool replace, bool progress) {
+                  std::vector<std::string> doc_ids, bool replace, bool progress, const DocMetadata* metadata) {
     if (tokens.dim != u->info.dim) {
         return Status::InvalidArgument("docs: dimension " + std::to_string(tokens.dim) + " differs from the index's " +
                                        std::to_string(u->info.dim));
@@ -741,6 +784,18 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
             return Status::AlreadyExists("doc-ids: line " + std::to_string(i + 1) + ": id '" + doc_ids[i] +
                                          "' is already in the index (use --replace to replace it)");
         }
+    }
+    MetaRows rows;
+    if (metadata) TMS_RETURN_IF_ERROR(ResolveMetadata(*metadata, doc_ids, u->meta_columns, &rows));
+    // Checked: from here on the add changes the updater's state.
+    u->trim_staged();
+    if (metadata) {
+        u->meta_columns = std::move(rows.columns);
+        u->meta_given = true;
+    }
+    for (size_t i = 0; i < doc_ids.size(); ++i) {
+        u->meta_staged.push_back({u->first_doc + u->info.n_docs + int64_t(i), doc_ids[i],
+                                  metadata ? std::move(rows.cells[i]) : MetaCells()});
     }
     for (const auto& id : doc_ids) {
         auto it = u->ids.find(id);
@@ -851,9 +906,57 @@ Status UpdaterDelete(IndexUpdaterImpl* u, const std::vector<std::string>& doc_id
     return Status::OK();
 }
 
+// The rows of the added documents in one durable SQLite transaction (new columns added in it),
+// or, in an index without a metadata file, a new file holding a row for every document.
+// Readers see only rows below the stores' committed documents, so these stay invisible until
+// the stores' commit that follows.
+Status commit_metadata(IndexUpdaterImpl* u) {
+    u->trim_staged();
+    const int64_t committed = u->committed_global();
+    // One row for each document added since the last commit, in order.
+    bool staged_ok = int64_t(u->meta_staged.size()) == u->view.n_docs - committed;
+    for (size_t i = 0; staged_ok && i < u->meta_staged.size(); ++i) {
+        staged_ok = u->meta_staged[i].doc == committed + int64_t(i);
+    }
+    if (!staged_ok) return Status::Internal(u->path + ": the added documents' metadata rows do not match them");
+    const std::string meta_path = (u->dir / kMetadataFile).string();
+    std::unique_ptr<MetadataWriter> w;
+    if (u->meta_exists) {
+        TMS_RETURN_IF_ERROR(MetadataWriter::Open(meta_path, &w));
+        const size_t have = w->columns().size();
+        if (have > u->meta_columns.size()) return Status::Internal(meta_path + ": columns changed under the writer");
+        TMS_RETURN_IF_ERROR(w->AddColumns({u->meta_columns.begin() + have, u->meta_columns.end()}));
+        TMS_RETURN_IF_ERROR(w->DeleteFrom(committed));
+        for (const auto& r : u->meta_staged) TMS_RETURN_IF_ERROR(w->Insert(r.doc, r.id, r.cells));
+    } else {
+        TMS_RETURN_IF_ERROR(MetadataWriter::Create(meta_path, u->meta_columns, &w));
+        static const MetaCells kNone;
+        for (size_t s = 0; s < u->dbs.size(); ++s) {
+            const bool head = s + 1 == u->dbs.size();
+            const std::string sp = u->layout.sharded ? u->layout.stores[s].string() : u->path;
+            Status st;
+            TMS_RETURN_IF_ERROR(for_each_store_id(u->dbs[s], sp, head ? u->info : u->store_infos[s],
+                                                  u->view.shards[s].first_doc, [&](std::string_view id, int64_t g) {
+                                                      if (!st.ok()) return;
+                                                      const auto& cells =
+                                                          g >= committed ? u->meta_staged[size_t(g - committed)].cells
+                                                                         : kNone;
+                                                      st = w->Insert(g, std::string(id), cells);
+                                                  }));
+            TMS_RETURN_IF_ERROR(st);
+        }
+    }
+    TMS_RETURN_IF_ERROR(w->Commit());
+    if (!u->meta_exists) {
+        u->meta_exists = true;
+        u->meta_rows = committed;
+    }
+    return Status::OK();
+}
+
 // One atomic batch: IVF lists, tombstones, metadata (the new chunks and their ids were written
 // before, past the committed chunk count, so invisible until now), made durable by one atomic
-// flush of every column family before Commit returns.
+// flush of every column family before Commit returns. Document metadata is committed first.
 Status UpdaterCommit(IndexUpdaterImpl* u) {
     rocksdb::WriteBatch b;
     for (int k = 0; k < u->model.n_centroids; ++k) {
@@ -872,6 +975,10 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     {
         std::unique_ptr<FileLock> readers;  // the flush replaces logs that a reader may be listing
         TMS_RETURN_IF_ERROR(AcquireMarkerLock(u->dir, true, &readers));
+        if (u->meta_given || (u->meta_exists && !u->meta_staged.empty())) {
+            TMS_RETURN_IF_ERROR(commit_metadata(u));
+            CrashPoint("meta:committed");
+        }
         rocksdb::WriteOptions wo;
         wo.disableWAL = true;
         TMS_RETURN_IF_ERROR(from_rocks(u->db().db->Write(wo, &b), u->path));
@@ -883,7 +990,10 @@ Status UpdaterCommit(IndexUpdaterImpl* u) {
     CrashPoint("update:committed");
     u->tombstones.clear();
     std::fill(u->ivf_dirty.begin(), u->ivf_dirty.end(), 0);
+    if (u->meta_exists) u->meta_rows += int64_t(u->meta_staged.size());
+    u->meta_staged.clear();
     u->committed_docs = u->info.n_docs;
+    u->update_view();
     return Status::OK();
 }
 
@@ -925,8 +1035,38 @@ Status CompactIndex(const std::string& path, bool progress) {
     opts.chunk_docs = chunk_docs;
     opts.progress = progress;
     opts.shards = int(lock->layout.stores.size());  // as many shards as before
+    // The metadata follows its documents to their new ids (rows of deleted documents dropped),
+    // into the new copy's directory: the swap replaces stores and metadata at once.
+    std::function<Status(const std::string&)> put_metadata;
+    const std::string meta_path = (lock->dir / kMetadataFile).string();
+    if (lock->meta_exists) {
+        put_metadata = [&](const std::string& build_dir) {
+            std::vector<int64_t> new_of(size_t(n), -1);
+            for (int64_t doc = 0, k = 0; doc < n; ++doc) {
+                if (!d.deleted[doc]) new_of[size_t(doc)] = k++;
+            }
+            std::unique_ptr<MetadataWriter> w;
+            TMS_RETURN_IF_ERROR(
+                MetadataWriter::Create((fs::path(build_dir) / kMetadataFile).string(), lock->meta_columns, &w));
+            std::vector<MetaColumn> columns;
+            TMS_RETURN_IF_ERROR(ForEachMetadataRow(meta_path, n, &columns, [&](int64_t doc, const std::string& id,
+                                                                                const MetaCells& cells) {
+                const int64_t to = new_of[size_t(doc)];
+                if (to < 0) return Status::OK();
+                if (c.doc_ids[size_t(to)] != id) {
+                    return Status::Corruption(meta_path + ": the row of document " + std::to_string(doc) + " names '" +
+                                              id + "', the index '" + c.doc_ids[size_t(to)] + "'");
+                }
+                return w->Insert(to, id, cells);
+            }));
+            if (columns.size() != lock->meta_columns.size()) return Status::Internal(meta_path + ": columns changed");
+            TMS_RETURN_IF_ERROR(w->Commit());
+            CrashPoint("meta:compacted");
+            return Status::OK();
+        };
+    }
     close_updating(&lock->db(), lock->dir);
-    return WriteIndex(lock->dir.string(), c, opts, std::move(lock->writer));
+    return WriteIndex(lock->dir.string(), c, opts, std::move(lock->writer), put_metadata);
 }
 
 namespace {
@@ -1461,7 +1601,8 @@ Status IndexWriter::Complete() {
 }
 
 Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildOptions& opts,
-                  std::unique_ptr<FileLock> target_lock) {
+                  std::unique_ptr<FileLock> target_lock,
+                  const std::function<Status(const std::string&)>& before_complete) {
     IndexBuildOptions o = opts;
     o.keep_vectors = !d.vectors.empty();
     const int64_t n = d.info.n_docs;
@@ -1472,7 +1613,9 @@ Status WriteIndex(const std::string& path, const IndexData& d, const IndexBuildO
                                             SplitShards(lens, ResolveShardCount(o.shards, d.info.n_tokens))));
     TMS_RETURN_IF_ERROR(w->AppendDocs(lens.data(), n, d.token_centroids.data(), d.codes.data(),
                                       d.vectors.empty() ? nullptr : d.vectors.data(), d.doc_ids.data()));
-    return w->Finish();
+    TMS_RETURN_IF_ERROR(w->FinishShards());
+    if (before_complete) TMS_RETURN_IF_ERROR(before_complete(w->build_dir()));
+    return w->Complete();
 }
 
 namespace {
@@ -1483,6 +1626,7 @@ namespace {
 Status read_layout(const fs::path& dir, const std::string& path, Layout* out, const std::vector<int>& want,
                    bool count_only) {
     *out = Layout();
+    out->dir = dir;
     std::error_code ec;
     const fs::path mf = dir / kManifestFile;
     if (!fs::exists(fs::symlink_status(mf, ec))) {
@@ -1657,9 +1801,9 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
 
 // Loads the stores of the layout (in parallel, one thread each), then applies every store's
 // tombstones to the shards they name. A partial layout's head store, when not asked for, is
-// read for its tombstones only and not returned.
+// read for its tombstones only and not returned. *index_docs: the whole index's documents.
 Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
-                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards) {
+                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards, int64_t* index_docs) {
     std::vector<IndexInfo> infos;
     std::vector<nlohmann::json> stats;
     TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
@@ -1667,6 +1811,7 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
     const size_t n = dbs.size();
     // Every document of the index is below the head's last: the bound of tombstones' ids.
     const int64_t limit = total.shards.back().first_doc + total.shards.back().n_docs;
+    if (index_docs) *index_docs = limit;
     std::vector<char> wanted(n, want.empty() ? 1 : 0);
     for (size_t s = 0; s < n; ++s) {
         if (std::find(want.begin(), want.end(), layout.numbers[s]) != want.end()) wanted[s] = 1;
@@ -1758,16 +1903,20 @@ Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
         std::vector<nlohmann::json> stats;
         TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
         *info = combine_infos(layout, infos, stats);
-        return Status::OK();
+        return ReadMetadataInfo((layout.dir / kMetadataFile).string(), info->n_docs, &info->metadata_columns,
+                                &info->metadata_rows);
     });
 }
 
 Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards,
-                       const std::vector<int>& want) {
+                       const std::vector<int>& want, std::unique_ptr<MetadataSnapshot>* metadata) {
     return with_read_stores(
         path,
         [&](const Layout& layout, std::vector<Db>& dbs) {
-            return read_shards(layout, dbs, path, load_vectors, progress, want, shards);
+            int64_t n_docs = 0;
+            TMS_RETURN_IF_ERROR(read_shards(layout, dbs, path, load_vectors, progress, want, shards, &n_docs));
+            // Under the lock the stores were read under: the metadata of the same state.
+            return metadata ? MetadataSnapshot::Load(layout.dir.string(), n_docs, metadata) : Status::OK();
         },
         want);
 }

@@ -30,7 +30,16 @@ struct IvfUnionParams {
     const int32_t* ivf_docs = nullptr;
     int n_centroids = 0;
     int64_t n_docs = 0;
+    /// The documents a search may return (its filter; nullptr: every document): query q's row
+    /// of bitmap_words(n_docs) words starts at allow + q * allow_stride (0: one row for every
+    /// query), bit d % 32 of word d / 32 set when document d is allowed. A document that is not
+    /// allowed is in no query's union, list or scores.
+    const uint32_t* allow = nullptr;
+    int64_t allow_stride = 0;
 };
+
+/// Words of one row of a bitmap over n_docs documents (IvfUnionParams::allow, the union's bitmaps).
+inline int64_t bitmap_words(int64_t n_docs) { return (n_docs + 31) / 32; }
 
 /// Sizes non-negative, inputs present when anything is probed (shared by every path).
 Status ivf_union_validate(const IvfUnionParams& p);
@@ -86,6 +95,10 @@ TMS_KERNELS_HD inline float probe_row_range(const int32_t* probe, const float* s
         r = x > r ? x : r;
     }
     return r;
+}
+/// Document d may be returned for query q (IvfUnionParams::allow).
+TMS_KERNELS_HD inline bool doc_allowed(const IvfUnionParams& p, int q, int32_t d) {
+    return p.allow == nullptr || ((p.allow[int64_t(q) * p.allow_stride + (d >> 5)] >> (d & 31)) & 1u);
 }
 #undef TMS_KERNELS_HD
 

@@ -20,10 +20,10 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # plain run.
 echo "fuzz.sh: CPU unit tests and CLI tests under ASan + UBSan"
 build-fuzz/tests/tms_tests --gtest_brief=1 \
-  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*' \
+  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:MetadataCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*' \
   2>&1 | grep -v "^WARNING clustering"
 TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_cli.py
-for t in npy safetensors text config; do
+for t in npy safetensors text config metadata; do
   mkdir -p build-fuzz/corpus/$t
   echo "fuzz.sh: fuzz_$t for ${secs}s"
   (cd build-fuzz && TMPDIR=/dev/shm ./tests/fuzz/fuzz_$t -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \

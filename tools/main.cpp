@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <unistd.h>
+#include <unordered_map>
 
 #include "base/progress.h"
 #include "tilemaxsim/tilemaxsim.h"
@@ -39,7 +40,7 @@ tms::Pruning parse_pruning(const std::string& s) {
 }
 
 struct SearchArgs {
-    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms",
+    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", subset,
                 pruning = tms::PruningName(tms::SearchOptions().pruning);
     tms::SearchOptions opts;
     int batch = 256;
@@ -116,6 +117,63 @@ tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j) {
     return check_query_dim(a, j->whole, j->searcher->info());
 }
 
+// The documents --subset allows: a file of external ids (one per line, every query: (*per_query)
+// empty) or of QUERY_ID<TAB>DOC_ID lines (per query: (*per_query)[q], queries with no line
+// allow nothing). Ids the index does not hold allow nothing; a note on stderr counts them.
+tms::Status read_subset(const std::string& path, const tms::Searcher& s, const std::vector<std::string>& qids,
+                        bool quiet, std::vector<int64_t>* shared, std::vector<std::vector<int64_t>>* per_query) {
+    std::vector<std::string> lines;
+    TMS_RETURN_IF_ERROR(tms::ReadLines(path, &lines));
+    std::vector<std::string> ids;
+    std::vector<size_t> row;  // per query: the query of each id
+    std::unordered_map<std::string, size_t> qindex;
+    for (size_t i = 0; i < qids.size(); ++i) qindex.emplace(qids[i], i);
+    int64_t unknown_queries = 0, n_lines = 0;
+    bool tabbed = false;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        std::string l = lines[i];
+        if (!l.empty() && l.back() == '\r') l.pop_back();
+        if (l.empty()) continue;
+        const size_t tab = l.find('\t');
+        if (n_lines++ == 0) tabbed = tab != std::string::npos;
+        if (tabbed != (tab != std::string::npos) || (tabbed && l.find('\t', tab + 1) != std::string::npos)) {
+            return tms::Status::InvalidArgument(path + ":" + std::to_string(i + 1) + ": want " +
+                                                (tabbed ? "QUERY_ID<TAB>DOC_ID" : "one DOC_ID") +
+                                                " per line, as the first line has");
+        }
+        if (!tabbed) {
+            ids.push_back(std::move(l));
+            continue;
+        }
+        const auto q = qindex.find(l.substr(0, tab));
+        if (q == qindex.end()) {
+            ++unknown_queries;
+            continue;
+        }
+        row.push_back(q->second);
+        ids.push_back(l.substr(tab + 1));
+    }
+    std::vector<int64_t> internal;
+    s.FindDocs(ids, &internal);
+    int64_t unknown = 0;
+    shared->clear();
+    per_query->assign(tabbed ? qids.size() : 0, {});
+    for (size_t i = 0; i < internal.size(); ++i) {
+        if (internal[i] < 0) ++unknown;
+        else if (tabbed) (*per_query)[row[i]].push_back(internal[i]);
+        else shared->push_back(internal[i]);
+    }
+    if (!quiet && unknown > 0) {
+        std::fprintf(stderr, "tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
+                     path.c_str(), (long long)unknown, ids.size());
+    }
+    if (!quiet && unknown_queries > 0) {
+        std::fprintf(stderr, "tms search: %s: %lld lines name queries not among the queries: ignored\n", path.c_str(),
+                     (long long)unknown_queries);
+    }
+    return tms::Status::OK();
+}
+
 // Loads queries, searches in batches, writes the run. Prints a summary to stderr.
 tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
@@ -123,9 +181,20 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
     const tms::QueryBatch& whole = job.whole;
     const std::vector<std::string>& qids = job.qids;
-    const tms::SearchOptions& opts = job.opts;
+    tms::SearchOptions& opts = job.opts;
     const tms::Searcher* searcher = job.searcher.get();
     const int nq = whole.n_queries;
+    const int64_t n_docs = searcher->info().n_docs;
+    std::vector<int64_t> subset;
+    std::vector<std::vector<int64_t>> subsets;  // per query
+    if (!a.subset.empty()) {
+        TMS_RETURN_IF_ERROR(read_subset(a.subset, *searcher, qids, quiet, &subset, &subsets));
+        if (subsets.empty()) {
+            auto set = std::make_shared<tms::DocSet>(n_docs, 1);
+            for (int64_t d : subset) set->Add(0, d);
+            opts.allow = std::move(set);
+        }
+    }
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     tms::SearchTimings phase;
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
@@ -134,6 +203,12 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         const tms::QueryBatch b = whole.Slice(q0, std::min(a.batch, nq - q0));
         std::vector<std::vector<tms::SearchHit>> res;
         tms::SearchTimings t;
+        if (!subsets.empty()) {
+            auto set = std::make_shared<tms::DocSet>(n_docs, b.n_queries);
+            for (int i = 0; i < b.n_queries; ++i)
+                for (int64_t d : subsets[size_t(q0 + i)]) set->Add(i, d);
+            opts.allow = std::move(set);
+        }
         TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
@@ -235,6 +310,7 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     *quiet_failure = rank != 0;
+    if (!a.subset.empty()) return tms::Status::NotSupported("--subset is not supported under mpirun (use --filter)");
     tms::HostArray arr;
     tms::QueryBatch whole;
     std::vector<std::string> qids;
@@ -306,6 +382,12 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 30));
     c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    c->add_option("--filter", a->opts.filter,
+                  "Only documents whose metadata match this SQL WHERE expression, e.g. \"tenant = 7 AND year >= "
+                  "2024\" (columns as `tms info` lists them; applied during candidate generation)");
+    c->add_option("--subset", a->subset,
+                  "Only these documents: a file of external ids, one per line (every query), or QUERY_ID<TAB>DOC_ID "
+                  "lines (per query; a query with no line gets no results); with --filter, both must hold");
 #if TMS_WITH_MPI
     c->add_option("--mpi-timeout", a->mpi_timeout,
                   "Under mpirun: seconds any rank waits for the others before ending the job")
@@ -338,8 +420,35 @@ tms::Status print_info(const std::string& path) {
                 "\"residual_nbits\": %d}\n",
                 i.codec.c_str(), i.n_centroids, i.codec == "pq" ? i.pq_m : 0, i.codec == "pq" ? i.pq_nbits : 0,
                 i.codec == "residual" ? i.residual_nbits : 0);
+    // Document metadata, when the index has some: its rows, then one line per column.
+    if (i.metadata_rows >= 0) {
+        std::printf("metadata_rows\t%lld\n", (long long)i.metadata_rows);
+        for (const tms::MetaColumn& c : i.metadata_columns) {
+            std::printf("metadata_column\t%s\t%s\n", c.name.c_str(), tms::MetaTypeName(c.type));
+        }
+    }
     return tms::Status::OK();
 }
+
+// --metadata FILE.jsonl with --metadata-types SPEC as DocMetadata; null without --metadata.
+tms::Status load_metadata(const std::string& file, const std::string& types, std::unique_ptr<tms::DocMetadata>* out) {
+    out->reset();
+    if (file.empty()) return tms::Status::OK();
+    auto md = std::make_unique<tms::DocMetadata>();
+    TMS_RETURN_IF_ERROR(tms::ParseMetaColumns(types, &md->declared));
+    TMS_RETURN_IF_ERROR(tms::LoadMetadataJsonl(file, md.get()));
+    *out = std::move(md);
+    return tms::Status::OK();
+}
+
+// The help of --metadata and --metadata-types (tms index, tms add).
+constexpr const char* kMetadataHelp =
+    "Document attributes, JSONL: one object per document in order, or objects naming their documents by "
+    "\"id\" (any order; documents without one get NULLs), e.g. {\"id\": \"d7\", \"tenant\": 3, \"lang\": \"en\"}; "
+    "values: integers, reals, strings, booleans, null (arrays and objects kept as JSON text)";
+constexpr const char* kMetadataTypesHelp =
+    "Column types, e.g. \"year:integer,lang:text\" (integer, real or text); other columns: integer when "
+    "every value is an integer, real when every value is a number, text otherwise";
 
 tms::Status eval_files(const std::string& run_path, const std::string& qrels_path, bool json, bool quiet,
                        tms::EvalResult* r, const std::string& metrics = "", bool per_query = false) {
@@ -356,12 +465,13 @@ tms::Status eval_files(const std::string& run_path, const std::string& qrels_pat
 
 // Builds the index (as one rank of `group` when given: only rank 0 prints the summary).
 tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
-                        const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr) {
+                        const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr,
+                        const tms::DocMetadata* metadata = nullptr) {
     std::unique_ptr<tms::IndexBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
     b->SetGroup(group);
     tms::BuildStats st;
-    TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st));
+    TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
     if (group && group->rank() != 0) return tms::Status::OK();
     if (group) std::fprintf(stderr, "tms index: %d ranks\n", group->size());
     std::fprintf(stderr, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
@@ -464,7 +574,10 @@ int run(int argc, char** argv) {
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
-    double index_mpi_timeout = 86400;
+    std::string index_meta, index_meta_types;
+    auto* index_meta_opt = idx->add_option("--metadata", index_meta, kMetadataHelp);
+    idx->add_option("--metadata-types", index_meta_types, kMetadataTypesHelp)->needs(index_meta_opt);
+    [[maybe_unused]] double index_mpi_timeout = 86400;  // read under mpirun only
 #if TMS_WITH_MPI
     idx->add_option("--mpi-timeout", index_mpi_timeout,
                     "Under mpirun: seconds any rank waits for the others (training, the slowest rank's shards) "
@@ -529,7 +642,7 @@ int run(int argc, char** argv) {
     info->add_option("--index", info_path, "Index directory")->required();
 
     // add / delete / compact
-    std::string upd_index, upd_docs, upd_doclens, upd_ids;
+    std::string upd_index, upd_docs, upd_doclens, upd_ids, upd_meta, upd_meta_types;
     bool upd_replace = false;
     auto* add = app.add_subcommand("add", "Add documents to an index (encoded with its centroids and codec)");
     add->add_option("--index", upd_index, "Index directory")->required();
@@ -537,6 +650,10 @@ int run(int argc, char** argv) {
     add->add_option("--doclens", upd_doclens, "Tokens per document .npy [n_docs]")->required();
     add->add_option("--doc-ids", upd_ids, "Ids of the new documents, one per line")->required();
     add->add_flag("--replace", upd_replace, "Replace documents whose id is already in the index");
+    auto* upd_meta_opt = add->add_option("--metadata", upd_meta,
+                                         std::string(kMetadataHelp) + "; new columns are added to the index's, and "
+                                         "documents added without metadata get NULLs");
+    add->add_option("--metadata-types", upd_meta_types, kMetadataTypesHelp)->needs(upd_meta_opt);
     auto* del = app.add_subcommand("delete", "Delete documents by id (tombstones; `tms compact` reclaims space)");
     del->add_option("--index", upd_index, "Index directory")->required();
     del->add_option("--doc-ids", upd_ids, "Ids to delete, one per line")->required();
@@ -603,6 +720,8 @@ int run(int argc, char** argv) {
     bs->add_option("--pruning", sb_pruning, "probe or interaction")
         ->capture_default_str()
         ->check(CLI::IsMember({"interaction", "probe"}));
+    bs->add_option("--filter", sbo.search.filter,
+                   "Only documents whose metadata match this SQL WHERE expression (recall is within it)");
     bs->add_option("--batch", sbo.batch, "Queries per call in the batch rows")->capture_default_str();
     bs->add_option("--passes", sbo.passes, "Batch passes (the best is reported)")->capture_default_str();
     bs->add_option("--single", sbo.single, "One-query calls for p50 / p99 (0: none)")->capture_default_str();
@@ -671,6 +790,8 @@ int run(int argc, char** argv) {
         io.overwrite = overwrite;
         io.progress = !no_progress;
         if (tms::Status st = parse_device(index_device, &io.device); !st.ok()) return fail("index", st);
+        std::unique_ptr<tms::DocMetadata> metadata;
+        if (tms::Status st = load_metadata(index_meta, index_meta_types, &metadata); !st.ok()) return fail("index", st);
 #if TMS_WITH_MPI
         if (under_mpirun()) {
             int provided = 0, rank = 0;
@@ -680,14 +801,14 @@ int run(int argc, char** argv) {
             tms::Status st;
             {
                 const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
-                st = build_index(docs, doclens, doc_ids, index_out, io, group.get());
+                st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get());
             }
             MPI_Finalize();
             if (!st.ok() && rank != 0) return st.code() == tms::Status::Code::kInternal ? 3 : 1;  // rank 0 says why
             return st.ok() ? 0 : fail("index", st);
         }
 #endif
-        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io);
+        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get());
         return st.ok() ? 0 : fail("index", st);
     }
     if (search->parsed()) {
@@ -743,11 +864,13 @@ int run(int argc, char** argv) {
     if (add->parsed() || del->parsed()) {
         const std::string cmd = add->parsed() ? "add" : "delete";
         const auto t0 = Clock::now();
+        std::unique_ptr<tms::DocMetadata> metadata;  // read (and checked) before the index is opened
+        tms::Status st = add->parsed() ? load_metadata(upd_meta, upd_meta_types, &metadata) : tms::Status::OK();
         std::unique_ptr<tms::IndexUpdater> u;
-        tms::Status st = tms::IndexUpdater::Open(upd_index, true, &u);
+        if (st.ok()) st = tms::IndexUpdater::Open(upd_index, true, &u);
         const int64_t before_docs = st.ok() ? u->info().n_docs : 0, before_del = st.ok() ? u->info().n_deleted : 0;
         int64_t already_deleted = 0;
-        if (st.ok() && add->parsed()) st = u->AddFromFiles(upd_docs, upd_doclens, upd_ids, upd_replace);
+        if (st.ok() && add->parsed()) st = u->AddFromFiles(upd_docs, upd_doclens, upd_ids, upd_replace, metadata.get());
         if (st.ok() && del->parsed()) {
             std::vector<std::string> ids;
             st = tms::ReadLines(upd_ids, &ids);

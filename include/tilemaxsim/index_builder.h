@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "tilemaxsim/metadata.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
@@ -54,13 +55,15 @@ public:
     /// Build from memory. `tokens`: [n_tokens, dim] float16/float32, rows of each document
     /// contiguous and in document order; `doclens`: tokens per document (each >= 1, summing to
     /// n_tokens); `doc_ids`: external ids (no whitespace, unique), or empty for "0".."n-1".
+    /// `metadata`: the documents' attributes (checked before anything is trained or written),
+    /// stored in the index beside them; none: the index has no metadata.
     Status Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, const std::vector<std::string>& doc_ids,
-                 BuildStats* stats = nullptr);
+                 BuildStats* stats = nullptr, const DocMetadata* metadata = nullptr);
 
     /// Build from files: docs .npy [n_tokens, dim] (float16/float32), doclens .npy (int32/int64)
     /// and an optional ids file (one id per line; "" for 0..n-1). Errors name the file.
     Status BuildFromFiles(const std::string& docs_npy, const std::string& doclens_npy, const std::string& doc_ids_txt,
-                          BuildStats* stats = nullptr);
+                          BuildStats* stats = nullptr, const DocMetadata* metadata = nullptr);
 
     /// Build as one rank of `group` (null: alone); every rank makes the same Build call.
     void SetGroup(BuildGroup* group) { group_ = group; }

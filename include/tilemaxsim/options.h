@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,24 @@ struct SearcherOptions {
     bool warm_up = true;
 };
 
+/// Documents by internal id ([0, n_docs) of the index searched), as SearchOptions::allow takes
+/// them: one row for every query of a batch, or one row per query.
+struct DocSet {
+    int64_t n_docs = 0;
+    int rows = 1;
+    /// [rows, Words(n_docs)]: bit d % 32 of word d / 32 of row r set when document d is in row r.
+    std::vector<uint32_t> bits;
+
+    static int64_t Words(int64_t n_docs) { return (n_docs + 31) / 32; }
+    DocSet() = default;
+    explicit DocSet(int64_t n, int n_rows = 1) : n_docs(n), rows(n_rows), bits(size_t(n_rows) * size_t(Words(n))) {}
+    const uint32_t* Row(int r) const { return bits.data() + size_t(r) * size_t(Words(n_docs)); }
+    void Add(int r, int64_t d) { bits[size_t(r) * size_t(Words(n_docs)) + size_t(d / 32)] |= 1u << (d % 32); }
+    bool Has(int r, int64_t d) const { return (Row(r)[d / 32] >> (d % 32)) & 1u; }
+    /// The documents of row r.
+    int64_t Count(int r) const;
+};
+
 /// Per-call search parameters.
 struct SearchOptions {
     /// Results per query; must be > 0 (more than the index's documents returns them all).
@@ -131,6 +150,28 @@ struct SearchOptions {
     /// under 1 GiB, at most 4096. A query's results do not depend on the chunk it is in (on a GPU, up to the rounding
     /// of the centroid GEMM, whose kernel cuBLAS picks by shape). Default: 0
     int max_batch_queries = 0;
+    /// Only these documents may be returned: row 0 for every query, or row q for query q (rows ==
+    /// the batch's queries; n_docs == the index's). Applied before scoring, inside candidate
+    /// generation (documents outside it are never probed, pruned or scored), not to the top-k.
+    /// A query allowed few documents (direct_max) scores them all, without probing; the others
+    /// probe more widely, nprobe / sqrt(f) lists, f the share of the index a query is allowed
+    /// (at most 64, or nprobe when larger). Either way it reranks rerank / sqrt(f) documents
+    /// (at most 4096, or rerank when larger). A batch runs as its widest query needs. null:
+    /// every document. Default: null
+    std::shared_ptr<const DocSet> allow;
+    /// An SQL boolean expression over the index's metadata (its columns and `id`, the external
+    /// id), e.g. "tenant = 7 AND year >= 2024": only the documents whose metadata it holds for
+    /// may be returned, as with `allow` (with both, a document must be in both). Literals are
+    /// bound as parameters and names checked against the columns (Searcher::Filter). A
+    /// document added without metadata has NULL attributes. Empty: no filter. Default: ""
+    std::string filter;
+    /// With allow or filter: a query allowed at most this many documents scores all of them
+    /// (compressed, then the rerank) instead of probing. -1: no more than the IVF entries a
+    /// query probing 64 lists per token visits (as costly as the widest probing; a narrow
+    /// filter's best documents lie deep in the unfiltered ranking, where probing's pruning
+    /// scores barely tell them apart). A query allowed no more than max(ncandidates, rerank, k)
+    /// always does. Default: -1
+    int64_t direct_max = -1;
 };
 
 /// The automatic shard count: one shard per this many tokens (2^28: 64 GiB of fp16 vectors at

@@ -78,6 +78,12 @@ public:
     /// The internal ids of external ids (-1 for an id the index does not hold, or deleted).
     /// The first call builds the lookup (every document's id; thread-safe).
     virtual void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const = 0;
+    /// The documents whose metadata satisfies `where` (SearchOptions::filter's expression), as a
+    /// one-row DocSet over the whole index's documents (deleted ones may be in it: no search
+    /// returns them). Literals are bound as parameters, never pasted into SQL; every name must be
+    /// a column or `id`, else InvalidArgument naming it; NotSupported when the index has no
+    /// metadata. Repeated expressions are answered from a small cache.
+    virtual Status Filter(const std::string& where, DocSet* out) const = 0;
 };
 
 /// A candidate's place in a cut: its score and internal id.

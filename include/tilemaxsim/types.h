@@ -24,6 +24,16 @@ const char* DeviceName(Device d);
 enum class Pruning : uint8_t { kProbe = 0, kInteraction = 1 };
 const char* PruningName(Pruning p);
 
+/// Declared type of a metadata column (SQLite's type affinity; values keep their own type).
+enum class MetaType : uint8_t { kInteger = 0, kReal = 1, kText = 2 };
+/// "integer", "real", "text".
+const char* MetaTypeName(MetaType t);
+/// A column of document metadata (tilemaxsim/metadata.h).
+struct MetaColumn {
+    std::string name;
+    MetaType type = MetaType::kText;
+};
+
 /// A non-owning view of a row-major matrix [rows, dim] of token embeddings.
 /// `data` points to rows * dim elements of `dtype`, C order, no row padding.
 struct EmbeddingView {
@@ -80,6 +90,10 @@ struct IndexInfo {
     int64_t n_deleted = 0;      ///< documents deleted (tombstoned) since the last compaction
     std::string build_config_json;
     std::vector<ShardInfo> shards;  ///< in id order; one entry for an unsharded index
+    std::vector<MetaColumn> metadata_columns;  ///< document metadata columns, in table order
+    /// Metadata rows of documents below n_docs (deleted documents' rows count until compaction);
+    /// -1: the index has no metadata.
+    int64_t metadata_rows = -1;
 };
 
 }  // namespace tms

@@ -27,6 +27,7 @@ Status ivf_union_cpu(const IvfUnionParams& p, std::vector<int64_t>* off, std::ve
                     if (c < 0 || c >= p.n_centroids) continue;
                     for (int64_t e = p.ivf_offsets[c]; e < p.ivf_offsets[c + 1]; ++e) {
                         const int32_t d = p.ivf_docs[e];
+                        if (!doc_allowed(p, qi, d)) continue;
                         uint64_t& w = bits[d >> 6];
                         const uint64_t bit = uint64_t(1) << (d & 63);
                         if (!(w & bit)) {
@@ -85,7 +86,7 @@ Status probe_scores_cpu(const ProbeScoreParams& p, std::vector<int64_t>* off, st
                     const uint32_t t = probe_term(p.probe_scores[row * u.nprobe + j], p.floor_scores[row], scale);
                     for (int64_t e = u.ivf_offsets[c]; e < u.ivf_offsets[c + 1]; ++e) {
                         const int32_t d = u.ivf_docs[e];
-                        if (row_stamp[d] == row_id) continue;
+                        if (row_stamp[d] == row_id || !doc_allowed(u, q, d)) continue;
                         row_stamp[d] = row_id;
                         if (query_stamp[d] != query_id) {
                             query_stamp[d] = query_id;

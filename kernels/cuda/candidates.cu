@@ -12,18 +12,16 @@ namespace {
 
 // One block per (query row slot, query): marks the documents of one probed IVF list in the
 // query's bitmap. Rows past the query's length are skipped.
-__global__ void ivf_mark(const int32_t* __restrict__ probe, int q_stride, int nprobe, const int32_t* __restrict__ lens,
-                         const int64_t* __restrict__ ivf_off, const int32_t* __restrict__ ivf_docs, int n_centroids,
-                         int64_t words, uint32_t* __restrict__ bits) {
-    const int q = blockIdx.y, slot = blockIdx.x, row = slot / nprobe;
-    const int ql = lens ? lens[q] : q_stride;
+__global__ void ivf_mark(IvfUnionParams p, int64_t words, uint32_t* __restrict__ bits) {
+    const int q = blockIdx.y, slot = blockIdx.x, row = slot / p.nprobe;
+    const int ql = p.query_lens ? p.query_lens[q] : p.q_stride;
     if (row >= ql) return;
-    const int c = probe[(int64_t(q) * q_stride + row) * nprobe + slot % nprobe];
-    if (c < 0 || c >= n_centroids) return;
+    const int c = p.probe[(int64_t(q) * p.q_stride + row) * p.nprobe + slot % p.nprobe];
+    if (c < 0 || c >= p.n_centroids) return;
     uint32_t* b = bits + int64_t(q) * words;
-    for (int64_t e = ivf_off[c] + threadIdx.x; e < ivf_off[c + 1]; e += blockDim.x) {
-        const int32_t d = ivf_docs[e];
-        atomicOr(b + (d >> 5), 1u << (d & 31));
+    for (int64_t e = p.ivf_offsets[c] + threadIdx.x; e < p.ivf_offsets[c + 1]; e += blockDim.x) {
+        const int32_t d = p.ivf_docs[e];
+        if (doc_allowed(p, q, d)) atomicOr(b + (d >> 5), 1u << (d & 31));
     }
 }
 
@@ -162,7 +160,8 @@ __global__ void __launch_bounds__(kProbeWarps * 32)
     const int64_t n_here = u.n_docs - d0 < kProbeRangeDocs ? u.n_docs - d0 : int64_t(kProbeRangeDocs);
     uint32_t* out = dense + int64_t(q) * u.n_docs + d0;
     for (int d = threadIdx.x; d < n_here; d += blockDim.x) {
-        const uint32_t v = (touched[d >> 5] >> (d & 31)) & 1u ? acc[d] + 1 : 0u;
+        const bool hit = ((touched[d >> 5] >> (d & 31)) & 1u) && doc_allowed(u, q, int32_t(d0 + d));
+        const uint32_t v = hit ? acc[d] + 1 : 0u;
         out[d] = v;
         if (v) atomicAdd(h + min(v >> kProbeBinShift, uint32_t(kProbeBins - 1)), 1u);
     }
@@ -261,8 +260,7 @@ Status ivf_mark_cuda(const IvfUnionParams& p, uint32_t* bits, cudaStream_t strea
     if (p.n_queries == 0 || p.q_stride == 0 || p.nprobe == 0) return Status::OK();
     if (p.n_queries > 65535) return Status::InvalidArgument("ivf_mark_cuda: more than 65535 queries");
     ivf_mark<<<dim3(unsigned(p.q_stride * p.nprobe), unsigned(p.n_queries)), 256, 0, stream>>>(
-        p.probe, p.q_stride, p.nprobe, p.query_lens, p.ivf_offsets, p.ivf_docs, p.n_centroids,
-        ivf_bitmap_words(p.n_docs), bits);
+        p, bitmap_words(p.n_docs), bits);
     TMS_CUDA_CHECK_LAUNCH();
     return Status::OK();
 }

@@ -12,10 +12,7 @@
 
 namespace tms::kernels {
 
-/// Words of one query's bitmap over n_docs documents.
-inline int64_t ivf_bitmap_words(int64_t n_docs) { return (n_docs + 31) / 32; }
-
-/// bits [n_queries, ivf_bitmap_words(n_docs)], zeroed by the caller: bit d of query q's row set
+/// bits [n_queries, bitmap_words(n_docs)], zeroed by the caller: bit d of query q's row set
 /// for every document of its probed lists (p's pointers on the device).
 Status ivf_mark_cuda(const IvfUnionParams& p, uint32_t* bits, cudaStream_t stream);
 /// counts [n_queries]: the set bits of each row of bits [n_queries, words].

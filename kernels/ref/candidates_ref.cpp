@@ -19,7 +19,8 @@ Status ivf_union_ref(const IvfUnionParams& p, std::vector<int64_t>* off, std::ve
             for (int j = 0; j < p.nprobe; ++j) {
                 const int c = p.probe[(int64_t(q) * p.q_stride + i) * p.nprobe + j];
                 if (c < 0 || c >= p.n_centroids) continue;
-                for (int64_t e = p.ivf_offsets[c]; e < p.ivf_offsets[c + 1]; ++e) u.insert(p.ivf_docs[e]);
+                for (int64_t e = p.ivf_offsets[c]; e < p.ivf_offsets[c + 1]; ++e)
+                    if (doc_allowed(p, q, p.ivf_docs[e])) u.insert(p.ivf_docs[e]);
             }
         }
         docs->insert(docs->end(), u.begin(), u.end());
@@ -53,7 +54,7 @@ Status probe_scores_ref(const ProbeScoreParams& p, std::vector<int64_t>* off, st
                 if (c < 0 || c >= u.n_centroids) continue;
                 const uint32_t t = probe_term(p.probe_scores[row * u.nprobe + j], p.floor_scores[row], scale);
                 for (int64_t e = u.ivf_offsets[c]; e < u.ivf_offsets[c + 1]; ++e) {
-                    if (seen.insert(u.ivf_docs[e]).second) acc[u.ivf_docs[e]] += t;
+                    if (doc_allowed(u, q, u.ivf_docs[e]) && seen.insert(u.ivf_docs[e]).second) acc[u.ivf_docs[e]] += t;
                 }
             }
         }

@@ -69,6 +69,10 @@ py::dict info_dict(const tms::IndexInfo& i) {
     d["format_version"] = i.format_version;
     d["n_shards"] = i.shards.size();
     d["build_config"] = i.build_config_json;
+    d["metadata_rows"] = i.metadata_rows;  // -1: no metadata
+    py::dict cols;
+    for (const auto& c : i.metadata_columns) cols[py::str(c.name)] = tms::MetaTypeName(c.type);
+    d["metadata_columns"] = cols;
     return d;
 }
 
@@ -117,8 +121,10 @@ public:
         check(tms::Searcher::Open(o, path, &s_));
     }
 
+    // subset: allowed external ids, none (no subset), one list (every query) or one per query.
     py::tuple search(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens, int k,
-                     bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning) {
+                     bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning,
+                     const std::string& filter, const std::vector<std::vector<std::string>>& subset) {
         tms::QueryBatch b = query_batch(q, dtype, lens);
         tms::SearchOptions o;
         o.k = k;
@@ -126,13 +132,28 @@ public:
         o.nprobe = nprobe;
         o.ncandidates = ncandidates;
         o.rerank = rerank;
+        o.filter = filter;
         if (pruning != "probe" && pruning != "interaction") {
             throw py::value_error("pruning must be probe or interaction, got " + pruning);
         }
         o.pruning = pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+        if (subset.size() > 1 && int64_t(subset.size()) != b.n_queries) {
+            throw py::value_error("subset: " + std::to_string(subset.size()) + " lists for " +
+                                  std::to_string(b.n_queries) + " queries (one list, or one per query)");
+        }
         std::vector<std::vector<tms::SearchHit>> res;
         {
             py::gil_scoped_release nogil;
+            if (!subset.empty()) {  // ids the index does not hold allow nothing
+                auto set = std::make_shared<tms::DocSet>(s_->info().n_docs, int(subset.size()));
+                std::vector<int64_t> internal;
+                for (size_t r = 0; r < subset.size(); ++r) {
+                    s_->FindDocs(subset[r], &internal);
+                    for (int64_t d : internal)
+                        if (d >= 0) set->Add(int(r), d);
+                }
+                o.allow = std::move(set);
+            }
             check(s_->Search(b, o, &res));
         }
         return hits_to_python(res);
@@ -180,10 +201,21 @@ tms::EmbeddingView tokens_view(const py::array& tokens, const std::string& dtype
     return tms::EmbeddingView{tokens.data(), dt, static_cast<int64_t>(tokens.shape(0)), static_cast<int>(tokens.shape(1))};
 }
 
+// Documents' metadata: JSON object texts (none: no metadata) and declared types "name:type,...".
+std::unique_ptr<tms::DocMetadata> doc_metadata(const std::vector<std::string>& objects, const std::string& types) {
+    if (objects.empty()) return nullptr;
+    auto md = std::make_unique<tms::DocMetadata>();
+    md->objects = objects;
+    md->source = "metadata";
+    if (!types.empty()) check(tms::ParseMetaColumns(types, &md->declared));
+    return md;
+}
+
 py::dict build_index(const std::string& path, const py::array& tokens, const std::string& dtype,
                      const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
                      const std::vector<std::string>& ids, const std::string& options_json, bool overwrite,
-                     bool progress, const std::string& device) {
+                     bool progress, const std::string& device, const std::vector<std::string>& metadata,
+                     const std::string& metadata_types) {
     tms::IndexBuildOptions o;
     if (!options_json.empty()) check(tms::ParseBuildOptionsJson(options_json, &o));
     o.overwrite = overwrite;
@@ -194,12 +226,13 @@ py::dict build_index(const std::string& path, const py::array& tokens, const std
     if (!dev.gpus.empty()) o.gpu = dev.gpus[0];
     const tms::EmbeddingView v = tokens_view(tokens, dtype);
     const std::vector<int64_t> lens = as_lengths(lengths);
+    const auto md = doc_metadata(metadata, metadata_types);
     tms::BuildStats st;
     {
         py::gil_scoped_release nogil;
         std::unique_ptr<tms::IndexBuilder> b;
         check(tms::IndexBuilder::Create(o, path, &b));
-        check(b->Build(v, lens, ids, &st));
+        check(b->Build(v, lens, ids, &st, md.get()));
     }
     py::dict d;
     d["n_docs"] = st.n_docs;
@@ -211,13 +244,15 @@ py::dict build_index(const std::string& path, const py::array& tokens, const std
 
 void add_documents(const std::string& path, const py::array& tokens, const std::string& dtype,
                    const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
-                   const std::vector<std::string>& ids, bool replace, bool progress) {
+                   const std::vector<std::string>& ids, bool replace, bool progress,
+                   const std::vector<std::string>& metadata, const std::string& metadata_types) {
     const tms::EmbeddingView v = tokens_view(tokens, dtype);
     const std::vector<int64_t> lens = as_lengths(lengths);
+    const auto md = doc_metadata(metadata, metadata_types);
     py::gil_scoped_release nogil;
     std::unique_ptr<tms::IndexUpdater> u;
     check(tms::IndexUpdater::Open(path, progress, &u));
-    check(u->Add(v, lens, ids, replace));
+    check(u->Add(v, lens, ids, replace, md.get()));
     check(u->Commit());
 }
 
@@ -253,9 +288,10 @@ PYBIND11_MODULE(_core, m) {
         return d;
     });
     m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
-          py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"));
+          py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"),
+          py::arg("metadata"), py::arg("metadata_types"));
     m.def("add_documents", &add_documents, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
-          py::arg("ids"), py::arg("replace"), py::arg("progress"));
+          py::arg("ids"), py::arg("replace"), py::arg("progress"), py::arg("metadata"), py::arg("metadata_types"));
     m.def("delete_documents", &delete_documents, py::arg("path"), py::arg("ids"));
     m.def("index_info", [](const std::string& path) {
         tms::IndexInfo i;

@@ -113,25 +113,45 @@ def _queries(queries):
     return np.ascontiguousarray(a), dt, None
 
 
+def _metadata(metadata, metadata_types):
+    """Metadata as the engine takes it: JSON object texts, and declared types "name:type,..."."""
+    if metadata is None:
+        return [], ""
+    objects = []
+    for i, m in enumerate(metadata):
+        if not isinstance(m, dict):
+            raise ValueError(f"metadata: item {i}: expected a dict, got {type(m).__name__}")
+        objects.append(json.dumps(m))
+    if isinstance(metadata_types, dict):
+        metadata_types = ",".join(f"{k}:{v}" for k, v in metadata_types.items())
+    return objects, metadata_types or ""
+
+
 def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=False, device="auto",
-                **options):
+                metadata=None, metadata_types=None, **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
     model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`).
-    `ids`: external ids (default "0".."n-1"). Options as IndexBuildOptions' fields, e.g.
-    keep_vectors=True, codec="residual", shards=4. Returns the build's counts."""
+    `ids`: external ids (default "0".."n-1"). `metadata`: a dict of attributes per document (in
+    document order, or each naming its document by "id"), which Searcher.search(filter=...)
+    filters by; `metadata_types`: declared column types ({"year": "integer"}; others inferred).
+    Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
+    Returns the build's counts."""
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
     tokens, dtype, lens = _documents(documents, lengths)
     return _core.build_index(str(path), tokens, dtype, lens, [str(i) for i in ids] if ids is not None else [],
-                             json.dumps(options), overwrite, progress, device)
+                             json.dumps(options), overwrite, progress, device,
+                             *_metadata(metadata, metadata_types))
 
 
-def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False):
-    """Adds documents (as build_index takes them) with their external ids to the index at `path`,
-    in one commit; replace=True replaces documents whose ids it already holds."""
+def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False, metadata=None,
+                  metadata_types=None):
+    """Adds documents (as build_index takes them, metadata too) with their external ids to the
+    index at `path`, in one commit; replace=True replaces documents whose ids it already holds."""
     tokens, dtype, lens = _documents(documents, lengths)
-    _core.add_documents(str(path), tokens, dtype, lens, [str(i) for i in ids], replace, progress)
+    _core.add_documents(str(path), tokens, dtype, lens, [str(i) for i in ids], replace, progress,
+                        *_metadata(metadata, metadata_types))
 
 
 def delete_documents(path, ids):
@@ -175,15 +195,31 @@ class Searcher:
         return ids, scores
 
     def search(self, queries, k=10, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
-               pruning=None):
+               pruning=None, filter=None, subset=None):
         """The k best documents of each query (the engine's SearchOptions as keywords; None: the
-        engine's default, search_defaults())."""
+        engine's default, search_defaults()). filter: an SQL boolean expression over the
+        metadata ("tenant = 7 AND year >= 2024"; values are bound, never pasted into SQL);
+        subset: the external ids a search may return, one iterable for every query or a list
+        of one per query. Both apply before scoring (not to the top-k)."""
         d = search_defaults()
         pick = lambda v, name: d[name] if v is None else v
         args = (pick(nprobe, "nprobe"), pick(ncandidates, "ncandidates"), pick(rerank, "rerank"),
-                pick(pruning, "pruning"))
+                pick(pruning, "pruning"), filter or "")
+        per_query = subset is not None and len(subset) > 0 and not isinstance(subset[0], (str, bytes, int))
+        if subset is None:
+            sets = lambda q0, n: []
+        elif per_query:
+            lists = [[str(i) for i in s] for s in subset]
+
+            def sets(q0, n):
+                if len(lists[q0: q0 + n]) != n:
+                    raise ValueError(f"subset: {len(lists)} lists for more queries (one list, or one per query)")
+                return lists[q0: q0 + n]
+        else:
+            shared = [[str(i) for i in subset]]
+            sets = lambda q0, n: shared
         return self._batches(queries, lambda q, dt, l, q0: self._s.search(
-            q, dt, l, k, exhaustive, *args))
+            q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0])))
 
     def rerank(self, queries, candidate_ids, k=0, *, skip_unknown=False):
         """Exact MaxSim of each query's candidates (external ids), best first (the best k when

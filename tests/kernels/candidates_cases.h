@@ -19,6 +19,7 @@ struct UnionCase {
     bool lens;        // ragged query lengths (some 0)
     double no_probe;  // share of probe slots that are -1
     int max_list;     // longest IVF list
+    int allow = 0;    // documents allowed (a filter): 0 every one, 1 one bitmap for every query, 2 one per query
 };
 
 inline std::vector<UnionCase> UnionCases() {
@@ -31,6 +32,9 @@ inline std::vector<UnionCase> UnionCases() {
         {"no_queries", 100, 8, 0, 4, 2, false, 0.0, 10},
         {"nothing_probed", 300, 16, 4, 4, 2, false, 1.0, 30},
         {"lists_across_ranges", 30000, 128, 9, 16, 8, true, 0.1, 3000},
+        {"filtered_shared", 4097, 256, 16, 32, 8, true, 0.3, 200, 1},
+        {"filtered_per_query", 30000, 128, 9, 16, 8, true, 0.1, 3000, 2},
+        {"filtered_one_query_many_tokens", 70000, 1024, 1, 64, 8, false, 0.0, 600, 1},
     };
 }
 
@@ -38,6 +42,7 @@ inline std::vector<UnionCase> UnionCases() {
 struct UnionData {
     std::vector<int64_t> ivf_off;
     std::vector<int32_t> ivf_docs, probe, lens;
+    std::vector<uint32_t> allow;
     kernels::IvfUnionParams p;
 };
 
@@ -68,6 +73,18 @@ inline UnionData MakeUnionData(const UnionCase& c, uint32_t seed = 7) {
     d.p.ivf_docs = d.ivf_docs.data();
     d.p.n_centroids = c.n_centroids;
     d.p.n_docs = c.n_docs;
+    if (c.allow) {  // rows of different densities, from nearly none to nearly all
+        const int rows = c.allow == 1 ? 1 : c.n_queries;
+        const int64_t words = kernels::bitmap_words(c.n_docs);
+        d.allow.assign(size_t(rows * words), 0);
+        for (int r = 0; r < rows; ++r) {
+            const double density = rows == 1 ? 0.3 : double(r % 4) / 3.0 * 0.9 + 0.01;
+            for (int64_t doc = 0; doc < c.n_docs; ++doc)
+                if (u(rng) < density) d.allow[size_t(r * words + doc / 32)] |= 1u << (doc % 32);
+        }
+        d.p.allow = d.allow.data();
+        d.p.allow_stride = c.allow == 1 ? 0 : words;
+    }
     return d;
 }
 

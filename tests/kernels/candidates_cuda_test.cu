@@ -22,12 +22,14 @@ TEST(IvfUnionCuda, EqualsReferenceOnEveryCase) {
         ASSERT_TRUE(kernels::ivf_union_ref(d.p, &ro, &rd).ok()) << c.name;
         test::DevBuf<int32_t> probe(d.probe), lens(d.lens), ivf_docs(d.ivf_docs);
         test::DevBuf<int64_t> ivf_off(d.ivf_off);
+        test::DevBuf<uint32_t> allow(d.allow.empty() ? std::vector<uint32_t>(1, 0u) : d.allow);
         kernels::IvfUnionParams p = d.p;
+        if (p.allow) p.allow = allow.d;
         p.probe = probe.d;
         p.query_lens = d.p.query_lens ? lens.d : nullptr;
         p.ivf_offsets = ivf_off.d;
         p.ivf_docs = ivf_docs.d;
-        const int64_t words = kernels::ivf_bitmap_words(c.n_docs);
+        const int64_t words = kernels::bitmap_words(c.n_docs);
         test::DevBuf<uint32_t> bits(std::vector<uint32_t>(size_t(std::max<int64_t>(1, c.n_queries * words)), 0u));
         test::DevBuf<int64_t> counts(std::vector<int64_t>(size_t(c.n_queries) + 1, 0));
         ASSERT_TRUE(kernels::ivf_mark_cuda(p, bits.d, nullptr).ok()) << c.name;
@@ -60,7 +62,9 @@ TEST(ProbeScoresCuda, EqualsReferenceOnEveryCase) {
             test::DevBuf<int32_t> probe(d.u.probe), lens(d.u.lens), ivf_docs(d.u.ivf_docs);
             test::DevBuf<int64_t> ivf_off(d.u.ivf_off);
             test::DevBuf<float> scores(d.scores), floors(d.floors);
+            test::DevBuf<uint32_t> allow(d.u.allow.empty() ? std::vector<uint32_t>(1, 0u) : d.u.allow);
             kernels::ProbeScoreParams p = d.p;
+            if (p.lists.allow) p.lists.allow = allow.d;
             p.lists.probe = probe.d;
             p.lists.query_lens = d.p.lists.query_lens ? lens.d : nullptr;
             p.lists.ivf_offsets = ivf_off.d;

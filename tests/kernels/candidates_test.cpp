@@ -61,6 +61,47 @@ TEST(ProbeScoresCpu, EqualsReferenceOnEveryCase) {
     }
 }
 
+// A filter removes exactly the documents it does not allow: the filtered union is the unfiltered
+// one less those, and each allowed document keeps its unfiltered probe score.
+TEST(CandidatesFilter, RemovesExactlyTheDocumentsNotAllowed) {
+    int filtered = 0;
+    for (const test::UnionCase& c : test::UnionCases()) {
+        if (!c.allow) continue;
+        ++filtered;
+        SCOPED_TRACE(c.name);
+        test::ProbeData d = test::MakeProbeData(c, 0);
+        kernels::IvfUnionParams all = d.p.lists;
+        all.allow = nullptr;
+        std::vector<int64_t> fo, ao, po, pao;
+        std::vector<int32_t> fd, ad, pd, pad;
+        std::vector<uint32_t> ps, pas;
+        ASSERT_TRUE(kernels::ivf_union_ref(d.p.lists, &fo, &fd).ok());
+        ASSERT_TRUE(kernels::ivf_union_ref(all, &ao, &ad).ok());
+        kernels::ProbeScoreParams unfiltered = d.p;
+        unfiltered.lists = all;
+        ASSERT_TRUE(kernels::probe_scores_ref(d.p, &po, &pd, &ps).ok());
+        ASSERT_TRUE(kernels::probe_scores_ref(unfiltered, &pao, &pad, &pas).ok());
+        int64_t dropped = 0;
+        for (int q = 0; q < c.n_queries; ++q) {
+            std::vector<int32_t> want;
+            for (int64_t i = ao[q]; i < ao[q + 1]; ++i) {
+                if (kernels::doc_allowed(d.p.lists, q, ad[i])) want.push_back(ad[i]);
+                else ++dropped;
+            }
+            EXPECT_EQ(std::vector<int32_t>(fd.begin() + fo[q], fd.begin() + fo[q + 1]), want) << "query " << q;
+            std::vector<std::pair<int32_t, uint32_t>> got, expect;
+            for (int64_t i = po[q]; i < po[q + 1]; ++i) got.push_back({pd[i], ps[i]});
+            for (int64_t i = pao[q]; i < pao[q + 1]; ++i)
+                if (kernels::doc_allowed(d.p.lists, q, pad[i])) expect.push_back({pad[i], pas[i]});
+            std::sort(got.begin(), got.end());
+            std::sort(expect.begin(), expect.end());
+            EXPECT_EQ(got, expect) << "query " << q;
+        }
+        EXPECT_GT(dropped, 0);  // the case's filter removes something
+    }
+    EXPECT_GE(filtered, 2);
+}
+
 // One query of two rows over four documents, by hand: row 0 probes lists A = {0, 1} (0.9) and
 // B = {1, 2} (0.7), floor 0.5; row 1 probes B (0.6), floor 0.2. The range is (0.9 - 0.5) +
 // (0.6 - 0.2) = 0.8: document 1 gets its best probe of row 0 (A) and B of row 1: 0.4 + 0.4 =

@@ -237,3 +237,42 @@ def test_ctrl_c_stops_a_long_search_and_leaves_the_index_intact(corpus, tmp_path
     assert p.returncode != 0 and "KeyboardInterrupt" in err, err
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     assert len(s.search(corpus["queries"], k=3)[0]) == len(corpus["queries"])
+
+
+def test_metadata_filter_and_subset(corpus, tmp_path):
+    """Metadata given with the documents (and with an add) filters searches before scoring: the
+    hits are exhaustive search's restricted to the allowed documents; a subset does the same by
+    external ids, one for every query or one per query; values are data, not SQL."""
+    idx = tmp_path / "meta"
+    meta = [{"tenant": i % 4, "lang": "en" if i % 2 else "it's; 'x'"} for i in range(len(corpus["docs"]))]
+    tilemaxsim.build_index(idx, corpus["docs"], corpus["ids"], keep_vectors=True, n_centroids=32, metadata=meta,
+                           metadata_types={"tenant": "integer"})
+    info = tilemaxsim.index_info(idx)
+    assert info["metadata_rows"] == len(corpus["docs"])
+    assert info["metadata_columns"] == {"tenant": "integer", "lang": "text"}
+    s = tilemaxsim.Searcher(idx, "cpu")
+    q = corpus["queries"]
+    every, _ = s.search(q, k=len(corpus["docs"]), exhaustive=True)
+    allowed = {corpus["ids"][i] for i in range(len(meta)) if meta[i]["tenant"] == 1}
+    for exhaustive in (False, True):
+        ids, _ = s.search(q, k=10, exhaustive=exhaustive, filter="tenant = 1")
+        for i in range(len(ids)):
+            assert ids[i] == [d for d in every[i] if d in allowed][:10]
+    quoted, _ = s.search(q, k=10, filter="lang = 'it''s; ''x'''")
+    assert all(int(d[3:]) % 2 == 0 for hits in quoted for d in hits) and any(quoted)
+    with pytest.raises(ValueError, match="yeer"):
+        s.search(q, filter="yeer = 1")
+    sub = corpus["ids"][:5]
+    ids, _ = s.search(q, k=10, subset=sub)
+    for i in range(len(ids)):
+        assert ids[i] == [d for d in every[i] if d in sub]
+    per = [[corpus["ids"][j]] for j in range(len(q))]  # query j may return document j only
+    ids, _ = s.search(q, k=10, subset=per)
+    assert ids == per
+    with pytest.raises(ValueError, match="subset"):
+        s.search(q, subset=per[:3])
+    # Added documents bring their metadata; an add without it gives them NULLs.
+    tilemaxsim.add_documents(idx, corpus["docs"][:2], ["new0", "new1"], metadata=[{"tenant": 9}, {"tenant": 9}])
+    s = tilemaxsim.Searcher(idx, "cpu")
+    ids, _ = s.search(q[:1], k=10, filter="tenant = 9")
+    assert sorted(ids[0]) == ["new0", "new1"]

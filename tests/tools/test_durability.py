@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import stat
 import struct
 import subprocess
@@ -319,6 +320,100 @@ def test_kill_at_random_instants_leaves_old_or_new(corpus, tmp_path, writer):
         p.communicate()
         assert frozenset(live_ids(index)) in allowed, delay
         assert leftovers(index) == []
+
+
+# ---- document metadata (INDEX/metadata.sqlite) under the same kills ------------------------
+
+@pytest.fixture(scope="module")
+def meta_corpus(corpus):
+    """The corpus with attributes: base_meta, the base index built with --metadata (keyed by id;
+    every 7th document without an object), the added documents' (a new column) and a
+    replacement's for 30 documents of the base."""
+    d = corpus
+    ids = (d / "doc_ids.txt").read_text().split()
+    with open(d / "base_meta.jsonl", "w") as f:
+        for i, doc in enumerate(ids):
+            if i % 7:
+                f.write(json.dumps({"id": doc, "n": i, "tag": f"t{i % 5}", "score": i / 10}) + "\n")
+    with open(d / "new_meta.jsonl", "w") as f:
+        for i in range(30):
+            f.write(json.dumps({"n": 1000 + i, "color": f"c{i}"}) + "\n")
+    (d / "rep_ids.txt").write_text("".join(f"{doc}\n" for doc in ids[100:130]))
+    with open(d / "rep_meta.jsonl", "w") as f:
+        for i, doc in enumerate(ids[100:130]):
+            f.write(json.dumps({"id": doc, "n": -i, "color": f"r{i}"}) + "\n")
+    (d / "one.txt").write_text(ids[200] + "\n")
+    tms("index", "--docs", d / "docs.npy", "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt",
+        "--out", d / "base_meta", "--keep-vectors", "--centroids", 64, "--no-progress", "--metadata",
+        d / "base_meta.jsonl", "--metadata-types", "score:real", check=True)
+    return d
+
+
+META_WRITERS = {
+    "add": lambda c, i: (*WRITERS["add"](c, i), "--metadata", c / "new_meta.jsonl"),
+    "replace": lambda c, i: ("add", "--index", i, "--docs", c / "new_docs.npy", "--doclens", c / "new_lens.npy",
+                             "--doc-ids", c / "rep_ids.txt", "--replace", "--metadata", c / "rep_meta.jsonl"),
+    "delete": WRITERS["delete"],
+    "compact": WRITERS["compact"],
+}
+
+
+def meta_rows(index, n_docs, below=True):
+    """{doc: (id, {column: value})} of the rows below n_docs (or at and past it), NULLs left out."""
+    con = sqlite3.connect(Path(index) / "metadata.sqlite")
+    try:
+        cur = con.execute(f"SELECT * FROM docs WHERE doc {'<' if below else '>='} ? ORDER BY doc", (n_docs,))
+        cols = [c[0] for c in cur.description]
+        return {r[0]: (r[1], {k: v for k, v in zip(cols[2:], r[2:]) if v is not None}) for r in cur}
+    finally:
+        con.close()
+
+
+def meta_state(index):
+    """What a reader of the index sees: documents, deleted, and the metadata rows of its documents
+    (tms info first: it repairs what a killed writer left)."""
+    i = info(index)
+    n = int(i["documents"])
+    rows = meta_rows(index, n)
+    assert int(i["metadata_rows"]) == len(rows) == n
+    return n, int(i["deleted"]), rows
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+@pytest.mark.parametrize("writer", sorted(META_WRITERS))
+def test_kill_with_metadata_leaves_old_or_new_rows(meta_corpus, tmp_path, writer, exchange):
+    c = meta_corpus
+    env = {} if exchange else {"TMS_TEST_NO_RENAME_EXCHANGE": "1"}
+
+    def fresh(name):
+        index = tmp_path / name
+        shutil.copytree(c / "base_meta", index)
+        if writer == "compact":
+            tms(*WRITERS["delete"](c, index), check=True)
+        return index
+
+    probe = fresh("probe")
+    old = meta_state(probe)
+    p = tms(*META_WRITERS[writer](c, probe), env={**env, "TMS_LIST_POINTS": "1"}, check=True)
+    new = meta_state(probe)
+    assert new != old
+    points, seen = [], {}
+    for name in (l.split()[1] for l in p.stderr.splitlines() if l.startswith("crash-point ")):
+        seen[name] = seen.get(name, 0) + 1
+        points.append(f"{name}@{seen[name]}")
+    assert writer == "delete" or any(pt.startswith("meta:") for pt in points), points
+    shutil.rmtree(probe)
+    for point in points:
+        index = fresh("k-" + point.replace(":", "-").replace("@", "-"))
+        p = tms(*META_WRITERS[writer](c, index), env={**env, "TMS_CRASH_POINT": point})
+        assert p.returncode == -signal.SIGKILL, f"{point}: not reached ({p.returncode}: {p.stderr})"
+        got = meta_state(index)
+        assert got in (old, new), (point, got[:2], old[:2], new[:2])
+        assert leftovers(index) == [], (point, leftovers(index))
+        # The next writer drops the rows of a commit the stores never made.
+        tms("delete", "--index", index, "--doc-ids", c / "one.txt", check=True)
+        assert meta_rows(index, got[0], below=False) == {}, point
+        shutil.rmtree(index)
 
 
 def test_leftover_of_a_killed_build_is_removed_with_a_line(corpus, tmp_path):

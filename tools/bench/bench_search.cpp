@@ -108,7 +108,15 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     std::fprintf(stderr, "bench search: %lld documents, %lld tokens, %d queries; open %.2f s, host RSS %.2f GB, %s\n",
                  (long long)info.n_docs, (long long)info.n_tokens, q.n_queries, open_s, double(rss) / 1e9,
                  gpu.c_str());
-    // The truth: exact MaxSim over every document, or the given run (its best k per query).
+    int64_t allowed = info.n_docs - info.n_deleted;  // documents a query may return
+    if (!o.search.filter.empty()) {
+        DocSet set;
+        TMS_RETURN_IF_ERROR(s->Filter(o.search.filter, &set));
+        allowed = set.Count(0);
+        std::fprintf(stderr, "bench search: filter \"%s\" allows %lld documents (%.3f%%)\n", o.search.filter.c_str(),
+                     (long long)allowed, 100.0 * double(allowed) / double(std::max<int64_t>(1, info.n_docs)));
+    }
+    // The truth: exact MaxSim over every (allowed) document, or the given run (its best k per query).
     std::vector<std::vector<SearchHit>> truth;
     double exhaustive_s = 0;
     const bool exhaustive = o.truth.empty() && o.recall && info.has_vectors && o.searcher.load_vectors;
@@ -257,6 +265,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             json_escape(o.command) + "\",\n \"corpus\": {\"n_docs\": " + std::to_string(info.n_docs) +
             ", \"n_tokens\": " + std::to_string(info.n_tokens) + ", \"dim\": " + std::to_string(info.dim) +
             ", \"n_queries\": " + std::to_string(q.n_queries) + ", \"shards\": " + std::to_string(info.shards.size()) +
+            ", \"filter\": \"" + json_escape(o.search.filter) + "\", \"allowed_docs\": " + std::to_string(allowed) +
             "},\n \"rows\": [\n  " + out_rows + "\n ]}\n";
     return Status::OK();
 }

@@ -1,0 +1,138 @@
+// Copyright TileMaxSim authors. Document metadata in SQLite: the file of an index, its writers,
+// the snapshot searches filter by, and the filter language. Internal (not installed).
+//
+// INDEX/metadata.sqlite (at the index root, also for a sharded index) holds one table
+//   docs (doc INTEGER PRIMARY KEY, id TEXT NOT NULL, "<column>" <INTEGER|REAL|TEXT>, ...)
+// indexed on id, with PRAGMA user_version the format version. `doc` is the global internal id.
+// Readers only ever look at rows with doc < n_docs of the stores they opened: a writer commits
+// its rows before the stores' commit that makes their documents exist, so the rows of a commit
+// interrupted between the two are invisible (and the next writer deletes them). An index
+// without the file has no metadata. The journal mode is DELETE (no -wal/-shm files beside it:
+// compaction replaces the index directory as a whole).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tilemaxsim/metadata.h"
+#include "tilemaxsim/status.h"
+#include "tilemaxsim/types.h"
+
+namespace tms::index {
+
+inline constexpr const char* kMetadataFile = "metadata.sqlite";
+inline constexpr int kMetadataFormatVersion = 1;
+inline constexpr int kMaxMetaColumns = 1000;
+
+/// One value of a metadata cell, or one literal of a filter.
+struct MetaValue {
+    enum class Kind : uint8_t { kNull = 0, kInteger, kReal, kText };
+    Kind kind = Kind::kNull;
+    int64_t i = 0;
+    double r = 0;
+    std::string s;  ///< kText (also an array or object, as its JSON text)
+};
+using FilterParam = MetaValue;
+/// The attributes of one document: (column index, value); columns not named are NULL.
+using MetaCells = std::vector<std::pair<int, MetaValue>>;
+
+/// A batch's metadata resolved to its documents.
+struct MetaRows {
+    /// The columns the rows may name: the existing ones first (as given, in order), then the
+    /// new ones in order of first appearance (declared ones before inferred ones).
+    std::vector<MetaColumn> columns;
+    size_t n_existing = 0;
+    std::vector<MetaCells> cells;  ///< [n documents of the batch], column indexes into `columns`
+};
+
+/// Parses `md` and assigns its objects to the batch's documents (`ids`: their external ids).
+/// `existing`: the index's columns (matched ignoring case, their types kept; declaring another
+/// type for one is an error). Every failure is one line naming md.source and the line.
+Status ResolveMetadata(const DocMetadata& md, const std::vector<std::string>& ids,
+                       const std::vector<MetaColumn>& existing, MetaRows* out);
+/// A column name as the file and filters accept it; messages start with `what`.
+Status CheckMetaColumnName(const std::string& name, const std::string& what);
+
+/// One write transaction on a metadata file: nothing of it is visible before Commit, and
+/// destroying an uncommitted writer rolls it back (a created file is removed).
+class MetadataWriter {
+public:
+    /// A new file at `path` with `columns` (built as PATH.tmp, put in place by Commit with the
+    /// file and its directory synced).
+    static Status Create(const std::string& path, const std::vector<MetaColumn>& columns,
+                         std::unique_ptr<MetadataWriter>* out);
+    /// The existing file at `path`, one transaction until Commit.
+    static Status Open(const std::string& path, std::unique_ptr<MetadataWriter>* out);
+    ~MetadataWriter();
+    const std::vector<MetaColumn>& columns() const { return columns_; }
+    /// Appends `cols` to the table (ALTER TABLE ADD COLUMN), in order.
+    Status AddColumns(const std::vector<MetaColumn>& cols);
+    /// Deletes the rows with doc >= `doc`.
+    Status DeleteFrom(int64_t doc);
+    /// One row; `cells` index columns().
+    Status Insert(int64_t doc, const std::string& id, const MetaCells& cells);
+    /// Commits durably (and puts a created file in place).
+    Status Commit();
+
+private:
+    MetadataWriter() = default;
+    struct Db;
+    std::unique_ptr<Db> db_;
+    std::vector<MetaColumn> columns_;
+    std::string path_, tmp_;  // tmp_: a created file until Commit
+};
+
+/// The columns and the number of rows with doc < n_docs of the file at `path`; *rows = -1 (and
+/// no columns) when there is no file.
+Status ReadMetadataInfo(const std::string& path, int64_t n_docs, std::vector<MetaColumn>* columns, int64_t* rows);
+/// row(doc, id, cells) for every row with doc < n_docs of the file at `path`, in doc order;
+/// `columns` is filled first (the cells' indexes).
+Status ForEachMetadataRow(const std::string& path, int64_t n_docs, std::vector<MetaColumn>* columns,
+                          const std::function<Status(int64_t doc, const std::string& id, const MetaCells& cells)>& row);
+
+/// The metadata of an opened index, copied into memory (SQLite's backup API) at open, so that
+/// searches see the snapshot the stores were read at whatever writers do next.
+class MetadataSnapshot {
+public:
+    /// Rows with doc < n_docs of the index at `index_dir` (index_dir/kMetadataFile); *out stays
+    /// null when the index has no metadata file.
+    static Status Load(const std::string& index_dir, int64_t n_docs, std::unique_ptr<MetadataSnapshot>* out);
+    ~MetadataSnapshot();
+    const std::vector<MetaColumn>& columns() const { return columns_; }
+    int64_t rows() const { return rows_; }
+    int64_t n_docs() const { return n_docs_; }
+    /// The documents whose row satisfies `where`, an SQL boolean expression over the columns
+    /// and `id` (CompileFilter): bits [(n_docs + 31) / 32] words, bit d % 32 of word d / 32 set
+    /// for internal id d; *count the documents set. Thread-safe (one connection behind a
+    /// mutex). The snapshot does not change: the 16 most recently used expressions keep their
+    /// result (a search repeating a filter pays a copy, not a scan), and each column a filter
+    /// names gets an index at its first use (a filter on another value of it reads only the
+    /// matching rows).
+    Status Filter(const std::string& where, std::vector<uint32_t>* bits, int64_t* count) const;
+
+private:
+    MetadataSnapshot() = default;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    std::vector<MetaColumn> columns_;
+    int64_t rows_ = 0, n_docs_ = 0;
+};
+
+/// The filter expression rewritten for SQLite: every identifier a known column (or `id`), a
+/// keyword (AND OR NOT IN IS NULL LIKE GLOB BETWEEN ESCAPE TRUE FALSE) or a whitelisted function
+/// followed by '(' (lower upper length abs coalesce ifnull substr instr round json_extract);
+/// every literal (single-quoted string with '' escapes, integer, real, hex) replaced by ?N and
+/// returned in `params` to bind; "double-quoted" identifiers checked as columns. Anything else
+/// (`;`, comments, parameters, backticks, brackets, unknown identifiers such as SELECT or a
+/// misspelt column) is InvalidArgument with one line starting "filter: ", e.g.
+/// "filter: unknown column 'yeer' (columns: id, tenant, year)",
+/// "filter: unexpected ';' at character 12", "filter: empty expression". *used (optional): the
+/// columns the expression names, as declared, each once.
+Status CompileFilter(const std::string& where, const std::vector<MetaColumn>& columns, std::string* sql,
+                     std::vector<FilterParam>* params, std::vector<std::string>* used = nullptr);
+
+}  // namespace tms::index
