@@ -883,8 +883,12 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 }
             }
             if (!st.ok()) return;
-            for (int i = 0; i < nb; ++i)
+            bool cuts_any = false;
+            for (int i = 0; i < nb; ++i) {
                 if (spared(i)) at[size_t(i)] = kKeepAll;
+                cuts_any = cuts_any || CutKeyBetter(at[size_t(i)], kKeepAll);
+            }
+            if (!cuts_any) return;  // every list is kept whole
             for (size_t s = 0; s < n; ++s) {
                 Lists& l = calls[s].lists;
                 const int64_t first = segs[s]->data_.first_doc;
@@ -932,11 +936,21 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         for (size_t s = 0; s < n; ++s) {
             const index::IndexData& d = segs[s]->data_;
             const Lists& l = calls[s].lists;
+            // Each query's best k live hits of the segment (only they can reach the merged
+            // top-k), named by their external ids.
+#pragma omp parallel for schedule(dynamic, 4)
             for (int i = 0; i < nb; ++i) {
+                std::vector<std::pair<CutKey, int32_t>> live;
                 for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
                     const int32_t id = l.docs[size_t(e)];
-                    if (!d.deleted[size_t(id)]) parts[s][size_t(i)].push_back({d.doc_ids[size_t(id)], d.first_doc + id, l.scores[size_t(e)]});
+                    if (!d.deleted[size_t(id)]) live.push_back({{l.scores[size_t(e)], d.first_doc + id}, id});
                 }
+                const size_t top = std::min(live.size(), size_t(opts.k));
+                std::partial_sort(live.begin(), live.begin() + ptrdiff_t(top), live.end(),
+                                  [](const auto& a, const auto& b) { return CutKeyBetter(a.first, b.first); });
+                auto& hits = parts[s][size_t(i)];
+                for (size_t j = 0; j < top; ++j)
+                    hits.push_back({d.doc_ids[size_t(live[j].second)], live[j].first.id, live[j].first.score});
             }
         }
         std::vector<std::vector<SearchHit>> merged;
