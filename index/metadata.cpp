@@ -381,14 +381,7 @@ MetaType type_of_decl(const char* decl) {
     return MetaType::kText;
 }
 
-const char* sql_type(MetaType t) {
-    switch (t) {
-        case MetaType::kInteger: return "INTEGER";
-        case MetaType::kReal: return "REAL";
-        case MetaType::kText: return "TEXT";
-    }
-    return "TEXT";
-}
+std::string sql_type(MetaType t) { return upper(MetaTypeName(t)); }
 
 }  // namespace
 

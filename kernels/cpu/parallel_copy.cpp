@@ -10,6 +10,7 @@
 namespace tms::kernels {
 
 void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads) {
+    if (bytes == 0) return;  // an empty vector's data() may be null: memcpy must not see it
     constexpr size_t kMinPerThread = size_t(4) << 20;  // below this a thread costs more than it copies
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     int t = threads > 0 ? threads : std::min(16, hw);
