@@ -22,7 +22,7 @@ echo "fuzz.sh: CPU unit tests and CLI tests under ASan + UBSan"
 build-fuzz/tests/tms_tests --gtest_brief=1 \
   --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:MetadataCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*' \
   2>&1 | grep -v "^WARNING clustering"
-TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_cli.py
+TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_cli.py tests/tools/test_filter.py
 for t in npy safetensors text config metadata; do
   mkdir -p build-fuzz/corpus/$t
   echo "fuzz.sh: fuzz_$t for ${secs}s"
