@@ -179,6 +179,10 @@ private:
     /// The allowed documents of this segment for the batch's queries (local ids): one row of
     /// bitmap_words(n_docs) words for every query, or one per query (per_query()).
     std::vector<uint32_t> LocalAllow(const Allowed& a, int n_queries) const;
+    /// Query q's row of `local` (LocalAllow's).
+    const uint32_t* AllowRow(const std::vector<uint32_t>& local, const Allowed& a, int q) const {
+        return local.data() + (a.per_query() ? size_t(q) * size_t(kernels::bitmap_words(data_.info.n_docs)) : 0);
+    }
     /// Query q's live allowed documents of this segment (local ids, ascending) into *out.
     void AllowedDocs(const std::vector<uint32_t>& local, const Allowed& a, int q, std::vector<int32_t>* out) const;
     /// Compressed (or centroid-only) scores of the host lists `l` into *scores (cs: the
@@ -351,23 +355,21 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
                     if (data_.deleted[d]) dense[size_t(i) * n_docs + d] = -INFINITY;
         }
         if (allowed) {
-            const int64_t words = kernels::bitmap_words(n_docs);
 #pragma omp parallel for schedule(static)
             for (int i = 0; i < nq; ++i) {
-                const uint32_t* row = local.data() + (allowed->per_query() ? size_t(q0 + i) * words : 0);
+                const uint32_t* row = AllowRow(local, *allowed, q0 + i);
                 for (int64_t d = 0; d < n_docs; ++d)
-                    if (!((row[d >> 5] >> (d & 31)) & 1u)) dense[size_t(i) * n_docs + d] = -INFINITY;
+                    if (!kernels::bitmap_has(row, d)) dense[size_t(i) * n_docs + d] = -INFINITY;
             }
         }
         TMS_RETURN_IF_ERROR(select_topk(dense.data(), nullptr, n_docs, nq, nullptr, k, ids->data() + size_t(q0) * k,
                                         scores->data() + size_t(q0) * k));
         if (allowed) {  // fewer allowed documents than k: the rest (-inf) are padding
-            const int64_t words = kernels::bitmap_words(n_docs);
             for (int i = 0; i < nq; ++i) {
-                const uint32_t* row = local.data() + (allowed->per_query() ? size_t(q0 + i) * words : 0);
+                const uint32_t* row = AllowRow(local, *allowed, q0 + i);
                 int32_t* top = ids->data() + size_t(q0 + i) * k;
                 for (int j = 0; j < k; ++j)
-                    if (top[j] >= 0 && !((row[top[j] >> 5] >> (top[j] & 31)) & 1u)) top[j] = -1;
+                    if (top[j] >= 0 && !kernels::bitmap_has(row, top[j])) top[j] = -1;
             }
         }
     }
@@ -715,7 +717,7 @@ std::vector<uint32_t> ShardSearcher::LocalAllow(const Allowed& a, int n_queries)
 void ShardSearcher::AllowedDocs(const std::vector<uint32_t>& local, const Allowed& a, int q,
                                 std::vector<int32_t>* out) const {
     const int64_t words = kernels::bitmap_words(data_.info.n_docs);
-    const uint32_t* row = local.data() + (a.per_query() ? size_t(q) * size_t(words) : 0);
+    const uint32_t* row = AllowRow(local, a, q);
     out->clear();
     for (int64_t w = 0; w < words; ++w) {
         for (uint32_t x = row[w]; x; x &= x - 1) {
@@ -1101,10 +1103,9 @@ public:
         if (!metadata_) {
             return Status::NotSupported("filter: this index has no metadata (index or add documents with --metadata)");
         }
-        DocSet d(metadata_n_docs_);
+        DocSet d(metadata_->n_docs());  // the whole index's documents (its ids)
         int64_t count = 0;
         TMS_RETURN_IF_ERROR(metadata_->Filter(where, &d.bits, &count));
-        d.bits.resize(size_t(DocSet::Words(d.n_docs)), 0u);
         *out = std::move(d);
         return Status::OK();
     }
@@ -1148,17 +1149,17 @@ public:
             }
         }
         // Per row: a query allowed no more than direct_max documents (SearchOptions) scores
-        // them all. Otherwise it
-        // allowed a share f of the documents finds about f of its usual candidates in the lists
-        // it probes, so it probes nprobe / sqrt(f) lists (at most kMaxWidenedProbes, the most the
-        // GPU's candidate generation takes). The batch probes as its widest probing row needs.
+        // them all. Otherwise, allowed a share f of the documents, it finds about f of its usual
+        // candidates in the lists it probes, so it probes nprobe / sqrt(f) lists (at most
+        // kMaxWidenedProbes, the most the GPU's candidate generation takes). Either way its best
+        // documents score closer to the rest than an unfiltered query's, so it reranks
+        // rerank / sqrt(f) of them (at most kMaxWidenedRerank). The batch runs as its widest
+        // row needs.
         const int64_t n = std::max<int64_t>(1, set->n_docs);
         const int64_t keeps = std::max<int64_t>({opts.ncandidates, opts.rerank, opts.k});
         const double widest = double(q.q_tokens) * kMaxWidenedProbes * double(n) / std::max(1, n_centroids());
         const double direct_max = opts.direct_max >= 0 ? double(opts.direct_max) : widest;
         auto direct = std::make_shared<std::vector<char>>(size_t(set->rows), 0);
-        // Either way its best documents score closer to the rest than an unfiltered query's,
-        // so it reranks rerank / sqrt(f) of them (at most kMaxWidenedRerank).
         for (int r = 0; r < set->rows; ++r) {
             const int64_t c = set->Count(r);
             const double widen = 1.0 / std::sqrt(std::max(double(c), 1.0) / double(n));
@@ -1306,7 +1307,6 @@ public:
 
     IndexInfo info_;
     std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
-    int64_t metadata_n_docs_ = 0;                        // the whole index's documents (its ids)
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
     bool gather_ = true;  // SearcherOptions::gather
@@ -1439,7 +1439,6 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     std::vector<index::IndexData> data;
     TMS_RETURN_IF_ERROR(
         index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data, opts.shards, &s->metadata_));
-    if (s->metadata_) s->metadata_n_docs_ = s->metadata_->n_docs();
     trace.Mark("read (total)");
     s->info_ = index::SumShardInfos(data);
     std::vector<int> numbers = opts.shards;  // the shards read, in shard order

@@ -96,9 +96,11 @@ TMS_KERNELS_HD inline float probe_row_range(const int32_t* probe, const float* s
     }
     return r;
 }
+/// Bit d of a bitmap row (bit d % 32 of word d / 32).
+TMS_KERNELS_HD inline bool bitmap_has(const uint32_t* row, int64_t d) { return (row[d >> 5] >> (d & 31)) & 1u; }
 /// Document d may be returned for query q (IvfUnionParams::allow).
 TMS_KERNELS_HD inline bool doc_allowed(const IvfUnionParams& p, int q, int32_t d) {
-    return p.allow == nullptr || ((p.allow[int64_t(q) * p.allow_stride + (d >> 5)] >> (d & 31)) & 1u);
+    return p.allow == nullptr || bitmap_has(p.allow + int64_t(q) * p.allow_stride, d);
 }
 #undef TMS_KERNELS_HD
 

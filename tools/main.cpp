@@ -117,11 +117,11 @@ tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j) {
     return check_query_dim(a, j->whole, j->searcher->info());
 }
 
-// The documents --subset allows: a file of external ids (one per line, every query: (*per_query)
-// empty) or of QUERY_ID<TAB>DOC_ID lines (per query: (*per_query)[q], queries with no line
-// allow nothing). Ids the index does not hold allow nothing; a note on stderr counts them.
+// The documents --subset allows, as internal ids: a file of external ids (one per line: one row,
+// for every query) or of QUERY_ID<TAB>DOC_ID lines (a row per query; a query with no line allows
+// nothing). Ids the index does not hold allow nothing; a note on stderr counts them.
 tms::Status read_subset(const std::string& path, const tms::Searcher& s, const std::vector<std::string>& qids,
-                        bool quiet, std::vector<int64_t>* shared, std::vector<std::vector<int64_t>>* per_query) {
+                        bool quiet, std::vector<std::vector<int64_t>>* rows) {
     std::vector<std::string> lines;
     TMS_RETURN_IF_ERROR(tms::ReadLines(path, &lines));
     std::vector<std::string> ids;
@@ -156,12 +156,10 @@ tms::Status read_subset(const std::string& path, const tms::Searcher& s, const s
     std::vector<int64_t> internal;
     s.FindDocs(ids, &internal);
     int64_t unknown = 0;
-    shared->clear();
-    per_query->assign(tabbed ? qids.size() : 0, {});
+    rows->assign(tabbed ? qids.size() : 1, {});
     for (size_t i = 0; i < internal.size(); ++i) {
         if (internal[i] < 0) ++unknown;
-        else if (tabbed) (*per_query)[row[i]].push_back(internal[i]);
-        else shared->push_back(internal[i]);
+        else (*rows)[tabbed ? row[i] : 0].push_back(internal[i]);
     }
     if (!quiet && unknown > 0) {
         std::fprintf(stderr, "tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
@@ -185,16 +183,16 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     const tms::Searcher* searcher = job.searcher.get();
     const int nq = whole.n_queries;
     const int64_t n_docs = searcher->info().n_docs;
-    std::vector<int64_t> subset;
-    std::vector<std::vector<int64_t>> subsets;  // per query
-    if (!a.subset.empty()) {
-        TMS_RETURN_IF_ERROR(read_subset(a.subset, *searcher, qids, quiet, &subset, &subsets));
-        if (subsets.empty()) {
-            auto set = std::make_shared<tms::DocSet>(n_docs, 1);
-            for (int64_t d : subset) set->Add(0, d);
-            opts.allow = std::move(set);
-        }
-    }
+    // --subset's rows: one for every query (1 row), or one per query (each batch's slice of them).
+    std::vector<std::vector<int64_t>> subset;
+    if (!a.subset.empty()) TMS_RETURN_IF_ERROR(read_subset(a.subset, *searcher, qids, quiet, &subset));
+    const auto allow = [&](int q0, int n) {
+        auto set = std::make_shared<tms::DocSet>(n_docs, n);
+        for (int i = 0; i < n; ++i)
+            for (int64_t d : subset[size_t(q0 + i)]) set->Add(i, d);
+        opts.allow = std::move(set);
+    };
+    if (subset.size() == 1) allow(0, 1);
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     tms::SearchTimings phase;
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
@@ -203,12 +201,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         const tms::QueryBatch b = whole.Slice(q0, std::min(a.batch, nq - q0));
         std::vector<std::vector<tms::SearchHit>> res;
         tms::SearchTimings t;
-        if (!subsets.empty()) {
-            auto set = std::make_shared<tms::DocSet>(n_docs, b.n_queries);
-            for (int i = 0; i < b.n_queries; ++i)
-                for (int64_t d : subsets[size_t(q0 + i)]) set->Add(i, d);
-            opts.allow = std::move(set);
-        }
+        if (subset.size() > 1) allow(q0, b.n_queries);
         TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
