@@ -44,6 +44,17 @@ const char* DeviceName(Device d) {
     return "unknown";
 }
 
+const char* VectorTierName(VectorTier t) {
+    switch (t) {
+        case VectorTier::kAuto: return "auto";
+        case VectorTier::kGpu: return "gpu";
+        case VectorTier::kHost: return "host";
+        case VectorTier::kDisk: return "disk";
+        case VectorTier::kNone: return "none";
+    }
+    return "unknown";
+}
+
 const char* PruningName(Pruning p) { return p == Pruning::kProbe ? "probe" : "interaction"; }
 
 const char* MetaTypeName(MetaType t) {

@@ -1,7 +1,10 @@
 // Copyright TileMaxSim authors.
 #include "engine/backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 
 #include "kernels/cuda/gpu_context.h"
 #if TMS_WITH_CUDA
@@ -38,6 +41,29 @@ Status GpuDeviceCount(int* n) {
 #endif
 }
 
+Status GpuFreeMemory(int device, int64_t* free_bytes) {
+#if TMS_WITH_CUDA
+    return kernels::cuda_free_memory(device, free_bytes);
+#else
+    (void)device;
+    *free_bytes = 0;
+    return Status::NotSupported("this build has no CUDA");
+#endif
+}
+
+int64_t HostAvailableMemory() {
+    if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+        char line[256];
+        long long kb = -1;
+        while (std::fgets(line, sizeof line, f)) {
+            if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+        }
+        std::fclose(f);
+        if (kb >= 0) return int64_t(kb) * 1024;
+    }
+    return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+}
+
 Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
                     const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out) {
 #if TMS_WITH_CUDA
@@ -64,6 +90,16 @@ Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out) {
 }  // namespace tms::engine
 
 namespace tms {
+
+Status ParseVectorTier(const std::string& word, VectorTier* out) {
+    for (VectorTier t : {VectorTier::kAuto, VectorTier::kGpu, VectorTier::kHost, VectorTier::kDisk, VectorTier::kNone}) {
+        if (word == VectorTierName(t)) {
+            *out = t;
+            return Status::OK();
+        }
+    }
+    return Status::InvalidArgument("vectors '" + word + "': expected auto, gpu, host, disk or none");
+}
 
 Status ParseDeviceList(const std::string& list, SearcherOptions* opts) {
     opts->gpus.clear();

@@ -23,6 +23,13 @@ Status ResolveDevice(Device requested, Device* resolved);
 /// Number of CUDA devices; 0 without CUDA, a driver or a device (never an error).
 Status GpuDeviceCount(int* n);
 
+/// Free memory of GPU `device`; NotSupported without CUDA.
+Status GpuFreeMemory(int device, int64_t* free_bytes);
+
+/// The host memory a process may still take (MemAvailable of /proc/meminfo; without it, the
+/// physical pages sysconf reports free).
+int64_t HostAvailableMemory();
+
 /// The context of GPU `device` (kernels::GpuContext); NotSupported in a build without CUDA.
 Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out);
 

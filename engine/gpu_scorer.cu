@@ -45,19 +45,31 @@ struct GpuExactScorer::Impl {
 
     Status Reserve(size_t bytes) { return arena.Reserve(bytes, stream, /*headroom=*/true); }
 
-    /// Uploads the per-call inputs into the arena (plus `extra` bytes after them) and fills p.
+    /// Uploads the per-call inputs (and `rows`, when given) into the arena (plus `extra` bytes
+    /// after them) and fills p.
     Status Upload(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
-                  const int64_t* h_cand_offsets, const int32_t* h_cand_docs, size_t extra_bytes,
+                  const int64_t* h_cand_offsets, const int32_t* h_cand_docs, const Rows* rows, size_t extra_bytes,
                   kernels::MaxSimParams* p, char** extra) {
+        const int64_t docs = rows ? rows->n_docs : n_docs;
+        if (!rows && !d_offsets) return Status::InvalidArgument("GpuExactScorer: no documents (a call must bring rows)");
+        if (rows) {
+            if (rows->n_docs < 0 || (rows->n_docs > 0 && (!rows->offsets || !rows->tokens)) ||
+                (rows->offsets && rows->offsets[0] != 0)) {
+                return Status::InvalidArgument("GpuExactScorer: bad rows");
+            }
+        }
         int64_t n_cand = 0;
         TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuExactScorer", n_queries, q_stride, h_queries, h_query_lens,
-                                                            h_cand_offsets, h_cand_docs, n_docs, &n_cand));
+                                                            h_cand_offsets, h_cand_docs, docs, &n_cand));
+        const int64_t row_tokens = rows && rows->n_docs > 0 ? rows->offsets[rows->n_docs] : 0;
         const size_t q_bytes = size_t(n_queries) * q_stride * dim * DTypeSize(q_dtype);
         const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
         const size_t co_bytes = h_cand_offsets ? size_t(n_queries + 1) * sizeof(int64_t) : 0;
         const size_t cd_bytes = size_t(n_cand) * sizeof(int32_t);
-        const size_t total =
-            align256(q_bytes) + align256(l_bytes) + align256(co_bytes) + align256(cd_bytes) + align256(extra_bytes);
+        const size_t rt_bytes = size_t(row_tokens) * dim * sizeof(uint16_t);
+        const size_t ro_bytes = rows ? size_t(rows->n_docs + 1) * sizeof(int64_t) : 0;
+        const size_t total = align256(q_bytes) + align256(l_bytes) + align256(co_bytes) + align256(cd_bytes) +
+                             align256(rt_bytes) + align256(ro_bytes) + align256(extra_bytes);
         TMS_RETURN_IF_ERROR(Reserve(std::max<size_t>(total, 256)));
         char* cur = static_cast<char*>(arena.p);
         auto put = [&](const void* h, size_t bytes, void** d) -> Status {
@@ -66,11 +78,21 @@ struct GpuExactScorer::Impl {
             cur += align256(bytes);
             return Status::OK();
         };
-        void *dq, *dl, *dco, *dcd;
+        void *dq, *dl, *dco, *dcd, *drt = nullptr, *dro = nullptr;
         TMS_RETURN_IF_ERROR(put(h_queries, q_bytes, &dq));
         TMS_RETURN_IF_ERROR(put(h_query_lens, l_bytes, &dl));
         TMS_RETURN_IF_ERROR(put(h_cand_offsets, co_bytes, &dco));
         TMS_RETURN_IF_ERROR(put(h_cand_docs, cd_bytes, &dcd));
+        if (rows) {
+            // The rows are the bulk: one copy on the stream (from pinned memory, a DMA at
+            // full link speed), not through the staging buffers of the small inputs.
+            drt = cur;
+            if (rt_bytes) {
+                TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, rows->tokens, rt_bytes, cudaMemcpyHostToDevice, stream));
+            }
+            cur += align256(rt_bytes);
+            TMS_RETURN_IF_ERROR(put(rows->offsets, ro_bytes, &dro));
+        }
         *extra = cur;
         p->queries = dq;
         p->q_dtype = q_dtype;
@@ -78,12 +100,12 @@ struct GpuExactScorer::Impl {
         p->q_stride = q_stride;
         p->dim = dim;
         p->query_lens = static_cast<const int32_t*>(dl);
-        p->doc_tokens = d_tokens;
+        p->doc_tokens = rows ? drt : d_tokens;
         p->d_dtype = DType::kF16;
-        p->doc_offsets = d_offsets;
-        p->n_docs = n_docs;
-        p->n_tokens = n_tokens;
-        p->docs_static = true;  // uploaded and synchronised in Create
+        p->doc_offsets = rows ? static_cast<const int64_t*>(dro) : d_offsets;
+        p->n_docs = docs;
+        p->n_tokens = rows ? row_tokens : n_tokens;
+        p->docs_static = !rows;  // resident: uploaded and synchronised in Create
         p->cand_offsets = static_cast<const int64_t*>(dco);
         p->cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
                                       : nullptr;
@@ -92,6 +114,21 @@ struct GpuExactScorer::Impl {
 };
 
 GpuExactScorer::~GpuExactScorer() = default;
+
+bool GpuExactScorer::resident() const { return impl_->d_offsets != nullptr; }
+
+Status GpuExactScorer::CreateForRows(std::shared_ptr<kernels::GpuContext> ctx, int dim,
+                                     std::unique_ptr<GpuExactScorer>* out) {
+    if (dim % 32 != 0 || dim <= 0 || dim > 1024) {
+        return Status::NotSupported("GpuExactScorer: dim " + std::to_string(dim) + " (multiples of 32 up to 1024)");
+    }
+    if (!ctx) return Status::InvalidArgument("GpuExactScorer: no GPU context");
+    std::unique_ptr<GpuExactScorer> s(new GpuExactScorer());
+    s->impl_ = std::make_unique<Impl>(std::move(ctx));
+    s->impl_->dim = dim;
+    *out = std::move(s);
+    return Status::OK();
+}
 
 Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const std::vector<TokenPart>& parts, int dim,
                               const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
@@ -140,15 +177,15 @@ Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const st
 
 Status GpuExactScorer::Score(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                              const int32_t* h_query_lens, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
-                             std::vector<float>* scores) {
+                             std::vector<float>* scores, const Rows* rows) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
     const int64_t n_out = h_cand_offsets ? (n_queries > 0 ? h_cand_offsets[n_queries] : 0)
-                                         : int64_t(std::max(0, n_queries)) * im.n_docs;
+                                         : int64_t(std::max(0, n_queries)) * (rows ? rows->n_docs : im.n_docs);
     kernels::MaxSimParams p;
     char* extra = nullptr;
     TMS_RETURN_IF_ERROR(im.Upload(h_queries, q_dtype, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
-                                  size_t(n_out) * sizeof(float), &p, &extra));
+                                  rows, size_t(n_out) * sizeof(float), &p, &extra));
     p.scores = reinterpret_cast<float*>(extra);
     TMS_RETURN_IF_ERROR(kernels::maxsim_cuda(p, im.stream));
     scores->resize(size_t(n_out));
@@ -163,7 +200,7 @@ Status GpuExactScorer::Score(const void* h_queries, DType q_dtype, int n_queries
 Status GpuExactScorer::ScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                  const int32_t* h_query_lens, const int64_t* h_cand_offsets,
                                  const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
-                                 std::vector<float>* scores) {
+                                 std::vector<float>* scores, const Rows* rows) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
     if (k < 1 || k > kernels::kMaxTopKCuda) {
@@ -174,15 +211,16 @@ Status GpuExactScorer::ScoreTopK(const void* h_queries, DType q_dtype, int n_que
     sizes.n_queries = n_queries;
     sizes.q_stride = q_stride;
     sizes.dim = im.dim;
-    sizes.n_docs = im.n_docs;
+    sizes.n_docs = rows ? rows->n_docs : im.n_docs;
     sizes.q_dtype = q_dtype;
     sizes.d_dtype = DType::kF16;
     // Only sizes and the nullness of pointers matter here (nothing is read).
-    sizes.queries = im.d_tokens;
-    sizes.doc_tokens = im.d_tokens;
-    sizes.doc_offsets = im.d_offsets;
-    sizes.cand_offsets = h_cand_offsets ? im.d_offsets : nullptr;
-    sizes.cand_docs = h_cand_offsets ? reinterpret_cast<const int32_t*>(im.d_offsets) : nullptr;
+    const void* any = &sizes;
+    sizes.queries = any;
+    sizes.doc_tokens = any;
+    sizes.doc_offsets = static_cast<const int64_t*>(any);
+    sizes.cand_offsets = h_cand_offsets ? static_cast<const int64_t*>(any) : nullptr;
+    sizes.cand_docs = h_cand_offsets ? static_cast<const int32_t*>(any) : nullptr;
     const size_t ws = kernels::maxsim_topk_cuda_workspace_bytes(sizes, k);
     const size_t out_n = size_t(std::max(0, n_queries)) * k;
     const size_t ids_bytes = align256(out_n * sizeof(int32_t));
@@ -190,7 +228,7 @@ Status GpuExactScorer::ScoreTopK(const void* h_queries, DType q_dtype, int n_que
     kernels::MaxSimParams p;
     char* extra = nullptr;
     TMS_RETURN_IF_ERROR(im.Upload(h_queries, q_dtype, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs,
-                                  ws + ids_bytes + sc_bytes, &p, &extra));
+                                  rows, ws + ids_bytes + sc_bytes, &p, &extra));
     int32_t* d_ids = reinterpret_cast<int32_t*>(extra);
     float* d_sc = reinterpret_cast<float*>(extra + ids_bytes);
     void* d_ws = extra + ids_bytes + sc_bytes;

@@ -31,13 +31,23 @@ public:
     };
     static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const std::vector<TokenPart>& parts, int dim,
                          const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out);
+    /// A scorer that holds no documents: every call brings its own (Rows).
+    static Status CreateForRows(std::shared_ptr<kernels::GpuContext> ctx, int dim, std::unique_ptr<GpuExactScorer>* out);
     ~GpuExactScorer();
+    /// Documents a call brings, on the host (pinned memory uploads fastest): tokens
+    /// [offsets[n_docs], dim] fp16, document d's rows [offsets[d], offsets[d + 1]). They are
+    /// uploaded with the call's inputs and scored instead of the resident ones.
+    struct Rows {
+        const uint16_t* tokens = nullptr;
+        const int64_t* offsets = nullptr;
+        int64_t n_docs = 0;
+    };
     /// Top-k per query (doc indices, -1 padded) and scores, on the host. h_queries
     /// [n_queries, q_stride, dim] of q_dtype, uploaded as they are (fp16 queries against the
     /// fp16 documents take one MMA a tile; fp32 and bf16 ones are split into two fp16 terms).
     Status ScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                      const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
-                     std::vector<float>* scores);
+                     std::vector<float>* scores, const Rows* rows = nullptr);
     Status ScoreTopK(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
                      const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
                      std::vector<float>* scores) {
@@ -46,7 +56,10 @@ public:
     }
     /// Scores only, laid out like kernels::MaxSimParams::scores.
     Status Score(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
-                 const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores);
+                 const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores,
+                 const Rows* rows = nullptr);
+    /// Whether documents are resident (Create, not CreateForRows).
+    bool resident() const;
     Status Score(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
                  const int64_t* h_cand_offsets, const int32_t* h_cand_docs, std::vector<float>* scores) {
         return Score(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs, scores);

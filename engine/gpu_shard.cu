@@ -1,6 +1,8 @@
 // Copyright TileMaxSim authors. GpuShard over GpuCodeScorer and GpuExactScorer (CUDA builds).
 #include "engine/gpu_shard_cuda.h"
 
+#include <cuda_runtime.h>
+
 #include "engine/gpu_code_scorer.h"
 #include "engine/gpu_scorer.h"
 #include "index/index_data.h"
@@ -12,7 +14,29 @@ namespace {
 class CudaShard final : public GpuShard {
 public:
     bool has_codes() const override { return code_ != nullptr; }
-    bool has_vectors() const override { return exact_ != nullptr; }
+    bool has_vectors() const override { return exact_ != nullptr && exact_->resident(); }
+    ~CudaShard() override {
+        for (uint16_t* p : pinned_) cudaFreeHost(p);
+    }
+    Status PinnedRows(int slot, size_t elems, uint16_t** out) override {
+        if (slot < 0 || slot > 1) return Status::InvalidArgument("PinnedRows: slot " + std::to_string(slot));
+        if (elems > pinned_elems_[slot]) {
+            cudaFreeHost(pinned_[slot]);
+            pinned_[slot] = nullptr;
+            pinned_elems_[slot] = 0;
+            const size_t want = elems + elems / 4;  // headroom: batches vary a little
+            void* p = nullptr;
+            if (cudaMallocHost(&p, want * sizeof(uint16_t)) != cudaSuccess) {
+                (void)cudaGetLastError();
+                return Status::ResourceExhausted("cannot pin " + std::to_string(want * 2 >> 20) +
+                                                 " MiB of host memory for the rows of a search");
+            }
+            pinned_[slot] = static_cast<uint16_t*>(p);
+            pinned_elems_[slot] = want;
+        }
+        *out = pinned_[slot];
+        return Status::OK();
+    }
     Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
                       Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                       std::vector<float>* keys, uint64_t* ticket, const uint32_t* allow, bool allow_per_query) override {
@@ -35,16 +59,29 @@ public:
         return code_->Score(q, nq, qt, lens, nullptr, off, docs, centroids_only, scores);
     }
     Status ExactScore(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* off,
-                      const int32_t* docs, std::vector<float>* scores) override {
-        return exact_->Score(q, dt, nq, qt, lens, off, docs, scores);
+                      const int32_t* docs, std::vector<float>* scores, const Rows* rows) override {
+        if (!exact_) return no_exact();
+        GpuExactScorer::Rows r = rows_of(rows);
+        return exact_->Score(q, dt, nq, qt, lens, off, docs, scores, rows ? &r : nullptr);
     }
     Status ExactScoreTopK(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* off,
-                          const int32_t* docs, int k, std::vector<int32_t>* ids, std::vector<float>* scores) override {
-        return exact_->ScoreTopK(q, dt, nq, qt, lens, off, docs, k, ids, scores);
+                          const int32_t* docs, int k, std::vector<int32_t>* ids, std::vector<float>* scores,
+                          const Rows* rows) override {
+        if (!exact_) return no_exact();
+        GpuExactScorer::Rows r = rows_of(rows);
+        return exact_->ScoreTopK(q, dt, nq, qt, lens, off, docs, k, ids, scores, rows ? &r : nullptr);
+    }
+    static Status no_exact() { return Status::NotSupported("exact scoring on the GPU: dimension not supported"); }
+    static GpuExactScorer::Rows rows_of(const Rows* rows) {
+        GpuExactScorer::Rows r;
+        if (rows) r = {rows->tokens, rows->offsets, rows->n_docs};
+        return r;
     }
 
     std::unique_ptr<GpuCodeScorer> code_;
-    std::unique_ptr<GpuExactScorer> exact_;
+    std::unique_ptr<GpuExactScorer> exact_;  // resident vectors, or none (CreateForRows)
+    uint16_t* pinned_[2] = {nullptr, nullptr};
+    size_t pinned_elems_[2] = {0, 0};
 };
 
 }  // namespace
@@ -67,6 +104,10 @@ Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::In
     if (!parts.empty()) {
         TMS_RETURN_IF_ERROR(
             GpuExactScorer::Create(ctx, parts, d.info.dim, d.doc_offsets.data(), d.info.n_docs, &s->exact_));
+    } else {
+        // Vectors off the device (host or disk tier, or none): calls bring the rows they score.
+        Status st2 = GpuExactScorer::CreateForRows(ctx, d.info.dim, &s->exact_);
+        if (!st2.ok() && st2.code() != Status::Code::kNotSupported) return st2;
     }
     *out = std::move(s);
     return Status::OK();

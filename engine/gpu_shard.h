@@ -22,6 +22,16 @@ public:
     virtual bool has_codes() const = 0;
     /// The fp16 vectors are on the device.
     virtual bool has_vectors() const = 0;
+    /// Documents' rows a call brings from the host (GpuExactScorer::Rows' fields): tokens
+    /// [offsets[n_docs], dim] fp16, best in a PinnedRows buffer.
+    struct Rows {
+        const uint16_t* tokens = nullptr;
+        const int64_t* offsets = nullptr;
+        int64_t n_docs = 0;
+    };
+    /// A pinned host buffer of at least `elems` fp16 values, one of two (slot 0 or 1) that the
+    /// shard keeps and grows: rows gathered there upload at the link's full speed.
+    virtual Status PinnedRows(int slot, size_t elems, uint16_t** out) = 0;
 
     // With has_codes(): GpuCodeScorer's Candidates, ScoreCandidatesTop, ScoreLists and Score.
     virtual Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
@@ -38,14 +48,15 @@ public:
                              const int64_t* h_cand_offsets, const int32_t* h_cand_docs, bool centroids_only,
                              std::vector<float>* scores) = 0;
 
-    // With has_vectors(): GpuExactScorer's Score and ScoreTopK.
+    // GpuExactScorer's Score and ScoreTopK: against `rows` when given, else (has_vectors()) the
+    // resident vectors.
     virtual Status ExactScore(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                               const int32_t* h_query_lens, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
-                              std::vector<float>* scores) = 0;
+                              std::vector<float>* scores, const Rows* rows = nullptr) = 0;
     virtual Status ExactScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                   const int32_t* h_query_lens, const int64_t* h_cand_offsets,
                                   const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
-                                  std::vector<float>* scores) = 0;
+                                  std::vector<float>* scores, const Rows* rows = nullptr) = 0;
 };
 
 }  // namespace tms::engine

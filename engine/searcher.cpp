@@ -23,6 +23,7 @@
 
 #include "engine/backend.h"
 #include "engine/gpu_shard.h"
+#include "engine/vector_rows.h"
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
 #include "index/metadata.h"
@@ -124,9 +125,11 @@ public:
         return Search(b, SearchOptions{}, &res, nullptr);
     }
 
-    /// The shard can score exactly (its vectors are loaded, on the host or its GPU).
+    /// The shard can score exactly (its vectors are loaded, on the host or its GPU, or open on
+    /// disk).
+    bool have_vectors() const { return gpu_exact() || !data_.vectors.empty() || !rows_.empty(); }
     Status CheckExact() const {
-        if (gpu_exact() || !data_.vectors.empty()) return Status::OK();
+        if (have_vectors()) return Status::OK();
         return Status::NotSupported(data_.info.has_vectors
                                         ? "rerank needs the stored vectors, which were not loaded"
                                         : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
@@ -140,6 +143,9 @@ public:
         std::vector<float> qconv;
         return exact_candidates(gpu_exact() ? nullptr : HostF32(q, &qconv), q, off, docs, scores);
     }
+    /// Vectors not where scoring runs (host or disk tier on a GPU, disk tier on the CPU): each
+    /// exact step reads its documents' rows through rows_.
+    bool streamed() const { return !rows_.empty(); }
 
     // The stages of a search whose candidates are cut together with other segments' (and
     // other participants', SearchCuts) between them: they compute what SearchChunk does, in
@@ -154,11 +160,18 @@ public:
     Status CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const;
 
     /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up;
-    /// `vector_parts`: its vectors when data_ holds none (ConcatShards'), freed once uploaded.
-    Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up,
+    /// `vector_parts`: its vectors when data_ holds none (ConcatShards'): uploaded and freed
+    /// (tier kGpu), or kept on the host (kHost). A segment on disk (kDisk) reads
+    /// data_.vector_files.
+    Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                  std::vector<index::PodVector<uint16_t>>* vector_parts);
 
     index::IndexData data_;
+    // Streamed tiers: where the rows are read from (host_parts_ on a GPU's host tier, else
+    // data_.vector_files).
+    engine::VectorRows rows_;
+    std::vector<index::PodVector<uint16_t>> host_parts_;
+    int64_t stream_bytes_ = 0;  // SearcherOptions::stream_bytes
     // The GPU scorers run on the context's stream with its shared scratch, and keep per-call
     // state (device lists between Candidates and ScoreCandidatesTop): a search holds the
     // context's mutex.
@@ -192,6 +205,23 @@ private:
     // qf: as for exact_candidates.
     Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores, const Allowed* allowed) const;
+    // The streamed tiers' exhaustive search: the documents in chunks of rows read through
+    // rows_, each chunk's top-k merged into the whole's.
+    Status exhaustive_streamed(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+                               std::vector<float>* scores, const Allowed* allowed) const;
+    // Rows read for one exact step: a buffer (the GPU shard's pinned one, or owned here) and
+    // the documents' token offsets in it.
+    struct RowBuffer {
+        uint16_t* tokens = nullptr;
+        std::vector<int64_t> offsets;
+        index::PodVector<uint16_t> own;
+    };
+    // The rows of docs[0..n) (ascending), or when docs is null of documents [d0, d1), into
+    // *rb, using pinned buffer `slot` on a GPU.
+    Status read_rows(int slot, const int32_t* docs, int64_t n, int64_t d0, int64_t d1, RowBuffer* rb) const;
+    // Exact scores of lists (off, docs index rb's documents) against rb: as exact_candidates.
+    Status score_rows(const float* qf, const QueryBatch& q, const RowBuffer& rb, const int64_t* off,
+                      const int32_t* docs, std::vector<float>* scores) const;
     Status code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const;
     // Exact MaxSim of fp32 queries against the host fp16 vectors (candidates and output unset).
     kernels::MaxSimParams exact_params(const float* q, int n_queries, int q_stride, const int32_t* lens) const {
@@ -273,6 +303,21 @@ Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, con
     if (gpu_exact()) {
         return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
     }
+    if (streamed()) {
+        // The batch's distinct documents, their rows read once into one buffer (pinned for a
+        // GPU), the lists renumbered into it.
+        std::vector<int32_t> u(docs);
+        std::sort(u.begin(), u.end());
+        u.erase(std::unique(u.begin(), u.end()), u.end());
+        std::vector<int32_t> local(docs.size());
+#pragma omp parallel for schedule(static) if (docs.size() > 65536)
+        for (size_t i = 0; i < docs.size(); ++i) {
+            local[i] = int32_t(std::lower_bound(u.begin(), u.end(), docs[i]) - u.begin());
+        }
+        RowBuffer rb;
+        TMS_RETURN_IF_ERROR(read_rows(0, u.data(), int64_t(u.size()), -1, -1, &rb));
+        return score_rows(qf, q, rb, off.data(), local.data(), scores);
+    }
     scores->resize(docs.size());
     kernels::MaxSimParams p = exact_params(qf, q.n_queries, q.q_tokens, q.lengths);
     p.cand_offsets = off.data();
@@ -281,8 +326,140 @@ Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, con
     return kernels::maxsim_cpu(p);
 }
 
+Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_t d0, int64_t d1,
+                                RowBuffer* rb) const {
+    const int dim = data_.info.dim;
+    const int64_t* doff = data_.doc_offsets.data();
+    int64_t tokens = 0;
+    if (docs) {
+        for (int64_t i = 0; i < n; ++i) tokens += doff[docs[i] + 1] - doff[docs[i]];
+    } else {
+        tokens = doff[d1] - doff[d0];
+    }
+    const size_t elems = std::max<size_t>(size_t(tokens) * dim, 1);
+    if (ctx_) {
+        TMS_RETURN_IF_ERROR(dev_->PinnedRows(slot, elems, &rb->tokens));
+    } else {
+        try {
+            rb->own.resize(elems);
+        } catch (const std::bad_alloc&) {
+            return Status::ResourceExhausted("no host memory for " + std::to_string(tokens) + " token rows");
+        }
+        rb->tokens = rb->own.data();
+    }
+    if (docs) return rows_.Gather(doff, docs, n, &rb->offsets, rb->tokens);
+    rb->offsets.resize(size_t(d1 - d0) + 1);
+    for (int64_t i = d0; i <= d1; ++i) rb->offsets[size_t(i - d0)] = doff[i] - doff[d0];
+    // A range in pieces of 4 MB, read or copied on every thread.
+    const int64_t piece = std::max<int64_t>(1, (int64_t(4) << 20) / (int64_t(dim) * 2));
+    const int64_t n_pieces = (tokens + piece - 1) / piece;
+    std::vector<Status> sts(static_cast<size_t>(n_pieces));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_pieces; ++i) {
+        const int64_t t = i * piece;
+        sts[size_t(i)] = rows_.Range(doff[d0] + t, std::min(piece, tokens - t), rb->tokens + size_t(t) * dim);
+    }
+    for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
+    return Status::OK();
+}
+
+Status ShardSearcher::score_rows(const float* qf, const QueryBatch& q, const RowBuffer& rb, const int64_t* off,
+                                 const int32_t* docs, std::vector<float>* scores) const {
+    const int64_t n_docs = int64_t(rb.offsets.size()) - 1;
+    if (ctx_) {
+        const engine::GpuShard::Rows rows{rb.tokens, rb.offsets.data(), n_docs};
+        return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off, docs, scores, &rows);
+    }
+    scores->resize(size_t(off[q.n_queries]));
+    kernels::MaxSimParams p = exact_params(qf, q.n_queries, q.q_tokens, q.lengths);
+    p.doc_tokens = rb.tokens;
+    p.doc_offsets = rb.offsets.data();
+    p.n_docs = n_docs;
+    p.cand_offsets = off;
+    p.cand_docs = docs;
+    p.scores = scores->data();
+    return kernels::maxsim_cpu(p);
+}
+
+// Merges a chunk's top-k (ids local to the chunk, plus `base`) into the running top-k of one
+// query (ids, scores): best first, ties to the lower id, -1 / -inf padding last.
+void merge_top(int k, int32_t* ids, float* scores, const int32_t* c_ids, const float* c_scores, int32_t base) {
+    std::vector<CutKey> all;
+    all.reserve(size_t(2) * k);
+    for (int j = 0; j < k; ++j) {
+        if (ids[j] >= 0) all.push_back({scores[j], ids[j]});
+        if (c_ids[j] >= 0) all.push_back({c_scores[j], int64_t(c_ids[j]) + base});
+    }
+    const size_t keep = std::min(all.size(), size_t(k));
+    std::partial_sort(all.begin(), all.begin() + keep, all.end(), CutKeyBetter);
+    for (int j = 0; j < k; ++j) {
+        ids[j] = size_t(j) < keep ? int32_t(all[j].id) : -1;
+        scores[j] = size_t(j) < keep ? all[j].score : -INFINITY;
+    }
+}
+
+Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
+                                          std::vector<float>* scores, const Allowed* allowed) const {
+    const int64_t n_docs = data_.info.n_docs;
+    const int64_t* doff = data_.doc_offsets.data();
+    const int nq = q.n_queries;
+    constexpr int kGpuMaxTopK = 1024;
+    // Chunks of at most stream_bytes_ of rows (a document alone may be more).
+    const int64_t max_tokens = std::max<int64_t>(1, stream_bytes_ / (int64_t(data_.info.dim) * 2));
+    const std::vector<uint32_t> local = allowed ? LocalAllow(*allowed, nq) : std::vector<uint32_t>();
+    // Without deletions or a filter a GPU scores each chunk densely and selects its top-k.
+    const bool dense = ctx_ && data_.info.n_deleted == 0 && !allowed && k <= kGpuMaxTopK;
+    ids->assign(size_t(nq) * k, -1);
+    scores->assign(size_t(nq) * k, -INFINITY);
+    std::vector<int32_t> c_ids(size_t(nq) * k);
+    std::vector<float> c_scores(size_t(nq) * k), s;
+    std::vector<int64_t> off;
+    std::vector<int32_t> cand;
+    RowBuffer rb;
+    for (int64_t d0 = 0, d1 = 0; d0 < n_docs; d0 = d1) {
+        d1 = std::upper_bound(doff + d0 + 1, doff + n_docs + 1, doff[d0] + max_tokens) - doff - 1;
+        d1 = std::max(d1, d0 + 1);
+        TMS_RETURN_IF_ERROR(read_rows(0, nullptr, 0, d0, d1, &rb));
+        const engine::GpuShard::Rows rows{rb.tokens, rb.offsets.data(), d1 - d0};
+        if (dense) {
+            std::vector<int32_t> bi;
+            std::vector<float> bs;
+            TMS_RETURN_IF_ERROR(dev_->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, nullptr, nullptr, k,
+                                                     &bi, &bs, &rows));
+            c_ids = std::move(bi);
+            c_scores = std::move(bs);
+        } else {
+            // Each query's live (allowed) documents of the chunk, numbered from d0.
+            off.assign(1, 0);
+            cand.clear();
+            for (int i = 0; i < nq; ++i) {
+                const uint32_t* row = allowed ? AllowRow(local, *allowed, i) : nullptr;
+                for (int64_t d = d0; d < d1; ++d) {
+                    if (!data_.deleted[d] && (!row || kernels::bitmap_has(row, d))) cand.push_back(int32_t(d - d0));
+                }
+                off.push_back(int64_t(cand.size()));
+            }
+            if (ctx_ && k <= kGpuMaxTopK) {
+                TMS_RETURN_IF_ERROR(dev_->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, off.data(),
+                                                         cand.data(), k, &c_ids, &c_scores, &rows));
+            } else {
+                TMS_RETURN_IF_ERROR(score_rows(qf, q, rb, off.data(), cand.data(), &s));
+                TMS_RETURN_IF_ERROR(
+                    select_topk(s.data(), off.data(), 0, nq, cand.data(), k, c_ids.data(), c_scores.data()));
+            }
+        }
+#pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
+        for (int i = 0; i < nq; ++i) {
+            merge_top(k, ids->data() + size_t(i) * k, scores->data() + size_t(i) * k, c_ids.data() + size_t(i) * k,
+                      c_scores.data() + size_t(i) * k, int32_t(d0));
+        }
+    }
+    return Status::OK();
+}
+
 Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                 std::vector<float>* scores, const Allowed* allowed) const {
+    if (streamed()) return exhaustive_streamed(qf, q, k, ids, scores, allowed);
     const int64_t n_docs = data_.info.n_docs;
     const int64_t n_deleted = data_.info.n_deleted;
     // The GPU selects the top-k itself up to kGpuMaxTopK; past that, or with deletions or a
@@ -456,7 +633,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
                                  const Allowed* allowed) const {
     const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
-    const bool have_vectors = !data_.vectors.empty() || gpu_exact();
+    const bool have_vectors = this->have_vectors();
     if (opts.exhaustive && !have_vectors) {
         return Status::NotSupported(info.has_vectors
                                         ? "exhaustive search needs the stored vectors, which were not loaded"
@@ -743,13 +920,25 @@ Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall
     return select_top(q.n_queries, keep, &l);
 }
 
-Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up,
+Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                             std::vector<index::PodVector<uint16_t>>* vector_parts) {
+    rows_.dim = data_.info.dim;
+    for (const index::VectorFileSpan& f : data_.vector_files) rows_.AddFile(f);
     if (!ctx) return Status::OK();
     ctx_ = ctx;
-    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, *vector_parts, &dev_));
+    const std::vector<index::PodVector<uint16_t>> none;
+    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, tier == VectorTier::kGpu ? *vector_parts : none, &dev_));
     // The device copy is the one used (MakeGpuShard uploads every vector it is given).
     if (dev_->has_vectors()) index::PodVector<uint16_t>().swap(data_.vectors);
+    if (tier == VectorTier::kHost) {
+        host_parts_ = std::move(*vector_parts);
+        int64_t t0 = 0;
+        for (const auto& part : host_parts_) {
+            const int64_t n = int64_t(part.size()) / data_.info.dim;
+            rows_.AddHost(t0, part.data(), n);
+            t0 += n;
+        }
+    }
     vector_parts->clear();
     if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
     return Status::OK();
@@ -1418,10 +1607,77 @@ void MergeHits(std::vector<std::vector<std::vector<SearchHit>>>* parts, int n_qu
     }
 }
 
+std::string gib(int64_t bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f GiB", double(bytes) / double(int64_t(1) << 30));
+    return b;
+}
+
+// The vectors' tier opts ask for, kAuto resolved, checked against the memory it needs (the
+// opened shards' vectors; on GPUs with their codes and lists, spread evenly).
+Status choose_tier(const SearcherOptions& opts, const std::string& path, Device device, const std::vector<int>& gpus,
+                   VectorTier* out) {
+    VectorTier want = opts.load_vectors ? opts.vectors : VectorTier::kNone;
+    if (device == Device::kCpu && want == VectorTier::kGpu) want = VectorTier::kHost;  // as documented
+    *out = VectorTier::kNone;
+    if (want == VectorTier::kNone) return Status::OK();
+    IndexInfo info;
+    TMS_RETURN_IF_ERROR(index::ReadIndexInfo(path, &info));
+    if (!info.has_vectors) {
+        if (want == VectorTier::kAuto) return Status::OK();
+        return Status::NotSupported(std::string("vectors ") + VectorTierName(want) +
+                                    ": this index has no stored vectors (rebuild with --keep-vectors)");
+    }
+    int64_t tokens = 0;
+    for (size_t i = 0; i < info.shards.size(); ++i) {
+        if (opts.shards.empty() || std::find(opts.shards.begin(), opts.shards.end(), int(i)) != opts.shards.end()) {
+            tokens += info.shards[i].n_tokens;
+        }
+    }
+    const int64_t vec = tokens * info.dim * 2;
+    const int code_bytes = info.codec == "pq" ? info.pq_m * info.pq_nbits / 8 : info.dim * info.residual_nbits / 8;
+    const int64_t codes = tokens * (4 + code_bytes);  // centroid ids and codes (lists are smaller)
+    const int64_t host_avail = engine::HostAvailableMemory();
+    int64_t gpu_free = 0;
+    int free_gpu = -1;  // the GPU with the least free memory
+    if (device == Device::kGpu) {
+        for (int g : gpus) {
+            int64_t f = 0;
+            TMS_RETURN_IF_ERROR(engine::GpuFreeMemory(g, &f));
+            if (free_gpu < 0 || f < gpu_free) {
+                gpu_free = f;
+                free_gpu = g;
+            }
+        }
+    }
+    const int64_t per_gpu = gpus.empty() ? 0 : (vec + codes) / int64_t(gpus.size());
+    // kAuto leaves room (kGpuShare, kHostShare); an explicit tier needs only to fit.
+    const auto gpu_fits = [&](double share) { return device == Device::kGpu && per_gpu <= share * double(gpu_free); };
+    const auto host_fits = [&](double share) { return vec <= share * double(host_avail); };
+    if (want == VectorTier::kAuto) {
+        *out = gpu_fits(kGpuShare) ? VectorTier::kGpu : host_fits(kHostShare) ? VectorTier::kHost : VectorTier::kDisk;
+        return Status::OK();
+    }
+    if (want == VectorTier::kGpu && !gpu_fits(0.95)) {
+        return Status::ResourceExhausted("vectors gpu: " + gib(per_gpu) + " of vectors and codes per GPU do not fit in GPU " +
+                                         std::to_string(free_gpu) + "'s " + gib(gpu_free) + " free; --vectors " +
+                                         (host_fits(0.9) ? "host" : "disk") + " would hold them");
+    }
+    if (want == VectorTier::kHost && !host_fits(0.9)) {
+        return Status::ResourceExhausted("vectors host: " + gib(vec) + " of vectors do not fit in the host's " +
+                                         gib(host_avail) + " available; --vectors disk reads them from the index");
+    }
+    *out = want;
+    return Status::OK();
+}
+
 Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std::unique_ptr<Searcher>* out) {
     if (opts.threads < 0 || opts.threads > kMaxThreads) {
         return Status::InvalidArgument("threads must be in [0, " + std::to_string(kMaxThreads) + "], got " +
                                        std::to_string(opts.threads));
+    }
+    if (opts.stream_bytes <= 0) {
+        return Status::InvalidArgument("stream_bytes must be > 0, got " + std::to_string(opts.stream_bytes));
     }
     if (opts.gather_us < 0 || opts.gather_us > 1000000) {
         return Status::InvalidArgument("gather_us must be in [0, 1000000], got " + std::to_string(opts.gather_us));
@@ -1436,9 +1692,14 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     std::vector<int> gpus;
     if (s->device_ == Device::kGpu) TMS_RETURN_IF_ERROR(choose_gpus(opts, &gpus));
     trace.Mark("device");
+    VectorTier tier;
+    TMS_RETURN_IF_ERROR(choose_tier(opts, path, s->device_, gpus, &tier));
+    trace.Mark("vector tier");
     std::vector<index::IndexData> data;
-    TMS_RETURN_IF_ERROR(
-        index::ReadIndexShards(path, opts.load_vectors, opts.progress, &data, opts.shards, &s->metadata_));
+    const index::VectorLoad load = tier == VectorTier::kNone   ? index::VectorLoad::kNone
+                                   : tier == VectorTier::kDisk ? index::VectorLoad::kFile
+                                                               : index::VectorLoad::kMemory;
+    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, load, opts.progress, &data, opts.shards, &s->metadata_));
     trace.Mark("read (total)");
     s->info_ = index::SumShardInfos(data);
     std::vector<int> numbers = opts.shards;  // the shards read, in shard order
@@ -1455,6 +1716,8 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         p.first_doc = data[i].first_doc;
         p.n_docs = data[i].info.n_docs;
         p.bytes = bytes[i];
+        p.vectors = data[i].info.has_vectors ? tier : VectorTier::kNone;
+        p.vector_bytes = p.vectors == VectorTier::kNone ? 0 : data[i].info.n_tokens * data[i].info.dim * 2;
         s->placement_.push_back(p);
     }
     // Segments: runs of consecutive shards on one device (a subset of the shards breaks runs
@@ -1476,6 +1739,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     for (size_t r = 0; r < runs.size(); ++r) {
         auto sh = std::make_unique<ShardSearcher>();
         index::ConcatShards(&runs[r].shards, &sh->data_, s->device_ == Device::kGpu ? &vectors[r] : nullptr);
+        sh->stream_bytes_ = opts.stream_bytes;
         s->segments_.push_back(std::move(sh));
     }
     trace.Mark("segments");
@@ -1497,7 +1761,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         for (size_t gi = 0; gi < s->by_device_.size(); ++gi) {
             up.emplace_back([&, gi] {
                 for (size_t r : s->by_device_[gi]) {
-                    sts[gi] = s->segments_[r]->Place(ctx[ctx_of[gi]], opts.warm_up, &vectors[r]);
+                    sts[gi] = s->segments_[r]->Place(ctx[ctx_of[gi]], opts.warm_up, tier, &vectors[r]);
                     if (!sts[gi].ok()) return;
                 }
             });
@@ -1506,7 +1770,10 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
     } else {
         s->by_device_.emplace_back();
-        for (size_t r = 0; r < s->segments_.size(); ++r) s->by_device_[0].push_back(r);
+        for (size_t r = 0; r < s->segments_.size(); ++r) {
+            TMS_RETURN_IF_ERROR(s->segments_[r]->Place(nullptr, false, tier, &vectors[r]));
+            s->by_device_[0].push_back(r);
+        }
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
     *out = std::move(s);

@@ -75,6 +75,43 @@ struct DefaultInitAllocator : std::allocator<T> {
 template <typename T>
 using PodVector = std::vector<T, DefaultInitAllocator<T>>;
 
+/// A store's fp16 vectors left in its vectors file (format 5) and read on demand, by token
+/// range. Each chunk's CRC-32C is checked the first time any of its rows is read; a damaged or
+/// truncated chunk fails that read and every later one that touches it, naming the file. The
+/// file stays open (a later update appends past the rows read; a compaction replaces the
+/// directory, not this file). Thread-safe.
+class VectorFile {
+public:
+    ~VectorFile();
+    /// Rows [t0, t0 + n) of the store's tokens into dst [n, dim].
+    Status Read(int64_t t0, int64_t n, uint16_t* dst) const;
+    int dim() const { return dim_; }
+    int64_t n_tokens() const { return chunk_t0_.empty() ? 0 : chunk_t0_.back(); }
+    const std::string& path() const { return path_; }
+
+private:
+    friend struct VectorFileBuilder;
+    VectorFile() = default;
+    Status Check(size_t chunk) const;  // the chunk's checksum, once
+    std::string path_;
+    int fd_ = -1;
+    int dim_ = 0;
+    std::vector<int64_t> chunk_t0_;  ///< [n_chunks + 1] first token of each chunk
+    std::vector<uint32_t> crc_;      ///< [n_chunks]
+    struct State;
+    std::unique_ptr<State> state_;  ///< per chunk: unchecked, good or bad
+};
+
+/// Consecutive token rows [token0, token0 + file->n_tokens()) of an IndexData, on disk.
+struct VectorFileSpan {
+    int64_t token0 = 0;
+    std::shared_ptr<const VectorFile> file;
+};
+
+/// How a reader treats an index's fp16 vectors: skipped, read into IndexData::vectors, or left
+/// in their files (IndexData::vector_files; format 5 only).
+enum class VectorLoad { kNone, kMemory, kFile };
+
 /// A whole index in host memory, internal ids 0..n_docs-1.
 struct IndexData {
     IndexInfo info;
@@ -83,6 +120,7 @@ struct IndexData {
     PodVector<uint32_t> token_centroids;    ///< [n_tokens]
     PodVector<uint8_t> codes;               ///< [n_tokens, n_code_bytes]
     PodVector<uint16_t> vectors;            ///< fp16 [n_tokens, dim], empty unless kept/loaded
+    std::vector<VectorFileSpan> vector_files;  ///< VectorLoad::kFile: the vectors, on disk
     std::vector<int64_t> ivf_offsets;       ///< [n_centroids + 1]
     std::vector<int32_t> ivf_docs;          ///< doc ids per centroid, sorted, unique
     std::vector<std::string> doc_ids;       ///< external ids [n_docs]
@@ -105,14 +143,14 @@ Status WriteIndex(const std::string& path, const IndexData& data, const IndexBui
 /// one-line message on anything that is not a complete index of a supported format, or on a
 /// checksum mismatch.
 Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* data);
-/// Read an index shard by shard (in parallel): one IndexData each, ids local to the shard
-/// (first_doc its global offset), info its own counts (info.shards its one entry), every
-/// shard's tombstones applied. An unsharded index reads as one shard. `want`: only these shards
+/// Read an index shard by shard (in parallel), the vectors as `vectors` says: one IndexData
+/// each, ids local to the shard (first_doc its global offset), info its own counts (info.shards
+/// its one entry), every shard's tombstones applied. An unsharded index reads as one shard. `want`: only these shards
 /// (numbers, any order; empty: all), in shard order; only their stores and the last shard's
 /// (which holds every shard's tombstones) need exist. `metadata`: when given, the index's
 /// metadata (null when it has none), loaded under the same reader lock as the stores, for
 /// the whole index's documents whatever `want` selects.
-Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards,
+Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progress, std::vector<IndexData>* shards,
                        const std::vector<int>& want = {}, std::unique_ptr<MetadataSnapshot>* metadata = nullptr);
 /// The number of shards of the index at `path` (1 unsharded), from its manifest alone.
 Status ReadShardCount(const std::string& path, int* n);

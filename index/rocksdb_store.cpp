@@ -10,11 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <cstring>
 #include <string_view>
@@ -218,6 +220,75 @@ Status open_vectors_file(const std::string& vp, int flags, Fd* out) {
     return errno == ENOENT ? Status::Corruption(vp + ": missing (the index is damaged)")
                            : io_error(vp + ": cannot open", errno);
 }
+
+}  // namespace
+
+struct VectorFile::State {
+    explicit State(size_t n) : checked(new std::atomic<uint8_t>[n]) {
+        for (size_t i = 0; i < n; ++i) checked[i].store(0, std::memory_order_relaxed);
+    }
+    std::unique_ptr<std::atomic<uint8_t>[]> checked;  // 0 unchecked, 1 good, 2 bad
+    std::array<std::mutex, 64> mu;                     // one checker per chunk (striped)
+};
+
+// Fills a VectorFile from read_store's chunk references.
+struct VectorFileBuilder {
+    static std::shared_ptr<VectorFile> Make(std::string path, Fd* fd, int dim, std::vector<int64_t> chunk_t0,
+                                            std::vector<uint32_t> crc) {
+        std::shared_ptr<VectorFile> f(new VectorFile());
+        f->path_ = std::move(path);
+        f->fd_ = std::exchange(fd->fd, -1);
+        f->dim_ = dim;
+        f->chunk_t0_ = std::move(chunk_t0);
+        f->crc_ = std::move(crc);
+        f->state_ = std::make_unique<VectorFile::State>(f->crc_.size());
+        return f;
+    }
+};
+
+VectorFile::~VectorFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+Status VectorFile::Check(size_t c) const {
+    std::atomic<uint8_t>& st = state_->checked[c];
+    uint8_t v = st.load(std::memory_order_acquire);
+    if (v == 0) {
+        std::lock_guard<std::mutex> g(state_->mu[c % state_->mu.size()]);
+        v = st.load(std::memory_order_acquire);
+        if (v == 0) {
+            const size_t row = size_t(dim_) * 2;
+            const size_t bytes = size_t(chunk_t0_[c + 1] - chunk_t0_[c]) * row;
+            std::unique_ptr<char[]> buf;
+            try {
+                buf.reset(new char[std::max<size_t>(bytes, 1)]);
+            } catch (const std::bad_alloc&) {
+                return Status::ResourceExhausted(path_ + ": no memory to check chunk " + std::to_string(c));
+            }
+            const Status r = pread_all(fd_, buf.get(), bytes, uint64_t(chunk_t0_[c]) * row,
+                                       path_ + ": chunk " + std::to_string(c));
+            if (!r.ok() && r.code() != Status::Code::kCorruption) return r;  // an I/O error may pass
+            v = r.ok() && Crc32(buf.get(), bytes) == crc_[c] ? 1 : 2;
+            st.store(v, std::memory_order_release);
+        }
+    }
+    if (v == 2) return Status::Corruption(path_ + ": chunk " + std::to_string(c) + ": checksum mismatch or truncated");
+    return Status::OK();
+}
+
+Status VectorFile::Read(int64_t t0, int64_t n, uint16_t* dst) const {
+    if (n <= 0) return Status::OK();
+    if (t0 < 0 || t0 + n > n_tokens()) {
+        return Status::InvalidArgument(path_ + ": rows [" + std::to_string(t0) + ", " + std::to_string(t0 + n) +
+                                       ") outside the store's " + std::to_string(n_tokens()));
+    }
+    size_t c = size_t(std::upper_bound(chunk_t0_.begin(), chunk_t0_.end(), t0) - chunk_t0_.begin()) - 1;
+    for (; c + 1 < chunk_t0_.size() && chunk_t0_[c] < t0 + n; ++c) TMS_RETURN_IF_ERROR(Check(c));
+    const size_t row = size_t(dim_) * 2;
+    return pread_all(fd_, dst, size_t(n) * row, uint64_t(t0) * row, path_);
+}
+
+namespace {
 
 Status fsync_fd(int fd, const std::string& what) {
     if (::fsync(fd) != 0) return io_error(what + ": fsync failed", errno);
@@ -575,7 +646,7 @@ Status read_model(Db& db, const std::string& path, const IndexInfo& info, const 
 namespace {  // the reading side, defined below
 Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,
                         std::vector<IndexInfo>* infos, std::vector<nlohmann::json>* stats);
-Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
+Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, VectorLoad vectors,
                    bool progress, const std::vector<int>& want, std::vector<IndexData>* shards,
                    int64_t* index_docs = nullptr);
 Status read_layout(const fs::path& dir, const std::string& path, Layout* out, const std::vector<int>& want = {},
@@ -1009,7 +1080,7 @@ Status CompactIndex(const std::string& path, bool progress) {
     IndexData d;
     {
         std::vector<IndexData> shards;
-        TMS_RETURN_IF_ERROR(read_shards(lock->layout, lock->dbs, path, true, progress, {}, &shards));
+        TMS_RETURN_IF_ERROR(read_shards(lock->layout, lock->dbs, path, VectorLoad::kMemory, progress, {}, &shards));
         ConcatShards(&shards, &d);
     }
     const int64_t n = d.info.n_docs;
@@ -1796,13 +1867,13 @@ IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& info
     return info;
 }
 
-Status read_store(Db& db, const std::string& path, bool load_vectors, bool progress, int64_t first_doc,
+Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool progress, int64_t first_doc,
                   int64_t limit, IndexData* d, std::vector<int64_t>* tombstones);
 
 // Loads the stores of the layout (in parallel, one thread each), then applies every store's
 // tombstones to the shards they name. A partial layout's head store, when not asked for, is
 // read for its tombstones only and not returned. *index_docs: the whole index's documents.
-Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, bool load_vectors,
+Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, VectorLoad vectors,
                    bool progress, const std::vector<int>& want, std::vector<IndexData>* shards, int64_t* index_docs) {
     std::vector<IndexInfo> infos;
     std::vector<nlohmann::json> stats;
@@ -1822,7 +1893,7 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
     std::vector<Status> sts(n);
     const auto load = [&](size_t s, bool show) {
         const std::string sp = layout.sharded ? layout.stores[s].string() : path;
-        return wanted[s] ? read_store(dbs[s], sp, load_vectors, show, total.shards[s].first_doc, limit, &(*shards)[s],
+        return wanted[s] ? read_store(dbs[s], sp, vectors, show, total.shards[s].first_doc, limit, &(*shards)[s],
                                       &tomb[s])
                          : read_tombstones(dbs[s], sp, limit, &tomb[s]);
     };
@@ -1908,13 +1979,13 @@ Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
     });
 }
 
-Status ReadIndexShards(const std::string& path, bool load_vectors, bool progress, std::vector<IndexData>* shards,
+Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progress, std::vector<IndexData>* shards,
                        const std::vector<int>& want, std::unique_ptr<MetadataSnapshot>* metadata) {
     return with_read_stores(
         path,
         [&](const Layout& layout, std::vector<Db>& dbs) {
             int64_t n_docs = 0;
-            TMS_RETURN_IF_ERROR(read_shards(layout, dbs, path, load_vectors, progress, want, shards, &n_docs));
+            TMS_RETURN_IF_ERROR(read_shards(layout, dbs, path, vectors, progress, want, shards, &n_docs));
             // Under the lock the stores were read under: the metadata of the same state.
             return metadata ? MetadataSnapshot::Load(layout.dir.string(), n_docs, metadata) : Status::OK();
         },
@@ -1982,6 +2053,7 @@ void ConcatShards(std::vector<IndexData>* shards, IndexData* d, std::vector<PodV
     for (IndexData& s : v) {
         const int64_t t0 = d->doc_offsets.back();
         for (size_t i = 1; i < s.doc_offsets.size(); ++i) d->doc_offsets.push_back(t0 + s.doc_offsets[i]);
+        for (const VectorFileSpan& f : s.vector_files) d->vector_files.push_back({at_tok + f.token0, f.file});
         append_parallel(s.token_centroids, at_tok, &d->token_centroids);
         append_parallel(s.codes, at_code, &d->codes);
         at_tok += int64_t(s.token_centroids.size());
@@ -2021,7 +2093,8 @@ void ConcatShards(std::vector<IndexData>* shards, IndexData* d, std::vector<PodV
 
 Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* d) {
     std::vector<IndexData> shards;
-    TMS_RETURN_IF_ERROR(ReadIndexShards(path, load_vectors, progress, &shards));
+    TMS_RETURN_IF_ERROR(
+        ReadIndexShards(path, load_vectors ? VectorLoad::kMemory : VectorLoad::kNone, progress, &shards));
     ConcatShards(&shards, d);
     return Status::OK();
 }
@@ -2031,7 +2104,7 @@ namespace {
 // One store's documents (local ids 0..n_docs-1 in `d`; stored as global ids from `first_doc`)
 // and its raw tombstones (global ids below `limit`). `d->deleted` and the IVF filtering are the
 // caller's (read_shards: a tombstone may live in another shard's store).
-Status read_store(Db& db, const std::string& path, bool load_vectors, bool progress, int64_t first_doc,
+Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool progress, int64_t first_doc,
                   int64_t limit, IndexData* d, std::vector<int64_t>* tombstones) {
     nlohmann::json stats;
     TMS_RETURN_IF_ERROR(read_meta(db, path, &d->info, &stats));
@@ -2041,10 +2114,20 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
     Trace trace = LoadTrace();
     const int64_t n_docs = info.n_docs, n_tokens = info.n_tokens;
     const int ncb = m.n_code_bytes;
-    const bool vec = load_vectors && info.has_vectors;
+    // vec: the vectors are read into d->vectors; vec_refs: their chunks' references are kept
+    // (d->vector_files) and nothing is read.
+    const bool vec = vectors == VectorLoad::kMemory && info.has_vectors;
+    const bool vec_refs = vectors == VectorLoad::kFile && info.has_vectors;
+    if (vec_refs && info.format_version == kInlineVectorsFormat) {
+        return Status::NotSupported(path + ": this index keeps its vectors inside the store (format " +
+                                    std::to_string(kInlineVectorsFormat) +
+                                    "), which cannot be searched from disk; `tms compact` rewrites it in the current format");
+    }
     // Format 5: the vectors file, at least as long as the store's tokens (an update that did not
     // commit may have left more).
-    const bool vec_in_file = vec && info.format_version != kInlineVectorsFormat;
+    const bool vec_in_file = (vec || vec_refs) && info.format_version != kInlineVectorsFormat;
+    std::vector<int64_t> chunk_t0;
+    std::vector<uint32_t> chunk_crc;
     const std::string vec_path = path + "/" + kVectorsFile;
     Fd vec_file;
     if (vec_in_file) {
@@ -2062,6 +2145,7 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
         d->token_centroids.resize(n_tokens);
         d->codes.resize(size_t(n_tokens) * ncb);
         d->vectors.clear();
+        d->vector_files.clear();
         if (vec) d->vectors.resize(size_t(n_tokens) * m.dim);
         advise_huge_pages(d->vectors.data(), d->vectors.size() * sizeof(uint16_t));
         advise_huge_pages(d->codes.data(), d->codes.size());
@@ -2104,7 +2188,7 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
             if (st.ok()) st = check_seal(path + ": docs chunk " + std::to_string(c), docs_v[i]);
             if (st.ok()) st = from_rocks(db.db->Get(ro_chunks, db.cf[kIds], ids_key(c), &ids_v[i]), path);
             if (st.ok()) st = check_seal(path + ": ids of chunk " + std::to_string(c), ids_v[i]);
-            if (st.ok() && vec) {
+            if (st.ok() && (vec || vec_refs)) {
                 st = from_rocks(db.db->Get(ro_chunks, db.cf[kVectors], be64(c), &vecs_v[i]), path);
                 if (st.ok()) st = check_seal(path + ": vectors chunk " + std::to_string(c), vecs_v[i]);
             }
@@ -2157,6 +2241,10 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
                     ref.bytes != uint64_t(ntok) * m.dim * 2) {
                     return Status::Corruption(vw + ": bad reference to " + kVectorsFile);
                 }
+                if (vec_refs) {
+                    chunk_t0.push_back(next_tok);
+                    chunk_crc.push_back(ref.crc);
+                }
             }
             next_tok += ntok;
         }
@@ -2168,7 +2256,7 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
             std::memcpy(d->codes.data() + size_t(p.t0) * ncb, p.codes, size_t(p.ntok) * ncb);
             Status vst;
             uint16_t* vdst = vec ? d->vectors.data() + size_t(p.t0) * m.dim : nullptr;
-            if (vec_in_file) {
+            if (vec && vec_in_file) {
                 const std::string vw = vec_path + ": chunk " + std::to_string(w0 + i);
                 vst = pread_all(vec_file.fd, vdst, p.vref.bytes, p.vref.offset, vw);
                 if (vst.ok() && Crc32(vdst, p.vref.bytes) != p.vref.crc) vst = Status::Corruption(vw + ": checksum mismatch");
@@ -2190,6 +2278,11 @@ Status read_store(Db& db, const std::string& path, bool load_vectors, bool progr
     if (next_doc != n_docs || next_tok != n_tokens) {
         return Status::Corruption(path + ": documents or tokens missing (metadata says " + std::to_string(n_docs) +
                                   " documents)");
+    }
+    if (vec_refs) {
+        chunk_t0.push_back(next_tok);
+        d->vector_files.push_back(
+            {0, VectorFileBuilder::Make(vec_path, &vec_file, m.dim, std::move(chunk_t0), std::move(chunk_crc))});
     }
     trace.Mark("chunks");
     // IVF lists: fetched and decoded in parallel, then concatenated.

@@ -40,7 +40,7 @@ tms::Pruning parse_pruning(const std::string& s) {
 }
 
 struct SearchArgs {
-    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", subset,
+    std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", subset, vectors = "auto",
                 pruning = tms::PruningName(tms::SearchOptions().pruning);
     tms::SearchOptions opts;
     int batch = 256;
@@ -89,6 +89,7 @@ tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* 
     TMS_RETURN_IF_ERROR(parse_device(a.device, &so->device));
     if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, so).WithContext("--devices"));
     so->load_vectors = true;
+    TMS_RETURN_IF_ERROR(tms::ParseVectorTier(a.vectors, &so->vectors).WithContext("--vectors"));
     so->progress = !quiet && !a.no_progress;
     return tms::Status::OK();
 }
@@ -220,6 +221,11 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
         std::fprintf(stderr, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
                      phase.scoring, phase.rerank);
+        int64_t vbytes = 0;
+        for (const tms::ShardPlacement& p : searcher->placement()) vbytes += p.vector_bytes;
+        const tms::VectorTier tier =
+            searcher->placement().empty() ? tms::VectorTier::kNone : searcher->placement()[0].vectors;
+        std::fprintf(stderr, "tms search: vectors %s (%.2f GB)\n", tms::VectorTierName(tier), double(vbytes) / 1e9);
         if (searcher->placement().size() > 1) {
             std::string where;
             for (const tms::ShardPlacement& p : searcher->placement()) {
@@ -349,6 +355,11 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
 }
 #endif
 
+constexpr const char* kVectorsHelp =
+    "Where the stored fp16 vectors (exact rerank, --exhaustive) live: gpu (with the codes), host (host memory; "
+    "each search copies its candidates' rows to the GPU), disk (read from the index as searches need them), none, "
+    "or auto (the fastest that fits)";
+
 void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--k", a->opts.k, "Results per query (more than the index's documents: all of them)")
         ->capture_default_str()
@@ -359,6 +370,7 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--devices", a->devices,
                   "Where the shards go: cpu, all (every GPU), or GPUs like 0 or 0,1 (shards placed by size; "
                   "default: every GPU present, else cpu); overrides --device");
+    c->add_option("--vectors", a->vectors, kVectorsHelp)->capture_default_str();
     c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
@@ -695,7 +707,7 @@ int run(int argc, char** argv) {
     bi->add_option("--json", ib_json, "Write the results JSON here");
 
     tms::bench::SearchBenchOptions sbo;
-    std::string sb_json, sb_device = "auto", sb_devices,
+    std::string sb_json, sb_device = "auto", sb_devices, sb_vectors = "auto",
                 sb_pruning = tms::PruningName(tms::SearchOptions().pruning);
     std::vector<std::string> sb_prunings;
     bool sb_no_recall = false;
@@ -706,6 +718,7 @@ int run(int argc, char** argv) {
     bs->add_option("--queries", sbo.queries, "Query embeddings .npy [n_queries, tokens, dim]")->required();
     bs->add_option("--device", sb_device, "Where to score: auto, cpu or gpu")->capture_default_str();
     bs->add_option("--devices", sb_devices, "Where the shards go: cpu, all, or GPUs like 0 or 0,1");
+    bs->add_option("--vectors", sb_vectors, kVectorsHelp)->capture_default_str();
     bs->add_option("--k", sbo.search.k, "Results per query")->capture_default_str()->check(CLI::Range(1, 100000));
     bs->add_option("--nprobe", sbo.search.nprobe, "Centroids probed per query token")->capture_default_str();
     bs->add_option("--ncandidates", sbo.search.ncandidates, "Candidates kept after pruning")->capture_default_str();
@@ -830,6 +843,7 @@ int run(int argc, char** argv) {
         sbo.searcher.progress = false;
         tms::Status st = parse_device(sb_device, &sbo.searcher.device);
         if (st.ok() && !sb_devices.empty()) st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
+        if (st.ok()) st = tms::ParseVectorTier(sb_vectors, &sbo.searcher.vectors).WithContext("--vectors");
         std::string json;
         if (st.ok()) st = tms::bench::RunSearchBench(sbo, &json);
         if (st.ok() && !sb_json.empty()) {

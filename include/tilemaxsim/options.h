@@ -77,8 +77,18 @@ struct SearcherOptions {
     /// share); only their stores and the last shard's (which holds the index's deletions) are
     /// read. Default: empty
     std::vector<int> shards;
-    /// Load stored fp16 vectors (needed for exhaustive search and rerank). Default: true
+    /// Load stored fp16 vectors (needed for exhaustive search and rerank); false: as vectors =
+    /// kNone. Default: true
     bool load_vectors = true;
+    /// Where the stored fp16 vectors live (VectorTier). kAuto: on the GPU when the index fits
+    /// in kGpuShare of the free device memory (a GPU searcher), else in host memory when they
+    /// fit in kHostShare of the available host memory, else on disk. An explicit tier that
+    /// cannot hold them is an error naming the tier that would. Default: kAuto
+    VectorTier vectors = VectorTier::kAuto;
+    /// Vectors on the host or on disk: the bytes of rows an exhaustive search reads and scores
+    /// per step (each step's top-k merged into the whole's), at least one document's. Default:
+    /// 512 MiB
+    int64_t stream_bytes = int64_t(512) << 20;
     /// Show progress on stderr when it is a terminal. Default: true
     bool progress = true;
     /// Threads for OpenMP work (0: all cores; at most kMaxThreads). Default: 0
@@ -184,6 +194,16 @@ inline constexpr int kMaxShards = 256;
 
 /// Threads any option may ask for (OpenMP aborts far above a machine's cores).
 inline constexpr int kMaxThreads = 1024;
+
+/// VectorTier::kAuto's shares: an index goes on the GPU when codes, lists and vectors take at
+/// most kGpuShare of each GPU's free memory (the rest is left to per-search buffers); vectors
+/// stay in host memory when they take at most kHostShare of the host's available memory.
+inline constexpr double kGpuShare = 0.80;
+inline constexpr double kHostShare = 0.60;
+
+/// The inverse of VectorTierName ("auto", "gpu", "host", "disk", "none"); InvalidArgument
+/// naming the accepted words otherwise.
+Status ParseVectorTier(const std::string& word, VectorTier* out);
 
 /// Parses a device list as `tms search --devices` takes it into opts->device and opts->gpus:
 /// "cpu", "gpu" or "all" (every visible GPU), "auto" (GPUs when present, else cpu), or CUDA

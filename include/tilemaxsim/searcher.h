@@ -46,6 +46,8 @@ struct ShardPlacement {
     int gpu = -1;                  ///< CUDA ordinal when on a GPU
     int64_t first_doc = 0, n_docs = 0;
     int64_t bytes = 0;             ///< what it holds in memory (codes, lists, vectors)
+    VectorTier vectors = VectorTier::kNone;  ///< where its fp16 vectors are (never kAuto)
+    int64_t vector_bytes = 0;                ///< their size, in that tier
 };
 
 /// An opened index, ready to answer queries. Search is const and thread-safe.

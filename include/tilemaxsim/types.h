@@ -16,6 +16,15 @@ inline int DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 enum class Device : uint8_t { kAuto = 0, kCpu = 1, kGpu = 2 };
 const char* DeviceName(Device d);
 
+/// Where a searcher keeps an index's fp16 vectors (exact rerank, exhaustive search). kGpu: on
+/// the GPU with the codes (CPU searchers: as kHost); kHost: in host memory, the candidates'
+/// rows copied to the GPU per search; kDisk: in the index's vectors files, only the rows a
+/// search scores read (through the page cache); kNone: not loaded (no rerank, no exhaustive
+/// search). kAuto: the fastest that fits (SearcherOptions::vectors).
+enum class VectorTier : uint8_t { kAuto = 0, kGpu = 1, kHost = 2, kDisk = 3, kNone = 4 };
+/// "auto", "gpu", "host", "disk", "none".
+const char* VectorTierName(VectorTier t);
+
 /// How a search prunes the documents its probes reach to SearchOptions::ncandidates before
 /// compressed scoring. kProbe: each document scored by the probed centroids whose IVF lists hold
 /// it (one term per query token, its best probe; WARP's imputed score when none), a cost of the

@@ -42,5 +42,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
 
 /// Number of CUDA devices; 0 (and OK) without a driver or device. Never fails hard.
 Status cuda_device_count(int* n);
+/// Free memory of GPU `device` (cudaMemGetInfo), the current device left as it was.
+Status cuda_free_memory(int device, int64_t* free_bytes);
 
 }  // namespace tms::kernels

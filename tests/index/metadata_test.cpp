@@ -606,7 +606,7 @@ void lifecycle(const std::string& name, int shards) {
     // The snapshot a searcher loads: the whole index's documents, whatever shards it reads.
     std::vector<index::IndexData> parts;
     std::unique_ptr<index::MetadataSnapshot> snap;
-    ASSERT_TRUE(index::ReadIndexShards(path, false, false, &parts, {0}, &snap).ok());
+    ASSERT_TRUE(index::ReadIndexShards(path, index::VectorLoad::kNone, false, &parts, {0}, &snap).ok());
     ASSERT_TRUE(snap);
     EXPECT_EQ(snap->n_docs(), 116);
     EXPECT_EQ(snap->rows(), 116);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -260,6 +261,41 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     j += "\n]}\n";
     *json = std::move(j);
     return Status::OK();
+}
+
+Status HostToDeviceBandwidth(int device, double* gb_s) {
+    int prev = 0;
+    cudaGetDevice(&prev);
+    if (cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        return Status::NotSupported("no GPU " + std::to_string(device));
+    }
+    const size_t bytes = size_t(1) << 30;
+    void *h = nullptr, *d = nullptr;
+    cudaEvent_t a = nullptr, b = nullptr;
+    const bool ok = cudaMallocHost(&h, bytes) == cudaSuccess && cudaMalloc(&d, bytes) == cudaSuccess &&
+                    cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess;
+    if (ok) {
+        std::memset(h, 1, bytes);
+        float best = 1e30f;
+        for (int i = 0; i < 4; ++i) {  // the best of 4 copies of 1 GiB from pinned memory
+            cudaEventRecord(a);
+            cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice);
+            cudaEventRecord(b);
+            cudaEventSynchronize(b);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            best = std::min(best, ms);
+        }
+        *gb_s = double(bytes) / (double(best) * 1e6);
+    }
+    cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    cudaFree(d);
+    cudaFreeHost(h);
+    cudaSetDevice(prev);
+    return ok ? Status::OK() : Status::ResourceExhausted("HostToDeviceBandwidth: cannot allocate 1 GiB");
 }
 
 Status GpuState(int device, std::string* name, int64_t* used_bytes) {

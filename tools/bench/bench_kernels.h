@@ -29,8 +29,11 @@ struct KernelBenchOptions {
 /// benchmark's record. NotSupported without CUDA or without that device.
 #if TMS_WITH_CUDA
 Status GpuState(int device, std::string* name, int64_t* used_bytes);
+/// Copy bandwidth from pinned host memory to GPU `device`, GB/s (the best of 4 copies of 1 GiB).
+Status HostToDeviceBandwidth(int device, double* gb_s);
 #else
 inline Status GpuState(int, std::string*, int64_t*) { return Status::NotSupported("no CUDA"); }
+inline Status HostToDeviceBandwidth(int, double*) { return Status::NotSupported("no CUDA"); }
 #endif
 
 #if TMS_WITH_CUDA

@@ -105,9 +105,19 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             if (GpuState(g, &gpu, &used).ok()) dev_used += used;
         }
     }
-    std::fprintf(stderr, "bench search: %lld documents, %lld tokens, %d queries; open %.2f s, host RSS %.2f GB, %s\n",
-                 (long long)info.n_docs, (long long)info.n_tokens, q.n_queries, open_s, double(rss) / 1e9,
-                 gpu.c_str());
+    // Where the vectors are, and (streamed tiers on a GPU) the link they cross.
+    int64_t vector_bytes = 0;
+    for (const ShardPlacement& p : s->placement()) vector_bytes += p.vector_bytes;
+    const VectorTier tier = s->placement().empty() ? VectorTier::kNone : s->placement()[0].vectors;
+    double h2d = 0;
+    if (s->device() == Device::kGpu && (tier == VectorTier::kHost || tier == VectorTier::kDisk)) {
+        (void)HostToDeviceBandwidth(s->placement()[0].gpu, &h2d);
+    }
+    std::fprintf(stderr,
+                 "bench search: %lld documents, %lld tokens, %d queries; open %.2f s, host RSS %.2f GB, %s; "
+                 "vectors %s (%.2f GB)\n",
+                 (long long)info.n_docs, (long long)info.n_tokens, q.n_queries, open_s, double(rss) / 1e9, gpu.c_str(),
+                 VectorTierName(tier), double(vector_bytes) / 1e9);
     int64_t allowed = info.n_docs - info.n_deleted;  // documents a query may return
     if (!o.search.filter.empty()) {
         DocSet set;
@@ -119,7 +129,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     // The truth: exact MaxSim over every (allowed) document, or the given run (its best k per query).
     std::vector<std::vector<SearchHit>> truth;
     double exhaustive_s = 0;
-    const bool exhaustive = o.truth.empty() && o.recall && info.has_vectors && o.searcher.load_vectors;
+    const bool exhaustive = o.truth.empty() && o.recall && tier != VectorTier::kNone;
     const bool with_recall = exhaustive || !o.truth.empty();
     if (exhaustive) {
         SearchOptions ex = o.search;
@@ -128,6 +138,10 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
         t0 = Clock::now();
         TMS_RETURN_IF_ERROR(search_all(*s, q, o.batch, ex, &truth, &t));
         exhaustive_s = SecondsSince(t0);
+        const double streamed = double(vector_bytes) * double((q.n_queries + o.batch - 1) / o.batch) / 1e9;
+        std::fprintf(stderr, "bench search: exhaustive %.2f s, %.1f GB/s of vectors%s\n", exhaustive_s,
+                     exhaustive_s > 0 ? streamed / exhaustive_s : 0.0,
+                     h2d > 0 ? (" (host to device " + std::to_string(int(h2d)) + " GB/s)").c_str() : "");
         if (!o.truth_out.empty()) {
             std::vector<std::string> qids;
             std::vector<std::vector<std::pair<std::string, float>>> rows;
@@ -251,9 +265,10 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             }
             std::snprintf(b, sizeof(b), ", \"build_s\": null, \"index_bytes\": %lld, \"open_s\": %.3f, "
                           "\"host_rss_bytes\": %lld, \"host_peak_rss_bytes\": %lld, \"device_used_bytes\": %lld, "
-                          "\"exhaustive_s\": %.3f",
+                          "\"exhaustive_s\": %.3f, \"vectors\": \"%s\", \"vector_bytes\": %lld, "
+                          "\"h2d_gb_s\": %.1f",
                           (long long)index_bytes, open_s, (long long)rss, (long long)peak, (long long)dev_used,
-                          exhaustive_s);
+                          exhaustive_s, VectorTierName(tier), (long long)vector_bytes, h2d);
             out_rows += b;
         }
         out_rows += "}";

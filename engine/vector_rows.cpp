@@ -1,0 +1,66 @@
+// Copyright TileMaxSim authors.
+#include "engine/vector_rows.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+namespace tms::engine {
+
+void VectorRows::AddHost(int64_t token0, const uint16_t* data, int64_t n_tokens) {
+    if (n_tokens > 0) parts_.push_back({token0, n_tokens, data, nullptr});
+}
+
+void VectorRows::AddFile(const index::VectorFileSpan& f) {
+    if (!f.file || f.file->n_tokens() == 0) return;
+    dim = f.file->dim();
+    keep_.push_back(f.file);
+    parts_.push_back({f.token0, f.file->n_tokens(), nullptr, f.file.get()});
+}
+
+Status VectorRows::Range(int64_t t0, int64_t n, uint16_t* dst) const {
+    // The last part starting at or before t0, then forward.
+    auto it = std::upper_bound(parts_.begin(), parts_.end(), t0,
+                               [](int64_t t, const Part& p) { return t < p.token0; });
+    if (n > 0 && it == parts_.begin()) return Status::Internal("vector rows: token " + std::to_string(t0) + " in no part");
+    for (--it; n > 0; ++it) {
+        if (it == parts_.end() || t0 < it->token0 || t0 >= it->token0 + it->n_tokens) {
+            return Status::Internal("vector rows: token " + std::to_string(t0) + " in no part");
+        }
+        const int64_t take = std::min(n, it->token0 + it->n_tokens - t0);
+        if (it->file) {
+            TMS_RETURN_IF_ERROR(it->file->Read(t0 - it->token0, take, dst));
+        } else {
+            std::memcpy(dst, it->host + size_t(t0 - it->token0) * dim, size_t(take) * dim * sizeof(uint16_t));
+        }
+        dst += size_t(take) * dim;
+        t0 += take;
+        n -= take;
+    }
+    return Status::OK();
+}
+
+Status VectorRows::Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, std::vector<int64_t>* offsets,
+                          uint16_t* dst) const {
+    offsets->resize(size_t(n) + 1);
+    (*offsets)[0] = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        (*offsets)[i + 1] = (*offsets)[i] + doc_offsets[docs[i] + 1] - doc_offsets[docs[i]];
+    }
+    Status first;
+    std::atomic<bool> failed{false};
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int64_t i = 0; i < n; ++i) {
+        if (failed) continue;
+        const int64_t t0 = doc_offsets[docs[i]];
+        Status st = Range(t0, doc_offsets[docs[i] + 1] - t0, dst + size_t((*offsets)[i]) * dim);
+        if (!st.ok()) {
+#pragma omp critical(vector_rows_gather)
+            if (!failed.exchange(true)) first = st;
+        }
+    }
+    return first;
+}
+
+}  // namespace tms::engine
