@@ -18,6 +18,31 @@ namespace tms::engine {
 using kernels::align256;
 using kernels::DeviceGuard;
 
+namespace {
+
+// Documents' rows read by the device from registered host memory (over the link) into one
+// packed device array: block b copies documents b, b + gridDim.x, ..., 16 bytes a thread, four
+// loads in flight before their stores (the link's latency is microseconds).
+__global__ void gather_rows_kernel(const uint16_t* const* src, const int64_t* off, int64_t n_docs, int dim,
+                                   uint16_t* dst) {
+    for (int64_t i = blockIdx.x; i < n_docs; i += gridDim.x) {
+        const uint4* s = reinterpret_cast<const uint4*>(src[i]);
+        uint4* d = reinterpret_cast<uint4*>(dst + off[i] * dim);
+        const int64_t n = (off[i + 1] - off[i]) * dim / 8;
+        int64_t j = threadIdx.x;
+        for (; j + 3 * blockDim.x < n; j += 4 * blockDim.x) {
+            const uint4 a = s[j], b = s[j + blockDim.x], c = s[j + 2 * blockDim.x], e = s[j + 3 * blockDim.x];
+            d[j] = a;
+            d[j + blockDim.x] = b;
+            d[j + 2 * blockDim.x] = c;
+            d[j + 3 * blockDim.x] = e;
+        }
+        for (; j < n; j += blockDim.x) d[j] = s[j];
+    }
+}
+
+}  // namespace
+
 /// The per-call inputs and outputs every exact scorer on one GPU shares (GpuContext::Scratch).
 struct ExactScorerScratch {
     kernels::DeviceScratch arena;  // grows with headroom
@@ -53,7 +78,7 @@ struct GpuExactScorer::Impl {
         const int64_t docs = rows ? rows->n_docs : n_docs;
         if (!rows && !d_offsets) return Status::InvalidArgument("GpuExactScorer: no documents (a call must bring rows)");
         if (rows) {
-            if (rows->n_docs < 0 || (rows->n_docs > 0 && (!rows->offsets || !rows->tokens)) ||
+            if (rows->n_docs < 0 || (rows->n_docs > 0 && (!rows->offsets || (!rows->tokens && !rows->sources))) ||
                 (rows->offsets && rows->offsets[0] != 0)) {
                 return Status::InvalidArgument("GpuExactScorer: bad rows");
             }
@@ -68,8 +93,9 @@ struct GpuExactScorer::Impl {
         const size_t cd_bytes = size_t(n_cand) * sizeof(int32_t);
         const size_t rt_bytes = size_t(row_tokens) * dim * sizeof(uint16_t);
         const size_t ro_bytes = rows ? size_t(rows->n_docs + 1) * sizeof(int64_t) : 0;
+        const size_t rs_bytes = rows && rows->sources ? size_t(rows->n_docs) * sizeof(void*) : 0;
         const size_t total = align256(q_bytes) + align256(l_bytes) + align256(co_bytes) + align256(cd_bytes) +
-                             align256(rt_bytes) + align256(ro_bytes) + align256(extra_bytes);
+                             align256(rt_bytes) + align256(ro_bytes) + align256(rs_bytes) + align256(extra_bytes);
         TMS_RETURN_IF_ERROR(Reserve(std::max<size_t>(total, 256)));
         char* cur = static_cast<char*>(arena.p);
         auto put = [&](const void* h, size_t bytes, void** d) -> Status {
@@ -87,11 +113,20 @@ struct GpuExactScorer::Impl {
             // The rows are the bulk: one copy on the stream (from pinned memory, a DMA at
             // full link speed), not through the staging buffers of the small inputs.
             drt = cur;
-            if (rt_bytes) {
+            if (rt_bytes && !rows->sources) {
                 TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, rows->tokens, rt_bytes, cudaMemcpyHostToDevice, stream));
             }
             cur += align256(rt_bytes);
             TMS_RETURN_IF_ERROR(put(rows->offsets, ro_bytes, &dro));
+            if (rows->sources && rows->n_docs > 0) {
+                void* drs = nullptr;
+                TMS_RETURN_IF_ERROR(put(rows->sources, rs_bytes, &drs));
+                const int blocks = int(std::min<int64_t>(rows->n_docs, 4096));
+                gather_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t* const*>(drs),
+                                                               static_cast<const int64_t*>(dro), rows->n_docs, dim,
+                                                               static_cast<uint16_t*>(drt));
+                TMS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+            }
         }
         *extra = cur;
         p->queries = dq;

@@ -41,6 +41,9 @@ public:
         const uint16_t* tokens = nullptr;
         const int64_t* offsets = nullptr;
         int64_t n_docs = 0;
+        /// Instead of tokens: [n_docs] where each document's rows start in host memory that is
+        /// registered with the device (GpuShard::RegisterHost); the device reads them itself.
+        const uint16_t* const* sources = nullptr;
     };
     /// Top-k per query (doc indices, -1 padded) and scores, on the host. h_queries
     /// [n_queries, q_stride, dim] of q_dtype, uploaded as they are (fp16 queries against the

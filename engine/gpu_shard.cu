@@ -17,6 +17,17 @@ public:
     bool has_vectors() const override { return exact_ != nullptr && exact_->resident(); }
     ~CudaShard() override {
         for (uint16_t* p : pinned_) cudaFreeHost(p);
+        for (const void* p : registered_) cudaHostUnregister(const_cast<void*>(p));
+    }
+    bool RegisterHost(const void* p, size_t bytes) override {
+        if (bytes == 0) return true;
+        if (cudaHostRegister(const_cast<void*>(p), bytes, cudaHostRegisterMapped | cudaHostRegisterReadOnly) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        registered_.push_back(p);
+        return true;
     }
     Status PinnedRows(int slot, size_t elems, uint16_t** out) override {
         if (slot < 0 || slot > 1) return Status::InvalidArgument("PinnedRows: slot " + std::to_string(slot));
@@ -74,13 +85,14 @@ public:
     static Status no_exact() { return Status::NotSupported("exact scoring on the GPU: dimension not supported"); }
     static GpuExactScorer::Rows rows_of(const Rows* rows) {
         GpuExactScorer::Rows r;
-        if (rows) r = {rows->tokens, rows->offsets, rows->n_docs};
+        if (rows) r = {rows->tokens, rows->offsets, rows->n_docs, rows->sources};
         return r;
     }
 
     std::unique_ptr<GpuCodeScorer> code_;
     std::unique_ptr<GpuExactScorer> exact_;  // resident vectors, or none (CreateForRows)
     uint16_t* pinned_[2] = {nullptr, nullptr};
+    std::vector<const void*> registered_;
     size_t pinned_elems_[2] = {0, 0};
 };
 

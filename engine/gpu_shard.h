@@ -28,7 +28,11 @@ public:
         const uint16_t* tokens = nullptr;
         const int64_t* offsets = nullptr;
         int64_t n_docs = 0;
+        const uint16_t* const* sources = nullptr;
     };
+    /// Registers host memory with the device (page-locked and mapped) for Rows::sources,
+    /// until the shard is destroyed; false when the system refuses (the rows are then copied).
+    virtual bool RegisterHost(const void* p, size_t bytes) = 0;
     /// A pinned host buffer of at least `elems` fp16 values, one of two (slot 0 or 1) that the
     /// shard keeps and grows: rows gathered there upload at the link's full speed.
     virtual Status PinnedRows(int slot, size_t elems, uint16_t** out) = 0;

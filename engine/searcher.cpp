@@ -172,6 +172,8 @@ public:
     engine::VectorRows rows_;
     std::vector<index::PodVector<uint16_t>> host_parts_;
     int64_t stream_bytes_ = 0;  // SearcherOptions::stream_bytes
+    // host_parts_ are registered with the GPU: it reads the rows a step needs itself.
+    bool mapped_ = false;
     // The GPU scorers run on the context's stream with its shared scratch, and keep per-call
     // state (device lists between Candidates and ScoreCandidatesTop): a search holds the
     // context's mutex.
@@ -215,6 +217,10 @@ private:
         uint16_t* tokens = nullptr;
         std::vector<int64_t> offsets;
         index::PodVector<uint16_t> own;
+        std::vector<const uint16_t*> sources;  // mapped_: each document's rows in host memory
+        engine::GpuShard::Rows rows() const {
+            return {tokens, offsets.data(), int64_t(offsets.size()) - 1, sources.empty() ? nullptr : sources.data()};
+        }
     };
     // The rows of docs[0..n) (ascending), or when docs is null of documents [d0, d1), into
     // *rb, using pinned buffer `slot` on a GPU.
@@ -336,6 +342,18 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
     } else {
         tokens = doff[d1] - doff[d0];
     }
+    if (mapped_) {  // the GPU reads the rows where they are
+        const int64_t m = docs ? n : d1 - d0;
+        rb->tokens = nullptr;
+        rb->offsets.assign(1, 0);
+        rb->sources.resize(size_t(m));
+        for (int64_t i = 0; i < m; ++i) {
+            const int64_t d = docs ? docs[i] : d0 + i;
+            rb->offsets.push_back(rb->offsets.back() + doff[d + 1] - doff[d]);
+            rb->sources[size_t(i)] = rows_.HostRow(doff[d]);
+        }
+        return Status::OK();
+    }
     const size_t elems = std::max<size_t>(size_t(tokens) * dim, 1);
     if (ctx_) {
         TMS_RETURN_IF_ERROR(dev_->PinnedRows(slot, elems, &rb->tokens));
@@ -367,7 +385,7 @@ Status ShardSearcher::score_rows(const float* qf, const QueryBatch& q, const Row
                                  const int32_t* docs, std::vector<float>* scores) const {
     const int64_t n_docs = int64_t(rb.offsets.size()) - 1;
     if (ctx_) {
-        const engine::GpuShard::Rows rows{rb.tokens, rb.offsets.data(), n_docs};
+        const engine::GpuShard::Rows rows = rb.rows();
         return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off, docs, scores, &rows);
     }
     scores->resize(size_t(off[q.n_queries]));
@@ -420,7 +438,7 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
         d1 = std::upper_bound(doff + d0 + 1, doff + n_docs + 1, doff[d0] + max_tokens) - doff - 1;
         d1 = std::max(d1, d0 + 1);
         TMS_RETURN_IF_ERROR(read_rows(0, nullptr, 0, d0, d1, &rb));
-        const engine::GpuShard::Rows rows{rb.tokens, rb.offsets.data(), d1 - d0};
+        const engine::GpuShard::Rows rows = rb.rows();
         if (dense) {
             std::vector<int32_t> bi;
             std::vector<float> bs;
@@ -933,9 +951,11 @@ Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_
     if (tier == VectorTier::kHost) {
         host_parts_ = std::move(*vector_parts);
         int64_t t0 = 0;
+        mapped_ = true;
         for (const auto& part : host_parts_) {
             const int64_t n = int64_t(part.size()) / data_.info.dim;
             rows_.AddHost(t0, part.data(), n);
+            mapped_ = dev_->RegisterHost(part.data(), part.size() * sizeof(uint16_t)) && mapped_;
             t0 += n;
         }
     }

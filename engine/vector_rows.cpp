@@ -19,6 +19,13 @@ void VectorRows::AddFile(const index::VectorFileSpan& f) {
     parts_.push_back({f.token0, f.file->n_tokens(), nullptr, f.file.get()});
 }
 
+const uint16_t* VectorRows::HostRow(int64_t t) const {
+    auto it = std::upper_bound(parts_.begin(), parts_.end(), t, [](int64_t x, const Part& p) { return x < p.token0; });
+    if (it == parts_.begin()) return nullptr;
+    --it;
+    return it->host && t < it->token0 + it->n_tokens ? it->host + size_t(t - it->token0) * dim : nullptr;
+}
+
 Status VectorRows::Range(int64_t t0, int64_t n, uint16_t* dst) const {
     // The last part starting at or before t0, then forward.
     auto it = std::upper_bound(parts_.begin(), parts_.end(), t0,

@@ -21,6 +21,8 @@ public:
     bool empty() const { return parts_.empty(); }
     bool on_disk() const { return !parts_.empty() && parts_.front().file != nullptr; }
 
+    /// Where row t starts in host memory (host parts only; the part's rows run on from there).
+    const uint16_t* HostRow(int64_t t) const;
     /// Rows [t0, t0 + n) into dst [n, dim] (one read or copy per part they touch).
     Status Range(int64_t t0, int64_t n, uint16_t* dst) const;
     /// Rows of documents docs[0..n) (any order) back to back into dst, document i's at

@@ -130,7 +130,13 @@ inline void ExpectTiersAgree(Device device, VectorTier reference, const std::vec
         f.put(char(0x5a));
     }
     std::unique_ptr<Searcher> s;
-    open(VectorTier::kDisk, bad.string(), &s);
+    SearcherOptions o;
+    o.device = device;
+    o.progress = false;
+    o.vectors = VectorTier::kDisk;
+    o.warm_up = false;  // a GPU's warm-up search would read the damaged chunk already
+    const Status opened = Searcher::Open(o, bad.string(), &s);
+    ASSERT_TRUE(opened.ok()) << opened.ToString();
     for (int round = 0; round < 2; ++round) {
         std::vector<std::vector<SearchHit>> got;
         const Status st = s->Search(qb, settings[2], &got);
