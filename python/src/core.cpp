@@ -111,9 +111,11 @@ tms::QueryBatch query_batch(const py::array& q, const std::string& dtype, const 
 
 class PySearcher {
 public:
-    PySearcher(const std::string& path, const std::string& device, bool load_vectors, int threads, bool progress) {
+    PySearcher(const std::string& path, const std::string& device, bool load_vectors, int threads, bool progress,
+               const std::string& vectors) {
         tms::SearcherOptions o;
         check(tms::ParseDeviceList(device, &o));
+        check(tms::ParseVectorTier(vectors, &o.vectors));
         o.load_vectors = load_vectors;
         o.threads = threads;
         o.progress = progress;
@@ -299,8 +301,8 @@ PYBIND11_MODULE(_core, m) {
         return info_dict(i);
     });
     py::class_<PySearcher>(m, "Searcher")
-        .def(py::init<const std::string&, const std::string&, bool, int, bool>(), py::arg("path"),
-             py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"))
+        .def(py::init<const std::string&, const std::string&, bool, int, bool, const std::string&>(), py::arg("path"),
+             py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"), py::arg("vectors"))
         .def("search", &PySearcher::search)
         .def("rerank", &PySearcher::rerank)
         .def("info", &PySearcher::info)

@@ -166,15 +166,19 @@ def index_info(path):
 
 class Searcher:
     """An opened index. device: "auto" (GPUs when present), "cpu", "gpu" / "all", or GPUs "0,1".
+    vectors: where the stored fp16 vectors live, "auto", "gpu", "host", "disk" or "none" (tms
+    search --vectors).
 
     search() and rerank() return (ids, scores): per query a list of external ids and a float32
     array of their scores, best first."""
 
-    def __init__(self, path, device="auto", *, load_vectors=True, threads=0, progress=False, batch=256):
+    def __init__(self, path, device="auto", *, load_vectors=True, threads=0, progress=False, batch=256,
+                 vectors="auto"):
         self.path = str(path)
-        self._open = dict(device=device, load_vectors=load_vectors, threads=threads, progress=progress)
+        self._open = dict(device=device, load_vectors=load_vectors, threads=threads, progress=progress,
+                          vectors=vectors)
         self.batch = batch
-        self._s = _core.Searcher(self.path, device, load_vectors, threads, progress)
+        self._reopen()
 
     @property
     def info(self):
@@ -242,4 +246,5 @@ class Searcher:
 
     def _reopen(self):
         o = self._open
-        self._s = _core.Searcher(self.path, o["device"], o["load_vectors"], o["threads"], o["progress"])
+        self._s = _core.Searcher(self.path, o["device"], o["load_vectors"], o["threads"], o["progress"],
+                                 o["vectors"])

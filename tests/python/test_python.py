@@ -143,6 +143,21 @@ def test_documents_as_a_list_or_one_array(corpus, tmp_path):
     assert info["n_docs"] == 400 and info["dim"] == 64 and info["has_vectors"]
 
 
+def test_vectors_on_disk_give_the_same_results(corpus):
+    host = tilemaxsim.Searcher(corpus["index"], "cpu", vectors="host")
+    disk = tilemaxsim.Searcher(corpus["index"], "cpu", vectors="disk")
+    for exhaustive in (False, True):
+        a = host.search(corpus["queries"], k=10, exhaustive=exhaustive)
+        b = disk.search(corpus["queries"], k=10, exhaustive=exhaustive)
+        assert a[0] == b[0]
+        assert all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+    with pytest.raises(ValueError, match="expected auto, gpu, host, disk or none"):
+        tilemaxsim.Searcher(corpus["index"], "cpu", vectors="ram")
+    none = tilemaxsim.Searcher(corpus["index"], "cpu", vectors="none")
+    with pytest.raises(Exception, match="not loaded"):
+        none.search(corpus["queries"], exhaustive=True)
+
+
 def test_rerank_equals_exhaustive_scores_of_the_candidates(corpus):
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     every_ids, every_scores = s.search(corpus["queries"], k=400, exhaustive=True)

@@ -107,3 +107,37 @@ def test_flipped_vector_byte_is_a_checksum_error(v5, v3, tmp_path):
     f.write_bytes(bytes(data))
     p = tms("search", "--index", v5, "--queries", v3 / "queries.npy", "--out", tmp_path / "r.trec", "--device", "cpu")
     expect_error(p, "vectors.f16", "checksum mismatch")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_vectors_on_disk_search_and_damage(v5, v3, tmp_path, damage):
+    """--vectors disk reads the rows a search needs from vectors.f16: the same runs as in
+    memory; a damaged file is one line naming it (at open when truncated, at the first read of
+    the damaged chunk when a byte flipped), and no run is written; a tier that cannot be had is
+    one line too."""
+    q = v3 / "queries.npy"
+    for mode in ([], ["--exhaustive"]):
+        runs = []
+        for tier in ("host", "disk"):
+            out = tmp_path / f"{tier}.trec"
+            p = tms("search", "--index", v5, "--queries", q, "--out", out, "--device", "cpu", "--no-progress",
+                    "--vectors", tier, *mode, check=True)
+            assert f"vectors {tier}" in p.stderr
+            runs.append(out.read_text())
+        assert runs[0] == runs[1]
+    p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "x.trec", "--vectors", "ram")
+    expect_error(p, "--vectors", "expected auto, gpu, host, disk or none")
+    f = v5 / "vectors.f16"
+    with open(f, "r+b") as fh:
+        if damage == "truncate":
+            fh.truncate(f.stat().st_size - 2)
+        else:
+            fh.seek(1000)
+            b = fh.read(1)
+            fh.seek(1000)
+            fh.write(bytes([b[0] ^ 0x10]))
+    out = tmp_path / "bad.trec"
+    p = tms("search", "--index", v5, "--queries", q, "--out", out, "--device", "cpu", "--vectors", "disk",
+            "--exhaustive")
+    expect_error(p, str(f), "truncated" if damage == "truncate" else "checksum mismatch")
+    assert not out.exists()
