@@ -1627,6 +1627,8 @@ void MergeHits(std::vector<std::vector<std::vector<SearchHit>>>* parts, int n_qu
     }
 }
 
+namespace {
+
 std::string gib(int64_t bytes) {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f GiB", double(bytes) / double(int64_t(1) << 30));
@@ -1689,6 +1691,16 @@ Status choose_tier(const SearcherOptions& opts, const std::string& path, Device 
     }
     *out = want;
     return Status::OK();
+}
+
+}  // namespace
+
+Status ResolveVectorTier(const SearcherOptions& opts, const std::string& path, VectorTier* out) {
+    Device device;
+    TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &device));
+    std::vector<int> gpus;
+    if (device == Device::kGpu) TMS_RETURN_IF_ERROR(choose_gpus(opts, &gpus));
+    return choose_tier(opts, path, device, gpus, out);
 }
 
 Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std::unique_ptr<Searcher>* out) {

@@ -415,6 +415,13 @@ tms::Status print_info(const std::string& path) {
                 i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
                 i.build_config_json.c_str());
     // The build config keeps what was asked (0: the default rule); these are what it resolved to.
+    if (i.has_vectors) {
+        // Where a search with --vectors auto would keep them on this machine now.
+        tms::VectorTier tier = tms::VectorTier::kNone;
+        TMS_RETURN_IF_ERROR(tms::ResolveVectorTier(tms::SearcherOptions(), path, &tier));
+        std::printf("vectors_bytes\t%lld\nvectors_auto\t%s\n", (long long)(i.n_tokens * i.dim * 2),
+                    tms::VectorTierName(tier));
+    }
     std::printf("shards\t%zu\n", i.shards.size());
     for (size_t s = 0; s < i.shards.size(); ++s) {
         const tms::ShardInfo& h = i.shards[s];

@@ -88,6 +88,11 @@ public:
     virtual Status Filter(const std::string& where, DocSet* out) const = 0;
 };
 
+/// The tier opts.vectors gives the index at `path` on this machine now (kAuto: by the free
+/// memory of the GPUs the searcher would use and of the host; kNone for an index without
+/// vectors), or the error an explicit tier that cannot hold the vectors gives at Open.
+Status ResolveVectorTier(const SearcherOptions& opts, const std::string& path, VectorTier* out);
+
 /// A candidate's place in a cut: its score and internal id.
 struct CutKey {
     float score = 0;
