@@ -215,6 +215,12 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
             st = Searcher::Open(o, path, &s->local_);
         }
     }
+    // Rank 0 resolves the target recall for every rank, as one Searcher over the index would.
+    if (st.ok() && s->rank_ == 0) {
+        const Status est = ReadRecallEstimate(path, &s->estimate_);
+        if (!est.ok() && est.code() != Status::Code::kNotFound) st = est;
+        s->tune_ = est.ok() && opts.load_vectors && opts.vectors != VectorTier::kNone && !s->estimate_.points.empty();
+    }
     TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
     // The whole index's documents and centroids (they size the search's chunks on every rank).
     int64_t docs = s->local_ ? s->local_->info().n_docs : 0, cents = s->local_ ? s->local_->info().n_centroids : 0;
@@ -231,22 +237,23 @@ Status MpiSearcher::SearchBatches(
     const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch) {
     Setup su;
     if (rank_ == 0) {
+        const SearchOptions t = tune_ ? ApplyTargetRecall(estimate_, opts) : opts;
         su.n_queries = q.n_queries;
         su.q_tokens = q.q_tokens;
         su.dim = q.dim;
         su.dtype = int64_t(q.dtype);
         su.has_lengths = q.lengths != nullptr;
         su.batch = batch;
-        su.k = opts.k;
-        su.exhaustive = opts.exhaustive;
-        su.nprobe = opts.nprobe;
-        su.ncandidates = opts.ncandidates;
-        su.rerank = opts.rerank;
+        su.k = t.k;
+        su.exhaustive = t.exhaustive;
+        su.nprobe = t.nprobe;
+        su.ncandidates = t.ncandidates;
+        su.rerank = t.rerank;
         su.pruning = int64_t(opts.pruning);
-        su.max_batch_queries = opts.max_batch_queries;
-        su.has_filter = !opts.filter.empty();
-        su.direct_max = opts.direct_max;
-        su.has_allow = opts.allow != nullptr;
+        su.max_batch_queries = t.max_batch_queries;
+        su.has_filter = !t.filter.empty();
+        su.direct_max = t.direct_max;
+        su.has_allow = t.allow != nullptr;
         su.ok = batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 && (q.n_queries == 0 || q.data);
     }
     MPI_Request r;

@@ -5,6 +5,8 @@
 //   -> top-k.  Exhaustive mode: exact MaxSim on every document.
 #include "tilemaxsim/searcher.h"
 
+#include "tilemaxsim/estimate.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -1182,9 +1184,11 @@ public:
     const IndexInfo& info() const override { return info_; }
     Device device() const override { return device_; }
     const std::vector<ShardPlacement>& placement() const override { return placement_; }
-    Status Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+    Status Search(const QueryBatch& q, const SearchOptions& given, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
         TMS_RETURN_IF_ERROR(check_finite(q));
+        // The index's measured settings for the target recall (with the vectors it was measured with).
+        const SearchOptions opts = tune_ ? ApplyTargetRecall(estimate_, given) : given;
         // Per-query sets name queries by their place in the caller's batch: they go alone.
         const bool per_query = opts.allow && opts.allow->rows > 1;
         if (gather_ && !per_query && q.n_queries > 0 && q.n_queries < kGatherMax) {
@@ -1516,6 +1520,8 @@ public:
 
     IndexInfo info_;
     std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
+    RecallEstimate estimate_;  // the index's, when it has one
+    bool tune_ = false;        // estimate_ applies: it has points and the vectors are loaded
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
     bool gather_ = true;  // SearcherOptions::gather
@@ -1808,6 +1814,9 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         }
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
+    const Status est = ReadRecallEstimate(path, &s->estimate_);
+    if (!est.ok() && est.code() != Status::Code::kNotFound) return est;
+    s->tune_ = est.ok() && tier != VectorTier::kNone && !s->estimate_.points.empty();
     *out = std::move(s);
     return Status::OK();
 }

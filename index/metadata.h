@@ -25,6 +25,8 @@
 namespace tms::index {
 
 inline constexpr const char* kMetadataFile = "metadata.sqlite";
+/// The index's recall estimate (tilemaxsim/estimate.h), beside its metadata.
+inline constexpr const char* kEstimateFile = "estimate.json";
 inline constexpr int kMetadataFormatVersion = 1;
 inline constexpr int kMaxMetaColumns = 1000;
 

@@ -1136,8 +1136,19 @@ Status CompactIndex(const std::string& path, bool progress) {
             return Status::OK();
         };
     }
+    // The recall estimate (measured on the documents before the deletions) stays with the index.
+    const fs::path estimate = lock->dir / kEstimateFile;
+    const auto before_complete = [&](const std::string& build_dir) {
+        if (put_metadata) TMS_RETURN_IF_ERROR(put_metadata(build_dir));
+        std::error_code ec;
+        if (fs::exists(estimate, ec)) {
+            fs::copy_file(estimate, fs::path(build_dir) / kEstimateFile, fs::copy_options::overwrite_existing, ec);
+            if (ec) return io_error(estimate.string() + ": cannot copy", ec.value());
+        }
+        return Status::OK();
+    };
     close_updating(&lock->db(), lock->dir);
-    return WriteIndex(lock->dir.string(), c, opts, std::move(lock->writer), put_metadata);
+    return WriteIndex(lock->dir.string(), c, opts, std::move(lock->writer), before_complete);
 }
 
 namespace {

@@ -221,6 +221,15 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
         std::fprintf(stderr, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
                      phase.scoring, phase.rerank);
+        tms::RecallEstimate est;
+        if (!a.opts.exhaustive && a.vectors != "none" && tms::ReadRecallEstimate(a.index, &est).ok() &&
+            !est.points.empty()) {
+            const tms::SearchOptions t = tms::ApplyTargetRecall(est, a.opts);
+            std::fprintf(stderr,
+                         "tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d (the index's "
+                         "estimate)\n",
+                         a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank);
+        }
         int64_t vbytes = 0;
         for (const tms::ShardPlacement& p : searcher->placement()) vbytes += p.vector_bytes;
         const tms::VectorTier tier =
@@ -371,6 +380,12 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Where the shards go: cpu, all (every GPU), or GPUs like 0 or 0,1 (shards placed by size; "
                   "default: every GPU present, else cpu); overrides --device");
     c->add_option("--vectors", a->vectors, kVectorsHelp)->capture_default_str();
+    c->add_option("--target-recall", a->opts.target_recall,
+                  "With the index's recall estimate (tms index --keep-vectors): --nprobe, --ncandidates and "
+                  "--rerank, where not given, from the cheapest measured setting whose estimated recall@10 "
+                  "reaches this (0: the defaults as they are)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
@@ -421,6 +436,25 @@ tms::Status print_info(const std::string& path) {
         TMS_RETURN_IF_ERROR(tms::ResolveVectorTier(tms::SearcherOptions(), path, &tier));
         std::printf("vectors_bytes\t%lld\nvectors_auto\t%s\n", (long long)(i.n_tokens * i.dim * 2),
                     tms::VectorTierName(tier));
+    }
+    // The recall estimate (tms index --keep-vectors, tms estimate) and the settings it chose.
+    tms::RecallEstimate e;
+    const tms::Status est = tms::ReadRecallEstimate(path, &e);
+    if (!est.ok() && est.code() != tms::Status::Code::kNotFound) return est;
+    if (est.ok() && !e.points.empty()) {
+        std::printf("estimated_recall@%d\t%.4f\n", e.k, e.points[0].recall);
+        for (const tms::RecallPoint& p : e.points) {
+            std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates,
+                        p.rerank, p.recall);
+        }
+        const double target = tms::SearchOptions().target_recall;
+        const tms::RecallPoint* t = e.For(target);
+        std::printf("target_recall\t%.2f\tnprobe %d\tncandidates %d\trerank %d\n", target, t->nprobe,
+                    t->ncandidates, t->rerank);
+        if (e.points.back().recall < 0.95) {
+            std::printf("hint\tlow estimated recall: more codec bits (--nbits 4), PQ-32 (--pq-m 32) or more "
+                        "centroids\n");
+        }
     }
     std::printf("shards\t%zu\n", i.shards.size());
     for (size_t s = 0; s < i.shards.size(); ++s) {
@@ -475,10 +509,37 @@ tms::Status eval_files(const std::string& run_path, const std::string& qrels_pat
     return tms::Status::OK();
 }
 
-// Builds the index (as one rank of `group` when given: only rank 0 prints the summary).
+// The index's recall estimate and what it chose, as `tms index` and `tms estimate` print them.
+void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) {
+    const tms::RecallPoint* t = e.For(tms::SearchOptions().target_recall);
+    if (e.points.empty() || t == nullptr) return;
+    std::fprintf(stderr,
+                 "%s: estimated recall@%d of the default search %.4f (%d pseudo-queries, %.1f s); for recall %.2f: "
+                 "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
+                 who, e.k, e.points[0].recall, e.queries, secs, tms::SearchOptions().target_recall, t->nprobe,
+                 t->ncandidates, t->rerank, t->recall);
+    if (e.points.back().recall < 0.95) {
+        std::fprintf(stderr,
+                     "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits (--nbits 4), "
+                     "PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
+                     who, e.points.back().recall);
+    }
+}
+
+// Measures the index's recall (EstimateRecall) and prints it.
+tms::Status estimate_index(const char* who, const std::string& path, const tms::EstimateOptions& eo) {
+    tms::RecallEstimate e;
+    const auto t0 = std::chrono::steady_clock::now();
+    TMS_RETURN_IF_ERROR(tms::EstimateRecall(path, eo, &e));
+    print_estimate(who, e, tms::SecondsSince(t0));
+    return tms::Status::OK();
+}
+
+// Builds the index (as one rank of `group` when given: only rank 0 prints the summary), then,
+// with `estimate`, measures its recall (rank 0).
 tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
                         const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr,
-                        const tms::DocMetadata* metadata = nullptr) {
+                        const tms::DocMetadata* metadata = nullptr, const tms::EstimateOptions* estimate = nullptr) {
     std::unique_ptr<tms::IndexBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
     b->SetGroup(group);
@@ -493,6 +554,7 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     for (const auto& [name, s] : st.phase_seconds) phases += " " + name + " " + std::to_string(s).substr(0, 5) + "s";
     std::fprintf(stderr, "tms index: %.2f s total (%.0f tokens/s):%s\n", st.seconds_total,
                  st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, phases.c_str());
+    if (estimate && o.keep_vectors) TMS_RETURN_IF_ERROR(estimate_index("tms index", out, *estimate));
     return tms::Status::OK();
 }
 
@@ -600,6 +662,36 @@ int run(int argc, char** argv) {
     idx->add_option("--threads", io.threads, "Threads (0: all cores)")->check(CLI::Range(0, tms::kMaxThreads));
     std::string index_device = "auto";
     idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
+    bool no_estimate = false;
+    tms::EstimateOptions index_eo;
+    idx->add_flag("--no-estimate", no_estimate,
+                  "Skip the recall estimate (with --keep-vectors the build ends by measuring its approximate search "
+                  "against exhaustive search on pseudo-queries; searches take their defaults from it)");
+    idx->add_option("--estimate-queries", index_eo.queries,
+                    "Pseudo-queries of the recall estimate (0: 256 on a GPU, 64 on the CPU)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+
+    // estimate
+    std::string est_path, est_device = "auto";
+    tms::EstimateOptions est_o;
+    auto* est = app.add_subcommand("estimate",
+                                   "Measure an index's recall@10 against exhaustive search on pseudo-queries (token "
+                                   "sets of its documents, perturbed), at the default and deeper settings; searches "
+                                   "take their parameters for --target-recall from it");
+    est->add_option("--index", est_path, "Index directory (built with --keep-vectors)")->required();
+    est->add_option("--queries", est_o.queries, "Pseudo-queries (0: 256 on a GPU, 64 on the CPU)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    est->add_option("--device", est_device, "Where the searches run: auto, cpu or gpu")->capture_default_str();
+    est->add_option("--noise", est_o.noise,
+                    "Norm of the Gaussian noise added to each pseudo-query token (unit vectors) before renormalising")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 10.0));
+    est->add_option("--seed", est_o.seed, "Seed of the documents and tokens drawn")->capture_default_str();
+    est->add_option("--mix", est_o.mix, "Share of each pseudo-query's tokens drawn from other random documents")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
 
     // search
     SearchArgs sa;
@@ -730,6 +822,10 @@ int run(int argc, char** argv) {
     bs->add_option("--nprobe", sbo.search.nprobe, "Centroids probed per query token")->capture_default_str();
     bs->add_option("--ncandidates", sbo.search.ncandidates, "Candidates kept after pruning")->capture_default_str();
     bs->add_option("--rerank", sbo.search.rerank, "Candidates rescored exactly")->capture_default_str();
+    bs->add_option("--target-recall", sbo.search.target_recall,
+                   "nprobe, ncandidates and rerank, where not given, from the index's recall estimate (0: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     bs->add_option("--pruning", sb_pruning, "probe or interaction")
         ->capture_default_str()
         ->check(CLI::IsMember({"interaction", "probe"}));
@@ -814,15 +910,24 @@ int run(int argc, char** argv) {
             tms::Status st;
             {
                 const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
-                st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get());
+                index_eo.device = io.device;
+                st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get(),
+                                 no_estimate ? nullptr : &index_eo);
             }
             MPI_Finalize();
             if (!st.ok() && rank != 0) return st.code() == tms::Status::Code::kInternal ? 3 : 1;  // rank 0 says why
             return st.ok() ? 0 : fail("index", st);
         }
 #endif
-        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get());
+        index_eo.device = io.device;
+        tms::Status st =
+            build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(), no_estimate ? nullptr : &index_eo);
         return st.ok() ? 0 : fail("index", st);
+    }
+    if (est->parsed()) {
+        tms::Status st = parse_device(est_device, &est_o.device);
+        if (st.ok()) st = estimate_index("tms estimate", est_path, est_o);
+        return st.ok() ? 0 : fail("estimate", st);
     }
     if (search->parsed()) {
 #if TMS_WITH_MPI

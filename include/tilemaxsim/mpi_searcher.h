@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tilemaxsim/estimate.h"
 #include "tilemaxsim/index_builder.h"
 #include "tilemaxsim/searcher.h"
 
@@ -73,6 +74,8 @@ private:
     int64_t n_docs_ = 0;  // of the whole index
     std::vector<int> mine_;
     std::unique_ptr<Searcher> local_;
+    RecallEstimate estimate_;  // rank 0 resolves SearchOptions::target_recall with it
+    bool tune_ = false;
     MpiSearchStats stats_;
 };
 

@@ -154,6 +154,12 @@ struct SearchOptions {
     /// Top compressed-scored documents rescored exactly when vectors are loaded
     /// (0: no rerank; always at least k when enabled). Default: 256
     int rerank = 256;
+    /// With the index's recall estimate (tilemaxsim/estimate.h: measured by `tms index` when it
+    /// keeps the vectors) and the vectors loaded, an approximate search takes nprobe,
+    /// ncandidates and rerank from the cheapest measured setting whose estimated recall@10
+    /// reaches this, each only where it holds its default above (a value set otherwise is kept;
+    /// set 0 to use the fields exactly as given). Default: 0.99
+    double target_recall = 0.99;
     /// Queries searched together at most; a larger batch is searched in chunks of this many,
     /// which bounds the per-batch centroid scores [queries, tokens, centroids] and, with
     /// Pruning::kProbe, probe scores [queries, documents], 4 bytes each. 0: as many as keep each

@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. Everything public, in one include.
 #pragma once
 
+#include "tilemaxsim/estimate.h"
 #include "tilemaxsim/eval.h"
 #include "tilemaxsim/index_builder.h"
 #include "tilemaxsim/index_updater.h"

@@ -126,7 +126,8 @@ public:
     // subset: allowed external ids, none (no subset), one list (every query) or one per query.
     py::tuple search(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens, int k,
                      bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning,
-                     const std::string& filter, const std::vector<std::vector<std::string>>& subset) {
+                     const std::string& filter, double target_recall,
+                     const std::vector<std::vector<std::string>>& subset) {
         tms::QueryBatch b = query_batch(q, dtype, lens);
         tms::SearchOptions o;
         o.k = k;
@@ -135,6 +136,10 @@ public:
         o.ncandidates = ncandidates;
         o.rerank = rerank;
         o.filter = filter;
+        if (!(target_recall >= 0 && target_recall <= 1)) {
+            throw py::value_error("target_recall must be in [0, 1], got " + std::to_string(target_recall));
+        }
+        o.target_recall = target_recall;
         if (pruning != "probe" && pruning != "interaction") {
             throw py::value_error("pruning must be probe or interaction, got " + pruning);
         }
@@ -287,8 +292,38 @@ PYBIND11_MODULE(_core, m) {
         d["ncandidates"] = o.ncandidates;
         d["rerank"] = o.rerank;
         d["pruning"] = tms::PruningName(o.pruning);
+        d["target_recall"] = o.target_recall;
         return d;
     });
+    m.def(
+        "estimate_recall",
+        [](const std::string& path, int queries, const std::string& device) {
+            tms::EstimateOptions o;
+            o.queries = queries;
+            tms::SearcherOptions so;
+            check(tms::ParseDeviceList(device, &so));
+            o.device = so.device;
+            tms::RecallEstimate e;
+            {
+                py::gil_scoped_release nogil;
+                check(tms::EstimateRecall(path, o, &e));
+            }
+            py::list points;
+            for (const tms::RecallPoint& p : e.points) {
+                py::dict d;
+                d["nprobe"] = p.nprobe;
+                d["ncandidates"] = p.ncandidates;
+                d["rerank"] = p.rerank;
+                d["recall"] = p.recall;
+                points.append(d);
+            }
+            py::dict r;
+            r["queries"] = e.queries;
+            r["k"] = e.k;
+            r["points"] = points;
+            return r;
+        },
+        py::arg("path"), py::arg("queries"), py::arg("device"));
     m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"),
           py::arg("metadata"), py::arg("metadata_types"));

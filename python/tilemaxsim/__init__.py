@@ -21,7 +21,7 @@ from . import _core
 from ._core import Error
 
 __all__ = ["Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
-           "search_defaults"]
+           "search_defaults", "estimate_recall"]
 
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
 
@@ -128,21 +128,33 @@ def _metadata(metadata, metadata_types):
 
 
 def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=False, device="auto",
-                metadata=None, metadata_types=None, **options):
+                metadata=None, metadata_types=None, estimate=True, **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
     model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`).
     `ids`: external ids (default "0".."n-1"). `metadata`: a dict of attributes per document (in
     document order, or each naming its document by "id"), which Searcher.search(filter=...)
     filters by; `metadata_types`: declared column types ({"year": "integer"}; others inferred).
     Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
-    Returns the build's counts."""
+    With keep_vectors, the build ends by measuring its recall (estimate_recall) unless
+    estimate=False. Returns the build's counts."""
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
     tokens, dtype, lens = _documents(documents, lengths)
-    return _core.build_index(str(path), tokens, dtype, lens, [str(i) for i in ids] if ids is not None else [],
-                             json.dumps(options), overwrite, progress, device,
-                             *_metadata(metadata, metadata_types))
+    counts = _core.build_index(str(path), tokens, dtype, lens, [str(i) for i in ids] if ids is not None else [],
+                               json.dumps(options), overwrite, progress, device,
+                               *_metadata(metadata, metadata_types))
+    if estimate and options.get("keep_vectors"):
+        estimate_recall(path, device=device)
+    return counts
+
+
+def estimate_recall(path, queries=0, device="auto"):
+    """Measures the index's approximate search against exhaustive search on pseudo-queries
+    (token sets of its documents, perturbed) at the default and deeper settings, and stores the
+    result with the index (searches take their parameters for target_recall from it). Returns
+    {"queries", "k", "points": [{"nprobe", "ncandidates", "rerank", "recall"}, ...]}."""
+    return _core.estimate_recall(str(path), queries, device)
 
 
 def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False, metadata=None,
@@ -199,16 +211,19 @@ class Searcher:
         return ids, scores
 
     def search(self, queries, k=10, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
-               pruning=None, filter=None, subset=None):
+               pruning=None, filter=None, subset=None, target_recall=None):
         """The k best documents of each query (the engine's SearchOptions as keywords; None: the
         engine's default, search_defaults()). filter: an SQL boolean expression over the
         metadata ("tenant = 7 AND year >= 2024"; values are bound, never pasted into SQL);
         subset: the external ids a search may return, one iterable for every query or a list
-        of one per query. Both apply before scoring (not to the top-k)."""
+        of one per query. Both apply before scoring (not to the top-k). target_recall: with the
+        index's recall estimate (build_index(keep_vectors=True) measures it), nprobe,
+        ncandidates and rerank left at None come from the cheapest measured setting that
+        reaches it (0: the defaults as they are)."""
         d = search_defaults()
         pick = lambda v, name: d[name] if v is None else v
         args = (pick(nprobe, "nprobe"), pick(ncandidates, "ncandidates"), pick(rerank, "rerank"),
-                pick(pruning, "pruning"), filter or "")
+                pick(pruning, "pruning"), filter or "", pick(target_recall, "target_recall"))
         per_query = subset is not None and len(subset) > 0 and not isinstance(subset[0], (str, bytes, int))
         if subset is None:
             sets = lambda q0, n: []

@@ -158,6 +158,20 @@ def test_vectors_on_disk_give_the_same_results(corpus):
         none.search(corpus["queries"], exhaustive=True)
 
 
+def test_recall_estimate_is_measured_and_used(corpus):
+    assert (corpus["index"] / "estimate.json").exists()  # build_index(keep_vectors=True) measured it
+    e = tilemaxsim.estimate_recall(corpus["index"], queries=16, device="cpu")
+    assert e["queries"] == 16 and e["k"] == 10
+    assert e["points"][0]["nprobe"] == tilemaxsim.search_defaults()["nprobe"]
+    assert all(0 <= p["recall"] <= 1 for p in e["points"])
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    a = s.search(corpus["queries"], k=10, target_recall=0)
+    b = s.search(corpus["queries"], k=10)
+    assert len(a[0]) == len(b[0]) == len(corpus["queries"])
+    with pytest.raises(ValueError, match="target_recall"):
+        s.search(corpus["queries"], target_recall=2)
+
+
 def test_rerank_equals_exhaustive_scores_of_the_candidates(corpus):
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     every_ids, every_scores = s.search(corpus["queries"], k=400, exhaustive=True)

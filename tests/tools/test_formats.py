@@ -141,3 +141,31 @@ def test_vectors_on_disk_search_and_damage(v5, v3, tmp_path, damage):
             "--exhaustive")
     expect_error(p, str(f), "truncated" if damage == "truncate" else "checksum mismatch")
     assert not out.exists()
+
+
+def test_recall_estimate_is_measured_shown_used_and_checked(v5, v3, tmp_path):
+    """tms index --keep-vectors ends with the recall estimate: stored beside the index, shown by
+    tms info, used by tms search (which says what it chose), measured again by tms estimate;
+    --no-estimate skips it; a damaged one is one line naming it."""
+    assert (v5 / "estimate.json").exists()
+    i = info(v5)
+    assert 0 <= float(i["estimated_recall@10"]) <= 1
+    assert i["target_recall"].startswith("0.99\tnprobe ")
+    p = tms("estimate", "--index", v5, "--queries", 8, "--device", "cpu", check=True)
+    assert "estimated recall@10 of the default search" in p.stderr and "8 pseudo-queries" in p.stderr
+    q = v3 / "queries.npy"
+    p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "r.trec", "--device", "cpu", "--no-progress",
+            check=True)
+    assert "target recall 0.99: nprobe" in p.stderr
+    p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "r.trec", "--device", "cpu", "--no-progress",
+            "--target-recall", "1.5")
+    assert p.returncode != 0
+    fresh = tmp_path / "fresh"
+    tms("index", "--docs", v3 / "docs.npy", "--doclens", v3 / "doclens.npy", "--doc-ids", v3 / "doc_ids.txt", "--out",
+        fresh, "--keep-vectors", "--centroids", 8, "--no-progress", "--no-estimate", check=True)
+    assert not (fresh / "estimate.json").exists() and "estimated_recall@10" not in info(fresh)
+    (v5 / "estimate.json").write_text('{"queries": 3, "points": [')
+    p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "x.trec", "--device", "cpu")
+    expect_error(p, "estimate.json")
+    p = tms("estimate", "--index", fresh.parent / "nope")
+    assert p.returncode != 0

@@ -3,6 +3,8 @@
 // memory, open time, time per stage), as JSON for data/results/search-<gpu>-<date>.json.
 #include "tools/bench/bench_search.h"
 
+#include "tilemaxsim/estimate.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -185,6 +187,15 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                                       pr == o.search.pruning;
                     if (!same) rows.push_back(r);
                 }
+    // Each row's settings as the search resolves them (the index's recall estimate, for the
+    // target recall), printed and recorded as they ran.
+    RecallEstimate est;
+    const Status est_st = ReadRecallEstimate(o.index, &est);
+    if (!est_st.ok() && est_st.code() != Status::Code::kNotFound) return est_st;
+    for (SearchOptions& r : rows) {
+        if (est_st.ok() && tier != VectorTier::kNone) r = ApplyTargetRecall(est, r);
+        r.target_recall = 0;
+    }
     std::string index_name = info.codec == "pq" ? "pq-" + std::to_string(info.pq_m) : "residual-" + std::to_string(info.residual_nbits) + "bit";
     if (info.has_vectors) index_name += "+vectors";
     std::string out_rows;

@@ -1,0 +1,221 @@
+// Copyright TileMaxSim authors. The index's recall estimate: pseudo-queries drawn from its own
+// documents, searched exhaustively (the truth) and at a ladder of settings.
+#include "tilemaxsim/estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend.h"
+#include "index/index_data.h"
+#include "index/metadata.h"
+#include "kernels/maxsim.h"
+#include "tilemaxsim/index_builder.h"
+#include "tilemaxsim/searcher.h"
+
+namespace tms {
+namespace {
+
+// (nprobe, ncandidates, rerank), cheapest first; the first is SearchOptions' default.
+constexpr int kLadder[][3] = {{8, 1024, 256}, {12, 2048, 512}, {16, 4096, 1024}, {24, 8192, 2048}, {32, 16384, 4096}};
+
+// A recall past which the ladder stops (deeper points would cost more and measure the same).
+constexpr double kEnough = 0.999;
+
+std::string estimate_path(const std::string& index) { return index + "/" + index::kEstimateFile; }
+
+// Pseudo-queries [n, qt, dim] fp16 (lengths: tokens used) from distinct random live documents:
+// up to qt of each one's tokens, each moved by Gaussian noise of norm `noise` and renormalised.
+Status pseudo_queries(const std::string& path, const EstimateOptions& o, int n_wanted, int dim,
+                      std::vector<uint16_t>* q, std::vector<int32_t>* lens, int* n_out) {
+    std::vector<index::IndexData> shards;
+    Status st = index::ReadIndexShards(path, index::VectorLoad::kFile, false, &shards);
+    if (st.code() == Status::Code::kNotSupported) {  // vectors inside the store (format 3)
+        st = index::ReadIndexShards(path, index::VectorLoad::kMemory, false, &shards);
+    }
+    TMS_RETURN_IF_ERROR(st);
+    std::vector<std::pair<size_t, int64_t>> live;  // (shard, local id)
+    for (size_t s = 0; s < shards.size(); ++s)
+        for (int64_t d = 0; d < shards[s].info.n_docs; ++d)
+            if (!shards[s].deleted[size_t(d)]) live.emplace_back(s, d);
+    std::mt19937_64 rng(o.seed);
+    std::shuffle(live.begin(), live.end(), rng);
+    const int n = int(std::min<int64_t>(n_wanted, int64_t(live.size())));
+    const int qt = o.query_tokens;
+    q->assign(size_t(n) * qt * dim, 0);
+    lens->assign(size_t(n), 0);
+    std::normal_distribution<float> n01;
+    std::vector<uint16_t> rows;
+    std::vector<float> x(static_cast<size_t>(dim));
+    for (int i = 0; i < n; ++i) {
+        const index::IndexData& d = shards[live[size_t(i)].first];
+        const int64_t doc = live[size_t(i)].second;
+        const int64_t t0 = d.doc_offsets[size_t(doc)], len = d.doc_offsets[size_t(doc) + 1] - t0;
+        rows.resize(size_t(len) * dim);
+        if (!d.vector_files.empty()) {
+            TMS_RETURN_IF_ERROR(d.vector_files[0].file->Read(t0, len, rows.data()));
+        } else {
+            std::copy_n(d.vectors.begin() + t0 * dim, size_t(len) * dim, rows.begin());
+        }
+        std::vector<int64_t> pick(static_cast<size_t>(len));
+        for (int64_t t = 0; t < len; ++t) pick[size_t(t)] = t;
+        std::shuffle(pick.begin(), pick.end(), rng);
+        const int m = int(std::min<int64_t>(qt, len));
+        std::uniform_real_distribution<float> u01;
+        std::vector<uint16_t> other(static_cast<size_t>(dim));
+        for (int j = 0; j < m; ++j) {
+            const uint16_t* r = rows.data() + size_t(pick[size_t(j)]) * dim;
+            if (o.mix > 0 && u01(rng) < o.mix) {  // a token of another random document
+                const auto& [os, od] = live[size_t(rng() % live.size())];
+                const index::IndexData& dd = shards[os];
+                const int64_t ot0 = dd.doc_offsets[size_t(od)], olen = dd.doc_offsets[size_t(od) + 1] - ot0;
+                const int64_t t = ot0 + int64_t(rng() % uint64_t(olen));
+                if (!dd.vector_files.empty()) {
+                    TMS_RETURN_IF_ERROR(dd.vector_files[0].file->Read(t, 1, other.data()));
+                } else {
+                    std::copy_n(dd.vectors.begin() + t * dim, size_t(dim), other.begin());
+                }
+                r = other.data();
+            }
+            double norm = 0;
+            for (int c = 0; c < dim; ++c) norm += double(kernels::half_to_float(r[c])) * kernels::half_to_float(r[c]);
+            const float inv = norm > 0 ? float(1.0 / std::sqrt(norm)) : 0.f;
+            const float sd = o.noise / std::sqrt(float(dim));
+            double n2 = 0;
+            for (int c = 0; c < dim; ++c) {
+                x[size_t(c)] = kernels::half_to_float(r[c]) * inv + sd * n01(rng);
+                n2 += double(x[size_t(c)]) * x[size_t(c)];
+            }
+            const float s = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
+            uint16_t* out = q->data() + (size_t(i) * qt + size_t(j)) * dim;
+            for (int c = 0; c < dim; ++c) out[c] = kernels::float_to_half(x[size_t(c)] * s);
+        }
+        (*lens)[size_t(i)] = m;
+    }
+    *n_out = n;
+    return Status::OK();
+}
+
+}  // namespace
+
+const RecallPoint* RecallEstimate::For(double target) const {
+    for (const RecallPoint& p : points)
+        if (p.recall >= target) return &p;
+    return points.empty() ? nullptr : &points.back();
+}
+
+Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallEstimate* out) {
+    if (o.queries < 0 || o.query_tokens < 1 || !(o.noise >= 0) || !(o.mix >= 0 && o.mix <= 1)) {
+        return Status::InvalidArgument("estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1]");
+    }
+    IndexInfo info;
+    TMS_RETURN_IF_ERROR(ReadIndexInfo(path, &info));
+    if (!info.has_vectors) {
+        return Status::NotSupported(path + ": the recall estimate needs stored vectors (build with --keep-vectors)");
+    }
+    Device device;
+    TMS_RETURN_IF_ERROR(engine::ResolveDevice(o.device, &device));
+    const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
+    std::vector<uint16_t> qdata;
+    std::vector<int32_t> lens;
+    int nq = 0;
+    TMS_RETURN_IF_ERROR(pseudo_queries(path, o, wanted, info.dim, &qdata, &lens, &nq));
+    SearcherOptions so;
+    so.device = o.device;
+    so.progress = false;
+    so.gather = false;
+    std::unique_ptr<Searcher> s;
+    TMS_RETURN_IF_ERROR(Searcher::Open(so, path, &s));
+    QueryBatch qb{qdata.data(), DType::kF16, nq, o.query_tokens, info.dim, lens.data()};
+    RecallEstimate e;
+    e.queries = nq;
+    SearchOptions ex;
+    ex.exhaustive = true;
+    ex.k = e.k;
+    std::vector<std::vector<SearchHit>> truth, got;
+    TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
+    for (const auto& l : kLadder) {
+        SearchOptions a;
+        a.k = e.k;
+        a.target_recall = 0;
+        a.nprobe = l[0];
+        a.ncandidates = l[1];
+        a.rerank = l[2];
+        TMS_RETURN_IF_ERROR(s->Search(qb, a, &got));
+        double sum = 0;
+        int counted = 0;
+        for (int i = 0; i < nq; ++i) {
+            if (truth[size_t(i)].empty()) continue;
+            std::set<int64_t> want;
+            for (const SearchHit& h : truth[size_t(i)]) want.insert(h.internal_id);
+            int hit = 0;
+            for (const SearchHit& h : got[size_t(i)]) hit += int(want.count(h.internal_id));
+            sum += double(hit) / double(want.size());
+            ++counted;
+        }
+        e.points.push_back({l[0], l[1], l[2], counted ? sum / counted : 1.0});
+        if (e.points.back().recall >= kEnough) break;  // deeper settings cannot do better
+    }
+    nlohmann::json j;
+    j["queries"] = e.queries;
+    j["k"] = e.k;
+    j["query_tokens"] = o.query_tokens;
+    j["noise"] = std::round(double(o.noise) * 1e4) / 1e4;
+    j["mix"] = std::round(double(o.mix) * 1e4) / 1e4;
+    j["seed"] = o.seed;
+    j["documents"] = info.n_docs - info.n_deleted;
+    for (const RecallPoint& p : e.points) {
+        j["points"].push_back({{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank},
+                               {"recall", p.recall}});
+    }
+    const std::string text = j.dump(1) + "\n";
+    TMS_RETURN_IF_ERROR(index::WriteFileAtomically(estimate_path(path), [&](std::FILE* f) {
+        return std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    }));
+    *out = std::move(e);
+    return Status::OK();
+}
+
+Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
+    const std::string p = estimate_path(path);
+    std::ifstream f(p);
+    if (!f) return Status::NotFound(p + ": no recall estimate");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    RecallEstimate e;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(ss.str());
+        e.queries = j.at("queries").get<int>();
+        e.k = j.at("k").get<int>();
+        for (const auto& x : j.at("points")) {
+            RecallPoint pt{x.at("nprobe").get<int>(), x.at("ncandidates").get<int>(), x.at("rerank").get<int>(),
+                           x.at("recall").get<double>()};
+            if (pt.nprobe < 1 || pt.ncandidates < 0 || pt.rerank < 0 || !(pt.recall >= 0 && pt.recall <= 1)) {
+                return Status::Corruption(p + ": a point out of range");
+            }
+            e.points.push_back(pt);
+        }
+    } catch (const std::exception& ex) {
+        return Status::Corruption(p + ": " + ex.what());
+    }
+    *out = std::move(e);
+    return Status::OK();
+}
+
+SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts) {
+    const RecallPoint* p = est.For(opts.target_recall);
+    if (opts.exhaustive || !(opts.target_recall > 0) || p == nullptr) return opts;
+    const SearchOptions d;
+    SearchOptions o = opts;
+    if (o.nprobe == d.nprobe) o.nprobe = p->nprobe;
+    if (o.ncandidates == d.ncandidates) o.ncandidates = p->ncandidates;
+    if (o.rerank == d.rerank) o.rerank = p->rerank;
+    return o;
+}
+
+}  // namespace tms

@@ -1,0 +1,136 @@
+// Copyright TileMaxSim authors. The recall estimate: measured and stored beside the index, read
+// back, kept by compaction, and used by searches for their target recall.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/engine/synth_index.h"
+#include "tilemaxsim/tilemaxsim.h"
+
+namespace tms {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_estimate(const fs::path& index, const std::string& points) {
+    std::ofstream(index / "estimate.json") << "{\"queries\": 64, \"k\": 10, \"points\": [" << points << "]}\n";
+}
+
+TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
+    SynthOptions so;
+    so.n_docs = 1500;
+    so.n_queries = 16;
+    so.dim = 32;
+    IndexBuildOptions bo;
+    bo.progress = false;
+    bo.keep_vectors = true;
+    const fs::path dir = testing::BuildSynthIndex("tms_estimate", so, bo);
+    const fs::path index = dir / "index";
+    EstimateOptions eo;
+    eo.device = Device::kCpu;
+    RecallEstimate e;
+    Status st = EstimateRecall(index.string(), eo, &e);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(e.queries, 64);
+    ASSERT_FALSE(e.points.empty());
+    const SearchOptions d;
+    EXPECT_EQ(e.points[0].nprobe, d.nprobe);
+    EXPECT_EQ(e.points[0].ncandidates, d.ncandidates);
+    EXPECT_EQ(e.points[0].rerank, d.rerank);
+    for (const RecallPoint& p : e.points) EXPECT_TRUE(p.recall >= 0 && p.recall <= 1);
+    RecallEstimate back;
+    ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
+    ASSERT_EQ(back.points.size(), e.points.size());
+    EXPECT_DOUBLE_EQ(back.points[0].recall, e.points[0].recall);
+
+    // The choice: the cheapest point that reaches the target, else the deepest; only fields at
+    // their defaults change; 0 or exhaustive: nothing.
+    write_estimate(index, "{\"nprobe\": 1, \"ncandidates\": 5, \"rerank\": 0, \"recall\": 0.5},"
+                          "{\"nprobe\": 2, \"ncandidates\": 7, \"rerank\": 0, \"recall\": 0.995},"
+                          "{\"nprobe\": 3, \"ncandidates\": 9, \"rerank\": 12, \"recall\": 0.999}");
+    ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
+    SearchOptions t = ApplyTargetRecall(back, d);
+    EXPECT_EQ(t.nprobe, 2);
+    EXPECT_EQ(t.ncandidates, 7);
+    EXPECT_EQ(t.rerank, 0);
+    SearchOptions given;
+    given.nprobe = 5;
+    given.target_recall = 0.9999;
+    t = ApplyTargetRecall(back, given);
+    EXPECT_EQ(t.nprobe, 5);
+    EXPECT_EQ(t.ncandidates, 9);
+    EXPECT_EQ(t.rerank, 12);
+    given.target_recall = 0;
+    EXPECT_EQ(ApplyTargetRecall(back, given).ncandidates, d.ncandidates);
+    given.target_recall = 0.99;
+    given.exhaustive = true;
+    EXPECT_EQ(ApplyTargetRecall(back, given).ncandidates, d.ncandidates);
+
+    // A search at the defaults runs the chosen point: the run of its settings given explicitly,
+    // not the run of the defaults.
+    HostArray qa;
+    ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
+    const QueryBatch qb{qa.bytes.data(), DType::kF16, int(qa.shape[0]), int(qa.shape[1]), int(qa.shape[2]), nullptr};
+    SearcherOptions sopt;
+    sopt.device = Device::kCpu;
+    sopt.progress = false;
+    std::unique_ptr<Searcher> s;
+    ASSERT_TRUE(Searcher::Open(sopt, index.string(), &s).ok());
+    std::vector<std::vector<SearchHit>> tuned, explicit_point, plain;
+    ASSERT_TRUE(s->Search(qb, SearchOptions(), &tuned).ok());
+    SearchOptions p2;
+    p2.nprobe = 2;
+    p2.ncandidates = 7;
+    p2.rerank = 0;
+    p2.target_recall = 0;
+    ASSERT_TRUE(s->Search(qb, p2, &explicit_point).ok());
+    SearchOptions off;
+    off.target_recall = 0;
+    ASSERT_TRUE(s->Search(qb, off, &plain).ok());
+    bool differs = false;
+    for (size_t q = 0; q < tuned.size(); ++q) {
+        ASSERT_EQ(tuned[q].size(), explicit_point[q].size());
+        for (size_t j = 0; j < tuned[q].size(); ++j) EXPECT_EQ(tuned[q][j].internal_id, explicit_point[q][j].internal_id);
+        differs = differs || tuned[q].size() != plain[q].size() ||
+                  (!plain[q].empty() && tuned[q][0].internal_id != plain[q][0].internal_id);
+    }
+    EXPECT_TRUE(differs) << "7 candidates without rerank should lose some of the defaults' hits";
+    // Without vectors loaded the estimate does not apply.
+    sopt.vectors = VectorTier::kNone;
+    ASSERT_TRUE(Searcher::Open(sopt, index.string(), &s).ok());
+    std::vector<std::vector<SearchHit>> novec, novec_plain;
+    ASSERT_TRUE(s->Search(qb, SearchOptions(), &novec).ok());
+    ASSERT_TRUE(s->Search(qb, off, &novec_plain).ok());
+    for (size_t q = 0; q < novec.size(); ++q) ASSERT_EQ(novec[q].size(), novec_plain[q].size());
+
+    // Compaction keeps it; a damaged one fails the open naming the file.
+    {
+        std::unique_ptr<IndexUpdater> u;
+        ASSERT_TRUE(IndexUpdater::Open(index.string(), false, &u).ok());
+        ASSERT_TRUE(u->Delete({"3"}).ok());
+        ASSERT_TRUE(u->Commit().ok());
+    }
+    s.reset();
+    ASSERT_TRUE(CompactIndex(index.string(), false).ok());
+    ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
+    EXPECT_EQ(back.points.size(), 3u);
+    std::ofstream(index / "estimate.json") << "{\"queries\": 64, \"points\": [";
+    sopt.vectors = VectorTier::kAuto;
+    st = Searcher::Open(sopt, index.string(), &s);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("estimate.json"), std::string::npos) << st.ToString();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.ToString();
+
+    // An index without vectors has no truth to measure against.
+    bo.keep_vectors = false;
+    const fs::path dir2 = testing::BuildSynthIndex("tms_estimate_novec", so, bo);
+    st = EstimateRecall((dir2 / "index").string(), eo, &e);
+    EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
+    EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos);
+    fs::remove_all(dir);
+    fs::remove_all(dir2);
+}
+
+}  // namespace
+}  // namespace tms
