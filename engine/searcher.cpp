@@ -1650,7 +1650,13 @@ Status choose_tier(const SearcherOptions& opts, const std::string& path, Device 
     *out = VectorTier::kNone;
     if (want == VectorTier::kNone) return Status::OK();
     IndexInfo info;
-    TMS_RETURN_IF_ERROR(index::ReadIndexInfo(path, &info));
+    if (!index::ReadIndexInfo(path, &info).ok()) {
+        // The whole index's metadata cannot be read (a subset of shards is opened where the
+        // others are missing, or the index is damaged: the read that follows says so): the
+        // vectors are read into memory, on the GPU for kAuto on a GPU, unmeasured.
+        *out = want != VectorTier::kAuto ? want : device == Device::kGpu ? VectorTier::kGpu : VectorTier::kHost;
+        return Status::OK();
+    }
     if (!info.has_vectors) {
         if (want == VectorTier::kAuto) return Status::OK();
         return Status::NotSupported(std::string("vectors ") + VectorTierName(want) +
