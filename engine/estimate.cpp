@@ -3,6 +3,7 @@
 #include "tilemaxsim/estimate.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -21,8 +22,8 @@
 namespace tms {
 namespace {
 
-// (nprobe, ncandidates, rerank), cheapest first; the first is SearchOptions' default.
-constexpr int kLadder[][3] = {{8, 1024, 256}, {12, 2048, 512}, {16, 4096, 1024}, {24, 8192, 2048}, {32, 16384, 4096}};
+// (nprobe, ncandidates, rerank) measured after SearchOptions' default setting, cheapest first.
+constexpr int kDeeper[][3] = {{12, 2048, 512}, {16, 4096, 1024}, {24, 8192, 2048}, {32, 16384, 4096}};
 
 // A recall past which the ladder stops (deeper points would cost more and measure the same).
 constexpr double kEnough = 0.999;
@@ -50,6 +51,12 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, int n_w
     q->assign(size_t(n) * qt * dim, 0);
     lens->assign(size_t(n), 0);
     std::normal_distribution<float> n01;
+    // Rows [t, t + len) of a document of shard d, from its vectors file (or, format 3, memory).
+    const auto read = [&](const index::IndexData& d, int64_t t, int64_t len, uint16_t* dst) {
+        if (!d.vector_files.empty()) return d.vector_files[0].file->Read(t, len, dst);
+        std::copy_n(d.vectors.begin() + t * dim, size_t(len) * dim, dst);
+        return Status::OK();
+    };
     std::vector<uint16_t> rows;
     std::vector<float> x(static_cast<size_t>(dim));
     for (int i = 0; i < n; ++i) {
@@ -57,11 +64,7 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, int n_w
         const int64_t doc = live[size_t(i)].second;
         const int64_t t0 = d.doc_offsets[size_t(doc)], len = d.doc_offsets[size_t(doc) + 1] - t0;
         rows.resize(size_t(len) * dim);
-        if (!d.vector_files.empty()) {
-            TMS_RETURN_IF_ERROR(d.vector_files[0].file->Read(t0, len, rows.data()));
-        } else {
-            std::copy_n(d.vectors.begin() + t0 * dim, size_t(len) * dim, rows.begin());
-        }
+        TMS_RETURN_IF_ERROR(read(d, t0, len, rows.data()));
         std::vector<int64_t> pick(static_cast<size_t>(len));
         for (int64_t t = 0; t < len; ++t) pick[size_t(t)] = t;
         std::shuffle(pick.begin(), pick.end(), rng);
@@ -74,12 +77,7 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, int n_w
                 const auto& [os, od] = live[size_t(rng() % live.size())];
                 const index::IndexData& dd = shards[os];
                 const int64_t ot0 = dd.doc_offsets[size_t(od)], olen = dd.doc_offsets[size_t(od) + 1] - ot0;
-                const int64_t t = ot0 + int64_t(rng() % uint64_t(olen));
-                if (!dd.vector_files.empty()) {
-                    TMS_RETURN_IF_ERROR(dd.vector_files[0].file->Read(t, 1, other.data()));
-                } else {
-                    std::copy_n(dd.vectors.begin() + t * dim, size_t(dim), other.begin());
-                }
+                TMS_RETURN_IF_ERROR(read(dd, ot0 + int64_t(rng() % uint64_t(olen)), 1, other.data()));
                 r = other.data();
             }
             double norm = 0;
@@ -139,7 +137,10 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     ex.k = e.k;
     std::vector<std::vector<SearchHit>> truth, got;
     TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
-    for (const auto& l : kLadder) {
+    const SearchOptions defaults;
+    std::vector<std::array<int, 3>> ladder{{defaults.nprobe, defaults.ncandidates, defaults.rerank}};
+    for (const auto& l : kDeeper) ladder.push_back({l[0], l[1], l[2]});
+    for (const auto& l : ladder) {
         SearchOptions a;
         a.k = e.k;
         a.target_recall = 0;

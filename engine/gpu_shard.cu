@@ -72,22 +72,15 @@ public:
     Status ExactScore(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* off,
                       const int32_t* docs, std::vector<float>* scores, const Rows* rows) override {
         if (!exact_) return no_exact();
-        GpuExactScorer::Rows r = rows_of(rows);
-        return exact_->Score(q, dt, nq, qt, lens, off, docs, scores, rows ? &r : nullptr);
+        return exact_->Score(q, dt, nq, qt, lens, off, docs, scores, rows);
     }
     Status ExactScoreTopK(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* off,
                           const int32_t* docs, int k, std::vector<int32_t>* ids, std::vector<float>* scores,
                           const Rows* rows) override {
         if (!exact_) return no_exact();
-        GpuExactScorer::Rows r = rows_of(rows);
-        return exact_->ScoreTopK(q, dt, nq, qt, lens, off, docs, k, ids, scores, rows ? &r : nullptr);
+        return exact_->ScoreTopK(q, dt, nq, qt, lens, off, docs, k, ids, scores, rows);
     }
     static Status no_exact() { return Status::NotSupported("exact scoring on the GPU: dimension not supported"); }
-    static GpuExactScorer::Rows rows_of(const Rows* rows) {
-        GpuExactScorer::Rows r;
-        if (rows) r = {rows->tokens, rows->offsets, rows->n_docs, rows->sources};
-        return r;
-    }
 
     std::unique_ptr<GpuCodeScorer> code_;
     std::unique_ptr<GpuExactScorer> exact_;  // resident vectors, or none (CreateForRows)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/gpu_scorer.h"
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
@@ -22,14 +23,8 @@ public:
     virtual bool has_codes() const = 0;
     /// The fp16 vectors are on the device.
     virtual bool has_vectors() const = 0;
-    /// Documents' rows a call brings from the host (GpuExactScorer::Rows' fields): tokens
-    /// [offsets[n_docs], dim] fp16, best in a PinnedRows buffer.
-    struct Rows {
-        const uint16_t* tokens = nullptr;
-        const int64_t* offsets = nullptr;
-        int64_t n_docs = 0;
-        const uint16_t* const* sources = nullptr;
-    };
+    /// Documents' rows a call brings from the host (tokens best in a PinnedRows buffer).
+    using Rows = GpuExactScorer::Rows;
     /// Registers host memory with the device (page-locked and mapped) for Rows::sources,
     /// until the shard is destroyed; false when the system refuses (the rows are then copied).
     virtual bool RegisterHost(const void* p, size_t bytes) = 0;

@@ -338,22 +338,17 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
                                 RowBuffer* rb) const {
     const int dim = data_.info.dim;
     const int64_t* doff = data_.doc_offsets.data();
-    int64_t tokens = 0;
-    if (docs) {
-        for (int64_t i = 0; i < n; ++i) tokens += doff[docs[i] + 1] - doff[docs[i]];
-    } else {
-        tokens = doff[d1] - doff[d0];
-    }
+    // The documents' rows back to back: their offsets in the buffer.
+    const int64_t m = docs ? n : d1 - d0;
+    const auto doc = [&](int64_t i) { return docs ? int64_t(docs[i]) : d0 + i; };
+    rb->offsets.resize(size_t(m) + 1);
+    rb->offsets[0] = 0;
+    for (int64_t i = 0; i < m; ++i) rb->offsets[size_t(i) + 1] = rb->offsets[size_t(i)] + doff[doc(i) + 1] - doff[doc(i)];
+    const int64_t tokens = rb->offsets.back();
     if (mapped_) {  // the GPU reads the rows where they are
-        const int64_t m = docs ? n : d1 - d0;
         rb->tokens = nullptr;
-        rb->offsets.assign(1, 0);
         rb->sources.resize(size_t(m));
-        for (int64_t i = 0; i < m; ++i) {
-            const int64_t d = docs ? docs[i] : d0 + i;
-            rb->offsets.push_back(rb->offsets.back() + doff[d + 1] - doff[d]);
-            rb->sources[size_t(i)] = rows_.HostRow(doff[d]);
-        }
+        for (int64_t i = 0; i < m; ++i) rb->sources[size_t(i)] = rows_.HostRow(doff[doc(i)]);
         return Status::OK();
     }
     const size_t elems = std::max<size_t>(size_t(tokens) * dim, 1);
@@ -367,9 +362,7 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
         }
         rb->tokens = rb->own.data();
     }
-    if (docs) return rows_.Gather(doff, docs, n, &rb->offsets, rb->tokens);
-    rb->offsets.resize(size_t(d1 - d0) + 1);
-    for (int64_t i = d0; i <= d1; ++i) rb->offsets[size_t(i - d0)] = doff[i] - doff[d0];
+    if (docs) return rows_.Gather(doff, docs, n, rb->offsets.data(), rb->tokens);
     // A range in pieces of 4 MB, read or copied on every thread.
     const int64_t piece = std::max<int64_t>(1, (int64_t(4) << 20) / (int64_t(dim) * 2));
     const int64_t n_pieces = (tokens + piece - 1) / piece;
@@ -1669,8 +1662,8 @@ Status choose_tier(const SearcherOptions& opts, const std::string& path, Device 
         }
     }
     const int64_t vec = tokens * info.dim * 2;
-    const int code_bytes = info.codec == "pq" ? info.pq_m * info.pq_nbits / 8 : info.dim * info.residual_nbits / 8;
-    const int64_t codes = tokens * (4 + code_bytes);  // centroid ids and codes (lists are smaller)
+    // Centroid ids and codes (the IVF lists are smaller).
+    const int64_t codes = int64_t(double(tokens) * info.code_bytes_per_token);
     const int64_t host_avail = engine::HostAvailableMemory();
     int64_t gpu_free = 0;
     int free_gpu = -1;  // the GPU with the least free memory

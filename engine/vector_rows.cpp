@@ -19,19 +19,21 @@ void VectorRows::AddFile(const index::VectorFileSpan& f) {
     parts_.push_back({f.token0, f.file->n_tokens(), nullptr, f.file.get()});
 }
 
-const uint16_t* VectorRows::HostRow(int64_t t) const {
+std::vector<VectorRows::Part>::const_iterator VectorRows::PartOf(int64_t t) const {
+    // The last part starting at or before t, if t is inside it.
     auto it = std::upper_bound(parts_.begin(), parts_.end(), t, [](int64_t x, const Part& p) { return x < p.token0; });
-    if (it == parts_.begin()) return nullptr;
+    if (it == parts_.begin()) return parts_.end();
     --it;
-    return it->host && t < it->token0 + it->n_tokens ? it->host + size_t(t - it->token0) * dim : nullptr;
+    return t < it->token0 + it->n_tokens ? it : parts_.end();
+}
+
+const uint16_t* VectorRows::HostRow(int64_t t) const {
+    const auto it = PartOf(t);
+    return it != parts_.end() && it->host ? it->host + size_t(t - it->token0) * dim : nullptr;
 }
 
 Status VectorRows::Range(int64_t t0, int64_t n, uint16_t* dst) const {
-    // The last part starting at or before t0, then forward.
-    auto it = std::upper_bound(parts_.begin(), parts_.end(), t0,
-                               [](int64_t t, const Part& p) { return t < p.token0; });
-    if (n > 0 && it == parts_.begin()) return Status::Internal("vector rows: token " + std::to_string(t0) + " in no part");
-    for (--it; n > 0; ++it) {
+    for (auto it = PartOf(t0); n > 0; ++it) {
         if (it == parts_.end() || t0 < it->token0 || t0 >= it->token0 + it->n_tokens) {
             return Status::Internal("vector rows: token " + std::to_string(t0) + " in no part");
         }
@@ -48,20 +50,15 @@ Status VectorRows::Range(int64_t t0, int64_t n, uint16_t* dst) const {
     return Status::OK();
 }
 
-Status VectorRows::Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, std::vector<int64_t>* offsets,
+Status VectorRows::Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, const int64_t* offsets,
                           uint16_t* dst) const {
-    offsets->resize(size_t(n) + 1);
-    (*offsets)[0] = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        (*offsets)[i + 1] = (*offsets)[i] + doc_offsets[docs[i] + 1] - doc_offsets[docs[i]];
-    }
     Status first;
     std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(dynamic, 64)
     for (int64_t i = 0; i < n; ++i) {
         if (failed) continue;
         const int64_t t0 = doc_offsets[docs[i]];
-        Status st = Range(t0, doc_offsets[docs[i] + 1] - t0, dst + size_t((*offsets)[i]) * dim);
+        Status st = Range(t0, doc_offsets[docs[i] + 1] - t0, dst + size_t(offsets[i]) * dim);
         if (!st.ok()) {
 #pragma omp critical(vector_rows_gather)
             if (!failed.exchange(true)) first = st;

@@ -25,10 +25,9 @@ public:
     const uint16_t* HostRow(int64_t t) const;
     /// Rows [t0, t0 + n) into dst [n, dim] (one read or copy per part they touch).
     Status Range(int64_t t0, int64_t n, uint16_t* dst) const;
-    /// Rows of documents docs[0..n) (any order) back to back into dst, document i's at
-    /// (*offsets)[i] rows: *offsets [n + 1] are filled from the segment's `doc_offsets`. Copies
-    /// or reads run on OpenMP threads.
-    Status Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, std::vector<int64_t>* offsets,
+    /// Rows of documents docs[0..n) (any order; their rows per the segment's `doc_offsets`)
+    /// into dst, document i's at row offsets[i]. Copies or reads run on OpenMP threads.
+    Status Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, const int64_t* offsets,
                   uint16_t* dst) const;
 
     int dim = 0;
@@ -39,6 +38,8 @@ private:
         const uint16_t* host = nullptr;
         const index::VectorFile* file = nullptr;
     };
+    /// The part holding row t, or parts_.end().
+    std::vector<Part>::const_iterator PartOf(int64_t t) const;
     std::vector<Part> parts_;
     std::vector<std::shared_ptr<const index::VectorFile>> keep_;  // the files stay open
 };
