@@ -33,7 +33,7 @@ def corpus(tmp_path_factory):
 def index(corpus):
     out = corpus / "index"
     tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--doc-ids",
-        corpus / "doc_ids.txt", "--out", out, "--keep-vectors", "--centroids", 64, check=True)
+        corpus / "doc_ids.txt", "--out", out, "--keep-vectors", "--no-estimate", "--centroids", 64, check=True)
     return out
 
 
@@ -318,7 +318,7 @@ def test_malformed_run(tmp_path, corpus):
 def test_corrupted_index_is_refused(corpus, tmp_path):
     out = tmp_path / "corrupt"
     tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", out, "--centroids", 16,
-        "--keep-vectors", check=True)
+        "--keep-vectors", "--no-estimate", check=True)
     blobs = sorted(out.glob("*.blob")) + sorted(out.glob("*.sst"))
     assert blobs
     for b in blobs:
@@ -400,7 +400,7 @@ def test_add_delete_compact(corpus, tmp_path):
     np.save(tmp_path / "b_lens.npy", lens[250:])
     (tmp_path / "b_ids.txt").write_text("\n".join(ids[250:]) + "\n")
     tms("index", "--docs", tmp_path / "a_docs.npy", "--doclens", tmp_path / "a_lens.npy", "--doc-ids",
-        tmp_path / "a_ids.txt", "--out", out, "--centroids", 32, "--keep-vectors", check=True)
+        tmp_path / "a_ids.txt", "--out", out, "--centroids", 32, "--keep-vectors", "--no-estimate", check=True)
     tms("add", "--index", out, "--docs", tmp_path / "b_docs.npy", "--doclens", tmp_path / "b_lens.npy", "--doc-ids",
         tmp_path / "b_ids.txt", check=True)
     expect_error(tms("add", "--index", out, "--docs", tmp_path / "b_docs.npy", "--doclens", tmp_path / "b_lens.npy",
@@ -441,7 +441,7 @@ def test_disk_full_during_build(corpus, tmp_path):
     # Writes beyond 256 KiB fail (EFBIG), as on a full disk: the build must fail cleanly.
     out = tmp_path / "full"
     p = subprocess.run([TMS, "index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", out,
-                        "--centroids", "16", "--keep-vectors"], capture_output=True, text=True,
+                        "--centroids", "16", "--keep-vectors", "--no-estimate"], capture_output=True, text=True,
                        preexec_fn=_limit_file_size, timeout=600)
     expect_error(p, "full")
     assert_no_index(out)
@@ -477,7 +477,7 @@ def test_bfloat16_npy_equals_float32_of_the_same_values(corpus, tmp_path):
         assert kind == "f32" or b"V2" in (tmp_path / f"d_{kind}.npy").read_bytes()[:64]
         out = tmp_path / f"idx_{kind}"
         tms("index", "--docs", tmp_path / f"d_{kind}.npy", "--doclens", corpus / "doclens.npy", "--out", out,
-            "--keep-vectors", "--centroids", 64, "--device", "cpu", check=True)
+            "--keep-vectors", "--no-estimate", "--centroids", 64, "--device", "cpu", check=True)
         for mode in ("default", "exhaustive"):
             run = tmp_path / f"{kind}_{mode}.trec"
             tms("search", "--index", out, "--queries", tmp_path / f"q_{kind}.npy", "--out", run, "--k", 10,
@@ -492,7 +492,7 @@ def test_bfloat16_npy_equals_float32_of_the_same_values(corpus, tmp_path):
     h = h.encode() + b" " * (-len(h) % 8)
     st = tmp_path / "bf16.safetensors"
     st.write_bytes(len(h).to_bytes(8, "little") + h + d + l)
-    tms("index", "--docs", st, "--out", tmp_path / "idx_st", "--keep-vectors", "--centroids", 64, "--device", "cpu",
+    tms("index", "--docs", st, "--out", tmp_path / "idx_st", "--keep-vectors", "--no-estimate", "--centroids", 64, "--device", "cpu",
         check=True)
     run = tmp_path / "st.trec"
     tms("search", "--index", tmp_path / "idx_st", "--queries", tmp_path / "q_f32.npy", "--out", run, "--k", 10,

@@ -63,7 +63,7 @@ def corpus(tmp_path_factory):
     np.save(d / "new_lens.npy", lens[:30].astype(np.int64))
     (d / "new_ids.txt").write_text("".join(f"new{i}\n" for i in range(30)))
     tms("index", "--docs", d / "docs.npy", "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt",
-        "--out", d / "base", "--keep-vectors", "--centroids", 64, "--no-progress", check=True)
+        "--out", d / "base", "--keep-vectors", "--no-estimate", "--centroids", 64, "--no-progress", check=True)
     return d
 
 
@@ -120,7 +120,7 @@ WRITERS = {
     "delete": lambda c, i: ("delete", "--index", i, "--doc-ids", c / "del.txt"),
     "compact": lambda c, i: ("compact", "--index", i),
     "overwrite": lambda c, i: ("index", "--docs", c / "docs.npy", "--doclens", c / "doclens.npy", "--doc-ids",
-                               c / "doc_ids.txt", "--out", i, "--keep-vectors", "--centroids", 64, "--overwrite",
+                               c / "doc_ids.txt", "--out", i, "--keep-vectors", "--no-estimate", "--centroids", 64, "--overwrite",
                                "--no-progress"),
 }
 # The state each writer leaves when it runs on the base index with its 40 deletions applied
@@ -344,7 +344,7 @@ def meta_corpus(corpus):
             f.write(json.dumps({"id": doc, "n": -i, "color": f"r{i}"}) + "\n")
     (d / "one.txt").write_text(ids[200] + "\n")
     tms("index", "--docs", d / "docs.npy", "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt",
-        "--out", d / "base_meta", "--keep-vectors", "--centroids", 64, "--no-progress", "--metadata",
+        "--out", d / "base_meta", "--keep-vectors", "--no-estimate", "--centroids", 64, "--no-progress", "--metadata",
         d / "base_meta.jsonl", "--metadata-types", "score:real", check=True)
     return d
 

@@ -25,7 +25,7 @@ def corpus(tmp_path_factory):
             note = "it's; a \"quote\" -- DROP TABLE docs" if i % 7 == 0 else f"plain {i}"
             f.write(json.dumps({"tenant": tenant(i), "year": 2000 + i % 30, "note": note}) + "\n")
     tms("index", "--docs", d / "docs.npy", "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt",
-        "--out", d / "index", "--keep-vectors", "--centroids", 32, "--metadata", d / "meta.jsonl",
+        "--out", d / "index", "--keep-vectors", "--no-estimate", "--centroids", 32, "--metadata", d / "meta.jsonl",
         "--metadata-types", "year:real", "--no-progress", check=True)
     return d
 

@@ -39,7 +39,7 @@ def corpus(tmp_path_factory):
     tms("synth", "--out", d, "--docs", 300, "--queries", 24, "--dim", 64, check=True)
     for n in (3, 5):
         tms("index", "--docs", d / "docs.npy", "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt",
-            "--out", d / f"idx{n}", "--keep-vectors", "--centroids", 32, "--shards", n, "--no-progress", check=True)
+            "--out", d / f"idx{n}", "--keep-vectors", "--no-estimate", "--centroids", 32, "--shards", n, "--no-progress", check=True)
     return d
 
 
@@ -113,7 +113,7 @@ def test_a_rank_that_stops_answering_ends_the_job_in_bounded_time(corpus, tmp_pa
 
 def build_args(d, out, docs="docs.npy"):
     return ("index", "--docs", d / docs, "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt", "--out", out,
-            "--keep-vectors", "--centroids", 32, "--shards", 5, "--no-progress")
+            "--keep-vectors", "--no-estimate", "--centroids", 32, "--shards", 5, "--no-progress")
 
 
 def test_distributed_build_equals_one_process(corpus, tmp_path):

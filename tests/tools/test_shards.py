@@ -32,7 +32,7 @@ def corpus(tmp_path_factory):
 
 def build(corpus, out, shards, *extra, docs=None, lens=None, ids=None):
     tms("index", "--docs", docs or corpus / "docs.npy", "--doclens", lens or corpus / "doclens.npy", "--doc-ids",
-        ids or corpus / "doc_ids.txt", "--out", out, "--keep-vectors", "--centroids", 64, "--shards", shards,
+        ids or corpus / "doc_ids.txt", "--out", out, "--keep-vectors", "--no-estimate", "--centroids", 64, "--shards", shards,
         "--no-progress", *extra, check=True)
     return out
 
