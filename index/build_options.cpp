@@ -53,6 +53,7 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
             else if (k == "n_centroids") st = integer(&o->n_centroids);
             else if (k == "kmeans_iters") st = integer(&o->kmeans_iters);
             else if (k == "max_train_tokens") st = integer(&o->max_train_tokens);
+            else if (k == "train_tokens_per_centroid") st = integer(&o->train_tokens_per_centroid);
             else if (k == "pq_m") st = integer(&o->pq_m);
             else if (k == "pq_nbits") st = integer(&o->pq_nbits);
             else if (k == "residual_nbits") st = integer(&o->residual_nbits);
@@ -85,6 +86,7 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
     TMS_RETURN_IF_ERROR(range("n_centroids", o.n_centroids, 0, 1 << 24));
     TMS_RETURN_IF_ERROR(range("kmeans_iters", o.kmeans_iters, 1, 1000));
     TMS_RETURN_IF_ERROR(range("max_train_tokens", o.max_train_tokens, 0, int64_t(1) << 40));
+    TMS_RETURN_IF_ERROR(range("train_tokens_per_centroid", o.train_tokens_per_centroid, 1, 1 << 16));
     TMS_RETURN_IF_ERROR(range("pq_m", o.pq_m, 0, 1024));
     TMS_RETURN_IF_ERROR(range("pq_nbits", o.pq_nbits, 8, 8));
     if (o.residual_nbits != 1 && o.residual_nbits != 2 && o.residual_nbits != 4) {
@@ -112,6 +114,7 @@ std::string BuildOptionsToJson(const IndexBuildOptions& o) {
     j["n_centroids"] = o.n_centroids;
     j["kmeans_iters"] = o.kmeans_iters;
     j["max_train_tokens"] = o.max_train_tokens;
+    j["train_tokens_per_centroid"] = o.train_tokens_per_centroid;
     j["pq_m"] = o.pq_m;
     j["pq_nbits"] = o.pq_nbits;
     j["residual_nbits"] = o.residual_nbits;

@@ -200,7 +200,13 @@ Status CheckId(const std::string& id, const std::string& what);
 /// pages may be dropped).
 using ReleaseFn = std::function<void(size_t shard, int64_t rows)>;
 
-/// Sample (at most opts.max_train_tokens, selection sampling: no memory beyond the sample),
+/// The tokens TrainModel samples for `n_centroids` centroids out of `n_tokens`:
+/// max(kMinTrainTokens, opts.train_tokens_per_centroid x n_centroids), at most
+/// opts.max_train_tokens (when > 0) and n_tokens.
+inline constexpr int64_t kMinTrainTokens = 262144;
+int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOptions& opts);
+
+/// Sample (TrainSampleTokens rows, selection sampling: no memory beyond the sample),
 /// k-means, codec training. Reads only the sampled rows of `tokens` (and releases them behind
 /// the sampling pass when `release` is set); a non-finite sampled value is an error naming
 /// names[shard] (or "docs"). `shards` are read as one concatenated token matrix.

@@ -145,6 +145,15 @@ int auto_centroids(int64_t n_tokens, int64_t n_train) {
     return k;
 }
 
+}  // namespace
+
+int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOptions& opts) {
+    int64_t n = std::max(kMinTrainTokens, int64_t(opts.train_tokens_per_centroid) * n_centroids);
+    if (opts.max_train_tokens > 0) n = std::min(n, opts.max_train_tokens);
+    return std::min(n, n_tokens);
+}
+
+namespace {
 // k distinct values of [0, n), uniformly at random, sorted: random draws, sorted and
 // deduplicated, topped up until there are enough, the surplus dropped at random. Above n / 2 the
 // complement is drawn instead (so the top-ups always converge fast).
@@ -388,7 +397,9 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     auto t0 = std::chrono::steady_clock::now();
     // 1. Sample training tokens: n_train distinct rows drawn directly (no pass over the corpus),
     //    read in increasing order; memory is the sample only, whatever the corpus size.
-    const int64_t n_train = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
+    const int64_t most = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
+    m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : auto_centroids(n_tokens, most);
+    const int64_t n_train = TrainSampleTokens(n_tokens, m.n_centroids, opts);
     std::vector<float> train(size_t(n_train) * dim);
     {
         std::mt19937_64 rng(opts.seed);
@@ -411,7 +422,6 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         if (taken != n_train) return Status::Internal("token sampling took " + std::to_string(taken) + " rows");
     }
     // 2. k-means.
-    m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : auto_centroids(n_tokens, n_train);
     if (m.n_centroids > n_train) {
         return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
                                        std::to_string(n_train) + " training tokens");

@@ -24,8 +24,12 @@ struct IndexBuildOptions {
     /// k-means iterations (FAISS Clustering); ColBERT/PLAID use 4: residual codes and the
     /// exact rerank absorb coarse centroid error. Default: 4
     int kmeans_iters = 4;
-    /// Tokens sampled to train centroids and codecs (0: all tokens). Default: 262144
-    int64_t max_train_tokens = 262144;
+    /// Tokens sampled per centroid to train the centroids and the codec: the sample is
+    /// max(262144, this x centroids) tokens, at most max_train_tokens and the corpus. Default: 8
+    int train_tokens_per_centroid = 8;
+    /// The most tokens sampled to train centroids and codecs; bounds the sample's memory (4 x dim
+    /// bytes a token: 2 GiB at d = 128) and the k-means time (0: no bound). Default: 4194304
+    int64_t max_train_tokens = int64_t(1) << 22;
     /// PQ sub-quantizers; must divide dim. 0 picks dim/8 capped at 32 (16 at d=128). Default: 0
     int pq_m = 0;
     /// Bits per PQ code (FAISS ProductQuantizer; 8 is the supported value). Default: 8

@@ -26,7 +26,7 @@ __all__ = ["Error", "Searcher", "build_index", "add_documents", "delete_document
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
 
 # IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
-BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "pq_m", "pq_nbits", "residual_nbits",
+BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "train_tokens_per_centroid", "pq_m", "pq_nbits", "residual_nbits",
                  "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries")
 
 

@@ -292,6 +292,21 @@ TEST(IndexCpu, PqEncoderMatchesFaiss) {
 namespace tms {
 namespace {
 
+// The sample grows with the centroid count, from a floor, up to the cap and the corpus.
+TEST(IndexCpu, TrainSampleFollowsTheCentroidCount) {
+    struct Case { int64_t n_tokens; int centroids, per_centroid; int64_t cap, want; };
+    for (const Case c : {Case{100000000, 32768, 8, 1 << 22, 262144}, Case{100000000, 32768, 64, 1 << 22, 2097152},
+                         Case{100000000, 32768, 256, 1 << 22, 1 << 22}, Case{100000000, 32768, 256, 0, 8388608},
+                         Case{100000000, 1024, 64, 1 << 22, index::kMinTrainTokens}, Case{50000, 4096, 64, 1 << 22, 50000},
+                         Case{100000000, 65536, 8, 20000, 20000}}) {
+        IndexBuildOptions o;
+        o.train_tokens_per_centroid = c.per_centroid;
+        o.max_train_tokens = c.cap;
+        EXPECT_EQ(index::TrainSampleTokens(c.n_tokens, c.centroids, o), c.want)
+            << c.n_tokens << " tokens, " << c.centroids << " centroids, " << c.per_centroid << " a centroid, cap " << c.cap;
+    }
+}
+
 // The training sample: distinct rows in increasing order, the requested count, deterministic
 // in the seed, spread over the whole range (both the direct draw and the complement path).
 TEST(IndexCpu, SortedSampleIsUniformAndSorted) {

@@ -13,6 +13,9 @@ one query:
   qrels     a query's relevant documents are the pages whose NAME line says the
             same (usually just its own page).
 
+With --passages-from, pages of other folders (and the pages not kept) add
+distractor passages: their sections' text cut into windows of --doc-wordpieces.
+
 Pages without both a NAME description and a DESCRIPTION, `.so` redirect stubs
 and symlinks are skipped, and so are pages whose normalised DESCRIPTION repeats
 one already kept (the page with the shortest name is kept: `gcloud compute ...`
@@ -253,8 +256,9 @@ NAME_SPLIT = re.compile(r"\s+-+\s+|\s+-+$|^-+\s+")
 STAGE_TAG = re.compile(r"\((?:alpha|beta|preview|deprecated)\)\s*", re.I)
 
 
-def read_page(path):
-    """(query, description, later sections) for one page, or None to skip it."""
+def page_sections(path):
+    """roff_sections of one page file (plain or gzipped), or None for an unreadable page or a
+    `.so` redirect stub."""
     try:
         data = path.read_bytes()
         if path.suffix == ".gz":
@@ -265,7 +269,14 @@ def read_page(path):
     first = next((l for l in src.splitlines() if l.strip() and not l.startswith('.\\"')), "")
     if first.startswith(".so "):
         return None
-    sections = roff_sections(src)
+    return roff_sections(src)
+
+
+def read_page(path):
+    """(query, description, later sections) for one page, or None to skip it."""
+    sections = page_sections(path)
+    if sections is None:
+        return None
     by_name = {}
     for h, t in sections:
         by_name.setdefault(h, t)
@@ -404,13 +415,24 @@ def main():
     ap.add_argument("--no-validate", action="store_true",
                     help="skip checking the numpy encoder against the model's published "
                          "similarities and the shipped weights against the original")
+    ap.add_argument("--passages-from", nargs="+", default=[], metavar="DIR",
+                    help="also add distractor documents (no query is about them): the text of "
+                         "every section but NAME and SYNOPSIS of the pages in these folders that "
+                         "are not documents already, deduplicated per section, cut into "
+                         "--doc-wordpieces windows, so that the corpus is large enough for "
+                         "the engine's default 32,768 centroids")
+    ap.add_argument("--max-passages", type=int, default=0,
+                    help="keep a seeded random sample of this many passages (0: all)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     args = ap.parse_args()
 
     if args.doc_wordpieces < 8 or args.doc_wordpieces > 512:
         die(f"--doc-wordpieces must be in 8..512 (BERT positions), got {args.doc_wordpieces}")
-    if args.max_docs < 0:
-        die(f"--max-docs must be >= 0, got {args.max_docs}")
+    if args.max_docs < 0 or args.max_passages < 0:
+        die("--max-docs and --max-passages must be >= 0")
+    for d in args.passages_from:
+        if not Path(d).is_dir():
+            die(f"no such man page folder: {d}")
     try:
         exclude = re.compile(args.exclude) if args.exclude else None
     except re.error as e:
@@ -481,6 +503,45 @@ def main():
                 break
             ids += tok.encode(sec, add_special_tokens=False).ids
         doc_seqs.append([CLS, DMARK] + ids[:body] + [SEP])
+    doc_names = [r[0] for r in kept]
+
+    # Distractor passages: whole windows of the other pages' text.
+    n_passage_pages = 0
+    if args.passages_from:
+        t1 = time.time()
+        taken, seen_text, texts, owners = {r[0] for r in kept}, set(), [], []
+        for d in args.passages_from:
+            for p in sorted(q for q in Path(d).iterdir() if q.is_file() and not q.is_symlink()):
+                name = p.name[:-3] if p.name.endswith(".gz") else p.name
+                if name in taken or (exclude and exclude.search(p.name)):
+                    continue
+                secs = page_sections(p)
+                if not secs:
+                    continue
+                parts = []
+                for h, t in secs:
+                    key = re.sub(r"\s+", " ", STAGE_TAG.sub("", t).lower()).strip()
+                    if h not in ("NAME", "SYNOPSIS") and t and key not in seen_text:
+                        seen_text.add(key)
+                        parts.append(t)
+                if parts:
+                    taken.add(name)
+                    texts.append(" ".join(parts))
+                    owners.append(name)
+        n_passage_pages = len(texts)
+        passages = []
+        for name, e in zip(owners, tok.encode_batch(texts, add_special_tokens=False)):
+            ids = e.ids
+            for n, b in enumerate(range(0, len(ids), body)):
+                w = ids[b:b + body]
+                if len(w) >= args.min_doc_wordpieces:
+                    passages.append((f"{name}#{n}", [CLS, DMARK] + w + [SEP]))
+        if args.max_passages and args.max_passages < len(passages):
+            rng = np.random.default_rng(args.seed + 1)
+            passages = [passages[i] for i in sorted(rng.choice(len(passages), args.max_passages, replace=False))]
+        doc_names += [n for n, _ in passages]
+        doc_seqs += [q for _, q in passages]
+        print(f"passages: {len(passages)} from {n_passage_pages} pages in {time.time() - t1:.1f} s")
 
     # One query per distinct NAME description; all pages that say it are relevant.
     qtext_to_q = {}
@@ -527,10 +588,10 @@ def main():
                         query_tokens=remap[q_tokens].astype(np.uint16), query_lens=q_lens)
     with gzip.open(out / "docs.tsv.gz", "wt", compresslevel=6) as f:
         # The text exactly as encoded (lower-cased wordpieces joined back).
-        for r, seq in zip(kept, doc_seqs):
-            f.write(f"{r[0]}\t{tok.decode(seq[2:-1])}\n")
+        for name, seq in zip(doc_names, doc_seqs):
+            f.write(f"{name}\t{tok.decode(seq[2:-1])}\n")
     (out / "vocab.txt").write_text("".join(p + "\n" for p in pieces))
-    (out / "doc_ids.txt").write_text("".join(r[0] + "\n" for r in kept))
+    (out / "doc_ids.txt").write_text("".join(n + "\n" for n in doc_names))
     # A query is named after its relevant page with the shortest name.
     qids = [min(qtext_to_q[q], key=lambda n: (len(n), n)) for q in qtexts]
     (out / "query_ids.txt").write_text("".join(q + "\n" for q in qids))
@@ -540,7 +601,9 @@ def main():
     (out / "queries.tsv").write_text("".join(f"{qid}\t{q}\n" for qid, q in zip(qids, qtexts)))
     meta = {
         "source": str(mandir), "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "pages_parsed": n_parsed, "pages_unique": n_unique, "docs": len(kept),
+        "pages_parsed": n_parsed, "pages_unique": n_unique, "docs": len(doc_seqs),
+        "passages": len(doc_seqs) - len(kept), "passage_pages": n_passage_pages,
+        "passages_from": args.passages_from, "max_passages": args.max_passages,
         "queries": len(qtexts), "doc_tokens": int(doc_lens.sum()),
         "vocab_used": int(len(used)), "doc_wordpieces": args.doc_wordpieces,
         "min_doc_wordpieces": args.min_doc_wordpieces, "query_len": QUERY_LEN,
