@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
+
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +33,21 @@ constexpr int kDeeper[][3] = {{12, 2048, 512}, {16, 4096, 1024}, {24, 8192, 2048
 constexpr double kEnough = 0.999;
 
 std::string estimate_path(const std::string& index) { return index + "/" + index::kEstimateFile; }
+
+// ESTIMATE.tmp-PID files that a killed estimate left (WriteFileAtomically's temporaries): removed
+// when their process is gone, so that they do not pile up in the index directory.
+void remove_dead_writers_files(const std::string& index) {
+    namespace fs = std::filesystem;
+    const std::string prefix = std::string(index::kEstimateFile) + ".tmp-";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(index, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) != 0) continue;
+        const std::string pid = name.substr(prefix.size());
+        if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+        if (::kill(pid_t(std::stol(pid)), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+    }
+}
 
 // Pseudo-queries [n, qt, dim] fp16 (lengths: tokens used) from distinct random live documents:
 // up to qt of each one's tokens, each moved by Gaussian noise of norm `noise` and renormalised.
@@ -175,6 +194,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
                                {"recall", p.recall}});
     }
     const std::string text = j.dump(1) + "\n";
+    remove_dead_writers_files(path);
     TMS_RETURN_IF_ERROR(index::WriteFileAtomically(estimate_path(path), [&](std::FILE* f) {
         return std::fwrite(text.data(), 1, text.size(), f) == text.size();
     }));

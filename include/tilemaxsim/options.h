@@ -18,15 +18,17 @@ struct IndexBuildOptions {
     /// Default: "pq"
     std::string codec = "pq";
     /// Number of k-means centroids. 0 picks PLAID's rule: the power of two nearest
-    /// 16*sqrt(n_tokens), capped so that every centroid has >= 8 training tokens.
+    /// 16*sqrt(n_tokens), capped so that every centroid has >= 8 of the tokens sampled at most.
     /// Default: 0
     int n_centroids = 0;
     /// k-means iterations (FAISS Clustering); ColBERT/PLAID use 4: residual codes and the
     /// exact rerank absorb coarse centroid error. Default: 4
     int kmeans_iters = 4;
     /// Tokens sampled per centroid to train the centroids and the codec: the sample is
-    /// max(262144, this x centroids) tokens, at most max_train_tokens and the corpus. Default: 8
-    int train_tokens_per_centroid = 8;
+    /// max(262144, this x centroids) tokens, at most max_train_tokens and the corpus. 32 ranks
+    /// compressed scores better than 8 on real text and on `tms synth` (BENCHMARKS.md, k-means
+    /// training sample) for 3x the k-means time. Default: 32
+    int train_tokens_per_centroid = 32;
     /// The most tokens sampled to train centroids and codecs; bounds the sample's memory (4 x dim
     /// bytes a token: 2 GiB at d = 128) and the k-means time (0: no bound). Default: 4194304
     int64_t max_train_tokens = int64_t(1) << 22;

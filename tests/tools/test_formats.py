@@ -1,6 +1,7 @@
 """Index formats: the vectors file of format 5 (truncated, missing or damaged: one line naming
 it), and indexes of format 3 (vectors inside the store; tests/data/index-v3, written by the
 build before format 5) still open, search and take updates in their own format."""
+import os
 import shutil
 from pathlib import Path
 
@@ -151,8 +152,14 @@ def test_recall_estimate_is_measured_shown_used_and_checked(v5, v3, tmp_path):
     i = info(v5)
     assert 0 <= float(i["estimated_recall@10"]) <= 1
     assert i["target_recall"].startswith("0.99\tnprobe ")
+    # A killed estimate's temporary is removed by the next one; a running writer's is not.
+    dead, live = v5 / "estimate.json.tmp-999999999", v5 / f"estimate.json.tmp-{os.getpid()}"
+    dead.write_text("{")
+    live.write_text("{")
     p = tms("estimate", "--index", v5, "--queries", 8, "--device", "cpu", check=True)
     assert "estimated recall@10 of the default search" in p.stderr and "8 pseudo-queries" in p.stderr
+    assert not dead.exists() and live.exists()
+    live.unlink()
     q = v3 / "queries.npy"
     p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "r.trec", "--device", "cpu", "--no-progress",
             check=True)
