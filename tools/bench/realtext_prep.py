@@ -256,6 +256,11 @@ NAME_SPLIT = re.compile(r"\s+-+\s+|\s+-+$|^-+\s+")
 STAGE_TAG = re.compile(r"\((?:alpha|beta|preview|deprecated)\)\s*", re.I)
 
 
+def dedupe_key(text):
+    """Text compared for duplicates: lower case, release-stage tags dropped, spaces collapsed."""
+    return re.sub(r"\s+", " ", STAGE_TAG.sub("", text).lower()).strip()
+
+
 def page_sections(path):
     """roff_sections of one page file (plain or gzipped), or None for an unreadable page or a
     `.so` redirect stub."""
@@ -472,7 +477,7 @@ def main():
     pages.sort(key=lambda r: (len(r[0]), r[0]))
     kept, seen = [], set()
     for r in pages:
-        key = re.sub(r"\s+", " ", STAGE_TAG.sub("", r[2]).lower()).strip()
+        key = dedupe_key(r[2])
         if key not in seen:
             seen.add(key)
             kept.append(r)
@@ -520,7 +525,7 @@ def main():
                     continue
                 parts = []
                 for h, t in secs:
-                    key = re.sub(r"\s+", " ", STAGE_TAG.sub("", t).lower()).strip()
+                    key = dedupe_key(t)
                     if h not in ("NAME", "SYNOPSIS") and t and key not in seen_text:
                         seen_text.add(key)
                         parts.append(t)
