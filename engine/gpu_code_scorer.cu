@@ -163,6 +163,8 @@ struct GpuCodeScorer::Impl {
     int64_t n_docs = 0;
     uint32_t* d_tc = nullptr;
     uint8_t* d_codes = nullptr;
+    int64_t n_tokens = 0;
+    float* d_scales = nullptr;  // NormalizeDecoded's, or null
     float* d_book = nullptr;
     void* d_book_image = nullptr;  // d_book in the kernel's fp16 layout (code_codebook_image_cuda)
     float* d_cent3 = nullptr;  // the centroids [n_centroids, 3 * dim] as hi, lo, hi (split_tf32x3)
@@ -191,6 +193,7 @@ struct GpuCodeScorer::Impl {
         p.codebook = centroids_only ? nullptr : d_book;
         p.codebook_shared = !centroids_only && codebook_shared;
         p.codebook_image = centroids_only ? nullptr : d_book_image;
+        p.token_scales = centroids_only ? nullptr : d_scales;
         p.doc_offsets = d_offsets;
         p.n_docs = n_docs;
         return p;
@@ -208,6 +211,7 @@ struct GpuCodeScorer::Impl {
         cudaFree(d_book_image);
         cudaFree(d_book);
         cudaFree(d_codes);
+        cudaFree(d_scales);
         cudaFree(d_tc);
     }
 
@@ -419,6 +423,7 @@ Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uin
     im.codebook_shared = kernels::codebook_blocks_equal(h_codebook, dim, n_code_bytes);
     im.n_centroids = n_centroids;
     im.n_docs = n_docs;
+    im.n_tokens = n_tokens;
     im.last.valid = false;  // the arena is used below
     kernels::StagedUploader uploader(im.stream);
     auto up = [&](auto** d, const void* h, size_t bytes) -> Status {
@@ -455,6 +460,40 @@ Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uin
                                                                    align256(size_t(dim) * sizeof(float)))));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     *out = std::move(s);
+    return Status::OK();
+}
+
+Status GpuCodeScorer::NormalizeDecoded(const float* h_centroids) {
+    Impl& im = *impl_;
+    if (im.n_code_bytes == 0 || im.d_scales != nullptr) return Status::OK();
+    if (h_centroids == nullptr) return Status::InvalidArgument("GpuCodeScorer: null centroids");
+    DeviceGuard g(im.device);
+    const size_t c_bytes = size_t(im.n_centroids) * im.dim * sizeof(float);
+    kernels::DeviceScratch cent;
+    TMS_RETURN_IF_ERROR(cent.Reserve(c_bytes, im.stream));
+    TMS_RETURN_IF_ERROR(im.inputs().Upload(cent.p, h_centroids, c_bytes));
+    float* scales = nullptr;
+    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&scales, std::max<size_t>(size_t(im.n_tokens) * sizeof(float), 256)));
+    kernels::DecodedScaleParams p;
+    p.centroids = static_cast<const float*>(cent.p);
+    p.n_centroids = im.n_centroids;
+    p.dim = im.dim;
+    p.token_centroids = im.d_tc;
+    p.codes = im.d_codes;
+    p.n_code_bytes = im.n_code_bytes;
+    p.codebook = im.d_book;
+    p.n_tokens = im.n_tokens;
+    p.scales = scales;
+    const Status launched = kernels::decoded_scales_cuda(p, im.stream);
+    const cudaError_t e = cudaStreamSynchronize(im.stream);  // before cent is freed
+    const Status st = !launched.ok()        ? launched
+                      : e != cudaSuccess    ? Status::Internal(std::string("GpuCodeScorer: ") + cudaGetErrorString(e))
+                                            : Status::OK();
+    if (!st.ok()) {
+        cudaFree(scales);
+        return st;
+    }
+    im.d_scales = scales;
     return Status::OK();
 }
 

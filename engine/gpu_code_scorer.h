@@ -29,6 +29,11 @@ public:
                          int n_code_bytes, const float* h_codebook, const float* h_centroids, int n_centroids,
                          int dim, const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuCodeScorer>* out);
     ~GpuCodeScorer();
+    /// Scores the decoded tokens as unit vectors from now on (IndexModel::unit_norm): each
+    /// token's 1 / ||centroid + residual||, computed on the device (kernels::decoded_scales_cuda)
+    /// from the resident codes and h_centroids (Create's), multiplies its similarities. No-op
+    /// without codes.
+    Status NormalizeDecoded(const float* h_centroids);
     /// Scores laid out like kernels::CodeMaxSimParams::scores (dense [n_queries, n_docs] when
     /// h_cand_offsets is null). h_queries [n_queries, q_stride, dim] fp32; h_centroid_scores
     /// [n_queries, q_stride, n_centroids] fp32 on the host, or null to compute them on the

@@ -99,6 +99,7 @@ Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::In
                                       d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs, &s->code_);
     // Shapes the fused kernel does not cover (code_maxsim_cuda_supported) stay on the CPU path.
     if (!st.ok() && st.code() != Status::Code::kNotSupported) return st;
+    if (s->code_ && d.model.unit_norm) TMS_RETURN_IF_ERROR(s->code_->NormalizeDecoded(d.model.centroids.data()));
     // The IVF lists go with the codes: candidates are generated on the GPU too.
     if (s->code_) TMS_RETURN_IF_ERROR(s->code_->SetIvf(d.ivf_offsets.data(), d.ivf_docs.data()));
     std::vector<GpuExactScorer::TokenPart> parts;

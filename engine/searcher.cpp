@@ -167,8 +167,12 @@ public:
     /// data_.vector_files.
     Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                  std::vector<index::PodVector<uint16_t>>* vector_parts);
+    /// scales_ for the host path (IndexModel::unit_norm with codes), when the codes stay here.
+    Status HostScales();
 
     index::IndexData data_;
+    // The host path's token_scales (IndexModel::unit_norm; the GPU shard holds its own).
+    index::PodVector<float> scales_;
     // Streamed tiers: where the rows are read from (host_parts_ on a GPU's host tier, else
     // data_.vector_files).
     engine::VectorRows rows_;
@@ -812,6 +816,7 @@ Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const flo
     cp.codes = data_.codes.data();
     cp.n_code_bytes = data_.model.n_code_bytes;
     cp.codebook = data_.model.codebook.data();
+    cp.token_scales = scales_.empty() ? nullptr : scales_.data();
     cp.cand_offsets = l.off.data();
     cp.cand_docs = l.docs.data();
     cp.scores = scores->data();
@@ -937,7 +942,7 @@ Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_
                             std::vector<index::PodVector<uint16_t>>* vector_parts) {
     rows_.dim = data_.info.dim;
     for (const index::VectorFileSpan& f : data_.vector_files) rows_.AddFile(f);
-    if (!ctx) return Status::OK();
+    if (!ctx) return HostScales();
     ctx_ = ctx;
     const std::vector<index::PodVector<uint16_t>> none;
     TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, tier == VectorTier::kGpu ? *vector_parts : none, &dev_));
@@ -955,8 +960,30 @@ Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_
         }
     }
     vector_parts->clear();
+    if (!gpu_codes()) TMS_RETURN_IF_ERROR(HostScales());
     if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
     return Status::OK();
+}
+
+Status ShardSearcher::HostScales() {
+    const index::IndexModel& m = data_.model;
+    if (!m.unit_norm || m.n_code_bytes == 0) return Status::OK();
+    kernels::DecodedScaleParams p;
+    p.centroids = m.centroids.data();
+    p.n_centroids = m.n_centroids;
+    p.dim = m.dim;
+    p.token_centroids = data_.token_centroids.data();
+    p.codes = data_.codes.data();
+    p.n_code_bytes = m.n_code_bytes;
+    p.codebook = m.codebook.data();
+    p.n_tokens = int64_t(data_.token_centroids.size());
+    try {
+        scales_.resize(size_t(p.n_tokens));
+    } catch (...) {
+        return Status::ResourceExhausted("out of host memory for the token scales");
+    }
+    p.scales = scales_.data();
+    return kernels::decoded_scales_cpu(p);
 }
 
 // Bytes a shard holds once loaded: codes and centroid ids, IVF lists, vectors.

@@ -33,6 +33,10 @@ struct IndexModel {
     std::vector<float> codebook;
     std::vector<float> residual_cutoffs;  ///< residual codec: 2^nbits - 1 bucket boundaries
     std::vector<float> residual_weights;  ///< residual codec: 2^nbits bucket values
+    /// Every sampled training token was a unit vector (norm within 1% of 1): compressed scores
+    /// then normalise each decoded token (kernels::CodeMaxSimParams::token_scales), as PLAID
+    /// does. False for indexes written before the flag existed.
+    bool unit_norm = false;
 };
 
 /// Anonymous memory for the large arrays of a loaded index: mmap with transparent huge pages

@@ -18,7 +18,7 @@ void put_floats(std::string* b, const std::vector<float>& v) {
 std::string ModelToBytes(const IndexModel& m) {
     std::string b;
     for (int64_t v : {int64_t(m.dim), int64_t(m.n_centroids), int64_t(m.pq_m), int64_t(m.pq_nbits),
-                      int64_t(m.residual_nbits), int64_t(m.n_code_bytes)})
+                      int64_t(m.residual_nbits), int64_t(m.n_code_bytes), int64_t(m.unit_norm)})
         put_int(&b, v);
     put_int(&b, int64_t(m.codec.size()));
     b += m.codec;
@@ -35,7 +35,7 @@ Status ModelFromBytes(const std::string& b, IndexModel* m) {
         at += sizeof(*v);
         return true;
     };
-    int64_t f[6], len = 0;
+    int64_t f[7], len = 0;
     for (int64_t& v : f)
         if (!get_int(&v)) return bad;
     if (!get_int(&len) || len < 0 || b.size() - at < size_t(len)) return bad;
@@ -46,6 +46,7 @@ Status ModelFromBytes(const std::string& b, IndexModel* m) {
     m->pq_nbits = int(f[3]);
     m->residual_nbits = int(f[4]);
     m->n_code_bytes = int(f[5]);
+    m->unit_norm = f[6] != 0;
     m->codec.assign(b.data() + at, size_t(len));
     at += size_t(len);
     for (auto* v : {&m->centroids, &m->codebook, &m->residual_cutoffs, &m->residual_weights}) {

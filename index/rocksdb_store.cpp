@@ -344,6 +344,7 @@ std::string info_json(const IndexInfo& info, const IndexModel& m, int chunk_docs
     j["pq_nbits"] = m.pq_nbits;
     j["residual_nbits"] = m.residual_nbits;
     j["n_code_bytes"] = m.n_code_bytes;
+    if (m.unit_norm) j["unit_norm"] = true;
     j["has_vectors"] = info.has_vectors;
     j["n_chunks"] = info.n_chunks;
     j["n_deleted"] = info.n_deleted;
@@ -627,6 +628,7 @@ Status read_model(Db& db, const std::string& path, const IndexInfo& info, const 
     m->pq_nbits = info.pq_nbits;
     m->residual_nbits = info.residual_nbits;
     m->n_code_bytes = stats.value("n_code_bytes", 0);
+    m->unit_norm = stats.value("unit_norm", false);
     TMS_RETURN_IF_ERROR(read_floats(db, path, "centroids", &m->centroids));
     TMS_RETURN_IF_ERROR(read_floats(db, path, "codebook", &m->codebook));
     TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_cutoffs", &m->residual_cutoffs));

@@ -400,6 +400,10 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     const int64_t most = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
     m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : auto_centroids(n_tokens, most);
     const int64_t n_train = TrainSampleTokens(n_tokens, m.n_centroids, opts);
+    if (m.n_centroids > n_train) {
+        return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
+                                       std::to_string(n_train) + " training tokens");
+    }
     std::vector<float> train(size_t(n_train) * dim);
     {
         std::mt19937_64 rng(opts.seed);
@@ -421,11 +425,13 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         }
         if (taken != n_train) return Status::Internal("token sampling took " + std::to_string(taken) + " rows");
     }
-    // 2. k-means.
-    if (m.n_centroids > n_train) {
-        return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
-                                       std::to_string(n_train) + " training tokens");
+    m.unit_norm = n_train > 0;
+    for (int64_t r = 0; r < n_train && m.unit_norm; ++r) {
+        double ss = 0;
+        for (int j = 0; j < dim; ++j) ss += double(train[size_t(r) * dim + j]) * train[size_t(r) * dim + j];
+        m.unit_norm = std::abs(std::sqrt(ss) - 1.0) <= 0.01;
     }
+    // 2. k-means.
     std::unique_ptr<GpuAssigner> gpu;
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, opts.gpu, &gpu));
     const bool say = opts.progress && StderrIsTerminal();

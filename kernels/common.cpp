@@ -223,6 +223,19 @@ Status code_maxsim_validate(const CodeMaxSimParams& p) {
     return Status::OK();
 }
 
+Status decoded_scales_validate(const DecodedScaleParams& p) {
+    if (p.n_tokens < 0 || p.dim <= 0 || p.n_centroids <= 0) return Status::InvalidArgument("decoded_scales: bad size");
+    if (p.n_code_bytes <= 0 || p.dim % p.n_code_bytes != 0) {
+        return Status::InvalidArgument("decoded_scales: n_code_bytes " + std::to_string(p.n_code_bytes) +
+                                       " must be positive and divide dim " + std::to_string(p.dim));
+    }
+    if (p.centroids == nullptr || p.codebook == nullptr ||
+        (p.n_tokens > 0 && (p.token_centroids == nullptr || p.codes == nullptr))) {
+        return Status::InvalidArgument("decoded_scales: null input");
+    }
+    return Status::OK();
+}
+
 Status topk_validate(const TopKParams& p) {
     if (p.k <= 0) return Status::InvalidArgument("topk: k must be > 0, got " + std::to_string(p.k));
     if (p.n_segments < 0 || p.row_len < 0) return Status::InvalidArgument("topk: negative size");

@@ -111,6 +111,12 @@ struct CodeMaxSimParams {
     /// summed in fp32 by both.
     bool allow_wgmma = true;
 
+    /// Optional, with codes: [n_tokens] factors, token t's similarity <q_i, x_t> multiplied by
+    /// token_scales[t] before the maximum over the document's tokens. decoded_scales_* write the
+    /// 1 / ||x_t|| that scores the decoded tokens as unit vectors (PLAID normalises its
+    /// decompressed embeddings). Not read when n_code_bytes == 0.
+    const float* token_scales = nullptr;
+
     const int64_t* doc_offsets = nullptr;
     int64_t n_docs = 0;
     const int64_t* cand_offsets = nullptr;
@@ -130,6 +136,26 @@ Status code_maxsim_validate(const CodeMaxSimParams& p);
 Status code_maxsim_ref(const CodeMaxSimParams& p, const float* centroids, double* scores);
 /// OpenMP path: per-query lookup tables (q_i . codebook block), fp32.
 Status code_maxsim_cpu(const CodeMaxSimParams& p);
+
+/// The inverse norms of decoded tokens (CodeMaxSimParams' decoding: x_t = centroids[cid_t] +
+/// residual blocks): scales[t] = 1 / ||x_t||, 1 for a zero vector; the token_scales that score
+/// the decoded tokens as unit vectors.
+struct DecodedScaleParams {
+    const float* centroids = nullptr;  ///< [n_centroids, dim]
+    int n_centroids = 0;
+    int dim = 0;
+    const uint32_t* token_centroids = nullptr;  ///< [n_tokens], each below n_centroids
+    const uint8_t* codes = nullptr;             ///< [n_tokens, n_code_bytes]
+    int n_code_bytes = 0;                       ///< > 0, divides dim
+    const float* codebook = nullptr;            ///< [n_code_bytes, 256, dim / n_code_bytes]
+    int64_t n_tokens = 0;
+    float* scales = nullptr;  ///< [n_tokens], output
+};
+Status decoded_scales_validate(const DecodedScaleParams& p);
+/// Spec: fp64 decode and norm; writes n_tokens doubles (p.scales is not used).
+Status decoded_scales_ref(const DecodedScaleParams& p, double* scales);
+/// OpenMP path, fp32 accumulation; writes p.scales.
+Status decoded_scales_cpu(const DecodedScaleParams& p);
 
 /// Host-side checks of a query batch and its candidate lists, shared by every path that reads
 /// them on the host (CPU kernels, GPU scorers before upload): sizes, query lengths in

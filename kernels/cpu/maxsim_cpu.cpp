@@ -126,8 +126,8 @@ Status check_cands(const int64_t* cand_offsets, const int32_t* cand_docs, int n_
 // One document's code MaxSim from the per-query tables: cst [K, ql] centroid scores, lut
 // [nb, 256, ql]; acc/best are [ql] scratch.
 TMS_TARGET_CLONES float lut_doc_score(const float* cst, const float* lut, const uint32_t* token_centroids,
-                                      const uint8_t* codes, int nb, int ql, int64_t t0, int64_t t1, float* acc,
-                                      float* best) {
+                                      const uint8_t* codes, const float* scales, int nb, int ql, int64_t t0,
+                                      int64_t t1, float* acc, float* best) {
     for (int i = 0; i < ql; ++i) best[i] = kNegInf;
     for (int64_t t = t0; t < t1; ++t) {
         const float* base = cst + size_t(token_centroids[t]) * ql;
@@ -136,6 +136,10 @@ TMS_TARGET_CLONES float lut_doc_score(const float* cst, const float* lut, const 
         for (int b = 0; b < nb; ++b) {
             const float* l = lut + (size_t(b) * 256 + code[b]) * ql;
             for (int i = 0; i < ql; ++i) acc[i] += l[i];
+        }
+        if (scales) {
+            const float sc = scales[t];
+            for (int i = 0; i < ql; ++i) acc[i] *= sc;
         }
         for (int i = 0; i < ql; ++i) best[i] = std::max(best[i], acc[i]);
     }
@@ -267,9 +271,40 @@ Status code_maxsim_cpu(const CodeMaxSimParams& p) {
                 continue;
             }
             float* acc = scratch.data() + size_t(omp_get_thread_num()) * 2 * ql;
-            p.scores[c] = lut_doc_score(cst.data(), lut.data(), p.token_centroids, p.codes, nb, ql, t0, t1, acc, acc + ql);
+            p.scores[c] = lut_doc_score(cst.data(), lut.data(), p.token_centroids, p.codes, nb ? p.token_scales : nullptr,
+                                        nb, ql, t0, t1, acc, acc + ql);
         }
     }
+    return Status::OK();
+}
+
+Status decoded_scales_cpu(const DecodedScaleParams& p) {
+    TMS_RETURN_IF_ERROR(decoded_scales_validate(p));
+    if (p.n_tokens > 0 && p.scales == nullptr) return Status::InvalidArgument("decoded_scales: scales is null");
+    const int nb = p.n_code_bytes, dsub = p.dim / nb;
+    bool bad = false;
+#pragma omp parallel
+    {
+        std::vector<float> x(size_t(p.dim));
+#pragma omp for schedule(static) reduction(|| : bad)
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+            const uint32_t cid = p.token_centroids[t];
+            if (cid >= uint32_t(p.n_centroids)) {
+                bad = true;
+                continue;
+            }
+            std::copy_n(p.centroids + int64_t(cid) * p.dim, p.dim, x.data());
+            const uint8_t* code = p.codes + t * nb;
+            for (int b = 0; b < nb; ++b) {
+                const float* blk = p.codebook + (int64_t(b) * 256 + code[b]) * dsub;
+                for (int j = 0; j < dsub; ++j) x[size_t(b) * dsub + j] += blk[j];
+            }
+            float ss = 0;
+            for (int j = 0; j < p.dim; ++j) ss += x[size_t(j)] * x[size_t(j)];
+            p.scales[t] = ss > 0 ? 1.0f / std::sqrt(ss) : 1.0f;
+        }
+    }
+    if (bad) return Status::InvalidArgument("decoded_scales_cpu: a token's centroid id is outside [0, n_centroids)");
     return Status::OK();
 }
 

@@ -335,6 +335,7 @@ CodeArgs make_args(const CodeMaxSimParams& p, const void* d_table, int sub) {
     a.dsub = p.n_code_bytes ? p.dim / p.n_code_bytes : 0;
     a.dsub_magic = a.dsub ? uint32_t(((uint64_t(1) << 32) + a.dsub - 1) / a.dsub) : 0;
     a.codebook = p.codebook;
+    a.token_scales = p.n_code_bytes > 0 ? p.token_scales : nullptr;
     a.doc_offsets = p.doc_offsets;
     a.n_docs = p.n_docs;
     a.cand_offsets = p.cand_offsets;

@@ -88,4 +88,9 @@ size_t code_maxsim_topk_cuda_workspace_bytes(const CodeMaxSimParams& p, int k);
 Status code_maxsim_topk_cuda(const CodeMaxSimParams& p, int k, int32_t* d_out_ids, float* d_out_scores,
                              void* d_workspace, size_t workspace_bytes, void* stream);
 
+/// decoded_scales on the device (kernels/maxsim.h, DecodedScaleParams): every pointer a device
+/// pointer; token centroid ids below n_centroids (not checked: no device reads). Enqueued on
+/// `stream`; rsqrt in fp32, within a few ulp of decoded_scales_cpu.
+Status decoded_scales_cuda(const DecodedScaleParams& p, void* stream);
+
 }  // namespace tms::kernels

@@ -85,6 +85,7 @@ struct CodeArgs {
     int k;
     int cb_smem_bytes;  // fp16 codebook bytes in shared memory
     const unsigned char* cb_image;  // that fp16 codebook prepared (write_codebook), or null
+    const float* token_scales;      // CodeMaxSimParams::token_scales (codes only), or null
 };
 
 /// How the kernel holds the codebook in shared memory (CodeTraits::kBook).
@@ -283,10 +284,16 @@ __device__ __forceinline__ void paired_blocks(int c, int t, int odd, int& b0, in
     b1 = (32 * (c + 1 - odd) + 8 * t) / D;
 }
 
-/// Bytes of one warp's stage: 32 centroid ids, then the code rows of 32 tokens from the
-/// 16-byte boundary at or below the first one (so the copies keep global alignment).
+/// Bytes of one warp's stage: 32 centroid ids, then (with codes) the code rows of 32 tokens
+/// from the 16-byte boundary at or below the first one (so the copies keep global alignment),
+/// then the 32 tokens' scales (CodeArgs::token_scales, fp32; copied only when there are any).
 __host__ __device__ constexpr int stage_bytes(int n_code_bytes) {
-    return 128 + (n_code_bytes == 0 ? 0 : (32 * n_code_bytes + 16 + 15) / 16 * 16);
+    return 128 + (n_code_bytes == 0 ? 0 : (32 * n_code_bytes + 16 + 15) / 16 * 16 + 128);
+}
+
+/// The token scales of a stage (its last 128 bytes; n_code_bytes > 0).
+__device__ __forceinline__ const float* stage_scales(const unsigned char* st, int n_code_bytes) {
+    return reinterpret_cast<const float*>(st + stage_bytes(n_code_bytes) - 128);
 }
 
 /// Where token tok0's code row starts in a stage that holds it first (stage_step copies from the
@@ -302,6 +309,9 @@ __device__ __forceinline__ int stage_code_off(const CodeArgs& a, int64_t tok0) {
 __device__ __forceinline__ void stage_step(const CodeArgs& a, int64_t tok0, int nv, unsigned char* st, int lane) {
     if (lane < nv) async_copy::cp4(st + lane * 4, a.token_centroids + tok0 + lane);
     if (a.n_code_bytes == 0) return;
+    if (a.token_scales != nullptr && lane < nv) {
+        async_copy::cp4(st + stage_bytes(a.n_code_bytes) - 128 + lane * 4, a.token_scales + tok0 + lane);
+    }
     if (a.codes_aligned16) {  // every row starts on a 16-byte boundary: whole pieces only
         const int n_pieces = nv * a.n_code_bytes / 16;
         const unsigned char* src = a.codes + tok0 * a.n_code_bytes;
@@ -351,6 +361,23 @@ __device__ __forceinline__ void acc_from_table(const uint2& v0, const uint2& v1,
     const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v1.y));
     a0[0] = a00.x; a0[1] = a10.x; a0[2] = a00.y; a0[3] = a10.y;
     a1[0] = a01.x; a1[1] = a11.x; a1[2] = a01.y; a1[3] = a11.y;
+}
+
+/// Each accumulator column of a step's n8 tiles (lane g*4+t: tokens 8n + 2t and 8n + 2t + 1 of
+/// tile n) multiplied by its token's scale (scl: the step's 32 scales).
+template <int kM, int kN>
+__device__ __forceinline__ void scale_columns(float (&acc)[kM][kN][4], const float* scl, int t) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+        const float2 s = *reinterpret_cast<const float2*>(scl + n * 8 + 2 * t);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+            acc[m][n][0] *= s.x;
+            acc[m][n][1] *= s.y;
+            acc[m][n][2] *= s.x;
+            acc[m][n][3] *= s.y;
+        }
+    }
 }
 
 /// One 32-token step of one document from stage `st` (tokens s0 .. s0 + 31 of n_tok; the
@@ -427,6 +454,7 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
                 mma_chunk(c, bf);
             }
         }
+        if (a.token_scales != nullptr) scale_columns<kM, kN>(acc, stage_scales(st, a.n_code_bytes), t);
     }
     mma_tile::fold_step_max<kM, kN>(rmax, acc, s0, n_tok, t, s0 + T::kStepTokens <= n_tok);
 }
@@ -473,6 +501,7 @@ __device__ __forceinline__ void warp_step_code_qreg(const CodeArgs& a, const uns
                     }
             }
         }
+        if (a.token_scales != nullptr) scale_columns<kM, 1>(acc, stage_scales(st, a.n_code_bytes) + n * 8, t);
         mma_tile::fold_step_max<kM, 1>(rmax, acc, s0 + n * 8, n_tok, t, s0 + n * 8 + 8 <= n_tok);
     }
 }
@@ -670,17 +699,24 @@ __device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned
 /// fp32 first), +4% on the H200. The score a query row contributes is thus within an fp16
 /// rounding of the similarity and one of the sum, like the centroid score itself (the table is
 /// fp16), and assumes |similarity| < 65504 as the table does.
+/// With `scaled`, each token's sums are then multiplied by its scale (sc0, sc1; one more fp16
+/// rounding).
 __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0, const uint4& e1, int row0, int nv,
-                                        bool full, __half2 (&cmax)[4]) {
+                                        bool full, bool scaled, float sc0, float sc1, __half2 (&cmax)[4]) {
     const bool ok0 = full || row0 < nv, ok1 = full || row0 + 8 < nv;
     const uint32_t w0[4] = {e0.x, e0.y, e0.z, e0.w}, w1[4] = {e1.x, e1.y, e1.z, e1.w};
     const __half2 ninf = __float2half2_rn(-INFINITY);
+    const __half2 h0 = __float2half2_rn(sc0), h1 = __float2half2_rn(sc1);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // rows g (acc[4j], acc[4j + 1]) and g + 8 (acc[4j + 2], acc[4j + 3])
         const __half2 s0 = *reinterpret_cast<const __half2*>(&w0[j]), s1 = *reinterpret_cast<const __half2*>(&w1[j]);
-        const __half2 c0 = ok0 ? __hadd2(__floats2half2_rn(acc[4 * j], acc[4 * j + 1]), s0) : ninf;
-        const __half2 c1 = ok1 ? __hadd2(__floats2half2_rn(acc[4 * j + 2], acc[4 * j + 3]), s1) : ninf;
-        cmax[j] = __hmax2(cmax[j], __hmax2(c0, c1));
+        __half2 c0 = __hadd2(__floats2half2_rn(acc[4 * j], acc[4 * j + 1]), s0);
+        __half2 c1 = __hadd2(__floats2half2_rn(acc[4 * j + 2], acc[4 * j + 3]), s1);
+        if (scaled) {
+            c0 = __hmul2(c0, h0);
+            c1 = __hmul2(c1, h1);
+        }
+        cmax[j] = __hmax2(cmax[j], __hmax2(ok0 ? c0 : ninf, ok1 ? c1 : ninf));
     }
 }
 
@@ -729,6 +765,8 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     const uint32_t lo = uint32_t(qdesc), hi = uint32_t(qdesc >> 32);
     float acc[16];
     uint4 tent[2];      // the tile's table entries (tokens 16h + g, + 8)
+    float tsc[2] = {1.f, 1.f};  // their scales (token_scales)
+    const bool scaled = a.token_scales != nullptr;
     uint4 buf[2][4];    // A fragments: sub-round p uses buf[p]
     // The tile in the accumulators, to fold: tokens of its step (0: none), first row (0 or 16),
     // and the lane holding its item when it is the item's last tile (32: not the last).
@@ -736,9 +774,9 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     auto fold_pending = [&]() {
         if (f_nv > 0) {
             if (f_nv >= f_row + 16) {  // warp-uniform: no masks on a whole tile
-                wg_fold(acc, tent[0], tent[1], 0, 0, true, cmax);
+                wg_fold(acc, tent[0], tent[1], 0, 0, true, scaled, tsc[0], tsc[1], cmax);
             } else {
-                wg_fold(acc, tent[0], tent[1], f_row + g, f_nv, false, cmax);
+                wg_fold(acc, tent[0], tent[1], f_row + g, f_nv, false, scaled, tsc[0], tsc[1], cmax);
             }
         }
         if (f_end < 32) {  // the item's last tile: its score
@@ -762,11 +800,14 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
         const int end_lane = real && ns0 == 0 ? u : 32;
         auto gather_table = [&](int h) {  // an empty step gathers centroid 0
             const uint32_t* cid_s = reinterpret_cast<const uint32_t*>(st);
+            // The stage is rewritten before this tile is folded: its scales are read now too.
+            const float* scl = stage_scales(st, a.n_code_bytes);
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 const int r = h * 16 + i * 8 + g;
                 const uint32_t c = r < nv ? cid_s[r] : 0u;  // < 2^25 centroids: 32-bit offsets
                 tent[i] = __ldg(reinterpret_cast<const uint4*>(table_g) + (c * 4 + uint32_t(t)));
+                if (scaled) tsc[i] = r < nv ? scl[r] : 1.f;
             }
         };
         // Sub-round p (chunks 2p, 2p + 1) of tile h.

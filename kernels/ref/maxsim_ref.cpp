@@ -50,6 +50,19 @@ double maxsim_one(const std::vector<double>& q, int q_len, int dim, int64_t n_to
     return std::accumulate(best.begin(), best.end(), 0.0);
 }
 
+// Token tok decoded in fp64: its centroid plus its residual blocks (n_code_bytes may be 0).
+void decode_token(const float* centroids, const uint32_t* token_centroids, const uint8_t* codes, int n_code_bytes,
+                  const float* codebook, int dim, int64_t tok, double* x) {
+    const float* c = centroids + int64_t(token_centroids[tok]) * dim;
+    for (int j = 0; j < dim; ++j) x[j] = c[j];
+    const int dsub = n_code_bytes ? dim / n_code_bytes : 0;
+    for (int b = 0; b < n_code_bytes; ++b) {
+        const uint8_t code = codes[tok * n_code_bytes + b];
+        const float* blk = codebook + (int64_t(b) * 256 + code) * dsub;
+        for (int j = 0; j < dsub; ++j) x[b * dsub + j] += blk[j];
+    }
+}
+
 }  // namespace
 
 Status maxsim_ref(const MaxSimParams& p, double* scores) {
@@ -77,7 +90,6 @@ Status maxsim_ref(const MaxSimParams& p, double* scores) {
 
 Status code_maxsim_ref(const CodeMaxSimParams& p, const float* centroids, double* scores) {
     TMS_RETURN_IF_ERROR(code_maxsim_validate(p));
-    const int dsub = p.n_code_bytes ? p.dim / p.n_code_bytes : 0;
     Status st;
     for_each_pair(p.n_queries, p.n_docs, p.cand_offsets, p.cand_docs, [&](int q, int64_t d, int64_t out) {
         if (!st.ok()) return;
@@ -89,16 +101,29 @@ Status code_maxsim_ref(const CodeMaxSimParams& p, const float* centroids, double
         const int64_t begin = p.doc_offsets[d];
         scores[out] = maxsim_one(qv, ql, p.dim, p.doc_offsets[d + 1] - begin, [&](int64_t t, double* x) {
             const int64_t tok = begin + t;
-            const float* c = centroids + int64_t(p.token_centroids[tok]) * p.dim;
-            for (int j = 0; j < p.dim; ++j) x[j] = c[j];
-            for (int b = 0; b < p.n_code_bytes; ++b) {
-                const uint8_t code = p.codes[tok * p.n_code_bytes + b];
-                const float* blk = p.codebook + (int64_t(b) * 256 + code) * dsub;
-                for (int j = 0; j < dsub; ++j) x[b * dsub + j] += blk[j];
+            decode_token(centroids, p.token_centroids, p.codes, p.n_code_bytes, p.codebook, p.dim, tok, x);
+            if (p.token_scales && p.n_code_bytes > 0) {
+                for (int j = 0; j < p.dim; ++j) x[j] *= p.token_scales[tok];
             }
         });
     });
     return st;
+}
+
+Status decoded_scales_ref(const DecodedScaleParams& p, double* scales) {
+    TMS_RETURN_IF_ERROR(decoded_scales_validate(p));
+    std::vector<double> x(size_t(p.dim));
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+        if (p.token_centroids[t] >= uint32_t(p.n_centroids)) {
+            return Status::InvalidArgument("decoded_scales_ref: token " + std::to_string(t) +
+                                           ": centroid id outside [0, n_centroids)");
+        }
+        decode_token(p.centroids, p.token_centroids, p.codes, p.n_code_bytes, p.codebook, p.dim, t, x.data());
+        double ss = 0;
+        for (double v : x) ss += v * v;
+        scales[t] = ss > 0 ? 1.0 / std::sqrt(ss) : 1.0;
+    }
+    return Status::OK();
 }
 
 Status topk_ref(const TopKParams& p) {

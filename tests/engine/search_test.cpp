@@ -14,6 +14,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "index/index_data.h"
 #include "kernels/maxsim.h"
 #include "tests/engine/synth_index.h"
 #include "tilemaxsim/tilemaxsim.h"
@@ -218,6 +219,50 @@ TEST_P(DefaultSearch, RecallAgainstExhaustive) {
         }
         return sum / re.size();
     };
+    // Synth tokens are unit vectors (IndexModel::unit_norm): the compressed scores are those of
+    // the decoded tokens normalised (the reference decodes in fp64, with decoded_scales_ref's).
+    {
+        index::IndexData data;
+        ASSERT_TRUE(index::ReadIndex(dir + "/index", false, false, &data).ok());
+        EXPECT_TRUE(data.model.unit_norm);
+        kernels::DecodedScaleParams sp;
+        sp.centroids = data.model.centroids.data();
+        sp.n_centroids = data.model.n_centroids;
+        sp.dim = data.model.dim;
+        sp.token_centroids = data.token_centroids.data();
+        sp.codes = data.codes.data();
+        sp.n_code_bytes = data.model.n_code_bytes;
+        sp.codebook = data.model.codebook.data();
+        sp.n_tokens = data.info.n_tokens;
+        std::vector<double> s64(static_cast<size_t>(sp.n_tokens));
+        ASSERT_TRUE(kernels::decoded_scales_ref(sp, s64.data()).ok());
+        const std::vector<float> scales(s64.begin(), s64.end());
+        std::vector<float> qf(size_t(qb.q_tokens) * qb.dim);
+        for (int q = 0; q < 5; ++q) {
+            const uint16_t* qh = reinterpret_cast<const uint16_t*>(qa.bytes.data()) + size_t(q) * qf.size();
+            for (size_t i = 0; i < qf.size(); ++i) qf[i] = kernels::half_to_float(qh[i]);
+            const int64_t co[2] = {0, 1};
+            const int32_t cd[1] = {int32_t(rn[size_t(q)][0].internal_id)};
+            kernels::CodeMaxSimParams p;
+            p.queries = qf.data();
+            p.n_queries = 1;
+            p.q_stride = qb.q_tokens;
+            p.dim = qb.dim;
+            p.n_centroids = data.model.n_centroids;
+            p.token_centroids = data.token_centroids.data();
+            p.codes = data.codes.data();
+            p.n_code_bytes = data.model.n_code_bytes;
+            p.codebook = data.model.codebook.data();
+            p.token_scales = scales.data();
+            p.doc_offsets = data.doc_offsets.data();
+            p.n_docs = data.info.n_docs;
+            p.cand_offsets = co;
+            p.cand_docs = cd;
+            double want = 0;
+            ASSERT_TRUE(kernels::code_maxsim_ref(p, data.model.centroids.data(), &want).ok());
+            EXPECT_NEAR(rn[size_t(q)][0].score, want, 1e-4 * (1 + std::fabs(want))) << "query " << q;
+        }
+    }
     // Searched 7 queries at a time (query lengths too): the same hits and scores, in order.
     std::vector<int32_t> lens(size_t(qb.n_queries));
     for (size_t i = 0; i < lens.size(); ++i) lens[i] = int32_t(i % 5 == 0 ? qb.q_tokens - 3 : qb.q_tokens);

@@ -177,6 +177,42 @@ TEST_P(BuildAndLoad, RoundTripsEverything) {
 
 INSTANTIATE_TEST_SUITE_P(IndexCpu, BuildAndLoad, ::testing::Values("pq", "residual"));
 
+// IndexModel::unit_norm: set when the training tokens are unit vectors (to fp16 rounding), not
+// when they are not; written with the index, read back, and sent with the model's bytes.
+TEST(IndexCpu, UnitNormIsDetectedAndStored) {
+    const int dim = 64;
+    for (const float norm : {1.0f, 1.5f}) {
+        SCOPED_TRACE("token norm " + std::to_string(norm));
+        Built b = random_docs(200, dim, 5);
+        for (size_t r = 0; r < b.tokens.size() / dim; ++r) {
+            double ss = 0;
+            for (int j = 0; j < dim; ++j) ss += std::pow(double(kernels::half_to_float(b.tokens[r * dim + j])), 2);
+            for (int j = 0; j < dim; ++j) {
+                uint16_t& h = b.tokens[r * dim + j];
+                h = kernels::float_to_half(float(kernels::half_to_float(h) * norm / std::sqrt(ss)));
+            }
+        }
+        EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+        IndexBuildOptions bo;
+        bo.codec = "residual";
+        bo.n_centroids = 16;
+        bo.progress = false;
+        index::IndexData built;
+        std::vector<std::pair<std::string, double>> phases;
+        ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
+        EXPECT_EQ(built.model.unit_norm, norm == 1.0f);
+        const std::string path = temp_dir("unit_norm") + "/idx";
+        ASSERT_TRUE(index::WriteIndex(path, built, bo).ok());
+        index::IndexData got;
+        ASSERT_TRUE(index::ReadIndex(path, false, false, &got).ok());
+        EXPECT_EQ(got.model.unit_norm, norm == 1.0f);
+        index::IndexModel back;
+        ASSERT_TRUE(index::ModelFromBytes(index::ModelToBytes(got.model), &back).ok());
+        EXPECT_EQ(back.unit_norm, norm == 1.0f);
+        EXPECT_EQ(back.centroids, got.model.centroids);
+    }
+}
+
 TEST(IndexCpu, FailedBuildLeavesNothing) {
     const int dim = 64;
     const Built b = random_docs(100, dim, 4);

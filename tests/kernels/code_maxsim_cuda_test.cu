@@ -100,6 +100,7 @@ std::vector<CodeCase> code_cases() {
 /// Host data of one case (float values exactly as the kernels see them).
 struct CodeData {
     std::vector<float> q, cent, book, cs;
+    std::vector<float> scales;  // decoded_scales_ref's, rounded to fp32 (with codes)
     std::vector<uint32_t> tc;
     std::vector<uint8_t> codes;
     std::vector<int64_t> doc_offsets, cand_offsets;
@@ -141,6 +142,20 @@ struct CodeData {
         codes.resize(size_t(nt) * nb);
         for (auto& x : tc) x = rng() % K;
         for (auto& x : codes) x = uint8_t(rng());
+        if (nb > 0) {
+            kernels::DecodedScaleParams sp;
+            sp.centroids = cent.data();
+            sp.n_centroids = K;
+            sp.dim = dim;
+            sp.token_centroids = tc.data();
+            sp.codes = codes.data();
+            sp.n_code_bytes = nb;
+            sp.codebook = book.data();
+            sp.n_tokens = nt;
+            std::vector<double> s64(static_cast<size_t>(nt));
+            if (!kernels::decoded_scales_ref(sp, s64.data()).ok()) std::abort();
+            scales.assign(s64.begin(), s64.end());
+        }
         cs.resize(size_t(c.n_queries) * c.q_stride * K);
         for (int i = 0; i < c.n_queries * c.q_stride; ++i)
             for (int k = 0; k < K; ++k) {
@@ -184,13 +199,13 @@ struct CodeData {
 
 /// A case's inputs on the device, and its parameters pointing at them.
 struct DevCase {
-    DevBuf<float> q, book, cs;
+    DevBuf<float> q, book, cs, scales;
     DevBuf<uint32_t> tc;
     DevBuf<uint8_t> codes;
     DevBuf<int64_t> offs, coffs;
     DevBuf<int32_t> qlens, cdocs;
     explicit DevCase(const CodeData& d)
-        : q(d.q), book(d.book), cs(d.cs), tc(d.tc), codes(d.codes), offs(d.doc_offsets), coffs(d.cand_offsets),
+        : q(d.q), book(d.book), cs(d.cs), scales(d.scales), tc(d.tc), codes(d.codes), offs(d.doc_offsets), coffs(d.cand_offsets),
           qlens(d.query_lens), cdocs(d.cand_docs) {}
     CodeMaxSimParams params(const CodeCase& c, const CodeData& d, float* d_scores) const {
         CodeMaxSimParams p = d.host_params(c, d_scores);
@@ -211,8 +226,9 @@ float h16(float x) { return kernels::half_to_float(kernels::float_to_half(x)); }
 
 /// The GPU's computation on the CPU: fp16 inputs, fp32 sums (for the tolerance); fp16_max (the
 /// warpgroup-MMA kernel): each token's term is the fp16 sum of the fp16-rounded similarity and
-/// the fp16 centroid score, as that kernel's fp16 fold.
-std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d, bool fp16_max) {
+/// the fp16 centroid score, as that kernel's fp16 fold. scaled: each token's term times its
+/// scale (d.scales; in fp16 with fp16_max).
+std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d, bool fp16_max, bool scaled = false) {
     std::vector<double> out;
     const int dim = c.dim, nb = c.n_code_bytes, dsub = nb ? dim / nb : 0, K = c.n_centroids;
     const int64_t n_docs = int64_t(c.doc_lens.size());
@@ -232,7 +248,9 @@ std::vector<double> naive_same_precision(const CodeCase& c, const CodeData& d, b
                         const float* e = d.book.data() + (size_t(b) * 256 + d.codes[size_t(t) * nb + b]) * dsub;
                         for (int j = 0; j < dsub; ++j) dot += h16(qv[b * dsub + j]) * h16(e[j]);
                     }
-                    best = std::max(best, fp16_max ? h16(float(double(h16(dot)) + double(cs))) : cs + dot);
+                    float term = fp16_max ? h16(float(double(h16(dot)) + double(cs))) : cs + dot;
+                    if (scaled) term = fp16_max ? h16(term * h16(d.scales[t])) : term * d.scales[t];
+                    best = std::max(best, term);
                 }
                 if (d.doc_offsets[doc + 1] > d.doc_offsets[doc]) score += best;
             }
@@ -296,18 +314,24 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
     for (const CodeCase& c : code_cases()) {
         SCOPED_TRACE(describe(c));
         const CodeData d(c);
-        const CodeMaxSimParams hp = d.host_params(c, nullptr);
+        // With codes, every variant also with token scales (the decoded tokens' inverse norms).
+        for (const bool scaled : {false, true}) {
+        if (scaled && c.n_code_bytes == 0) continue;
+        SCOPED_TRACE(scaled ? "token scales" : "no scales");
+        CodeMaxSimParams hp = d.host_params(c, nullptr);
+        hp.token_scales = scaled ? d.scales.data() : nullptr;
         const int64_t n = kernels::code_maxsim_num_scores(hp);
         std::vector<double> ref(static_cast<size_t>(n));
         ASSERT_TRUE(kernels::code_maxsim_ref(hp, d.cent.data(), ref.data()).ok());
-        const std::vector<double> naive32 = naive_same_precision(c, d, false);
-        const std::vector<double> naive16 = naive_same_precision(c, d, true);
+        const std::vector<double> naive32 = naive_same_precision(c, d, false, scaled);
+        const std::vector<double> naive16 = naive_same_precision(c, d, true, scaled);
         ASSERT_EQ(int64_t(naive32.size()), n);
         ASSERT_EQ(int64_t(naive16.size()), n);
 
         const DevCase dev(d);
         DevBuf<float> scores(static_cast<size_t>(n));
         CodeMaxSimParams p = dev.params(c, d, scores.d);
+        p.token_scales = scaled ? dev.scales.d : nullptr;
         // Residual codebooks have one block for every code byte: score them through the general
         // layout (paired when dim % 64 == 0, else per byte) and through the replicated
         // shared block.
@@ -363,6 +387,49 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
             }
             EXPECT_EQ(bad, 0);
         }
+        }
+    }
+}
+
+// The decoded tokens' inverse norms on the device against the CPU path and the reference,
+// over the case table's codecs.
+TEST(DecodedScalesCuda, MatchesCpuAndRef) {
+    SKIP_WITHOUT_GPU();
+    for (const CodeCase& c : code_cases()) {
+        if (c.n_code_bytes == 0 || c.doc_lens.empty()) continue;
+        SCOPED_TRACE(describe(c));
+        const CodeData d(c);
+        const int64_t nt = int64_t(d.tc.size());
+        kernels::DecodedScaleParams p;
+        p.centroids = d.cent.data();
+        p.n_centroids = c.n_centroids;
+        p.dim = c.dim;
+        p.token_centroids = d.tc.data();
+        p.codes = d.codes.data();
+        p.n_code_bytes = c.n_code_bytes;
+        p.codebook = d.book.data();
+        p.n_tokens = nt;
+        std::vector<float> cpu(static_cast<size_t>(nt));
+        p.scales = cpu.data();
+        ASSERT_TRUE(kernels::decoded_scales_cpu(p).ok());
+        const DevBuf<float> cent(d.cent), book(d.book);
+        const DevBuf<uint32_t> tc(d.tc);
+        const DevBuf<uint8_t> codes(d.codes);
+        DevBuf<float> out(static_cast<size_t>(nt));
+        ASSERT_EQ(cudaMemset(out.d, 0xff, out.n * sizeof(float)), cudaSuccess);
+        p.centroids = cent.d;
+        p.token_centroids = tc.d;
+        p.codes = codes.d;
+        p.codebook = book.d;
+        p.scales = out.d;
+        const Status st = kernels::decoded_scales_cuda(p, nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> got = out.get();
+        for (int64_t t = 0; t < nt; ++t) {
+            EXPECT_NEAR(got[t], d.scales[t], 1e-5 * d.scales[t]) << t;
+            EXPECT_NEAR(got[t], cpu[t], 1e-5 * cpu[t]) << t;
+        }
     }
 }
 
@@ -379,6 +446,10 @@ TEST(CodeMaxSimCuda, TopKEqualsTopOfScores) {
         DevBuf<float> scores(static_cast<size_t>(n));
         CodeMaxSimParams p = dev.params(c, d, scores.d);
         p.allow_wgmma = false;  // top-k runs the mma.sync kernel: the same arithmetic, equal scores
+        // With codes, the tokens scaled (the seed's parity picks: half the cases each way).
+        const bool scaled = c.n_code_bytes > 0 && c.seed % 2 == 1;
+        SCOPED_TRACE(scaled ? "token scales" : "no scales");
+        p.token_scales = scaled ? dev.scales.d : nullptr;
         const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
         DevBuf<unsigned char> ws(ws_bytes);
         ASSERT_TRUE(kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr).ok());
@@ -690,11 +761,14 @@ TEST(CodeMaxSimCuda, RejectsUnsupportedShapes) {
     }
 }
 
+// GpuCodeScorer against the CPU path; after NormalizeDecoded with the decoded tokens' inverse
+// norms (not for centroid-only scores).
 TEST(GpuCodeScorerCuda, MatchesCpuPath) {
     SKIP_WITHOUT_GPU();
+    for (const bool normalized : {false, true})
     for (const bool centroids_only : {false, true}) {
         const CodeCase c{"scorer", 128, 32, 2, 64, 3, 32, {32, 11, 0}, lens(80, 0, 150, 31), true, {50, 0, 40}, 700};
-        SCOPED_TRACE(describe(c) + (centroids_only ? " centroids only" : ""));
+        SCOPED_TRACE(describe(c) + (centroids_only ? " centroids only" : "") + (normalized ? " normalized" : ""));
         const CodeData d(c);
         std::unique_ptr<engine::GpuCodeScorer> scorer;
         const Status cs = engine::GpuCodeScorer::Create(test::TestGpuContext(), d.tc.data(), d.codes.data(), int64_t(d.tc.size()),
@@ -702,6 +776,10 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
                                                         c.dim, d.doc_offsets.data(), int64_t(c.doc_lens.size()),
                                                         &scorer);
         ASSERT_TRUE(cs.ok()) << cs.ToString();
+        if (normalized) {
+            const Status ns = scorer->NormalizeDecoded(d.cent.data());
+            ASSERT_TRUE(ns.ok()) << ns.ToString();
+        }
         for (const bool ragged : {true, false}) {
             std::vector<float> got;
             // Dense calls let the scorer compute the centroid scores itself (cuBLAS).
@@ -720,6 +798,7 @@ TEST(GpuCodeScorerCuda, MatchesCpuPath) {
                 p.codes = nullptr;
                 p.codebook = nullptr;
             }
+            p.token_scales = normalized ? d.scales.data() : nullptr;
             std::vector<float> want(size_t(kernels::code_maxsim_num_scores(p)));
             p.scores = want.data();
             ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());

@@ -229,13 +229,81 @@ TEST(CodeMaxSimCpu, MatchesRefOnDecodedVectors) {
             p.cand_offsets = co.data();
             p.cand_docs = cd.data();
         }
-        const int64_t n = kernels::code_maxsim_num_scores(p);
-        std::vector<double> ref(n);
-        std::vector<float> got(n);
-        p.scores = got.data();
-        ASSERT_TRUE(kernels::code_maxsim_ref(p, cent.data(), ref.data()).ok());
-        ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());
-        for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+        // Each token scaled (token_scales) by 0.5 .. 1.5, or not; unread without codes.
+        std::vector<float> scales(static_cast<size_t>(nt));
+        for (auto& x : scales) x = 0.5f + float(rng() % 1000) / 1000.f;
+        for (const bool scaled : {false, true}) {
+            SCOPED_TRACE(scaled ? "token scales" : "no scales");
+            p.token_scales = scaled ? scales.data() : nullptr;
+            const int64_t n = kernels::code_maxsim_num_scores(p);
+            std::vector<double> ref(n), plain(n);
+            std::vector<float> got(n);
+            p.scores = got.data();
+            ASSERT_TRUE(kernels::code_maxsim_ref(p, cent.data(), ref.data()).ok());
+            ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());
+            for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+            // The scales change the scores (where there are codes to scale).
+            p.token_scales = nullptr;
+            ASSERT_TRUE(kernels::code_maxsim_ref(p, cent.data(), plain.data()).ok());
+            int differ = 0;
+            for (int64_t i = 0; i < n; ++i) differ += std::fabs(plain[i] - ref[i]) > 1e-6;
+            EXPECT_EQ(differ > 0, scaled && nb > 0 && n > 0);
+        }
+    }
+}
+
+// The decoded tokens' inverse norms: cpu (fp32) against ref (fp64), and the ref against a norm
+// computed here from the decoded vector; a zero vector gets 1; a bad centroid id is refused.
+TEST(DecodedScales, CpuMatchesRef) {
+    for (const int nb : {16, 32, 64}) {
+        const int dim = 128, K = 20, dsub = dim / nb;
+        const int64_t nt = 700;
+        std::mt19937 rng(nb);
+        std::normal_distribution<float> n01;
+        std::vector<float> cent(size_t(K) * dim), book(size_t(nb) * 256 * dsub);
+        for (auto& x : cent) x = n01(rng) * 0.09f;
+        for (auto& x : book) x = n01(rng) * 0.03f;
+        for (int j = 0; j < dim; ++j) cent[j] = 0.f;   // centroid 0 is zero, and so is
+        for (int j = 0; j < dsub; ++j) book[j] = 0.f;  // entry 0 of block 0 ...
+        std::vector<uint32_t> tc(nt);
+        std::vector<uint8_t> codes(size_t(nt) * nb);
+        for (auto& x : tc) x = rng() % K;
+        for (auto& x : codes) x = uint8_t(rng());
+        tc[5] = 0;
+        for (int b = 0; b < nb; ++b) codes[5 * nb + b] = 0;  // ... so token 5 decodes to zero
+        for (int b = 1; b < nb; ++b)
+            for (int j = 0; j < dsub; ++j) book[(size_t(b) * 256) * dsub + j] = 0.f;
+        kernels::DecodedScaleParams p;
+        p.centroids = cent.data();
+        p.n_centroids = K;
+        p.dim = dim;
+        p.token_centroids = tc.data();
+        p.codes = codes.data();
+        p.n_code_bytes = nb;
+        p.codebook = book.data();
+        p.n_tokens = nt;
+        std::vector<double> ref(static_cast<size_t>(nt));
+        std::vector<float> got(static_cast<size_t>(nt));
+        p.scales = got.data();
+        ASSERT_TRUE(kernels::decoded_scales_ref(p, ref.data()).ok());
+        ASSERT_TRUE(kernels::decoded_scales_cpu(p).ok());
+        EXPECT_EQ(ref[5], 1.0);
+        EXPECT_EQ(got[5], 1.0f);
+        for (int64_t t = 0; t < nt; ++t) {
+            double ss = 0;
+            for (int j = 0; j < dim; ++j) {
+                const int b = j / dsub;
+                const double x = double(cent[size_t(tc[t]) * dim + j]) + book[(size_t(b) * 256 + codes[t * nb + b]) * dsub + j % dsub];
+                ss += x * x;
+            }
+            if (t != 5) EXPECT_NEAR(ref[t], 1.0 / std::sqrt(ss), 1e-12 * ref[t]) << t;
+            EXPECT_NEAR(got[t], ref[t], 1e-5 * ref[t]) << t;
+        }
+        tc[9] = K;
+        EXPECT_FALSE(kernels::decoded_scales_ref(p, ref.data()).ok());
+        EXPECT_FALSE(kernels::decoded_scales_cpu(p).ok());
+        p.n_code_bytes = 0;
+        EXPECT_FALSE(kernels::decoded_scales_cpu(p).ok());
     }
 }
 
