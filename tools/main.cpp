@@ -865,6 +865,14 @@ int run(int argc, char** argv) {
         ->check(CLI::ExistingFile);
     bs->add_option("--truth-out", sbo.truth_out, "Write the exhaustive search's run here (the --truth format)");
     bs->add_option("--json", sb_json, "Write the results JSON here");
+    bs->add_option("--peer", sbo.peer,
+                   "Also measure this system on the same embeddings, against the same truth (its row follows)")
+        ->check(CLI::IsMember({"fast-plaid"}));
+    bs->add_option("--peer-corpus", sbo.peer_corpus,
+                   "The corpus's embeddings for the peer (docs.npy, doclens.npy, doc_ids.txt, queries.npy; default: "
+                   "the directory of --queries)");
+    bs->add_option("--peer-script", sbo.peer_script, "The peer's runner")->capture_default_str();
+    bs->add_option("--peer-nbits", sbo.peer_nbits, "The peer's residual bits")->capture_default_str()->check(CLI::IsMember({1, 2, 4}));
 
     // demo
     std::string demo_dir;

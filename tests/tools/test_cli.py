@@ -155,6 +155,38 @@ def test_bench_search(corpus, index, tmp_path):
     assert all(0.5 <= r["recall_at_10"] <= 1.0 for r in j["rows"])
 
 
+def test_bench_search_peer_row(corpus, index, tmp_path):
+    # The peer's runner gets the corpus, our queries and the truth (the exhaustive run, k rows a
+    # query), and its row follows ours; a stand-in runner here (fast-plaid needs a GPU).
+    runner = tmp_path / "peer.py"
+    runner.write_text(
+        "import argparse, json\n"
+        "ap = argparse.ArgumentParser()\n"
+        "for k in ['--corpus', '--queries', '--truth', '--out', '--index', '--nbits', '--k', '--single']:\n"
+        "    ap.add_argument(k)\n"
+        "a = ap.parse_args()\n"
+        "rows = [l.split() for l in open(a.truth)]\n"
+        "json.dump({'system': 'stand-in', 'index': 'residual' + a.nbits, 'truth_rows': len(rows),\n"
+        "           'queries': a.queries, 'corpus': a.corpus, 'qids': len({r[0] for r in rows})}, open(a.out, 'w'))\n")
+    out = tmp_path / "search.json"
+    tms("bench", "search", "--index", index, "--queries", corpus / "queries.npy", "--device", "cpu", "--single", 0,
+        "--concurrency", 1, "--passes", 1, "--peer", "fast-plaid", "--peer-script", runner, "--peer-nbits", 4,
+        "--json", out, check=True)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["system"] for r in rows] == ["tms", "stand-in"]
+    peer = rows[1]
+    assert peer["index"] == "residual4" and peer["qids"] == 20 and peer["truth_rows"] == 200
+    assert peer["queries"] == str(corpus / "queries.npy") and peer["corpus"] == str(corpus)
+    expect_error(tms("bench", "search", "--index", index, "--queries", corpus / "queries.npy", "--device", "cpu",
+                     "--peer", "fast-plaid", "--peer-script", tmp_path / "none.py"), "none.py: not found")
+    expect_error(tms("bench", "search", "--index", index, "--queries", corpus / "queries.npy", "--device", "cpu",
+                     "--peer", "fast-plaid", "--peer-script", runner, "--peer-corpus", tmp_path), "docs.npy: not found")
+    runner.write_text("import sys\nsys.exit(3)\n")  # the runner fails after our rows: the call fails
+    p = tms("bench", "search", "--index", index, "--queries", corpus / "queries.npy", "--device", "cpu",
+            "--single", 0, "--concurrency", 1, "--passes", 1, "--peer", "fast-plaid", "--peer-script", runner)
+    assert p.returncode > 0 and "failed (status" in p.stderr.strip().splitlines()[-1], p.stderr
+
+
 def test_residual_codec_and_float32(corpus, tmp_path):
     docs32 = save_npy(tmp_path / "d32.npy", np.load(corpus / "docs.npy").astype(np.float32))
     out = tmp_path / "res"

@@ -11,9 +11,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
+
+#include <unistd.h>
 
 #include "base/json_escape.h"
 #include "base/progress.h"
@@ -77,8 +80,81 @@ double percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
+// s quoted for /bin/sh.
+std::string shell_quote(const std::string& s) {
+    std::string r = "'";
+    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return r + "'";
+}
+
+// The peer's row (one JSON object, the schema of ours): o.peer_script run on the same corpus and
+// queries, scored against `truth` (written to a temporary TREC run for it).
+std::filesystem::path peer_corpus(const SearchBenchOptions& o) {
+    return o.peer_corpus.empty() ? std::filesystem::path(o.queries).parent_path() : std::filesystem::path(o.peer_corpus);
+}
+
+// What the peer needs, checked before anything is measured.
+Status check_peer(const SearchBenchOptions& o) {
+    namespace fs = std::filesystem;
+    if (o.peer != "fast-plaid") return Status::InvalidArgument("--peer: unknown system '" + o.peer + "' (fast-plaid)");
+    if (!fs::exists(o.peer_script)) {
+        return Status::InvalidArgument(o.peer_script + ": not found (run from the repository root, or pass --peer-script)");
+    }
+    const fs::path docs = peer_corpus(o) / "docs.npy";
+    if (!fs::exists(docs)) {
+        return Status::InvalidArgument(docs.string() + ": not found: the peer needs the corpus's embeddings (pass --peer-corpus DIR)");
+    }
+    return Status::OK();
+}
+
+Status run_peer(const SearchBenchOptions& o, const std::vector<std::vector<SearchHit>>& truth, std::string* row) {
+    namespace fs = std::filesystem;
+    const fs::path corpus = peer_corpus(o);
+    const fs::path tmp = fs::temp_directory_path() / ("tms-peer-" + std::to_string(::getpid()));
+    std::error_code ec;
+    fs::create_directories(tmp, ec);
+    if (ec) return Status::IOError(tmp.string() + ": cannot create: " + ec.message());
+    struct Cleanup {
+        fs::path p;
+        ~Cleanup() {
+            std::error_code e;
+            fs::remove_all(p, e);
+        }
+    } cleanup{tmp};
+    std::vector<std::string> qids;
+    std::vector<std::vector<std::pair<std::string, float>>> rows;
+    for (size_t i = 0; i < truth.size(); ++i) {
+        qids.push_back(std::to_string(i));
+        rows.emplace_back();
+        for (const SearchHit& h : truth[i]) rows.back().emplace_back(h.doc_id, h.score);
+    }
+    const fs::path run = tmp / "truth.trec", out = tmp / "row.json";
+    TMS_RETURN_IF_ERROR(WriteRun(run.string(), qids, rows, "truth"));
+    const std::string cmd = "python3 " + shell_quote(o.peer_script) + " --corpus " + shell_quote(corpus.string()) +
+                            " --queries " + shell_quote(o.queries) + " --truth " + shell_quote(run.string()) + " --out " + shell_quote(out.string()) +
+                            " --index " + shell_quote((tmp / "index").string()) + " --nbits " +
+                            std::to_string(o.peer_nbits) + " --k " + std::to_string(o.search.k) + " --single " +
+                            std::to_string(std::max(1, o.single)) + " >&2";
+    std::fprintf(stderr, "peer: %s\n", cmd.c_str());
+    std::fflush(stderr);
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+        return Status::Internal("--peer " + o.peer + ": " + o.peer_script + " failed (status " + std::to_string(rc) +
+                                "; its output is above)");
+    }
+    std::ifstream f(out);
+    std::string line;
+    std::getline(f, line);
+    if (line.size() < 2 || line.front() != '{' || line.back() != '}') {
+        return Status::Internal("--peer " + o.peer + ": " + out.string() + ": not one JSON object");
+    }
+    *row = line;
+    return Status::OK();
+}
+
 Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     if (o.batch <= 0 || o.passes <= 0 || o.single < 0) return Status::InvalidArgument("bench search: bad counts");
+    if (!o.peer.empty()) TMS_RETURN_IF_ERROR(check_peer(o));
     HostArray arr;
     TMS_RETURN_IF_ERROR(LoadNpy(o.queries, &arr));
     EmbeddingView view;
@@ -133,6 +209,9 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     double exhaustive_s = 0;
     const bool exhaustive = o.truth.empty() && o.recall && tier != VectorTier::kNone;
     const bool with_recall = exhaustive || !o.truth.empty();
+    if (!o.peer.empty() && !with_recall) {
+        return Status::InvalidArgument("--peer needs the truth: an index with vectors (exhaustive search) or --truth");
+    }
     if (exhaustive) {
         SearchOptions ex = o.search;
         ex.exhaustive = true;
@@ -283,6 +362,11 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
             out_rows += b;
         }
         out_rows += "}";
+    }
+    if (!o.peer.empty()) {
+        std::string peer_row;
+        TMS_RETURN_IF_ERROR(run_peer(o, truth, &peer_row));
+        out_rows += ",\n  " + peer_row;
     }
     char date[32];
     const std::time_t now = std::time(nullptr);

@@ -26,6 +26,12 @@ struct SearchBenchOptions {
     /// of an exhaustive search: recall for an index without vectors, or against another system.
     std::string truth;
     std::string truth_out;            ///< where to write the exhaustive run (the same format)
+    /// A peer system measured in the same call, on the same embeddings against the same truth:
+    /// "fast-plaid" (peer_script, Python, fast-plaid importable) or empty. Its row follows ours.
+    std::string peer;
+    std::string peer_corpus;  ///< its embeddings (`tms synth`'s layout); empty: --queries' directory
+    std::string peer_script = "tools/bench/fast_plaid_peer.py";
+    int peer_nbits = 2;
     std::string command;              ///< recorded in the JSON
 };
 

@@ -6,6 +6,9 @@ doclens.npy (per-document views of the memory-mapped array), searches queries.np
 taken as the truth (qids 0, 1, ... in query order, as `tms bench search --truth-out` writes it).
 
   python3 fast_plaid_peer.py --corpus DIR --truth exact.trec --out row.json [--nbits 2] [--k 10]
+      [--queries Q.npy]
+
+`tms bench search --peer fast-plaid` runs it in the same call, on a temporary copy of its truth.
 
 DIR holds docs.npy, doclens.npy, doc_ids.txt and queries.npy (`tms synth`'s layout).
 """
@@ -35,6 +38,7 @@ def main():
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--truth", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--queries", help="query embeddings .npy (default: DIR/queries.npy)")
     ap.add_argument("--index", default="/tmp/fast-plaid-index")
     ap.add_argument("--nbits", type=int, default=2)
     ap.add_argument("--k", type=int, default=10)
@@ -43,7 +47,7 @@ def main():
     docs = np.load(os.path.join(a.corpus, "docs.npy"), mmap_mode="r")
     lens = np.load(os.path.join(a.corpus, "doclens.npy")).astype(np.int64)
     ids = open(os.path.join(a.corpus, "doc_ids.txt")).read().split()
-    queries = torch.from_numpy(np.load(os.path.join(a.corpus, "queries.npy"))).to("cuda")
+    queries = torch.from_numpy(np.load(a.queries or os.path.join(a.corpus, "queries.npy"))).to("cuda")
     offsets = np.concatenate([[0], np.cumsum(lens)])
     tensors = [torch.from_numpy(np.asarray(docs[offsets[i]:offsets[i + 1]])) for i in range(len(lens))]
     shutil.rmtree(a.index, ignore_errors=True)
