@@ -405,6 +405,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                                        std::to_string(n_train) + " training tokens");
     }
     std::vector<float> train(size_t(n_train) * dim);
+    bool unit = true;  // every sampled token a unit vector (IndexModel::unit_norm)
     {
         std::mt19937_64 rng(opts.seed);
         const std::vector<int64_t> pick = sorted_sample_impl(n_tokens, n_train, rng);
@@ -415,22 +416,20 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
             while (r - shard_begin >= shards[shard].rows) shard_begin += shards[shard++].rows;
             float* row = train.data() + taken * dim;
             rows_to_float(shards[shard], r - shard_begin, 1, row);
+            double ss = 0;
             for (int j = 0; j < dim; ++j) {
                 if (!std::isfinite(row[j])) {
                     return NonFiniteError(names && shard < names->size() ? (*names)[shard] : "docs", r - shard_begin, j, row[j]);
                 }
+                ss += double(row[j]) * row[j];
             }
+            unit = unit && std::abs(std::sqrt(ss) - 1.0) <= 0.01;
             ++taken;
             if (release && (taken & 4095) == 0) release(shard, r - shard_begin);  // sampled pages behind us
         }
         if (taken != n_train) return Status::Internal("token sampling took " + std::to_string(taken) + " rows");
     }
-    m.unit_norm = n_train > 0;
-    for (int64_t r = 0; r < n_train && m.unit_norm; ++r) {
-        double ss = 0;
-        for (int j = 0; j < dim; ++j) ss += double(train[size_t(r) * dim + j]) * train[size_t(r) * dim + j];
-        m.unit_norm = std::abs(std::sqrt(ss) - 1.0) <= 0.01;
-    }
+    m.unit_norm = unit && n_train > 0;
     // 2. k-means.
     std::unique_ptr<GpuAssigner> gpu;
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, opts.gpu, &gpu));
