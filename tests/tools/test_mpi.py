@@ -1,9 +1,10 @@
 """Distributed search under mpirun (oversubscribed on this machine: a correctness check).
 
 `mpirun -np R tms search` over a sharded index writes the same run as one process, exhaustive or
-approximate; a rank that cannot open its shard, or stops answering, ends the job with one message
+approximate, filtered or not; a rank that cannot open its shard, or stops answering, ends the job with one message
 on rank 0 in bounded time. Skipped when tms was built without MPI or mpirun is missing.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -66,6 +67,42 @@ def test_ranks_write_the_run_of_one_process(corpus, tmp_path, shards, mode):
     assert "3 ranks" in p.stderr and f"{shards} shards" in p.stderr
     assert len(dist.read_text().splitlines()) == len(one.read_text().splitlines()) == 240
     same_run(dist, one)
+
+
+@pytest.fixture(scope="module")
+def meta_index(corpus):
+    # The 3-shard index again, with metadata: every rank filters with its own copy of it.
+    with open(corpus / "meta.jsonl", "w") as f:
+        for i in range(300):
+            f.write(json.dumps({"tenant": i % 10, "year": 2000 + i % 7}) + "\n")
+    tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--doc-ids",
+        corpus / "doc_ids.txt", "--out", corpus / "meta3", "--keep-vectors", "--no-estimate", "--centroids", 32,
+        "--shards", 3, "--metadata", corpus / "meta.jsonl", "--no-progress", check=True)
+    return "meta3"
+
+
+FILTERS = {  # SQL, and which documents it allows (document i: tenant i % 10, year 2000 + i % 7)
+    "tenant < 5": lambda i: i % 10 < 5,
+    "tenant = 3 AND year = 2002": lambda i: i % 10 == 3 and i % 7 == 2,
+    "tenant = 99": lambda i: False,
+}
+
+
+@pytest.mark.parametrize("flt", list(FILTERS))
+@pytest.mark.parametrize("mode", [(), ("--exhaustive",), ("--nprobe", 2, "--ncandidates", 15, "--rerank", 12)])
+def test_filtered_ranks_write_the_run_of_one_process(corpus, meta_index, tmp_path, flt, mode):
+    one, dist = tmp_path / "one.trec", tmp_path / "mpi.trec"
+    tms(*search_args(corpus, meta_index, one, "--filter", flt, *mode), check=True)
+    p = mpirun(3, *search_args(corpus, meta_index, dist, "--filter", flt, *mode))
+    assert p.returncode == 0, p.stderr
+    same_run(dist, one)
+    # Only allowed documents (tenant is the document's number mod 10), and every query has hits
+    # unless nothing is allowed.
+    ids = (corpus / "doc_ids.txt").read_text().split()
+    rows = [l.split() for l in dist.read_text().splitlines()]
+    allowed = {ids[i] for i in range(300) if FILTERS[flt](i)}
+    assert all(r[2] in allowed for r in rows)
+    assert (len(rows) == 0) == (len(allowed) == 0)
 
 
 def test_more_ranks_than_shards(corpus, tmp_path):
