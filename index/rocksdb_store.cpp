@@ -503,6 +503,7 @@ Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::jso
         info->pq_nbits = stats->at("pq_nbits");
         info->residual_nbits = stats->at("residual_nbits");
         info->has_vectors = stats->at("has_vectors");
+        info->unit_norm = stats->value("unit_norm", false);
         info->n_chunks = stats->at("n_chunks");
         info->n_deleted = stats->value("n_deleted", int64_t{0});
         const int ncb = stats->at("n_code_bytes");

@@ -425,6 +425,7 @@ tms::Status print_info(const std::string& path) {
                 i.codec.c_str());
     if (i.codec == "pq") std::printf("pq_m\t%d\npq_nbits\t%d\n", i.pq_m, i.pq_nbits);
     else std::printf("residual_nbits\t%d\n", i.residual_nbits);
+    std::printf("decoded_tokens\t%s\n", i.unit_norm ? "unit (normalised, as PLAID)" : "as decoded");
     std::printf("live_documents\t%lld\ndeleted\t%lld\n", (long long)(i.n_docs - i.n_deleted), (long long)i.n_deleted);
     std::printf("code_bytes_per_token\t%.2f\nvectors\t%s\nvector_bytes_per_token\t%.2f\nchunks\t%lld\nbuild_config\t%s\n",
                 i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,

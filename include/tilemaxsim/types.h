@@ -93,6 +93,10 @@ struct IndexInfo {
     int pq_nbits = 0;           ///< bits per PQ code (codec pq)
     int residual_nbits = 0;     ///< bits per dimension (codec residual)
     bool has_vectors = false;   ///< fp16 vectors stored (exact scoring, rerank)
+    /// The training tokens were unit vectors: compressed scores treat each decoded token as one
+    /// (its similarities divided by its decoded norm, as PLAID normalises). False for indexes
+    /// written before this was recorded.
+    bool unit_norm = false;
     double code_bytes_per_token = 0;    ///< centroid id + codes
     double vector_bytes_per_token = 0;  ///< fp16 vectors, 0 without
     int64_t n_chunks = 0;

@@ -66,6 +66,7 @@ py::dict info_dict(const tms::IndexInfo& i) {
     d["n_centroids"] = i.n_centroids;
     d["codec"] = i.codec;
     d["has_vectors"] = i.has_vectors;
+    d["unit_norm"] = i.unit_norm;
     d["format_version"] = i.format_version;
     d["n_shards"] = i.shards.size();
     d["build_config"] = i.build_config_json;

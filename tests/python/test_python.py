@@ -140,7 +140,7 @@ def test_documents_as_a_list_or_one_array(corpus, tmp_path):
     b = tilemaxsim.Searcher(tmp_path / "flat", "cpu").search(corpus["queries"], k=5, exhaustive=True)
     assert a[0] == b[0]
     info = tilemaxsim.index_info(tmp_path / "flat")
-    assert info["n_docs"] == 400 and info["dim"] == 64 and info["has_vectors"]
+    assert info["n_docs"] == 400 and info["dim"] == 64 and info["has_vectors"] and info["unit_norm"]
 
 
 def test_vectors_on_disk_give_the_same_results(corpus):

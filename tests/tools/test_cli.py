@@ -195,6 +195,12 @@ def test_residual_codec_and_float32(corpus, tmp_path):
     info = tms("info", "--index", out, check=True).stdout
     assert "codec\tresidual" in info and "residual_nbits\t2" in info
     assert "code_bytes_per_token\t20.00" in info  # 4 (centroid) + 64 dims * 2 bits / 8
+    assert "decoded_tokens\tunit" in info  # synth tokens are unit vectors
+    # Tokens that are not: compressed scores take the decoded tokens as they are.
+    docs2 = save_npy(tmp_path / "d2.npy", np.load(docs32) * 2)
+    tms("index", "--docs", docs2, "--doclens", corpus / "doclens.npy", "--out", tmp_path / "res2x", "--codec",
+        "residual", "--nbits", 2, "--centroids", 32, "--no-estimate", check=True)
+    assert "decoded_tokens\tas decoded" in tms("info", "--index", tmp_path / "res2x", check=True).stdout
 
 
 def test_help_for_every_command():
