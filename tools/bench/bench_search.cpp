@@ -80,6 +80,18 @@ double percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
+// The truth as a TREC run (qids 0, 1, ... in query order): --truth-out's file, the peer's input.
+Status write_truth(const std::string& path, const std::vector<std::vector<SearchHit>>& truth, const char* tag) {
+    std::vector<std::string> qids;
+    std::vector<std::vector<std::pair<std::string, float>>> rows;
+    for (size_t i = 0; i < truth.size(); ++i) {
+        qids.push_back(std::to_string(i));
+        rows.emplace_back();
+        for (const SearchHit& h : truth[i]) rows.back().emplace_back(h.doc_id, h.score);
+    }
+    return WriteRun(path, qids, rows, tag);
+}
+
 // s quoted for /bin/sh.
 std::string shell_quote(const std::string& s) {
     std::string r = "'";
@@ -121,15 +133,8 @@ Status run_peer(const SearchBenchOptions& o, const std::vector<std::vector<Searc
             fs::remove_all(p, e);
         }
     } cleanup{tmp};
-    std::vector<std::string> qids;
-    std::vector<std::vector<std::pair<std::string, float>>> rows;
-    for (size_t i = 0; i < truth.size(); ++i) {
-        qids.push_back(std::to_string(i));
-        rows.emplace_back();
-        for (const SearchHit& h : truth[i]) rows.back().emplace_back(h.doc_id, h.score);
-    }
     const fs::path run = tmp / "truth.trec", out = tmp / "row.json";
-    TMS_RETURN_IF_ERROR(WriteRun(run.string(), qids, rows, "truth"));
+    TMS_RETURN_IF_ERROR(write_truth(run.string(), truth, "truth"));
     const std::string cmd = "python3 " + shell_quote(o.peer_script) + " --corpus " + shell_quote(corpus.string()) +
                             " --queries " + shell_quote(o.queries) + " --truth " + shell_quote(run.string()) + " --out " + shell_quote(out.string()) +
                             " --index " + shell_quote((tmp / "index").string()) + " --nbits " +
@@ -223,16 +228,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
         std::fprintf(stderr, "bench search: exhaustive %.2f s, %.1f GB/s of vectors%s\n", exhaustive_s,
                      exhaustive_s > 0 ? streamed / exhaustive_s : 0.0,
                      h2d > 0 ? (" (host to device " + std::to_string(int(h2d)) + " GB/s)").c_str() : "");
-        if (!o.truth_out.empty()) {
-            std::vector<std::string> qids;
-            std::vector<std::vector<std::pair<std::string, float>>> rows;
-            for (size_t i = 0; i < truth.size(); ++i) {
-                qids.push_back(std::to_string(i));
-                rows.emplace_back();
-                for (const SearchHit& h : truth[i]) rows.back().emplace_back(h.doc_id, h.score);
-            }
-            TMS_RETURN_IF_ERROR(WriteRun(o.truth_out, qids, rows, "exhaustive"));
-        }
+        if (!o.truth_out.empty()) TMS_RETURN_IF_ERROR(write_truth(o.truth_out, truth, "exhaustive"));
     } else if (!o.truth.empty()) {
         Run run;
         TMS_RETURN_IF_ERROR(ReadRun(o.truth, &run));
