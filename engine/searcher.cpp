@@ -986,9 +986,10 @@ Status ShardSearcher::HostScales() {
     return kernels::decoded_scales_cpu(p);
 }
 
-// Bytes a shard holds once loaded: codes and centroid ids, IVF lists, vectors.
+// Bytes a shard holds once loaded: codes, centroid ids and scales, IVF lists, vectors.
 int64_t shard_bytes(const index::IndexData& d) {
-    return int64_t(d.token_centroids.size()) * 4 + int64_t(d.codes.size()) + int64_t(d.ivf_docs.size()) * 4 +
+    const int64_t scale = d.model.unit_norm && d.model.n_code_bytes > 0 ? 4 : 0;
+    return int64_t(d.token_centroids.size()) * (4 + scale) + int64_t(d.codes.size()) + int64_t(d.ivf_docs.size()) * 4 +
            int64_t(d.vectors.size()) * 2 + int64_t(d.doc_offsets.size()) * 8;
 }
 
@@ -1689,8 +1690,8 @@ Status choose_tier(const SearcherOptions& opts, const std::string& path, Device 
         }
     }
     const int64_t vec = tokens * info.dim * 2;
-    // Centroid ids and codes (the IVF lists are smaller).
-    const int64_t codes = int64_t(double(tokens) * info.code_bytes_per_token);
+    // Centroid ids and codes (the IVF lists are smaller), and the decoded tokens' scales.
+    const int64_t codes = int64_t(double(tokens) * (info.code_bytes_per_token + (info.unit_norm ? 4 : 0)));
     const int64_t host_avail = engine::HostAvailableMemory();
     int64_t gpu_free = 0;
     int free_gpu = -1;  // the GPU with the least free memory
