@@ -107,8 +107,8 @@ struct CodeMaxSimParams {
     /// code_maxsim_cuda_uses_wgmma); false: the mma.sync kernel every GPU runs.
     /// The warpgroup-MMA kernel takes the maximum over a document's tokens in fp16: each query
     /// row's term is within two fp16 roundings (the similarity, then its sum with the fp16
-    /// centroid score) of the mma.sync kernel's, which takes it in fp32; the document score is
-    /// summed in fp32 by both.
+    /// centroid score; with token_scales a third, the product) of the mma.sync kernel's, which
+    /// takes it in fp32; the document score is summed in fp32 by both.
     bool allow_wgmma = true;
 
     /// Optional, with codes: [n_tokens] factors, token t's similarity <q_i, x_t> multiplied by
