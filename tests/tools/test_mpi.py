@@ -89,7 +89,7 @@ FILTERS = {  # SQL, and which documents it allows (document i: tenant i % 10, ye
 
 
 @pytest.mark.parametrize("flt", list(FILTERS))
-@pytest.mark.parametrize("mode", [(), ("--exhaustive",), ("--nprobe", 2, "--ncandidates", 15, "--rerank", 12)])
+@pytest.mark.parametrize("mode", [(), ("--exhaustive",)])
 def test_filtered_ranks_write_the_run_of_one_process(corpus, meta_index, tmp_path, flt, mode):
     one, dist = tmp_path / "one.trec", tmp_path / "mpi.trec"
     tms(*search_args(corpus, meta_index, one, "--filter", flt, *mode), check=True)
