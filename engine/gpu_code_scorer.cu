@@ -9,6 +9,7 @@
 #include <cub/device/device_segmented_sort.cuh>
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -472,8 +473,8 @@ Status GpuCodeScorer::NormalizeDecoded(const float* h_centroids) {
     kernels::DeviceScratch cent;
     TMS_RETURN_IF_ERROR(cent.Reserve(c_bytes, im.stream));
     TMS_RETURN_IF_ERROR(im.inputs().Upload(cent.p, h_centroids, c_bytes));
-    float* scales = nullptr;
-    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&scales, std::max<size_t>(size_t(im.n_tokens) * sizeof(float), 256)));
+    kernels::DeviceScratch scales;  // freed on failure, kept as d_scales on success
+    TMS_RETURN_IF_ERROR(scales.Reserve(size_t(im.n_tokens) * sizeof(float), im.stream));
     kernels::DecodedScaleParams p;
     p.centroids = static_cast<const float*>(cent.p);
     p.n_centroids = im.n_centroids;
@@ -483,17 +484,11 @@ Status GpuCodeScorer::NormalizeDecoded(const float* h_centroids) {
     p.n_code_bytes = im.n_code_bytes;
     p.codebook = im.d_book;
     p.n_tokens = im.n_tokens;
-    p.scales = scales;
-    const Status launched = kernels::decoded_scales_cuda(p, im.stream);
-    const cudaError_t e = cudaStreamSynchronize(im.stream);  // before cent is freed
-    const Status st = !launched.ok()        ? launched
-                      : e != cudaSuccess    ? Status::Internal(std::string("GpuCodeScorer: ") + cudaGetErrorString(e))
-                                            : Status::OK();
-    if (!st.ok()) {
-        cudaFree(scales);
-        return st;
-    }
-    im.d_scales = scales;
+    p.scales = static_cast<float*>(scales.p);
+    TMS_RETURN_IF_ERROR(kernels::decoded_scales_cuda(p, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // before cent is freed
+    im.d_scales = static_cast<float*>(std::exchange(scales.p, nullptr));
+    scales.cap = 0;
     return Status::OK();
 }
 

@@ -629,7 +629,7 @@ Status read_model(Db& db, const std::string& path, const IndexInfo& info, const 
     m->pq_nbits = info.pq_nbits;
     m->residual_nbits = info.residual_nbits;
     m->n_code_bytes = stats.value("n_code_bytes", 0);
-    m->unit_norm = stats.value("unit_norm", false);
+    m->unit_norm = info.unit_norm;
     TMS_RETURN_IF_ERROR(read_floats(db, path, "centroids", &m->centroids));
     TMS_RETURN_IF_ERROR(read_floats(db, path, "codebook", &m->codebook));
     TMS_RETURN_IF_ERROR(read_floats(db, path, "residual_cutoffs", &m->residual_cutoffs));
