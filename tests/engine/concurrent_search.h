@@ -57,7 +57,7 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, in
         Status st;
     };
     std::mt19937 rng(11);
-    std::vector<Call> calls(96);
+    std::vector<Call> calls(48);
     for (auto& c : calls) {
         c.n = 1 + int(rng() % 33);
         c.q0 = int(rng() % uint32_t(nq - c.n + 1));
