@@ -1,4 +1,5 @@
-// Copyright TileMaxSim authors. GPU nearest-centroid assignment: cuBLAS GEMM + row argmax.
+// Copyright TileMaxSim authors. GPU nearest-centroid assignment (kernels::nearest_cuda, or a cuBLAS
+// GEMM + row argmax for wide rows) and the index build's encoder around it.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -6,7 +7,9 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "index/gpu_assign.h"
@@ -16,6 +19,7 @@
 #include "kernels/cuda/gpu_context.h"
 #include "kernels/cuda/raw_to_float.cuh"
 #include "kernels/cuda/row_select.cuh"
+#include "kernels/cuda/nearest_cuda.h"
 #include "kernels/maxsim.h"
 
 namespace tms::index {
@@ -44,13 +48,19 @@ struct GpuAssigner::Impl {  // (public to this file's helpers)
     cublasHandle_t blas = nullptr;
     float* d_c = nullptr;
     size_t c_cap = 0;
+    uint16_t* d_c16 = nullptr;  // the fused kernel's fp16 form (kernels::nearest_prepare_cuda)
+    size_t c16_cap = 0;
     int K = 0, dim = 0;
+    // TMS_ASSIGN_GEMM=1 takes the GEMM path at every width (to measure one against the other).
+    bool gemm_only = std::getenv("TMS_ASSIGN_GEMM") != nullptr && std::string(std::getenv("TMS_ASSIGN_GEMM")) == "1";
+    bool fused() const { return dim <= kernels::kNearestMaxDim && !gemm_only; }
     float *d_x = nullptr, *d_s = nullptr, *d_best = nullptr;
     uint32_t* d_labels = nullptr;
     int64_t rows_cap = 0;
     ~Impl() {
         cudaSetDevice(device);
         cudaFree(d_c);
+        cudaFree(d_c16);
         cudaFree(d_x);
         cudaFree(d_s);
         cudaFree(d_best);
@@ -93,6 +103,17 @@ Status GpuAssigner::SetCentroids(const float* h_c, int K, int dim) {
     if (K != im.K) im.rows_cap = 0;  // score tile shape changes
     im.K = K;
     im.dim = dim;
+    if (im.fused()) {
+        const size_t b16 = size_t(kernels::nearest_padded_centroids(K)) * kernels::nearest_padded_dim(dim) * 2;
+        if (b16 > im.c16_cap) {
+            TMS_CUDA_RETURN_IF_ERROR(cudaFree(im.d_c16));
+            im.d_c16 = nullptr;
+            TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_c16, b16));
+            im.c16_cap = b16;
+        }
+        const float scale = kernels::nearest_centroid_scale(h_c, int64_t(K) * dim);
+        TMS_RETURN_IF_ERROR(kernels::nearest_prepare_cuda(im.d_c, K, dim, scale, im.d_c16, im.stream));
+    }
     return Status::OK();
 }
 
@@ -108,19 +129,34 @@ Status reserve_rows(GpuAssigner::Impl& im, int64_t rows) {
     im.d_x = im.d_s = im.d_best = nullptr;
     im.d_labels = nullptr;
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_x, size_t(rows) * im.dim * sizeof(float)));
-    TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_s, size_t(rows) * im.K * sizeof(float)));
+    if (!im.fused()) TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_s, size_t(rows) * im.K * sizeof(float)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_best, size_t(rows) * sizeof(float)));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_labels, size_t(rows) * sizeof(uint32_t)));
     im.rows_cap = rows;
     return Status::OK();
 }
 
-// Rows per GEMM pass: the score tile [rows, K] stays under 1 GB.
-int64_t pass_rows(int K) { return std::max<int64_t>(1, std::min<int64_t>(65536, (int64_t(1) << 28) / K)); }
+// Rows per pass: the fused kernel's 1M rows of input (512 MB at d = 128), or the GEMM's score
+// tile [rows, K] under 1 GB.
+int64_t pass_rows(const GpuAssigner::Impl& im) {
+    if (im.fused()) return int64_t(1) << 20;
+    return std::max<int64_t>(1, std::min<int64_t>(65536, (int64_t(1) << 28) / im.K));
+}
 
 // Enqueue (no sync) the assignment of device rows d_x [n, dim] -> d_labels [n] (d_best: optional).
 Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint32_t* d_labels, float* d_best) {
-    const int64_t rows = pass_rows(im.K);
+    if (im.fused()) {
+        kernels::NearestParams p;
+        p.x = d_x;
+        p.n = n;
+        p.dim = im.dim;
+        p.centroids = im.d_c;
+        p.n_centroids = im.K;
+        p.labels = d_labels;
+        p.best = d_best;
+        return kernels::nearest_cuda(p, im.d_c16, im.stream);
+    }
+    const int64_t rows = pass_rows(im);
     TMS_RETURN_IF_ERROR(reserve_rows(im, std::min(rows, n)));
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int nr = static_cast<int>(std::min<int64_t>(rows, n - r0));
@@ -142,7 +178,7 @@ Status GpuAssigner::Assign(const float* h_x, int64_t n, uint32_t* h_labels, floa
     Impl& im = *impl_;
     if (im.K == 0) return Status::InvalidArgument("GpuAssigner: no centroids");
     TMS_CUDA_RETURN_IF_ERROR(cudaSetDevice(im.device));
-    const int64_t rows = pass_rows(im.K);
+    const int64_t rows = std::min(pass_rows(im), std::max<int64_t>(n, 1));
     TMS_RETURN_IF_ERROR(reserve_rows(im, rows));
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int nr = static_cast<int>(std::min<int64_t>(rows, n - r0));
@@ -333,8 +369,9 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
                                             cudaMemcpyHostToDevice));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(im.d_norms, norms.data(), norms.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
-    // Batches of up to 64K rows, 64 MB of fp32 rows at most.
-    im.batch = std::clamp<int64_t>((int64_t(64) << 20) / (int64_t(m.dim) * 4), 1024, 65536);
+    // Batches of up to 256K rows (a few waves of the fused assignment's 256-row CTAs), 128 MB of
+    // fp32 rows at most.
+    im.batch = std::clamp<int64_t>((int64_t(128) << 20) / (int64_t(m.dim) * 4), 1024, 262144);
     im.in_bytes = size_t(im.batch) * m.dim * sizeof(float);
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_raw, im.in_bytes));
     TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_x, im.in_bytes));

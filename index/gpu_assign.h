@@ -12,9 +12,11 @@ namespace tms::index {
 
 struct IndexModel;
 
-/// argmax_k <x_i, c_k> for batches of rows: a cuBLAS GEMM (TF32 tensor cores, fp32 accumulate)
-/// into a device score tile, then one warp per row picks the best centroid (ties: lower id).
-/// This is what FAISS's GPU flat inner-product index does, without a FAISS GPU build.
+/// argmax_k <x_i, c_k> for batches of rows (ties: lower id): kernels::nearest_cuda, one fused
+/// tensor-core kernel that keeps each row's maximum in registers, for rows of up to 128
+/// dimensions; wider rows take a cuBLAS GEMM (TF32 tensor cores, fp32 accumulate) into a device
+/// score tile and a warp per row that picks the best (what FAISS's GPU flat inner-product index
+/// does). Both round their operands to 11 significant bits (kernels::nearest_tolerance).
 /// Thread-safety: one call at a time.
 class GpuAssigner {
 public:
@@ -40,7 +42,8 @@ private:
 /// device (PQ: nearest of 256 codes per sub-vector, codebook in shared memory; residual: bucket
 /// index per dimension, packed). Only centroid ids and codes come back: 4 + n_code_bytes bytes
 /// a token. The host stages batch i + 1 while the GPU encodes batch i.
-/// Results equal the CPU Encoder's up to float rounding of near ties (TF32 assignment, FMA order).
+/// Results equal the CPU Encoder's up to float rounding of near ties (fp16 or TF32 assignment, FMA
+/// order).
 /// Thread-safety: one call at a time.
 class GpuEncoder {
 public:

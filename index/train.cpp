@@ -25,14 +25,13 @@
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
+#include "kernels/nearest.h"
 
 // OpenBLAS's pthread build fights OpenMP for the cores (seen: 3x slower PQ training and most of
 // the time in the kernel); the engine parallelises with OpenMP, so BLAS runs single-threaded.
 // Weak: absent when the BLAS is not OpenBLAS.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
-extern "C" int sgemm_(const char* transa, const char* transb, int* m, int* n, int* k, const float* alpha,
-                      const float* a, int* lda, const float* b, int* ldb, float* beta, float* c, int* ldc);
 
 namespace tms::index {
 namespace {
@@ -81,9 +80,6 @@ Status check_finite_rows(const float* x, int64_t n, int dim, int64_t row0, const
     return NonFiniteError(what, row0 + first_bad / dim, static_cast<int>(first_bad % dim), x[first_bad]);
 }
 
-}  // namespace
-void inner_products(const float* x, int64_t n, const float* c, int K, int d, float* out);
-namespace {
 
 // FAISS's flat index runs one BLAS call at a time; k-means assignment (k = 1) here spreads row
 // blocks over the OpenMP threads instead.
@@ -107,22 +103,18 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
             for (faiss::Index::idx_t i = 0; i < n; ++i) labels[i] = lab[i];
             return;
         }
-        // Enough rows per pass to keep every thread busy (256-row blocks), at most ~1 GB of scores.
-        const int64_t rows = std::max<int64_t>(256, std::min<int64_t>(int64_t(1024) * omp_get_max_threads(),
-                                                                     (int64_t(1) << 28) / K));
-        std::vector<float> s;
-        for (int64_t r0 = 0; r0 < n; r0 += rows) {
-            const int64_t nr = std::min<int64_t>(rows, n - r0);
-            s.resize(size_t(nr) * K);
-            inner_products(x + r0 * d, nr, get_xb(), K, static_cast<int>(d), s.data());
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nr; ++i) {
-                const float* row = s.data() + i * K;
-                const int64_t best = std::max_element(row, row + K) - row;
-                labels[r0 + i] = best;
-                distances[r0 + i] = row[best];
-            }
-        }
+        std::vector<uint32_t> lab(n);
+        kernels::NearestParams p;
+        p.x = x;
+        p.n = n;
+        p.dim = static_cast<int>(d);
+        p.centroids = get_xb();
+        p.n_centroids = K;
+        p.labels = lab.data();
+        p.best = distances;
+        const Status st = kernels::nearest_cpu(p);
+        if (!st.ok()) FAISS_THROW_MSG(st.ToString());
+        for (faiss::Index::idx_t i = 0; i < n; ++i) labels[i] = lab[i];
     }
 };
 
@@ -229,14 +221,15 @@ Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& d
 }
 
 // Nearest centroid (max inner product; centroids have unit norm) of each row.
-void assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out, std::vector<float>* scratch) {
-    scratch->resize(size_t(n) * m.n_centroids);
-    CentroidScores(x, n, m, scratch->data());
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        const float* s = scratch->data() + i * m.n_centroids;
-        out[i] = static_cast<uint32_t>(std::max_element(s, s + m.n_centroids) - s);
-    }
+Status assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out) {
+    kernels::NearestParams p;
+    p.x = x;
+    p.n = n;
+    p.dim = m.dim;
+    p.centroids = m.centroids.data();
+    p.n_centroids = m.n_centroids;
+    p.labels = out;
+    return kernels::nearest_cpu(p);
 }
 
 // Nearest PQ code per sub-vector (the same choice as faiss::ProductQuantizer::compute_codes up to
@@ -468,16 +461,11 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     {
         if (say) std::fprintf(stderr, "training the %s codec on the sample residuals...\n", m.codec.c_str());
         std::vector<uint32_t> ta(n_train);
-        std::vector<float> scratch;
         if (gpu) {
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));
             TMS_RETURN_IF_ERROR(gpu->Assign(train.data(), n_train, ta.data(), nullptr));
         } else {
-            const int64_t batch = cpu_batch(m.n_centroids);
-            for (int64_t b = 0; b < n_train; b += batch) {
-                const int64_t nb = std::min(batch, n_train - b);
-                assign(train.data() + b * dim, nb, m, ta.data() + b, &scratch);
-            }
+            TMS_RETURN_IF_ERROR(assign(train.data(), n_train, m, ta.data()));
         }
         for (int64_t i = 0; i < n_train; ++i) {
             const float* c = m.centroids.data() + size_t(ta[i]) * dim;
@@ -500,7 +488,7 @@ struct Encoder::Impl {
     std::vector<float> book_t, norms;
     std::unique_ptr<GpuEncoder> genc;  // the whole encoding on the GPU when present
     std::unique_ptr<GpuAssigner> gpu;  // else assignment on the GPU when present (codes on the CPU)
-    std::vector<float> x, scratch;
+    std::vector<float> x;
 };
 
 Status MaybeGpuAssigner(Device device, int gpu, std::unique_ptr<GpuAssigner>* out) {
@@ -565,7 +553,7 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
             if (impl_->gpu) {
                 TMS_RETURN_IF_ERROR(impl_->gpu->Assign(x, nb, cids + b, nullptr));
             } else {
-                assign(x, nb, m, cids + b, &impl_->scratch);
+                TMS_RETURN_IF_ERROR(assign(x, nb, m, cids + b));
             }
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < nb; ++i) {
@@ -691,22 +679,8 @@ void SingleThreadedBlas() {
     if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
 }
 
-// out[n, K] = x[n, d] . c[K, d]^T, row blocks spread over the OpenMP threads (BLAS itself runs
-// single-threaded, see SingleThreadedBlas).
-void inner_products(const float* x, int64_t n, const float* c, int K, int d, float* out) {
-    if (n == 0) return;
-    const int64_t block = 256;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t b = 0; b < n; b += block) {
-        int nb = static_cast<int>(std::min<int64_t>(block, n - b));
-        int k = K, dd = d;
-        float one = 1.0f, zero = 0.0f;
-        sgemm_("T", "N", &k, &nb, &dd, &one, c, &dd, x + b * d, &dd, &zero, out + b * K, &k);
-    }
-}
-
 void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out) {
-    inner_products(x, n, model.centroids.data(), model.n_centroids, model.dim, out);
+    kernels::inner_products_cpu(x, n, model.centroids.data(), model.n_centroids, model.dim, out);
 }
 
 Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
