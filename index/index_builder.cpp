@@ -116,12 +116,25 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         // Documents per Encode call: whole chunks, about 1M tokens (fewer GPU pipeline drains),
         // the two buffers at most ~64 MB each.
         const int64_t chunk = std::max(1, opts.chunk_docs);
-        const int64_t token_bytes = 4 + model.n_code_bytes + (opts.keep_vectors ? 2 * dim : 0);
+        // fp16 input is written to the vectors file straight from its mapping; other types are
+        // converted into the chunk buffer.
+        bool convert_vectors = false;
+        for (const auto& v : shards) convert_vectors = convert_vectors || (opts.keep_vectors && v.dtype != DType::kF16);
+        const int64_t token_bytes = 4 + model.n_code_bytes + (convert_vectors ? 2 * dim : 0);
         const int64_t want_tokens = std::min<int64_t>(int64_t(1) << 20, (int64_t(64) << 20) / token_bytes);
         const double avg_len = double(rows) / double(std::max<size_t>(1, all_lens.size()));
         const int64_t group_docs =
             chunk * std::max<int64_t>(1, static_cast<int64_t>(want_tokens / (avg_len * double(chunk))));
         Progress prog("encoding", my_rows, opts.progress, " tok");
+        // Input pages are released once the writer is done with them (it reads fp16 vectors
+        // from the input): a chunk's after the next chunk's wait_writer.
+        std::vector<int64_t> release_upto(shards.size(), 0), released_upto(shards.size(), 0);
+        auto release_done = [&] {
+            for (size_t s = 0; s < shards.size(); ++s) {
+                if (release && release_upto[s] > released_upto[s]) release(s, release_upto[s]);
+                released_upto[s] = release_upto[s];
+            }
+        };
         size_t doc = 0;  // global document of the input shard's first, then of d0
         int k = 0;
         for (size_t s = 0; s < shards.size(); ++s) {
@@ -137,7 +150,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 for (size_t d = d0; d < d1; ++d) n += lens[d];
                 if (!mine(sh)) {
                     row += n;
-                    if (release) release(s, row);
+                    release_upto[s] = row;
                     d0 = d1;
                     continue;
                 }
@@ -145,7 +158,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 try {
                     b.cids.resize(n);
                     b.codes.resize(size_t(n) * model.n_code_bytes);
-                    if (opts.keep_vectors) b.vecs.resize(size_t(n) * dim);
+                    if (convert_vectors) b.vecs.resize(size_t(n) * dim);
                 } catch (const std::bad_alloc&) {
                     (void)wait_writer();
                     return Status::ResourceExhausted("out of host memory encoding a chunk");
@@ -154,14 +167,23 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
                 encode_s += SecondsSince(e0);
                 if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
-                if (st.ok() && opts.keep_vectors) index::ToHalf(shards[s], row, n, b.vecs.data());
+                const uint16_t* vecs = nullptr;
+                if (st.ok() && opts.keep_vectors) {
+                    if (shards[s].dtype == DType::kF16) {
+                        vecs = static_cast<const uint16_t*>(shards[s].data) + size_t(row) * dim;
+                    } else {
+                        index::ToHalf(shards[s], row, n, b.vecs.data());
+                        vecs = b.vecs.data();
+                    }
+                }
                 const Status wst = wait_writer();  // chunk k - 1, which used the other buffer
+                release_done();
                 TMS_RETURN_IF_ERROR(st);
                 TMS_RETURN_IF_ERROR(wst);
-                appending = std::async(std::launch::async, [&writer, &b, &lens, &ids, d0, d1, g0, keep = opts.keep_vectors]() {
+                appending = std::async(std::launch::async, [&writer, &b, &lens, &ids, d0, d1, g0, vecs]() {
                     try {
                         return writer->AppendDocs(lens.data() + d0, int64_t(d1 - d0), b.cids.data(), b.codes.data(),
-                                                  keep ? b.vecs.data() : nullptr, ids.data() + g0);
+                                                  vecs, ids.data() + g0);
                     } catch (const std::bad_alloc&) {
                         return Status::ResourceExhausted("out of host memory writing the index");
                     } catch (const std::exception& e) {
@@ -169,13 +191,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                     }
                 });
                 row += n;
-                if (release) release(s, row);
+                release_upto[s] = row;
                 prog.Add(n);
                 d0 = d1;
             }
             doc += lens.size();
         }
         TMS_RETURN_IF_ERROR(wait_writer());
+        release_done();
         prog.Done();
         return Status::OK();
     }();

@@ -88,12 +88,19 @@ Status check_finite_rows(const float* x, int64_t n, int dim, int64_t row0, const
 struct ParallelFlatIP : faiss::IndexFlatIP {
     ParallelFlatIP(int d, GpuAssigner* gpu) : faiss::IndexFlatIP(d), gpu_(gpu) {}
     GpuAssigner* gpu_;
+    mutable double assign_s = 0;  // seconds in k = 1 searches (the assignments)
     void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances, faiss::Index::idx_t* labels,
                 const faiss::SearchParameters* params = nullptr) const override {
         if (k != 1 || ntotal == 0) {
             faiss::IndexFlatIP::search(n, x, k, distances, labels, params);
             return;
         }
+        const auto t0 = std::chrono::steady_clock::now();
+        struct Timer {
+            const std::chrono::steady_clock::time_point t0;
+            double* acc;
+            ~Timer() { *acc += SecondsSince(t0); }
+        } timer{t0, &assign_s};
         const int K = static_cast<int>(ntotal);
         if (gpu_ != nullptr) {
             std::vector<uint32_t> lab(n);
@@ -277,7 +284,7 @@ void residual_encode(const float* r, int64_t n, const IndexModel& m, uint8_t* co
     }
 }
 
-Status train_codec(const std::vector<float>& residuals, int64_t n, const IndexBuildOptions& opts, IndexModel* m,
+Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& opts, IndexModel* m,
                    std::unique_ptr<faiss::ProductQuantizer>* pq) {
     const int dim = m->dim;
     if (m->codec == "pq") {
@@ -302,7 +309,7 @@ Status train_codec(const std::vector<float>& residuals, int64_t n, const IndexBu
             try {
                 std::vector<float> sub(size_t(ns) * dsub);
                 for (int64_t i = 0; i < ns; ++i)
-                    std::copy_n(residuals.data() + i * dim + sq * dsub, dsub, sub.data() + i * dsub);
+                    std::copy_n(residuals + i * dim + sq * dsub, dsub, sub.data() + i * dsub);
                 faiss::ClusteringParameters cp;
                 cp.niter = 25;
                 cp.min_points_per_centroid = 1;
@@ -397,31 +404,54 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
                                        std::to_string(n_train) + " training tokens");
     }
-    std::vector<float> train(size_t(n_train) * dim);
+    // Not zeroed: every row is written by the parallel read below (its first touch, so that the
+    // pages fault in on every thread, not in one memset).
+    std::unique_ptr<float[]> train(new float[size_t(n_train) * dim]);
     bool unit = true;  // every sampled token a unit vector (IndexModel::unit_norm)
     {
         std::mt19937_64 rng(opts.seed);
         const std::vector<int64_t> pick = sorted_sample_impl(n_tokens, n_train, rng);
-        int64_t taken = 0;
-        size_t shard = 0;
-        int64_t shard_begin = 0;
-        for (const int64_t r : pick) {
-            while (r - shard_begin >= shards[shard].rows) shard_begin += shards[shard++].rows;
-            float* row = train.data() + taken * dim;
-            rows_to_float(shards[shard], r - shard_begin, 1, row);
-            double ss = 0;
-            for (int j = 0; j < dim; ++j) {
-                if (!std::isfinite(row[j])) {
-                    return NonFiniteError(names && shard < names->size() ? (*names)[shard] : "docs", r - shard_begin, j, row[j]);
+        std::vector<int64_t> starts(shards.size() + 1, 0);  // first global row of each shard
+        for (size_t i = 0; i < shards.size(); ++i) starts[i + 1] = starts[i] + shards[i].rows;
+        auto shard_of = [&](int64_t r) {
+            return static_cast<size_t>(std::upper_bound(starts.begin() + 1, starts.end(), r) - starts.begin() - 1);
+        };
+        // Blocks of rows in parallel, the pages behind each block released after it.
+        constexpr int64_t kSampleBlock = 65536;
+        for (int64_t b0 = 0; b0 < n_train; b0 += kSampleBlock) {
+            const int64_t b1 = std::min(n_train, b0 + kSampleBlock);
+            int64_t first_bad = b1;  // sample row of the first non-finite value
+            bool block_unit = true;
+#pragma omp parallel for schedule(static) reduction(min : first_bad) reduction(&& : block_unit)
+            for (int64_t i = b0; i < b1; ++i) {
+                const size_t sh = shard_of(pick[i]);
+                float* row = train.get() + i * dim;
+                rows_to_float(shards[sh], pick[i] - starts[sh], 1, row);
+                double ss = 0;
+                bool finite = true;
+                for (int j = 0; j < dim; ++j) {
+                    finite = finite && std::isfinite(row[j]);
+                    ss += double(row[j]) * row[j];
                 }
-                ss += double(row[j]) * row[j];
+                if (!finite) first_bad = std::min(first_bad, i);
+                block_unit = block_unit && std::abs(std::sqrt(ss) - 1.0) <= 0.01;
             }
-            unit = unit && std::abs(std::sqrt(ss) - 1.0) <= 0.01;
-            ++taken;
-            if (release && (taken & 4095) == 0) release(shard, r - shard_begin);  // sampled pages behind us
+            if (first_bad < b1) {
+                const size_t sh = shard_of(pick[first_bad]);
+                const float* row = train.get() + first_bad * dim;
+                int j = 0;
+                while (j < dim && std::isfinite(row[j])) ++j;
+                return NonFiniteError(names && sh < names->size() ? (*names)[sh] : "docs", pick[first_bad] - starts[sh],
+                                      j, row[std::min(j, dim - 1)]);
+            }
+            unit = unit && block_unit;
+            if (release) {
+                const size_t sh = shard_of(pick[b1 - 1]);
+                release(sh, pick[b1 - 1] - starts[sh]);  // sampled pages behind us
+            }
         }
-        if (taken != n_train) return Status::Internal("token sampling took " + std::to_string(taken) + " rows");
     }
+    phases->emplace_back("kmeans.sample", SecondsSince(t0));
     m.unit_norm = unit && n_train > 0;
     // 2. k-means.
     std::unique_ptr<GpuAssigner> gpu;
@@ -448,12 +478,13 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         for (int it = 0; it < opts.kmeans_iters; ++it) {
             ip.reset();
             clus.iteration_stats.clear();
-            clus.train(n_train, train.data(), ip);
+            clus.train(n_train, train.get(), ip);
             prog.Add(1);
         }
         prog.Done();
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
+        phases->emplace_back("kmeans.assign", ip.assign_s);
     }
     phases->emplace_back("kmeans", SecondsSince(t0));
     // 3. Train the codec on the residuals of the sample.
@@ -463,16 +494,16 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         std::vector<uint32_t> ta(n_train);
         if (gpu) {
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));
-            TMS_RETURN_IF_ERROR(gpu->Assign(train.data(), n_train, ta.data(), nullptr));
+            TMS_RETURN_IF_ERROR(gpu->Assign(train.get(), n_train, ta.data(), nullptr));
         } else {
-            TMS_RETURN_IF_ERROR(assign(train.data(), n_train, m, ta.data()));
+            TMS_RETURN_IF_ERROR(assign(train.get(), n_train, m, ta.data()));
         }
         for (int64_t i = 0; i < n_train; ++i) {
             const float* c = m.centroids.data() + size_t(ta[i]) * dim;
             for (int j = 0; j < dim; ++j) train[i * dim + j] -= c[j];
         }
         std::unique_ptr<faiss::ProductQuantizer> pq;
-        TMS_RETURN_IF_ERROR(train_codec(train, n_train, opts, &m, &pq));
+        TMS_RETURN_IF_ERROR(train_codec(train.get(), n_train, opts, &m, &pq));
     }
     phases->emplace_back("train_codec", SecondsSince(t0));
     *out = std::move(m);
