@@ -57,8 +57,10 @@ struct GpuAssigner::Impl {  // (public to this file's helpers)
     float *d_x = nullptr, *d_s = nullptr, *d_best = nullptr;
     uint32_t* d_labels = nullptr;
     int64_t rows_cap = 0;
+    std::vector<void*> pinned;  // PinHost's registrations
     ~Impl() {
         cudaSetDevice(device);
+        for (void* p : pinned) cudaHostUnregister(p);
         cudaFree(d_c);
         cudaFree(d_c16);
         cudaFree(d_x);
@@ -173,6 +175,20 @@ Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint
 }
 
 }  // namespace
+
+bool GpuAssigner::PinHost(const void* p, size_t bytes) {
+    if (p == nullptr || bytes == 0 || cudaSetDevice(impl_->device) != cudaSuccess) return false;
+    void* q = const_cast<void*>(p);
+    if (cudaHostRegister(q, bytes, cudaHostRegisterReadOnly) != cudaSuccess) {
+        (void)cudaGetLastError();  // read-only registration unsupported: a plain one
+        if (cudaHostRegister(q, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+    }
+    impl_->pinned.push_back(const_cast<void*>(p));
+    return true;
+}
 
 Status GpuAssigner::Assign(const float* h_x, int64_t n, uint32_t* h_labels, float* h_best) {
     Impl& im = *impl_;

@@ -27,6 +27,10 @@ public:
     Status SetCentroids(const float* h_centroids, int n_centroids, int dim);
     /// Rows x [n, dim] fp32 on the host -> labels [n] (and best scores [n] when not null).
     Status Assign(const float* h_x, int64_t n, uint32_t* h_labels, float* h_best);
+    /// Page-locks host rows that several Assign calls will read (k-means' sample: its uploads
+    /// then run at the link's rate), until the assigner is destroyed. Best effort: false when
+    /// the system refuses (the calls then copy from pageable memory).
+    bool PinHost(const void* p, size_t bytes);
 
     struct Impl;  // opaque (named by the encoder's helpers in gpu_assign.cu)
 

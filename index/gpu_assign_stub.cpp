@@ -14,6 +14,7 @@ Status GpuAssigner::SetCentroids(const float*, int, int) { return Status::NotSup
 Status GpuAssigner::Assign(const float*, int64_t, uint32_t*, float*) {
     return Status::NotSupported("this build has no CUDA");
 }
+bool GpuAssigner::PinHost(const void*, size_t) { return false; }
 
 struct GpuEncoder::Impl {};
 GpuEncoder::GpuEncoder() = default;

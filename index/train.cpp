@@ -456,15 +456,17 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     // 2. k-means.
     std::unique_ptr<GpuAssigner> gpu;
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, opts.gpu, &gpu));
+    if (gpu) (void)gpu->PinHost(train.get(), size_t(n_train) * dim * sizeof(float));  // read 5 times
     const bool say = opts.progress && StderrIsTerminal();
     if (say) {
         std::fprintf(stderr, "k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
                      static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
     }
     {
-        // One FAISS iteration per train() call, each starting from the previous centroids (FAISS
-        // uses centroids already present as its initialisation), so that the terminal shows a
-        // progress bar with an ETA per iteration.
+        // On a terminal, one FAISS iteration per train() call, each starting from the previous
+        // centroids (FAISS uses centroids already present as its initialisation), so that it
+        // shows a progress bar with an ETA per iteration; else one call for every iteration
+        // (the same centroids, without a pass over the sample per call to check it is finite).
         faiss::ClusteringParameters cp;
         cp.niter = 1;
         cp.spherical = true;
@@ -475,11 +477,13 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         faiss::Clustering clus(dim, m.n_centroids, cp);
         ParallelFlatIP ip(dim, gpu.get());
         Progress prog("k-means", opts.kmeans_iters, opts.progress, " it");
-        for (int it = 0; it < opts.kmeans_iters; ++it) {
+        const int per_call = say ? 1 : std::max(1, opts.kmeans_iters);
+        for (int it = 0; it < opts.kmeans_iters; it += per_call) {
+            clus.niter = std::min(per_call, opts.kmeans_iters - it);
             ip.reset();
             clus.iteration_stats.clear();
             clus.train(n_train, train.get(), ip);
-            prog.Add(1);
+            prog.Add(clus.niter);
         }
         prog.Done();
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
