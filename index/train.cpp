@@ -86,8 +86,9 @@ Status check_finite_rows(const float* x, int64_t n, int dim, int64_t row0, const
 // With a GpuAssigner, the assignment runs on the GPU instead (centroids re-uploaded per call:
 // k-means replaces them every iteration).
 struct ParallelFlatIP : faiss::IndexFlatIP {
-    ParallelFlatIP(int d, GpuAssigner* gpu) : faiss::IndexFlatIP(d), gpu_(gpu) {}
+    ParallelFlatIP(int d, GpuAssigner* gpu, Progress* iterations) : faiss::IndexFlatIP(d), gpu_(gpu), its_(iterations) {}
     GpuAssigner* gpu_;
+    Progress* its_;               // advanced once a k = 1 search: k-means runs one an iteration
     mutable double assign_s = 0;  // seconds in k = 1 searches (the assignments)
     void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances, faiss::Index::idx_t* labels,
                 const faiss::SearchParameters* params = nullptr) const override {
@@ -99,8 +100,12 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
         struct Timer {
             const std::chrono::steady_clock::time_point t0;
             double* acc;
-            ~Timer() { *acc += SecondsSince(t0); }
-        } timer{t0, &assign_s};
+            Progress* its;
+            ~Timer() {
+                *acc += SecondsSince(t0);
+                if (its) its->Add(1);
+            }
+        } timer{t0, &assign_s, its_};
         const int K = static_cast<int>(ntotal);
         if (gpu_ != nullptr) {
             std::vector<uint32_t> lab(n);
@@ -463,28 +468,20 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                      static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
     }
     {
-        // On a terminal, one FAISS iteration per train() call, each starting from the previous
-        // centroids (FAISS uses centroids already present as its initialisation), so that it
-        // shows a progress bar with an ETA per iteration; else one call for every iteration
-        // (the same centroids, without a pass over the sample per call to check it is finite).
+        // Every iteration in one FAISS call (one call per iteration would check the whole sample
+        // is finite each time, and reseeds the splitting of empty clusters: other centroids);
+        // the progress bar advances once an assignment.
         faiss::ClusteringParameters cp;
-        cp.niter = 1;
         cp.spherical = true;
         cp.verbose = false;
         cp.seed = static_cast<int>(opts.seed);
         cp.min_points_per_centroid = 1;
         cp.max_points_per_centroid = 1 << 30;
         faiss::Clustering clus(dim, m.n_centroids, cp);
-        ParallelFlatIP ip(dim, gpu.get());
         Progress prog("k-means", opts.kmeans_iters, opts.progress, " it");
-        const int per_call = say ? 1 : std::max(1, opts.kmeans_iters);
-        for (int it = 0; it < opts.kmeans_iters; it += per_call) {
-            clus.niter = std::min(per_call, opts.kmeans_iters - it);
-            ip.reset();
-            clus.iteration_stats.clear();
-            clus.train(n_train, train.get(), ip);
-            prog.Add(clus.niter);
-        }
+        ParallelFlatIP ip(dim, gpu.get(), &prog);
+        clus.niter = opts.kmeans_iters;
+        if (clus.niter > 0) clus.train(n_train, train.get(), ip);
         prog.Done();
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
