@@ -16,12 +16,12 @@ cmake --build build-fuzz -j"$(nproc)" --target tms_tests tms fuzz_npy fuzz_safet
 # Leaks are checked; ODR reports are off (FAISS and its BLAS define symbols twice in Debian).
 export ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# The store, parsers, updates and search paths; the kernels' compute-heavy cases (MaxSim*,
-# CodeMaxSim*, the concurrent and recall searches) run 20x slower instrumented and stay in the
-# plain run.
+# The store, parsers, updates and search paths; the compute-heavy cases (MaxSim*, CodeMaxSim*,
+# the concurrent and recall searches, the sharded-search and add/delete equivalences: their
+# searches and builds are the kernels again) run 20x slower instrumented and stay in the plain run.
 echo "fuzz.sh: CPU unit tests and CLI tests under ASan + UBSan"
 build-fuzz/tests/tms_tests --gtest_brief=1 \
-  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:MetadataCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*' \
+  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:MetadataCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*-UpdateCpu.AddDeleteEqualsFreshBuild:SearchCpu.SeparateShardSegmentsEqualOne:SearchCpu.ShardSubsetsMergeToTheWhole' \
   2>&1 | grep -v "^WARNING clustering"
 TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_cli.py tests/tools/test_filter.py
 for t in npy safetensors text config metadata; do

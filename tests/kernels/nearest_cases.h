@@ -83,6 +83,20 @@ inline NearestData MakeNearestData(const NearestCase& nc, uint32_t seed = 5) {
     return d;
 }
 
+/// The case's parameters over host or device copies of its rows and centroids.
+inline kernels::NearestParams NearestParamsOf(const NearestCase& nc, const float* x, const float* c, uint32_t* labels,
+                                              float* best) {
+    kernels::NearestParams p;
+    p.x = x;
+    p.n = nc.n;
+    p.dim = nc.dim;
+    p.centroids = c;
+    p.n_centroids = nc.n_centroids;
+    p.labels = labels;
+    p.best = best;
+    return p;
+}
+
 /// got (labels and best scores of a path) against the spec's want: every label in range, its
 /// exact score within nearest_tolerance of the best, its best score that score, at most 1% of
 /// labels different (near ties), and none where the case has exact ties only.

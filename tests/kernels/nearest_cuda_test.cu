@@ -15,15 +15,7 @@ TEST(NearestCuda, AgreesWithReferenceOnEveryCase) {
         const test::NearestData d = test::MakeNearestData(c);
         std::vector<uint32_t> want(size_t(c.n));
         std::vector<float> want_best(size_t(c.n));
-        kernels::NearestParams p;
-        p.x = d.x.data();
-        p.n = c.n;
-        p.dim = c.dim;
-        p.centroids = d.c.data();
-        p.n_centroids = c.n_centroids;
-        p.labels = want.data();
-        p.best = want_best.data();
-        ASSERT_TRUE(kernels::nearest_ref(p).ok());
+        ASSERT_TRUE(kernels::nearest_ref(test::NearestParamsOf(c, d.x.data(), d.c.data(), want.data(), want_best.data())).ok());
 
         test::DevBuf<float> x(d.x), cen(d.c);
         test::DevBuf<uint32_t> labels(std::vector<uint32_t>(size_t(c.n), 0xdeadu));
@@ -32,11 +24,7 @@ TEST(NearestCuda, AgreesWithReferenceOnEveryCase) {
                                    kernels::nearest_padded_dim(c.dim));
         const float scale = kernels::nearest_centroid_scale(d.c.data(), int64_t(d.c.size()));
         ASSERT_TRUE(kernels::nearest_prepare_cuda(cen.d, c.n_centroids, c.dim, scale, c16.d, nullptr).ok());
-        p.x = x.d;
-        p.centroids = cen.d;
-        p.labels = labels.d;
-        p.best = best.d;
-        const Status st = kernels::nearest_cuda(p, c16.d, nullptr);
+        const Status st = kernels::nearest_cuda(test::NearestParamsOf(c, x.d, cen.d, labels.d, best.d), c16.d, nullptr);
         if (c.dim > kernels::kNearestMaxDim) {
             EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
             continue;

@@ -12,18 +12,8 @@ TEST(NearestCpu, AgreesWithReferenceOnEveryCase) {
         const test::NearestData d = test::MakeNearestData(c);
         std::vector<uint32_t> want(size_t(c.n)), got(size_t(c.n));
         std::vector<float> want_best(size_t(c.n)), got_best(size_t(c.n));
-        kernels::NearestParams p;
-        p.x = d.x.data();
-        p.n = c.n;
-        p.dim = c.dim;
-        p.centroids = d.c.data();
-        p.n_centroids = c.n_centroids;
-        p.labels = want.data();
-        p.best = want_best.data();
-        ASSERT_TRUE(kernels::nearest_ref(p).ok());
-        p.labels = got.data();
-        p.best = got_best.data();
-        ASSERT_TRUE(kernels::nearest_cpu(p).ok());
+        ASSERT_TRUE(kernels::nearest_ref(test::NearestParamsOf(c, d.x.data(), d.c.data(), want.data(), want_best.data())).ok());
+        ASSERT_TRUE(kernels::nearest_cpu(test::NearestParamsOf(c, d.x.data(), d.c.data(), got.data(), got_best.data())).ok());
         test::ExpectNearestAgrees(c, d, want, got, got_best);
     }
 }
