@@ -32,7 +32,6 @@
 // Weak: absent when the BLAS is not OpenBLAS.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
-
 namespace tms::index {
 namespace {
 
@@ -80,9 +79,8 @@ Status check_finite_rows(const float* x, int64_t n, int dim, int64_t row0, const
     return NonFiniteError(what, row0 + first_bad / dim, static_cast<int>(first_bad % dim), x[first_bad]);
 }
 
-
-// FAISS's flat index runs one BLAS call at a time; k-means assignment (k = 1) here spreads row
-// blocks over the OpenMP threads instead.
+// FAISS's flat index runs one BLAS call at a time; k-means assignment (k = 1) here runs
+// kernels::nearest_cpu (row blocks over the OpenMP threads) instead.
 // With a GpuAssigner, the assignment runs on the GPU instead (centroids re-uploaded per call:
 // k-means replaces them every iteration).
 struct ParallelFlatIP : faiss::IndexFlatIP {
