@@ -148,15 +148,9 @@ int64_t pass_rows(const GpuAssigner::Impl& im) {
 // Enqueue (no sync) the assignment of device rows d_x [n, dim] -> d_labels [n] (d_best: optional).
 Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint32_t* d_labels, float* d_best) {
     if (im.fused()) {
-        kernels::NearestParams p;
-        p.x = d_x;
-        p.n = n;
-        p.dim = im.dim;
-        p.centroids = im.d_c;
-        p.n_centroids = im.K;
-        p.labels = d_labels;
-        p.best = d_best;
-        return kernels::nearest_cuda(p, im.d_c16, im.stream);
+        return kernels::nearest_cuda({.x = d_x, .n = n, .dim = im.dim, .centroids = im.d_c, .n_centroids = im.K,
+                                      .labels = d_labels, .best = d_best},
+                                     im.d_c16, im.stream);
     }
     const int64_t rows = pass_rows(im);
     TMS_RETURN_IF_ERROR(reserve_rows(im, std::min(rows, n)));

@@ -127,12 +127,12 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
             chunk * std::max<int64_t>(1, static_cast<int64_t>(want_tokens / (avg_len * double(chunk))));
         Progress prog("encoding", my_rows, opts.progress, " tok");
         // Input pages are released once the writer is done with them (it reads fp16 vectors
-        // from the input): a chunk's after the next chunk's wait_writer.
-        std::vector<int64_t> release_upto(shards.size(), 0), released_upto(shards.size(), 0);
+        // from the input): a chunk's after the next chunk's wait_writer (release(s, rows) again
+        // for rows already released is a no-op).
+        std::vector<int64_t> release_upto(shards.size(), 0);
         auto release_done = [&] {
-            for (size_t s = 0; s < shards.size(); ++s) {
-                if (release && release_upto[s] > released_upto[s]) release(s, release_upto[s]);
-                released_upto[s] = release_upto[s];
+            for (size_t s = 0; release && s < shards.size(); ++s) {
+                if (release_upto[s] > 0) release(s, release_upto[s]);
             }
         };
         size_t doc = 0;  // global document of the input shard's first, then of d0

@@ -95,36 +95,21 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
             return;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        struct Timer {
-            const std::chrono::steady_clock::time_point t0;
-            double* acc;
-            Progress* its;
-            ~Timer() {
-                *acc += SecondsSince(t0);
-                if (its) its->Add(1);
-            }
-        } timer{t0, &assign_s, its_};
         const int K = static_cast<int>(ntotal);
+        std::vector<uint32_t> lab(n);
+        Status st;
         if (gpu_ != nullptr) {
-            std::vector<uint32_t> lab(n);
-            Status st = gpu_->SetCentroids(get_xb(), K, static_cast<int>(d));
+            st = gpu_->SetCentroids(get_xb(), K, static_cast<int>(d));
             if (st.ok()) st = gpu_->Assign(x, n, lab.data(), distances);
             if (!st.ok()) FAISS_THROW_MSG("GPU assignment: " + st.ToString());
-            for (faiss::Index::idx_t i = 0; i < n; ++i) labels[i] = lab[i];
-            return;
+        } else {
+            st = kernels::nearest_cpu({.x = x, .n = n, .dim = static_cast<int>(d), .centroids = get_xb(),
+                                       .n_centroids = K, .labels = lab.data(), .best = distances});
+            if (!st.ok()) FAISS_THROW_MSG(st.ToString());
         }
-        std::vector<uint32_t> lab(n);
-        kernels::NearestParams p;
-        p.x = x;
-        p.n = n;
-        p.dim = static_cast<int>(d);
-        p.centroids = get_xb();
-        p.n_centroids = K;
-        p.labels = lab.data();
-        p.best = distances;
-        const Status st = kernels::nearest_cpu(p);
-        if (!st.ok()) FAISS_THROW_MSG(st.ToString());
         for (faiss::Index::idx_t i = 0; i < n; ++i) labels[i] = lab[i];
+        assign_s += SecondsSince(t0);
+        if (its_) its_->Add(1);
     }
 };
 
@@ -232,14 +217,8 @@ Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& d
 
 // Nearest centroid (max inner product; centroids have unit norm) of each row.
 Status assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out) {
-    kernels::NearestParams p;
-    p.x = x;
-    p.n = n;
-    p.dim = m.dim;
-    p.centroids = m.centroids.data();
-    p.n_centroids = m.n_centroids;
-    p.labels = out;
-    return kernels::nearest_cpu(p);
+    return kernels::nearest_cpu(
+        {.x = x, .n = n, .dim = m.dim, .centroids = m.centroids.data(), .n_centroids = m.n_centroids, .labels = out});
 }
 
 // Nearest PQ code per sub-vector (the same choice as faiss::ProductQuantizer::compute_codes up to

@@ -208,7 +208,8 @@ template <int KS>
 Status launch_fused(const NearestParams& p, const __half* c16, cudaStream_t stream) {
     constexpr int LD = 16 * KS + 8;
     const int smem = (kBM + 2 * kBN) * LD * int(sizeof(__half));
-    static_assert((kBM + 2 * kBN) * (16 * 2 + 8) * 2 >= 4 * kBM * 4, "the reduction fits the stages");
+    static_assert(2 * kBN * LD * sizeof(__half) >= 2 * kBM * (sizeof(float) + sizeof(int)),
+                  "the row reduction fits the two stages");
     TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(nearest_fused<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int64_t blocks = (p.n + kBM - 1) / kBM;
     for (int64_t b0 = 0; b0 < blocks; b0 += INT_MAX / 2) {  // grid.x limit
