@@ -210,8 +210,9 @@ using ReleaseFn = std::function<void(size_t shard, int64_t rows)>;
 inline constexpr int64_t kMinTrainTokens = 262144;
 int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOptions& opts);
 
-/// Sample (TrainSampleTokens rows, selection sampling: no memory beyond the sample),
-/// k-means, codec training. Reads only the sampled rows of `tokens` (and releases them behind
+/// Sample (TrainSampleTokens rows for k-means and an independent 65,536 for the codec, drawn
+/// directly: no memory beyond the samples), k-means, codec training on the residuals of its
+/// sample. Reads only the sampled rows of `tokens` (and releases them behind
 /// the sampling pass when `release` is set); a non-finite sampled value is an error naming
 /// names[shard] (or "docs"). `shards` are read as one concatenated token matrix.
 Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* model,

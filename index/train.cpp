@@ -176,6 +176,10 @@ std::vector<int64_t> sorted_sample_impl(int64_t n, int64_t k, std::mt19937_64& r
     return out;
 }
 
+// The codec's training sample (PQ trains each sub-quantizer on up to 16,384 of them; the residual
+// buckets are quantiles of up to 4M values).
+constexpr int64_t kCodecTrainTokens = 65536;
+
 int auto_pq_m(int dim) {
     int m = std::min(32, std::max(1, dim / 8));
     while (m > 1 && dim % m != 0) --m;
@@ -331,10 +335,23 @@ Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& o
         std::sort(vals.begin(), vals.end());
         const int nb = 1 << nbits;
         auto q = [&](double f) { return vals[std::min<size_t>(vals.size() - 1, static_cast<size_t>(f * vals.size()))]; };
+        // Cutoffs at the quantiles (PLAID's equal-mass buckets); each bucket decodes to the mean of
+        // its values, the reconstruction of least squared error for these cutoffs (PLAID takes
+        // the bucket's median, the quantile between its cutoffs; an empty bucket still does).
         m->residual_cutoffs.clear();
         m->residual_weights.clear();
         for (int i = 1; i < nb; ++i) m->residual_cutoffs.push_back(q(double(i) / nb));
-        for (int i = 0; i < nb; ++i) m->residual_weights.push_back(q((i + 0.5) / nb));
+        size_t lo = 0;
+        for (int i = 0; i < nb; ++i) {
+            // Encoding puts v in the bucket of the cutoffs <= v: bucket i is [cutoff i-1, cutoff i).
+            const size_t hi = i + 1 < nb ? static_cast<size_t>(std::lower_bound(vals.begin(), vals.end(),
+                                                                                m->residual_cutoffs[i]) - vals.begin())
+                                         : vals.size();
+            double sum = 0;
+            for (size_t k = lo; k < hi; ++k) sum += vals[k];
+            m->residual_weights.push_back(hi > lo ? static_cast<float>(sum / double(hi - lo)) : q((i + 0.5) / nb));
+            lo = hi;
+        }
         m->n_code_bytes = dim * nbits / 8;
         m->codebook = ResidualCodebook(m->residual_weights, nbits, m->n_code_bytes);
         return Status::OK();
@@ -386,13 +403,42 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
                                        std::to_string(n_train) + " training tokens");
     }
+    // The codec trains on the residuals of its own sample, drawn independently of the k-means
+    // one: residuals of the k-means sample to the centroids fitted to it are smaller than the
+    // corpus's (at 32 tokens a centroid, 5% in RMS), which set the bucket cutoffs too narrow.
+    // Drawn independently, it holds k-means rows in their share of the corpus, as the encoder
+    // will meet them. PLAID holds out part of its sample for the same reason.
+    const int64_t n_codec = std::min(n_tokens, kCodecTrainTokens);
     // Not zeroed: every row is written by the parallel read below (its first touch, so that the
     // pages fault in on every thread, not in one memset).
     std::unique_ptr<float[]> train(new float[size_t(n_train) * dim]);
+    std::unique_ptr<float[]> codec(new float[size_t(n_codec) * dim]);
     bool unit = true;  // every sampled token a unit vector (IndexModel::unit_norm)
     {
         std::mt19937_64 rng(opts.seed);
         const std::vector<int64_t> pick = sorted_sample_impl(n_tokens, n_train, rng);
+        const std::vector<int64_t> pick_codec = sorted_sample_impl(n_tokens, n_codec, rng);
+        // Both samples in one increasing read: each row once, into the k-means sample where it
+        // is in it (then copied to the codec's), else into the codec's.
+        struct Read {
+            int64_t row;
+            float* dst;
+            float* copy;  // or null
+        };
+        std::vector<Read> reads;
+        reads.reserve(pick.size() + pick_codec.size());
+        for (size_t i = 0, j = 0; i < pick.size() || j < pick_codec.size();) {
+            const bool take_i = i < pick.size() && (j == pick_codec.size() || pick[i] <= pick_codec[j]);
+            const bool both = take_i && j < pick_codec.size() && pick[i] == pick_codec[j];
+            if (take_i) {
+                reads.push_back({pick[i], train.get() + i * dim, both ? codec.get() + j * dim : nullptr});
+                ++i;
+                j += both;
+            } else {
+                reads.push_back({pick_codec[j], codec.get() + j * dim, nullptr});
+                ++j;
+            }
+        }
         std::vector<int64_t> starts(shards.size() + 1, 0);  // first global row of each shard
         for (size_t i = 0; i < shards.size(); ++i) starts[i + 1] = starts[i] + shards[i].rows;
         auto shard_of = [&](int64_t r) {
@@ -400,15 +446,17 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         };
         // Blocks of rows in parallel, the pages behind each block released after it.
         constexpr int64_t kSampleBlock = 65536;
-        for (int64_t b0 = 0; b0 < n_train; b0 += kSampleBlock) {
-            const int64_t b1 = std::min(n_train, b0 + kSampleBlock);
-            int64_t first_bad = b1;  // sample row of the first non-finite value
+        const int64_t n_reads = static_cast<int64_t>(reads.size());
+        for (int64_t b0 = 0; b0 < n_reads; b0 += kSampleBlock) {
+            const int64_t b1 = std::min(n_reads, b0 + kSampleBlock);
+            int64_t first_bad = b1;  // read of the first non-finite value
             bool block_unit = true;
 #pragma omp parallel for schedule(static) reduction(min : first_bad) reduction(&& : block_unit)
             for (int64_t i = b0; i < b1; ++i) {
-                const size_t sh = shard_of(pick[i]);
-                float* row = train.get() + i * dim;
-                rows_to_float(shards[sh], pick[i] - starts[sh], 1, row);
+                const Read& r = reads[i];
+                const size_t sh = shard_of(r.row);
+                float* row = r.dst;
+                rows_to_float(shards[sh], r.row - starts[sh], 1, row);
                 double ss = 0;
                 bool finite = true;
                 for (int j = 0; j < dim; ++j) {
@@ -417,19 +465,20 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                 }
                 if (!finite) first_bad = std::min(first_bad, i);
                 block_unit = block_unit && std::abs(std::sqrt(ss) - 1.0) <= 0.01;
+                if (r.copy) std::copy_n(row, dim, r.copy);
             }
             if (first_bad < b1) {
-                const size_t sh = shard_of(pick[first_bad]);
-                const float* row = train.get() + first_bad * dim;
+                const Read& r = reads[first_bad];
+                const size_t sh = shard_of(r.row);
                 int j = 0;
-                while (j < dim && std::isfinite(row[j])) ++j;
-                return NonFiniteError(names && sh < names->size() ? (*names)[sh] : "docs", pick[first_bad] - starts[sh],
-                                      j, row[std::min(j, dim - 1)]);
+                while (j < dim && std::isfinite(r.dst[j])) ++j;
+                return NonFiniteError(names && sh < names->size() ? (*names)[sh] : "docs", r.row - starts[sh], j,
+                                      r.dst[std::min(j, dim - 1)]);
             }
             unit = unit && block_unit;
             if (release) {
-                const size_t sh = shard_of(pick[b1 - 1]);
-                release(sh, pick[b1 - 1] - starts[sh]);  // sampled pages behind us
+                const size_t sh = shard_of(reads[b1 - 1].row);
+                release(sh, reads[b1 - 1].row - starts[sh]);  // sampled pages behind us
             }
         }
     }
@@ -465,23 +514,24 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         phases->emplace_back("kmeans.assign", ip.assign_s);
     }
     phases->emplace_back("kmeans", SecondsSince(t0));
-    // 3. Train the codec on the residuals of the sample.
+    // 3. Train the codec on the residuals of its sample.
     t0 = std::chrono::steady_clock::now();
     {
-        if (say) std::fprintf(stderr, "training the %s codec on the sample residuals...\n", m.codec.c_str());
-        std::vector<uint32_t> ta(n_train);
+        if (say) std::fprintf(stderr, "training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
+                              static_cast<long long>(n_codec));
+        std::vector<uint32_t> ta(n_codec);
         if (gpu) {
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));
-            TMS_RETURN_IF_ERROR(gpu->Assign(train.get(), n_train, ta.data(), nullptr));
+            TMS_RETURN_IF_ERROR(gpu->Assign(codec.get(), n_codec, ta.data(), nullptr));
         } else {
-            TMS_RETURN_IF_ERROR(assign(train.get(), n_train, m, ta.data()));
+            TMS_RETURN_IF_ERROR(assign(codec.get(), n_codec, m, ta.data()));
         }
-        for (int64_t i = 0; i < n_train; ++i) {
+        for (int64_t i = 0; i < n_codec; ++i) {
             const float* c = m.centroids.data() + size_t(ta[i]) * dim;
-            for (int j = 0; j < dim; ++j) train[i * dim + j] -= c[j];
+            for (int j = 0; j < dim; ++j) codec[i * dim + j] -= c[j];
         }
         std::unique_ptr<faiss::ProductQuantizer> pq;
-        TMS_RETURN_IF_ERROR(train_codec(train.get(), n_train, opts, &m, &pq));
+        TMS_RETURN_IF_ERROR(train_codec(codec.get(), n_codec, opts, &m, &pq));
     }
     phases->emplace_back("train_codec", SecondsSince(t0));
     *out = std::move(m);

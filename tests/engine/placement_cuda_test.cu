@@ -165,6 +165,7 @@ TEST(PlacementCuda, MissingGpuIsAnError) {
 // With two GPUs: shards put on GPU 1 allocate nothing on GPU 0, and give GPU 0's results;
 // spread over both they give its results too.
 TEST(PlacementCuda, SecondGpuHonouredAndSpreadEqualsOne) {
+    SKIP_WITHOUT_GPU();
     int n = 0;
     ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
     if (n < 2) GTEST_SKIP() << "needs 2 GPUs";

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
+#include <algorithm>
 #include <filesystem>
 #include <cstring>
 #include <fstream>
@@ -340,6 +342,63 @@ TEST(IndexCpu, TrainSampleFollowsTheCentroidCount) {
         o.max_train_tokens = c.cap;
         EXPECT_EQ(index::TrainSampleTokens(c.n_tokens, c.centroids, o), c.want)
             << c.n_tokens << " tokens, " << c.centroids << " centroids, " << c.per_centroid << " a centroid, cap " << c.cap;
+    }
+}
+
+// The residual codec trains on a sample of its own: its cutoffs split the residuals of the
+// corpus (not of the k-means sample, which the centroids were fitted to and sit closer to) into
+// equal quarters, and each bucket decodes to the mean of the corpus residuals in it. 32 sampled
+// tokens a centroid in 32 dimensions, where the two residual distributions differ the most.
+TEST(IndexCpu, ResidualBucketsFitTheCorpusResiduals) {
+    const int dim = 32, n_centroids = 1024;
+    const int64_t n_tokens = 200000;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> n01;
+    std::vector<float> x(size_t(n_tokens) * dim);
+    for (float& v : x) v = n01(rng);
+    for (int64_t r = 0; r < n_tokens; ++r) {  // unit rows, as ColBERT tokens
+        float ss = 0;
+        for (int j = 0; j < dim; ++j) ss += x[r * dim + j] * x[r * dim + j];
+        for (int j = 0; j < dim; ++j) x[r * dim + j] /= std::sqrt(ss);
+    }
+    IndexBuildOptions bo;
+    bo.codec = "residual";
+    bo.residual_nbits = 2;
+    bo.n_centroids = n_centroids;
+    bo.max_train_tokens = 32 * n_centroids;
+    bo.device = Device::kCpu;
+    bo.progress = false;
+    const std::vector<EmbeddingView> shards{EmbeddingView{x.data(), DType::kF32, n_tokens, dim}};
+    index::IndexModel m;
+    std::vector<std::pair<std::string, double>> phases;
+    ASSERT_TRUE(index::TrainModel(shards, bo, &m, &phases).ok());
+    ASSERT_EQ(m.residual_cutoffs.size(), 3u);
+    ASSERT_EQ(m.residual_weights.size(), 4u);
+    // Every 10th token's residual values, by bucket.
+    std::array<int64_t, 4> count{};
+    std::array<double, 4> sum{};
+    for (int64_t r = 0; r < n_tokens; r += 10) {
+        const float* t = x.data() + r * dim;
+        int best = 0;
+        float best_s = -1e30f;
+        for (int c = 0; c < n_centroids; ++c) {
+            float s = 0;
+            for (int j = 0; j < dim; ++j) s += t[j] * m.centroids[size_t(c) * dim + j];
+            if (s > best_s) best_s = s, best = c;
+        }
+        for (int j = 0; j < dim; ++j) {
+            const float v = t[j] - m.centroids[size_t(best) * dim + j];
+            const int b = int(std::upper_bound(m.residual_cutoffs.begin(), m.residual_cutoffs.end(), v) -
+                              m.residual_cutoffs.begin());
+            ++count[b];
+            sum[b] += v;
+        }
+    }
+    const double total = double(count[0] + count[1] + count[2] + count[3]);
+    for (int b = 0; b < 4; ++b) {
+        SCOPED_TRACE("bucket " + std::to_string(b));
+        EXPECT_NEAR(count[b] / total, 0.25, 0.01);
+        EXPECT_NEAR(m.residual_weights[b], sum[b] / count[b], 0.03 * std::abs(sum[b] / count[b]));
     }
 }
 
