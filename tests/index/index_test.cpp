@@ -16,6 +16,7 @@
 
 #include "index/index_data.h"
 #include "kernels/maxsim.h"
+#include "kernels/nearest.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {
@@ -374,20 +375,17 @@ TEST(IndexCpu, ResidualBucketsFitTheCorpusResiduals) {
     ASSERT_TRUE(index::TrainModel(shards, bo, &m, &phases).ok());
     ASSERT_EQ(m.residual_cutoffs.size(), 3u);
     ASSERT_EQ(m.residual_weights.size(), 4u);
-    // Every 10th token's residual values, by bucket.
+    // The residual values of the first 20,000 tokens (i.i.d. like the rest), by bucket.
+    const int64_t n_eval = 20000;
+    std::vector<uint32_t> nearest(n_eval);
+    ASSERT_TRUE(kernels::nearest_ref({.x = x.data(), .n = n_eval, .dim = dim, .centroids = m.centroids.data(),
+                                      .n_centroids = n_centroids, .labels = nearest.data()})
+                    .ok());
     std::array<int64_t, 4> count{};
     std::array<double, 4> sum{};
-    for (int64_t r = 0; r < n_tokens; r += 10) {
-        const float* t = x.data() + r * dim;
-        int best = 0;
-        float best_s = -1e30f;
-        for (int c = 0; c < n_centroids; ++c) {
-            float s = 0;
-            for (int j = 0; j < dim; ++j) s += t[j] * m.centroids[size_t(c) * dim + j];
-            if (s > best_s) best_s = s, best = c;
-        }
+    for (int64_t r = 0; r < n_eval; ++r) {
         for (int j = 0; j < dim; ++j) {
-            const float v = t[j] - m.centroids[size_t(best) * dim + j];
+            const float v = x[r * dim + j] - m.centroids[size_t(nearest[r]) * dim + j];
             const int b = int(std::upper_bound(m.residual_cutoffs.begin(), m.residual_cutoffs.end(), v) -
                               m.residual_cutoffs.begin());
             ++count[b];
