@@ -177,6 +177,24 @@ bool WriterActive(const fs::path& dir) {
     return busy;
 }
 
+bool RemoveIndexDir(const fs::path& dir) {
+    std::error_code ec;
+    std::vector<fs::path> entries;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (it->path().filename() != kMarkerFile) entries.push_back(it->path());
+    }
+    if (ec) return false;
+    bool ok = true;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        fs::remove_all(entries[i], ec);
+        ok = ok && !ec;
+        if (i == 0) CrashPoint("remove:partial");
+    }
+    if (!ok) return false;
+    fs::remove(dir / kMarkerFile, ec);
+    return !ec && fs::remove(dir, ec) && !ec;
+}
+
 Status MakeBuildDir(const fs::path& target, fs::path* out) {
     static std::atomic<int> seq{0};
     for (int attempt = 0; attempt < 1000; ++attempt) {
@@ -215,7 +233,7 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
         if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
             SyncDir(parent);
             CrashPoint("swap:exchanged");
-            fs::remove_all(fresh, ec);  // now the old copy
+            RemoveIndexDir(fresh);  // now the old copy
             return Status::OK();
         }
         if (!renameat2_unsupported(errno)) {
@@ -233,7 +251,7 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
         return Status::IOError(target.string() + ": cannot move the new index into place: " + ec.message());
     }
     SyncDir(parent);
-    fs::remove_all(old, ec);
+    RemoveIndexDir(old);
     return Status::OK();
 }
 
@@ -265,8 +283,7 @@ void RecoverLeftovers(const fs::path& target) {
                 continue;
             }
         }
-        fs::remove_all(dir, ec);
-        if (!ec) {
+        if (RemoveIndexDir(dir)) {
             std::fprintf(stderr, "tms: removed %s, left by an interrupted %s\n", dir.c_str(),
                          kind == Leftover::kBuild ? "build" : "replacement");
         }

@@ -72,6 +72,10 @@ bool WriterActive(const std::filesystem::path& dir);
 /// A new temporary sibling of `target` for a build: TARGET.tmp-build-PID-N, created empty.
 Status MakeBuildDir(const std::filesystem::path& target, std::filesystem::path* out);
 
+/// Removes the index (or build) directory `dir`, its marker last, so that a removal cut short
+/// leaves a directory RecoverLeftovers still knows as ours. False when something stayed.
+bool RemoveIndexDir(const std::filesystem::path& dir);
+
 /// Puts the complete index `fresh` at `target`. An existing index there is exchanged
 /// atomically with it (renameat2 RENAME_EXCHANGE; where the file system lacks it, two renames
 /// whose interruption RecoverLeftovers repairs) once no reader is loading it, then removed.

@@ -1537,9 +1537,8 @@ IndexWriter::~IndexWriter() {
     if (!impl_->finished) {
         impl_->cur.reset();
         impl_->done.clear();
-        std::error_code ec;
         // Created by Create, ours (a part's build directory is rank 0's to remove).
-        if (!impl_->tmp.empty() && !impl_->joined) fs::remove_all(impl_->tmp, ec);
+        if (!impl_->tmp.empty() && !impl_->joined) RemoveIndexDir(impl_->tmp);
     }
 }
 
