@@ -1662,6 +1662,8 @@ std::string gib(int64_t bytes) {
     return b;
 }
 
+std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
 // The vectors' tier opts ask for, kAuto resolved, checked against the memory it needs (the
 // opened shards' vectors; on GPUs with their codes and lists, spread evenly).
 Status choose_tier(const SearcherOptions& opts, const std::string& path, Device device, const std::vector<int>& gpus,
@@ -1838,6 +1840,16 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         for (size_t r = 0; r < s->segments_.size(); ++r) {
             TMS_RETURN_IF_ERROR(s->segments_[r]->Place(nullptr, false, tier, &vectors[r]));
             s->by_device_[0].push_back(r);
+        }
+        // Under an address-space limit each searching thread maps a BLAS work buffer (128 MB in
+        // Debian's OpenBLAS) at its first product, and OpenBLAS retries forever when it cannot:
+        // a search that would not fit is refused here.
+        const int threads = omp_get_max_threads();
+        const int64_t room = engine::AddressSpaceRoom(), need = (int64_t(32) + 128 * threads) << 20;
+        if (room < need) {
+            return Status::ResourceExhausted(path + ": the process's address-space limit (ulimit -v) leaves " + mib(room) +
+                                             "; a CPU search with " + std::to_string(threads) + " threads needs " +
+                                             mib(need) + " (fewer threads: OMP_NUM_THREADS)");
         }
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");

@@ -388,6 +388,9 @@ Status open_db(const std::string& path, bool read_only, Db* out, bool updating =
     dbo.info_log_level = rocksdb::InfoLogLevel::ERROR_LEVEL;
     dbo.keep_log_file_num = 1;
     dbo.max_background_jobs = 4;  // memtable flushes (blob writes) keep up with a GPU build
+    // RocksDB aborts when it cannot start a table-opening thread (an address-space limit); the
+    // tables are few (the bulk lives in blob files), so one thread opens them.
+    dbo.max_file_opening_threads = 1;
     if (updating) {
         // An update writes no WAL (every write has disableWAL): it is durable exactly when the
         // commit's flush of every column family, atomic across them, returns. A damaged or lost

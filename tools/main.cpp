@@ -2,9 +2,11 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <system_error>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -595,11 +597,28 @@ int run(int argc, char** argv);
 
 // Library calls return Status; anything thrown past them (out of memory in a container, a
 // third-party library's exception) still ends in one line and a non-zero exit, never an abort.
+// A failed run (ours, or a library's exit(1) such as libgomp's when it cannot start a thread)
+// ends without running the libraries' destructors: one of them may wait for a thread stuck on
+// the same shortage (OpenBLAS joins workers that retry forever to map their buffers).
+void exit_now_on_failure(int status, void*) {
+    if (status == 0) return;
+    std::fflush(nullptr);
+    std::_Exit(status);
+}
+
 int main(int argc, char** argv) {
+    ::on_exit(exit_now_on_failure, nullptr);
     try {
         return run(argc, argv);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "tms: error: out of host memory\n");
+    } catch (const std::system_error& e) {
+        if (e.code() == std::errc::resource_unavailable_try_again) {
+            std::fprintf(stderr, "tms: error: cannot start a thread (%s): out of host memory or of the process's "
+                                 "thread limit\n", e.code().message().c_str());
+        } else {
+            std::fprintf(stderr, "tms: error: internal: %s\n", e.what());
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tms: error: internal: %s\n", e.what());
     }

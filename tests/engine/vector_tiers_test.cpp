@@ -2,6 +2,14 @@
 // choice of a tier.
 #include "tests/engine/vector_tiers.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "engine/backend.h"
+
 namespace tms {
 namespace {
 
@@ -60,6 +68,60 @@ TEST(VectorTiersCpu, ChoiceAndRefusals) {
     }
     fs::remove_all(dir);
     fs::remove_all(dir2);
+}
+
+// Under an address-space limit (ulimit -v) the room the limit leaves is all the host has:
+// --vectors host is refused with the tier that would hold them, and auto picks the disk.
+TEST(VectorTiersCpu, AddressSpaceLimitIsAvailableMemory) {
+    namespace fs = std::filesystem;
+    SynthOptions so;
+    so.n_docs = 2000;  // 28 MB of vectors
+    so.n_queries = 4;
+    IndexBuildOptions bo;
+    bo.progress = false;
+    bo.keep_vectors = true;
+    bo.n_centroids = 64;
+    const fs::path dir = testing::BuildSynthIndex("tms_tiers_rlimit", so, bo);
+    const std::string path = (dir / "index").string();
+    SearcherOptions o;
+    o.device = Device::kCpu;
+    o.progress = false;
+    o.vectors = VectorTier::kAuto;
+    VectorTier t;
+    ASSERT_TRUE(ResolveVectorTier(o, path, &t).ok());  // libraries and RocksDB's threads set up
+    EXPECT_EQ(t, VectorTier::kHost);
+    // The child's exit code: 0 passed, else the number of the check that failed.
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        int64_t vm_kb = -1;
+        if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+            char line[256];
+            while (std::fgets(line, sizeof line, f)) {
+                long long v;
+                if (std::sscanf(line, "VmSize: %lld kB", &v) == 1) vm_kb = v;
+            }
+            std::fclose(f);
+        }
+        if (vm_kb < 0) ::_exit(10);
+        const int64_t room = int64_t(12) << 20;
+        const struct rlimit lim = {rlim_t(vm_kb * 1024 + room), rlim_t(vm_kb * 1024 + room)};
+        if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(11);
+        if (engine::HostAvailableMemory() > room) ::_exit(1);
+        VectorTier c;
+        if (!ResolveVectorTier(o, path, &c).ok() || c != VectorTier::kDisk) ::_exit(2);
+        SearcherOptions h = o;
+        h.vectors = VectorTier::kHost;
+        const Status st = ResolveVectorTier(h, path, &c);
+        if (st.code() != Status::Code::kResourceExhausted) ::_exit(3);
+        if (st.message().find("--vectors disk") == std::string::npos) ::_exit(4);
+        ::_exit(0);
+    }
+    int wstatus = 0;
+    ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+    ASSERT_TRUE(WIFEXITED(wstatus)) << "child ended by signal " << WTERMSIG(wstatus);
+    EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "check " << WEXITSTATUS(wstatus) << " failed in the limited child";
+    fs::remove_all(dir);
 }
 
 }  // namespace

@@ -485,6 +485,28 @@ def test_disk_full_during_build(corpus, tmp_path):
     assert_no_index(out)
 
 
+def _limit_address_space(gib):
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (int(gib * 2**30), int(gib * 2**30)))
+    return limit
+
+
+# ulimit -v from where the libraries barely load to where the search fits: at each limit the
+# search runs, or ends in one error line (RocksDB's, OpenMP's, OpenBLAS's and our own threads
+# and buffers fail at different limits), never in an abort or a hang.
+@pytest.mark.parametrize("gib", [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 2.0])
+def test_search_under_an_address_space_limit_ends_cleanly(corpus, index, tmp_path, gib):
+    out = tmp_path / "run.trec"
+    p = subprocess.run([TMS, "search", "--index", index, "--queries", corpus / "queries.npy", "--out", out,
+                        "--device", "cpu", "--vectors", "host"], capture_output=True, text=True,
+                       preexec_fn=_limit_address_space(gib), timeout=120)
+    if p.returncode == 0:
+        assert len(out.read_text().splitlines()) == 20 * 10
+        return
+    expect_error(p)  # ours, libgomp's "Thread creation failed", or the dynamic loader's
+
+
 def test_bench_index_small(tmp_path):
     out = tmp_path / "bi.json"
     p = subprocess.run([TMS, "bench", "index", "--tokens", "40000", "--centroids", "64", "--codecs", "res2",
