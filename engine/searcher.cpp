@@ -29,9 +29,11 @@
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
 #include "index/metadata.h"
+#include "base/memory.h"
 #include "base/progress.h"
 #include "kernels/candidates.h"
 #include "kernels/maxsim.h"
+#include "kernels/nearest.h"
 
 namespace tms {
 namespace {
@@ -1662,7 +1664,6 @@ std::string gib(int64_t bytes) {
     return b;
 }
 
-std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 // The vectors' tier opts ask for, kAuto resolved, checked against the memory it needs (the
 // opened shards' vectors; on GPUs with their codes and lists, spread evenly).
@@ -1694,7 +1695,7 @@ Status choose_tier(const SearcherOptions& opts, const std::string& path, Device 
     const int64_t vec = tokens * info.dim * 2;
     // Centroid ids and codes (the IVF lists are smaller), and the decoded tokens' scales.
     const int64_t codes = int64_t(double(tokens) * (info.code_bytes_per_token + (info.unit_norm ? 4 : 0)));
-    const int64_t host_avail = engine::HostAvailableMemory();
+    const int64_t host_avail = HostAvailableMemory();
     int64_t gpu_free = 0;
     int free_gpu = -1;  // the GPU with the least free memory
     if (device == Device::kGpu) {
@@ -1841,16 +1842,8 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
             TMS_RETURN_IF_ERROR(s->segments_[r]->Place(nullptr, false, tier, &vectors[r]));
             s->by_device_[0].push_back(r);
         }
-        // Under an address-space limit each searching thread maps a BLAS work buffer (128 MB in
-        // Debian's OpenBLAS) at its first product, and OpenBLAS retries forever when it cannot:
-        // a search that would not fit is refused here.
-        const int threads = omp_get_max_threads();
-        const int64_t room = engine::AddressSpaceRoom(), need = (int64_t(32) + 128 * threads) << 20;
-        if (room < need) {
-            return Status::ResourceExhausted(path + ": the process's address-space limit (ulimit -v) leaves " + mib(room) +
-                                             "; a CPU search with " + std::to_string(threads) + " threads needs " +
-                                             mib(need) + " (fewer threads: OMP_NUM_THREADS)");
-        }
+        // Every searching thread runs BLAS products (the centroid scores).
+        TMS_RETURN_IF_ERROR(kernels::check_blas_room(omp_get_max_threads(), int64_t(32) << 20, path));
     }
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
     const Status est = ReadRecallEstimate(path, &s->estimate_);

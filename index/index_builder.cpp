@@ -12,11 +12,13 @@
 #include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "base/progress.h"
 #include "index/index_data.h"
 #include "index/index_dir.h"
 #include "index/metadata.h"
+#include "kernels/nearest.h"
 #include "tilemaxsim/io.h"
 
 namespace fs = std::filesystem;
@@ -54,6 +56,9 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     if (metadata) {
         TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::ResolveMetadata(*metadata, ids, {}, &meta_rows) : Status::OK()));
     }
+    // Training runs BLAS products on every thread, beside its samples and score blocks.
+    const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
+    TMS_RETURN_IF_ERROR(agree(kernels::check_blas_room(threads, int64_t(128) << 20, path)));
     std::vector<std::pair<std::string, double>> phases;
     index::IndexModel model;
     TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tilemaxsim/status.h"
 
@@ -42,5 +43,11 @@ inline double nearest_tolerance(double x_norm, double c_norm_max) { return 2.0 *
 /// out [n, K] = x [n, d] . c [K, d]^T (BLAS on row blocks spread over the OpenMP threads; the
 /// scores nearest_cpu takes its maxima of).
 void inner_products_cpu(const float* x, int64_t n, const float* c, int K, int d, float* out);
+
+/// OpenBLAS maps a work buffer (128 MB in Debian's build) in each thread at its first product,
+/// and retries forever when the process's address-space limit (ulimit -v) refuses it. Before
+/// work that runs products on `threads` threads: ResourceExhausted, naming `what`, the room and
+/// the need, when the limit leaves no room for their buffers plus `extra` bytes.
+Status check_blas_room(int threads, int64_t extra, const std::string& what);
 
 }  // namespace tms::kernels

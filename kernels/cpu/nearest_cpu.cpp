@@ -7,6 +7,8 @@
 
 #include "kernels/nearest.h"
 
+#include "base/memory.h"
+
 // The BLAS FAISS links (OpenBLAS on Debian), called single-threaded: the engine parallelises
 // with OpenMP (index::SingleThreadedBlas).
 extern "C" int sgemm_(const char* transa, const char* transb, int* m, int* n, int* k, const float* alpha,
@@ -24,6 +26,15 @@ void inner_products_cpu(const float* x, int64_t n, const float* c, int K, int d,
         float one = 1.0f, zero = 0.0f;
         sgemm_("T", "N", &k, &nb, &dd, &one, c, &dd, x + b * d, &dd, &zero, out + b * K, &k);
     }
+}
+
+Status check_blas_room(int threads, int64_t extra, const std::string& what) {
+    const int64_t room = AddressSpaceRoom(), need = (int64_t(128) << 20) * threads + extra;
+    if (room >= need) return Status::OK();
+    const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+    return Status::ResourceExhausted(what + ": the process's address-space limit (ulimit -v) leaves " + mib(room) +
+                                     "; " + std::to_string(threads) + " threads need " + mib(need) +
+                                     " (fewer threads: OMP_NUM_THREADS)");
 }
 
 Status nearest_cpu(const NearestParams& p) {

@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-#include "engine/backend.h"
+#include "base/memory.h"
 
 namespace tms {
 namespace {
@@ -107,7 +107,7 @@ TEST(VectorTiersCpu, AddressSpaceLimitIsAvailableMemory) {
         const int64_t room = int64_t(12) << 20;
         const struct rlimit lim = {rlim_t(vm_kb * 1024 + room), rlim_t(vm_kb * 1024 + room)};
         if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(11);
-        if (engine::HostAvailableMemory() > room) ::_exit(1);
+        if (HostAvailableMemory() > room) ::_exit(1);
         VectorTier c;
         if (!ResolveVectorTier(o, path, &c).ok() || c != VectorTier::kDisk) ::_exit(2);
         SearcherOptions h = o;

@@ -492,19 +492,29 @@ def _limit_address_space(gib):
     return limit
 
 
-# ulimit -v from where the libraries barely load to where the search fits: at each limit the
-# search runs, or ends in one error line (RocksDB's, OpenMP's, OpenBLAS's and our own threads
-# and buffers fail at different limits), never in an abort or a hang.
+# ulimit -v from where the libraries barely load to where the work fits: at each limit a search
+# or a build runs, or ends in one error line (RocksDB's, OpenMP's, OpenBLAS's and our own
+# threads and buffers fail at different limits), never in an abort or a hang; a failed build
+# leaves nothing behind.
 @pytest.mark.parametrize("gib", [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 2.0])
-def test_search_under_an_address_space_limit_ends_cleanly(corpus, index, tmp_path, gib):
-    out = tmp_path / "run.trec"
-    p = subprocess.run([TMS, "search", "--index", index, "--queries", corpus / "queries.npy", "--out", out,
-                        "--device", "cpu", "--vectors", "host"], capture_output=True, text=True,
+@pytest.mark.parametrize("command", ["search", "index"])
+def test_under_an_address_space_limit_work_ends_cleanly(corpus, index, tmp_path, command, gib):
+    out = tmp_path / ("run.trec" if command == "search" else "idx")
+    args = (["search", "--index", index, "--queries", corpus / "queries.npy", "--vectors", "host"]
+            if command == "search" else
+            ["index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--keep-vectors",
+             "--no-estimate", "--centroids", "64"])
+    p = subprocess.run([TMS, *args, "--out", out, "--device", "cpu"], capture_output=True, text=True,
                        preexec_fn=_limit_address_space(gib), timeout=120)
     if p.returncode == 0:
-        assert len(out.read_text().splitlines()) == 20 * 10
+        if command == "search":
+            assert len(out.read_text().splitlines()) == 20 * 10
+        else:
+            tms("info", "--index", out, check=True)
         return
     expect_error(p)  # ours, libgomp's "Thread creation failed", or the dynamic loader's
+    if command == "index":
+        assert_no_index(out)
 
 
 def test_bench_index_small(tmp_path):
