@@ -577,6 +577,7 @@ Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::uni
     }
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, gpu, &e->impl_->gpu));
     if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
+    else TMS_RETURN_IF_ERROR(kernels::check_blas_room(omp_get_max_threads(), 0, "encoding on the CPU"));
     if (model.codec == "pq") {
         const int M = model.pq_m, dsub = model.dim / std::max(1, M);
         if (model.pq_nbits != 8 || model.codebook.size() != size_t(M) * 256 * dsub) {

@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. The `tms` command line: parse arguments, call the public API.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 #include <unordered_map>
 
+#include "base/memory.h"
 #include "base/progress.h"
 #include "tilemaxsim/tilemaxsim.h"
 #if TMS_WITH_MPI
@@ -597,11 +599,12 @@ int run(int argc, char** argv);
 
 // Library calls return Status; anything thrown past them (out of memory in a container, a
 // third-party library's exception) still ends in one line and a non-zero exit, never an abort.
-// A failed run (ours, or a library's exit(1) such as libgomp's when it cannot start a thread)
-// ends without running the libraries' destructors: one of them may wait for a thread stuck on
-// the same shortage (OpenBLAS joins workers that retry forever to map their buffers).
+// A failed run (ours, or a library's exit(1) such as libgomp's when it cannot start a thread),
+// and any run under an address-space limit, ends without the libraries' destructors: they join
+// threads that may be stuck on the shortage (OpenBLAS's workers retry forever to map their
+// buffers) or that fail to allocate as they wake to exit (RocksDB's).
 void exit_now_on_failure(int status, void*) {
-    if (status == 0) return;
+    if (status == 0 && tms::AddressSpaceRoom() == INT64_MAX) return;
     std::fflush(nullptr);
     std::_Exit(status);
 }

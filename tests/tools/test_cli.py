@@ -5,6 +5,7 @@ problem, and must never leave anything at the index path that looks like an inde
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -492,29 +493,46 @@ def _limit_address_space(gib):
     return limit
 
 
-# ulimit -v from where the libraries barely load to where the work fits: at each limit a search
-# or a build runs, or ends in one error line (RocksDB's, OpenMP's, OpenBLAS's and our own
-# threads and buffers fail at different limits), never in an abort or a hang; a failed build
-# leaves nothing behind.
+def _live_documents(index):
+    info = tms("info", "--index", index, check=True).stdout
+    return int(next(l.split("\t")[1] for l in info.splitlines() if l.startswith("live_documents\t")))
+
+
+# ulimit -v from where the libraries barely load to where the work fits: at each limit a search,
+# a build or an addition runs, or ends in one error line (RocksDB's, OpenMP's, OpenBLAS's and our
+# own threads and buffers fail at different limits), never in an abort or a hang; a failed build
+# leaves nothing behind, a failed addition the index as it was.
 @pytest.mark.parametrize("gib", [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 2.0])
-@pytest.mark.parametrize("command", ["search", "index"])
+@pytest.mark.parametrize("command", ["search", "index", "add"])
 def test_under_an_address_space_limit_work_ends_cleanly(corpus, index, tmp_path, command, gib):
     out = tmp_path / ("run.trec" if command == "search" else "idx")
-    args = (["search", "--index", index, "--queries", corpus / "queries.npy", "--vectors", "host"]
-            if command == "search" else
-            ["index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--keep-vectors",
-             "--no-estimate", "--centroids", "64"])
-    p = subprocess.run([TMS, *args, "--out", out, "--device", "cpu"], capture_output=True, text=True,
-                       preexec_fn=_limit_address_space(gib), timeout=120)
+    if command == "search":
+        args = ["search", "--index", index, "--queries", corpus / "queries.npy", "--vectors", "host", "--out", out,
+                "--device", "cpu"]
+    elif command == "index":
+        args = ["index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--keep-vectors",
+                "--no-estimate", "--centroids", "64", "--out", out, "--device", "cpu"]
+    else:
+        shutil.copytree(index, out)
+        ids = tmp_path / "new_ids.txt"
+        ids.write_text("".join(f"new{i}\n" for i in range(10)))
+        lens = np.load(corpus / "doclens.npy")[:10]
+        docs = save_npy(tmp_path / "new_docs.npy", np.load(corpus / "docs.npy")[: int(lens.sum())])
+        args = ["add", "--index", out, "--docs", docs, "--doclens", save_npy(tmp_path / "new_lens.npy", lens),
+                "--doc-ids", ids]
+    p = subprocess.run([TMS, *args], capture_output=True, text=True, preexec_fn=_limit_address_space(gib),
+                       timeout=120)
     if p.returncode == 0:
         if command == "search":
             assert len(out.read_text().splitlines()) == 20 * 10
         else:
-            tms("info", "--index", out, check=True)
+            assert _live_documents(out) == 300 + (10 if command == "add" else 0)
         return
     expect_error(p)  # ours, libgomp's "Thread creation failed", or the dynamic loader's
     if command == "index":
         assert_no_index(out)
+    if command == "add":
+        assert _live_documents(out) == 300
 
 
 def test_bench_index_small(tmp_path):
