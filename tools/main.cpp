@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <system_error>
+#include <omp.h>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -911,6 +912,22 @@ int run(int argc, char** argv) {
     demo->add_option("--device", demo_device, "auto, cpu or gpu")->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
+    // Under an address-space limit (ulimit -v) every thread maps a stack, a malloc arena and,
+    // at its first product, a BLAS buffer (128 MB in Debian's OpenBLAS), RocksDB starts four
+    // threads of its own, and OpenBLAS's workers (one a core but one, started with the library)
+    // map their buffers at a moment of their own. Third-party threads abort or spin when such a
+    // mapping fails, so work that may not fit is refused before any of it starts.
+    if (!synth->parsed() && !eval->parsed()) {
+        const int threads = omp_get_max_threads();
+        const int64_t room = tms::AddressSpaceRoom(),
+                      need = (int64_t(200) * threads + int64_t(128) * (omp_get_num_procs() - 1) + 352) << 20;
+        if (room < need) {
+            std::fprintf(stderr, "tms: error: the address-space limit (ulimit -v) leaves %lld MiB; tms with %d threads "
+                                 "needs %lld MiB (raise the limit, or fewer threads: OMP_NUM_THREADS)\n",
+                         (long long)(room >> 20), threads, (long long)(need >> 20));
+            return 1;
+        }
+    }
     // The command line as it ran, for the benchmarks' JSON.
     std::string command_line;
     for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);

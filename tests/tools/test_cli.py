@@ -502,7 +502,7 @@ def _live_documents(index):
 # a build or an addition runs, or ends in one error line (RocksDB's, OpenMP's, OpenBLAS's and our
 # own threads and buffers fail at different limits), never in an abort or a hang; a failed build
 # leaves nothing behind, a failed addition the index as it was.
-@pytest.mark.parametrize("gib", [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 2.0])
+@pytest.mark.parametrize("gib", [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 2.0, 2.5])
 @pytest.mark.parametrize("command", ["search", "index", "add"])
 def test_under_an_address_space_limit_work_ends_cleanly(corpus, index, tmp_path, command, gib):
     out = tmp_path / ("run.trec" if command == "search" else "idx")

@@ -4,6 +4,8 @@
 # disk (through the page cache); each row's recall@10 is against exhaustive search on the same
 # tier, which streams every vector (GB/s against the host-to-device copy rate of the same run).
 # Usage: tiers_1m.sh OUTDIR [DOCS] [TIERS]   (binaries packed by shared/tools/device-pack.sh)
+# DELETE_INPUT=1 removes the corpus's docs.npy from /dev/shm once the index is built (2M documents:
+# 51 GB of input in RAM, which the host tier then needs).
 set -euo pipefail
 out=${1:?OUTDIR}
 docs=${2:-1000000}
@@ -20,6 +22,8 @@ if [ ! -d $idx ]; then
   /usr/bin/time -f "index: %e s, %M KB" tms index --docs $d/docs.npy --doclens $d/doclens.npy \
     --doc-ids $d/doc_ids.txt --out $idx --keep-vectors --no-progress 2>&1 | tail -n 2
 fi
+if [ "${DELETE_INPUT:-0}" = 1 ]; then rm -f $d/docs.npy; fi
+df -h /tmp /dev/shm | tail -n 2
 for t in $tiers; do
   echo "vectors: $t"
   /usr/bin/time -f "bench: %e s, %M KB peak" tms bench search --index $idx --queries $d/queries.npy --device $dev \
