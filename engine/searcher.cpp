@@ -1230,7 +1230,9 @@ public:
     // in `pending_`; the first one not served leads: it waits its window (gather_us), then for
     // the gathered search in flight to end (or the batch to fill), takes the requests of its
     // shape and options and searches them as one batch. One gathered search runs at a time, so
-    // callers arriving during it make the next batch; a lone caller starts at once.
+    // callers arriving during it make the next batch; a lone caller starts at once. Each wait
+    // is woken alone (a request's own condition, the leader's): with many callers a shared
+    // condition would wake every waiter at every arrival.
     static constexpr int kGatherMax = 256;  // requests of this many queries or more go alone
     struct Request {
         const QueryBatch* q;
@@ -1240,6 +1242,7 @@ public:
         Status st;
         bool taken = false;  // in a leader's batch (done once that batch is searched)
         bool done = false;
+        std::condition_variable cv;  // taken, done, or this request is to lead
     };
     static bool same_shape(const Request& a, const Request& b) {
         const SearchOptions &x = *a.opts, &y = *b.opts;
@@ -1252,13 +1255,13 @@ public:
 
     Status Gathered(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                     SearchTimings* timings) const {
-        Request me{&q, &opts, results, timings, Status::OK(), false, false};
+        Request me{&q, &opts, results, timings, Status::OK(), false, false, {}};
         std::unique_lock<std::mutex> lock(gather_mu_);
         pending_.push_back(&me);
-        gather_cv_.notify_all();  // a leader waiting for a full batch counts it
+        if (leading_) leader_cv_.notify_one();  // a leader waiting for a full batch counts it
         while (!me.done) {
             if (leading_ || me.taken) {  // another thread gathers, or searches this request
-                gather_cv_.wait(lock);
+                me.cv.wait(lock);
                 continue;
             }
             // This thread serves a batch: of the oldest pending request's shape (its own is pending,
@@ -1269,8 +1272,8 @@ public:
                 for (const Request* r : pending_) n += r->q->n_queries;
                 return n >= kGatherMax;
             };
-            if (gather_us_ > 0) gather_cv_.wait_until(lock, Clock::now() + std::chrono::microseconds(gather_us_), full);
-            gather_cv_.wait(lock, [&] { return !running_ || full(); });
+            if (gather_us_ > 0) leader_cv_.wait_until(lock, Clock::now() + std::chrono::microseconds(gather_us_), full);
+            leader_cv_.wait(lock, [&] { return !running_ || full(); });
             std::vector<Request*> batch;
             int n = 0;
             const Request* oldest = pending_.front();
@@ -1286,13 +1289,20 @@ public:
             }
             leading_ = false;
             ++running_;
-            gather_cv_.notify_all();  // the requests left may elect the next leader now
+            for (Request* r : pending_) {  // the oldest other request leads the ones left
+                if (r == &me) continue;
+                r->cv.notify_one();
+                break;
+            }
             lock.unlock();
             RunGathered(batch, n);
             lock.lock();
             --running_;
-            for (Request* r : batch) r->done = true;
-            gather_cv_.notify_all();
+            for (Request* r : batch) {
+                r->done = true;
+                r->cv.notify_one();
+            }
+            leader_cv_.notify_one();  // a leader waiting for this search to end
         }
         return me.st;
     }
@@ -1550,7 +1560,7 @@ public:
     bool gather_ = true;  // SearcherOptions::gather
     int gather_us_ = 0;   // SearcherOptions::gather_us
     mutable std::mutex gather_mu_;
-    mutable std::condition_variable gather_cv_;
+    mutable std::condition_variable leader_cv_;  // the leader's: arrivals, the search in flight ended
     mutable std::vector<Request*> pending_;
     mutable bool leading_ = false;
     mutable int running_ = 0;  // gathered searches in flight (at most one)
