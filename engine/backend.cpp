@@ -1,10 +1,8 @@
 // Copyright TileMaxSim authors.
 #include "engine/backend.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
+#include <string>
 
 #include "kernels/cuda/gpu_context.h"
 #if TMS_WITH_CUDA

@@ -26,7 +26,6 @@ Status GpuDeviceCount(int* n);
 /// Free memory of GPU `device`; NotSupported without CUDA.
 Status GpuFreeMemory(int device, int64_t* free_bytes);
 
-
 /// The context of GPU `device` (kernels::GpuContext); NotSupported in a build without CUDA.
 Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out);
 

@@ -1674,7 +1674,6 @@ std::string gib(int64_t bytes) {
     return b;
 }
 
-
 // The vectors' tier opts ask for, kAuto resolved, checked against the memory it needs (the
 // opened shards' vectors; on GPUs with their codes and lists, spread evenly).
 Status choose_tier(const SearcherOptions& opts, const std::string& path, Device device, const std::vector<int>& gpus,
