@@ -52,11 +52,23 @@ int64_t HostAvailableMemory() {
     return std::min(avail, AddressSpaceRoom());
 }
 
+int64_t MappedBytes() { return proc_kb("/proc/self/status", "VmSize:"); }
+
 int64_t AddressSpaceRoom() {
     struct rlimit as {};
     if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return INT64_MAX;
-    const int64_t mapped = proc_kb("/proc/self/status", "VmSize:");
+    const int64_t mapped = MappedBytes();
     return mapped < 0 ? INT64_MAX : std::max<int64_t>(0, int64_t(as.rlim_cur) - mapped);
+}
+
+Status CheckAddressSpace(int64_t need, int threads, const std::string& what) {
+    const int64_t room = AddressSpaceRoom();
+    if (room >= need) return Status::OK();
+    const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+    return Status::ResourceExhausted((what.empty() ? "" : what + ": ") +
+                                     "the process's address-space limit (ulimit -v) leaves " + mib(room) + "; " +
+                                     std::to_string(threads) + " threads need " + mib(need) +
+                                     " (raise the limit, or fewer threads: OMP_NUM_THREADS)");
 }
 
 }  // namespace tms

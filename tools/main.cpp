@@ -919,14 +919,9 @@ int run(int argc, char** argv) {
     // mapping fails, so work that may not fit is refused before any of it starts.
     if (!synth->parsed() && !eval->parsed()) {
         const int threads = omp_get_max_threads();
-        const int64_t room = tms::AddressSpaceRoom(),
-                      need = (int64_t(200) * threads + int64_t(128) * (omp_get_num_procs() - 1) + 352) << 20;
-        if (room < need) {
-            std::fprintf(stderr, "tms: error: the address-space limit (ulimit -v) leaves %lld MiB; tms with %d threads "
-                                 "needs %lld MiB (raise the limit, or fewer threads: OMP_NUM_THREADS)\n",
-                         (long long)(room >> 20), threads, (long long)(need >> 20));
-            return 1;
-        }
+        const int64_t need = (int64_t(200) * threads + int64_t(128) * (omp_get_num_procs() - 1) + 352) << 20;
+        const tms::Status st = tms::CheckAddressSpace(need, threads, "");
+        if (!st.ok()) return fail(app.get_subcommands().front()->get_name(), st);
     }
     // The command line as it ran, for the benchmarks' JSON.
     std::string command_line;

@@ -29,12 +29,7 @@ void inner_products_cpu(const float* x, int64_t n, const float* c, int K, int d,
 }
 
 Status check_blas_room(int threads, int64_t extra, const std::string& what) {
-    const int64_t room = AddressSpaceRoom(), need = (int64_t(128) << 20) * threads + extra;
-    if (room >= need) return Status::OK();
-    const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
-    return Status::ResourceExhausted(what + ": the process's address-space limit (ulimit -v) leaves " + mib(room) +
-                                     "; " + std::to_string(threads) + " threads need " + mib(need) +
-                                     " (fewer threads: OMP_NUM_THREADS)");
+    return CheckAddressSpace((int64_t(128) << 20) * threads + extra, threads, what);
 }
 
 Status nearest_cpu(const NearestParams& p) {

@@ -6,8 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-
 #include "base/memory.h"
 
 namespace tms {
@@ -94,18 +92,10 @@ TEST(VectorTiersCpu, AddressSpaceLimitIsAvailableMemory) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-        int64_t vm_kb = -1;
-        if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
-            char line[256];
-            while (std::fgets(line, sizeof line, f)) {
-                long long v;
-                if (std::sscanf(line, "VmSize: %lld kB", &v) == 1) vm_kb = v;
-            }
-            std::fclose(f);
-        }
-        if (vm_kb < 0) ::_exit(10);
+        const int64_t mapped = MappedBytes();
+        if (mapped < 0) ::_exit(10);
         const int64_t room = int64_t(12) << 20;
-        const struct rlimit lim = {rlim_t(vm_kb * 1024 + room), rlim_t(vm_kb * 1024 + room)};
+        const struct rlimit lim = {rlim_t(mapped + room), rlim_t(mapped + room)};
         if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(11);
         if (HostAvailableMemory() > room) ::_exit(1);
         VectorTier c;
