@@ -24,10 +24,13 @@ build-fuzz/tests/tms_tests --gtest_brief=1 \
   --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:MetadataCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*-UpdateCpu.AddDeleteEqualsFreshBuild:SearchCpu.SeparateShardSegmentsEqualOne:SearchCpu.ShardSubsetsMergeToTheWhole' \
   2>&1 | grep -v "^WARNING clustering"
 TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_cli.py tests/tools/test_filter.py
+# Each target writes its inputs as files into a scratch directory of its own, removed at the end.
+scratch=$(mktemp -d /dev/shm/tms-fuzz.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
 for t in npy safetensors text config metadata; do
   mkdir -p build-fuzz/corpus/$t
   echo "fuzz.sh: fuzz_$t for ${secs}s"
-  (cd build-fuzz && TMPDIR=/dev/shm ./tests/fuzz/fuzz_$t -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
+  (cd build-fuzz && TMPDIR="$scratch" ./tests/fuzz/fuzz_$t -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
      -print_final_stats=1 corpus/$t ../tests/fuzz/corpus/$t 2>&1 | grep -E "^stat::number_of_executed_units|ERROR|SUMMARY|crash" || true)
   # (ls fails when any one pattern matches nothing: collect what exists instead)
   found=$(ls build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* 2>/dev/null || true)

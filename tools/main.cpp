@@ -1,5 +1,6 @@
 // Copyright TileMaxSim authors. The `tms` command line: parse arguments, call the public API.
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -26,8 +27,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Set when a run ends for want of memory (or threads), so that it exits without destructors.
+std::atomic<bool> g_shortage{false};
+
 int fail(const std::string& cmd, const tms::Status& st) {
     std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), st.message().c_str());
+    if (st.code() == tms::Status::Code::kResourceExhausted) g_shortage = true;
     return st.code() == tms::Status::Code::kInternal ? 3 : 1;
 }
 
@@ -600,12 +605,16 @@ int run(int argc, char** argv);
 
 // Library calls return Status; anything thrown past them (out of memory in a container, a
 // third-party library's exception) still ends in one line and a non-zero exit, never an abort.
-// A failed run (ours, or a library's exit(1) such as libgomp's when it cannot start a thread),
-// and any run under an address-space limit, ends without the libraries' destructors: they join
-// threads that may be stuck on the shortage (OpenBLAS's workers retry forever to map their
-// buffers) or that fail to allocate as they wake to exit (RocksDB's).
+// A run that ran short of memory or threads (ours, an exception, or a library's exit(1) such as
+// libgomp's when it cannot start a thread), and any run under an address-space limit, ends
+// without the libraries' destructors: they join threads that may be stuck on the shortage
+// (OpenBLAS's workers retry forever to map their buffers) or that fail to allocate as they wake
+// to exit (RocksDB's). Every other run, failed or not, exits normally, so that the libraries
+// remove what they registered (LLVM's OpenMP runtime leaves a file in /dev/shm otherwise).
+std::atomic<bool> g_exit_normally{false};
+
 void exit_now_on_failure(int status, void*) {
-    if (status == 0 && tms::AddressSpaceRoom() == INT64_MAX) return;
+    if (g_exit_normally && tms::AddressSpaceRoom() == INT64_MAX) return;
     std::fflush(nullptr);
     std::_Exit(status);
 }
@@ -613,7 +622,9 @@ void exit_now_on_failure(int status, void*) {
 int main(int argc, char** argv) {
     ::on_exit(exit_now_on_failure, nullptr);
     try {
-        return run(argc, argv);
+        const int rc = run(argc, argv);
+        g_exit_normally = !g_shortage;
+        return rc;
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "tms: error: out of host memory\n");
     } catch (const std::system_error& e) {

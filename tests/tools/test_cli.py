@@ -326,6 +326,23 @@ def test_missing_index(corpus, tmp_path):
     expect_error(tms("info", "--index", tmp_path / "nope"), "no such index")
 
 
+def test_failed_runs_leave_no_files(corpus, index, tmp_path):
+    """A run that fails on its input exits normally, so that the libraries remove what they
+    registered (LLVM's OpenMP runtime, in the sanitizer build, a file in /dev/shm named by pid)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    runs = [["search", "--index", tmp_path / "nope", "--queries", corpus / "queries.npy", "--out", tmp_path / "r"],
+            ["search", "--index", index, "--queries", corpus / "queries.npy", "--out", tmp_path / "r", "--k", 0],
+            ["search", "--no-such-flag"]]
+    for args in runs:
+        p = subprocess.Popen([TMS, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env={**os.environ, "TMPDIR": str(scratch)})
+        _, err = p.communicate(timeout=300)
+        assert p.returncode > 0, err
+        shm = [n for n in os.listdir("/dev/shm") if f"_{p.pid}_" in n or f"-{p.pid}-" in n]
+        assert shm == [] and list(scratch.iterdir()) == [], (args, shm)
+
+
 def test_not_our_index(tmp_path):
     d = tmp_path / "somedir"
     d.mkdir()
