@@ -13,6 +13,8 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/progress.h"
 #include "index/index_data.h"
@@ -60,6 +62,40 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
     TMS_RETURN_IF_ERROR(agree(kernels::check_blas_room(threads, int64_t(128) << 20, path)));
     std::vector<std::pair<std::string, double>> phases;
+    const std::vector<int64_t> shard_docs = index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows));
+    std::unique_ptr<index::IndexWriter> writer;
+    // The fp16 vectors, the bulk of the bytes, do not depend on the model: a whole build writes
+    // them while k-means trains (a distributed one as it encodes).
+    const bool ahead = opts.keep_vectors && !parted;
+    if (ahead) {
+        TMS_RETURN_IF_ERROR(index::IndexWriter::Begin(path, opts, &writer, nullptr, shard_docs));
+        std::vector<int64_t> row0(1, 0);
+        for (const auto& v : shards) row0.push_back(row0.back() + v.rows);
+        const long page = ::sysconf(_SC_PAGESIZE);
+        auto source = [&shards, row0, page](int64_t t0, int64_t n, std::vector<uint16_t>* buf) -> const uint16_t* {
+            const auto shard_of = [&](int64_t t) {
+                return size_t(std::upper_bound(row0.begin(), row0.end(), t) - row0.begin()) - 1;
+            };
+            const int64_t dim = shards[0].dim;
+            size_t s = shard_of(t0);
+            if (shards[s].dtype == DType::kF16 && t0 + n <= row0[s + 1]) {
+                const uint16_t* p = static_cast<const uint16_t*>(shards[s].data) + (t0 - row0[s]) * dim;
+                // Read ahead even where sampling asked the mapping for random access.
+                const uintptr_t a = reinterpret_cast<uintptr_t>(p) / uintptr_t(page) * uintptr_t(page);
+                (void)::madvise(reinterpret_cast<void*>(a), reinterpret_cast<uintptr_t>(p + n * dim) - a, MADV_WILLNEED);
+                return p;
+            }
+            buf->resize(size_t(n * dim));
+            for (int64_t t = t0; t < t0 + n;) {
+                s = shard_of(t);
+                const int64_t m = std::min(t0 + n, row0[s + 1]) - t;
+                index::ToHalf(shards[s], t - row0[s], m, buf->data() + (t - t0) * dim, false);
+                t += m;
+            }
+            return buf->data();
+        };
+        TMS_RETURN_IF_ERROR(writer->WriteVectorsAhead(all_lens, whole.dim, source));
+    }
     index::IndexModel model;
     TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));
     if (parted) {
@@ -73,10 +109,10 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     }
     if (restart) restart();
     auto t0 = std::chrono::steady_clock::now();
-    const std::vector<int64_t> shard_docs = index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows));
-    std::unique_ptr<index::IndexWriter> writer;
     index::WriterPart part;
-    if (parted) {
+    if (ahead) {
+        TMS_RETURN_IF_ERROR(writer->SetModel(model));
+    } else if (parted) {
         part.rank = rank;
         part.size = group->size();
         // Rank 0 makes the build directory, then the others join it.
@@ -122,9 +158,9 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         // the two buffers at most ~64 MB each.
         const int64_t chunk = std::max(1, opts.chunk_docs);
         // fp16 input is written to the vectors file straight from its mapping; other types are
-        // converted into the chunk buffer.
+        // converted into the chunk buffer (unless written ahead).
         bool convert_vectors = false;
-        for (const auto& v : shards) convert_vectors = convert_vectors || (opts.keep_vectors && v.dtype != DType::kF16);
+        for (const auto& v : shards) convert_vectors = convert_vectors || (opts.keep_vectors && !ahead && v.dtype != DType::kF16);
         const int64_t token_bytes = 4 + model.n_code_bytes + (convert_vectors ? 2 * dim : 0);
         const int64_t want_tokens = std::min<int64_t>(int64_t(1) << 20, (int64_t(64) << 20) / token_bytes);
         const double avg_len = double(rows) / double(std::max<size_t>(1, all_lens.size()));
@@ -173,7 +209,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 encode_s += SecondsSince(e0);
                 if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
                 const uint16_t* vecs = nullptr;
-                if (st.ok() && opts.keep_vectors) {
+                if (st.ok() && opts.keep_vectors && !ahead) {
                     if (shards[s].dtype == DType::kF16) {
                         vecs = static_cast<const uint16_t*>(shards[s].data) + size_t(row) * dim;
                     } else {

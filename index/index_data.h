@@ -260,8 +260,8 @@ std::vector<float> ResidualCodebook(const std::vector<float>& weights, int nbits
 /// TrainModel samples.
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);
 
-/// Rows [row0, row0 + n) as fp16.
-void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out);
+/// Rows [row0, row0 + n) as fp16 (on the calling thread alone unless `parallel`: an OpenMP team).
+void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out, bool parallel = true);
 
 /// The shard count for `requested` (0: one per kTokensPerShard tokens, within [1, kMaxShards]).
 int ResolveShardCount(int requested, int64_t n_tokens);
@@ -292,11 +292,27 @@ struct WriterPart {
     int rank = 0, size = 1;
     std::string dir;  // rank 0's build directory (the other ranks)
 };
+/// fp16 rows [t0, t0 + n) of a build's input (tokens numbered across the whole input): a
+/// pointer into the input, or the rows converted into *buf. Called from several threads at once.
+using VectorSource = std::function<const uint16_t*(int64_t t0, int64_t n, std::vector<uint16_t>* buf)>;
+
 class IndexWriter {
 public:
     static Status Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
                          std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock = nullptr,
                          std::vector<int64_t> shard_docs = {}, const WriterPart* part = nullptr);
+    /// Create in two steps, for a build that writes its vectors while the model trains: Begin
+    /// makes the build directory (not for a joining part), WriteVectorsAhead may follow, and
+    /// SetModel opens the first store; then AppendDocs as after Create.
+    static Status Begin(const std::string& path, const IndexBuildOptions& opts, std::unique_ptr<IndexWriter>* out,
+                        std::unique_ptr<FileLock> target_lock = nullptr, std::vector<int64_t> shard_docs = {},
+                        const WriterPart* part = nullptr);
+    Status SetModel(const IndexModel& model);
+    /// Writes the fp16 vectors of every document (`doclens`: all of them) into the stores'
+    /// vectors files on threads of its own, from now on (they do not depend on the model);
+    /// AppendDocs then takes no vectors. An error surfaces from AppendDocs or FinishShards.
+    /// Not for a part of a distributed build.
+    Status WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, VectorSource source);
     /// The temporary directory the index is written into.
     const std::string build_dir() const;
     ~IndexWriter();

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -1205,6 +1206,118 @@ uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
 
 namespace {
 
+// The fp16 vectors of a build's stores, written into their vectors files by threads of their
+// own ahead of the codes: they do not depend on the model, so the bulk of a build's bytes goes
+// to disk while k-means trains. One task per store chunk (the chunks StoreWriter makes: every
+// chunk_docs documents of a store), written in pieces, each handed to the kernel's writeback
+// and checksummed; StoreWriter::flush_chunk waits for its chunk's reference.
+class VectorsAhead {
+public:
+    struct Store {
+        fs::path dir;
+        int64_t first_doc = 0, n_docs = 0;
+    };
+    static Status Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs,
+                        int dim, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
+        std::unique_ptr<VectorsAhead> a(new VectorsAhead());
+        a->dim_ = dim;
+        a->source_ = std::move(source);
+        int64_t tok = 0;
+        for (int64_t d = 0; d < (stores.empty() ? 0 : stores[0].first_doc); ++d) tok += doclens[size_t(d)];
+        for (const Store& st : stores) {
+            a->first_task_.push_back(a->tasks_.size());
+            a->names_.push_back((st.dir / kVectorsFile).string());
+            Fd f;
+            f.fd = ::open(a->names_.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (f.fd < 0) return io_error(a->names_.back() + ": cannot create", errno);
+            a->fds_.push_back(std::move(f));
+            uint64_t offset = 0;
+            for (int64_t d0 = 0; d0 < st.n_docs; d0 += chunk_docs) {
+                Task t{a->fds_.size() - 1, tok, 0, offset};
+                for (int64_t d = d0; d < std::min(st.n_docs, d0 + chunk_docs); ++d) t.n_tok += doclens[size_t(st.first_doc + d)];
+                tok += t.n_tok;
+                offset += uint64_t(t.n_tok) * uint64_t(dim) * sizeof(uint16_t);
+                a->tasks_.push_back(t);
+            }
+        }
+        a->first_task_.push_back(a->tasks_.size());
+        a->crc_.assign(a->tasks_.size(), 0);
+        a->done_.assign(a->tasks_.size(), 0);
+        const int n = int(std::min<size_t>({8, std::max(1u, std::thread::hardware_concurrency()), a->tasks_.size()}));
+        for (int i = 0; i < n; ++i) a->threads_.emplace_back([p = a.get()] { p->Work(); });
+        *out = std::move(a);
+        return Status::OK();
+    }
+    ~VectorsAhead() {
+        stop_ = true;
+        for (auto& t : threads_) t.join();
+    }
+    // Chunk c of store s, once written; or the first error of any chunk.
+    Status Wait(size_t s, int64_t c, VectorRef* ref) {
+        const size_t i = first_task_[s] + size_t(c);
+        if (i >= first_task_[s + 1]) return Status::Internal(names_[s] + ": more chunks than were written ahead");
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return done_[i] || !error_.ok(); });
+        if (!done_[i]) return error_;
+        *ref = {tasks_[i].offset, uint64_t(tasks_[i].n_tok) * uint64_t(dim_) * sizeof(uint16_t), crc_[i]};
+        return Status::OK();
+    }
+
+private:
+    struct Task {
+        size_t store;
+        int64_t tok0, n_tok;  // the chunk's tokens, numbered across the whole input
+        uint64_t offset;      // in the store's vectors file
+    };
+    VectorsAhead() = default;
+    void Work() {
+        std::vector<uint16_t> buf;
+        const int64_t piece = std::max<int64_t>(1, (int64_t(8) << 20) / (int64_t(dim_) * 2));
+        for (size_t i; !stop_ && (i = next_.fetch_add(1)) < tasks_.size();) {
+            const Task& t = tasks_[i];
+            const int fd = fds_[t.store].fd;
+            Status st;
+            uint32_t crc = 0;
+            try {
+                for (int64_t r = 0; r < t.n_tok && st.ok() && !stop_; r += piece) {
+                    const int64_t n = std::min(piece, t.n_tok - r);
+                    const uint16_t* v = source_(t.tok0 + r, n, &buf);
+                    const uint64_t bytes = uint64_t(n) * uint64_t(dim_) * sizeof(uint16_t);
+                    const uint64_t at = t.offset + uint64_t(r) * uint64_t(dim_) * sizeof(uint16_t);
+                    st = pwrite_all(fd, v, bytes, at, names_[t.store]);
+                    if (st.ok()) (void)::sync_file_range(fd, off_t(at), off_t(bytes), SYNC_FILE_RANGE_WRITE);
+                    crc = Crc32(v, bytes, crc);
+                }
+            } catch (const std::bad_alloc&) {
+                st = Status::ResourceExhausted(names_[t.store] + ": out of host memory writing vectors");
+            }
+            std::lock_guard<std::mutex> g(mu_);
+            if (st.ok() && !stop_) {
+                crc_[i] = crc;
+                done_[i] = 1;
+            } else if (!st.ok() && error_.ok()) {
+                error_ = st;
+                stop_ = true;
+            }
+            cv_.notify_all();
+        }
+    }
+    int dim_ = 0;
+    VectorSource source_;
+    std::vector<Task> tasks_;
+    std::vector<size_t> first_task_;  // [stores + 1]
+    std::vector<Fd> fds_;
+    std::vector<std::string> names_;
+    std::vector<uint32_t> crc_;
+    std::vector<char> done_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    Status error_;
+    std::atomic<bool> stop_{false};
+    std::atomic<size_t> next_{0};
+    std::vector<std::thread> threads_;
+};
+
 // One store being written: a whole unsharded index, or one shard. Its documents are the
 // global internal ids [first_doc, first_doc + n_docs): chunk headers and IVF lists hold global
 // ids, so that a tombstone names a document the same way in every shard.
@@ -1228,18 +1341,27 @@ struct StoreWriter {
     uint64_t chunk_vec_at = 0;   // the chunk's first vector byte in it
     uint64_t chunk_vec_bytes = 0;
     uint32_t chunk_vec_crc = 0;  // CRC-32C of the chunk's vector bytes so far
+    VectorsAhead* ahead = nullptr;  // when set, the vectors file is written by it (store ahead_store)
+    size_t ahead_store = 0;
 
-    Status Open(const fs::path& dir, const IndexBuildOptions& o, const IndexModel& m, int64_t first) {
+    Status Open(const fs::path& dir, const IndexBuildOptions& o, const IndexModel& m, int64_t first,
+                VectorsAhead* vectors_ahead = nullptr, size_t store = 0) {
         path = dir.string();
         opts = o;
         model = &m;
         first_doc = first;
+        ahead = vectors_ahead;
+        ahead_store = store;
         ivf.resize(m.n_centroids);
         TMS_RETURN_IF_ERROR(open_db(path, false, &db));
         if (opts.keep_vectors) {
             const std::string vp = (dir / kVectorsFile).string();
-            vec_file.fd = ::open(vp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (vec_file.fd < 0) return io_error(vp + ": cannot create", errno);
+            if (ahead) {
+                TMS_RETURN_IF_ERROR(open_vectors_file(vp, O_WRONLY, &vec_file));  // for Finish's fsync
+            } else {
+                vec_file.fd = ::open(vp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                if (vec_file.fd < 0) return io_error(vp + ": cannot create", errno);
+            }
         }
         rocksdb::WriteBatch b;
         b.Put(db.cf[kModel], "centroids", encode_floats(m.centroids));
@@ -1339,10 +1461,18 @@ struct StoreWriter {
                            static_cast<int64_t>(cids.size()), model->n_code_bytes));
         if (opts.keep_vectors) {
             VectorRef r;
-            r.offset = chunk_vec_at;
-            r.bytes = chunk_vec_bytes;
-            r.crc = chunk_vec_crc;
-            if (r.offset + r.bytes > vec_written) return Status::Internal(path + ": vectors appended before they were written");
+            if (ahead) {
+                TMS_RETURN_IF_ERROR(ahead->Wait(ahead_store, n_chunks, &r));
+                if (r.offset != chunk_vec_at || r.bytes != chunk_vec_bytes) {
+                    return Status::Internal(path + ": chunk " + std::to_string(n_chunks) +
+                                            " differs from the vectors written ahead for it");
+                }
+            } else {
+                r.offset = chunk_vec_at;
+                r.bytes = chunk_vec_bytes;
+                r.crc = chunk_vec_crc;
+                if (r.offset + r.bytes > vec_written) return Status::Internal(path + ": vectors appended before they were written");
+            }
             b.Put(db.cf[kVectors], be64(n_chunks), encode_vector_ref(r));
             chunk_vec_at += chunk_vec_bytes;
             chunk_vec_bytes = 0;
@@ -1386,8 +1516,9 @@ struct StoreWriter {
         return Status::OK();
     }
 
-    // One document: `len` tokens' centroid ids, codes and vectors (null unless kept; written
-    // before by WriteVectors, here only checksummed into the chunk's reference).
+    // One document: `len` tokens' centroid ids, codes and vectors (null unless kept, or when
+    // written ahead; written before by WriteVectors, here only checksummed into the chunk's
+    // reference).
     Status Append(int64_t len, const uint32_t* tc, const uint8_t* cd, const uint16_t* vec, const std::string& id) {
         const int nb = model->n_code_bytes, dim = model->dim;
         const int32_t doc = static_cast<int32_t>(first_doc + n_docs);
@@ -1403,7 +1534,7 @@ struct StoreWriter {
         codes.insert(codes.end(), cd, cd + len * nb);
         if (opts.keep_vectors) {
             const uint64_t bytes = uint64_t(len) * dim * sizeof(uint16_t);
-            chunk_vec_crc = Crc32(vec, bytes, chunk_vec_crc);
+            if (!ahead) chunk_vec_crc = Crc32(vec, bytes, chunk_vec_crc);
             chunk_vec_bytes += bytes;
         }
         ids.push_back(id);
@@ -1508,6 +1639,8 @@ struct IndexWriter::Impl {
     std::vector<std::unique_ptr<StoreWriter>> done;  // finished stores, in order
     std::unique_ptr<StoreWriter> cur;                // the shard being written
     int cur_shard = -1;
+    std::unique_ptr<VectorsAhead> ahead;             // WriteVectorsAhead's, until FinishShards
+    int ahead_dim = 0;
     bool sharded() const { return shard_docs.size() > 1; }
     fs::path store_dir(size_t s) const { return sharded() ? tmp / ShardDirName(int(s)) : tmp; }
 
@@ -1522,7 +1655,7 @@ struct IndexWriter::Impl {
             fs::create_directory(store_dir(s), ec);
             if (ec) return Status::IOError(store_dir(s).string() + ": cannot create: " + ec.message());
         }
-        return cur->Open(store_dir(s), opts, *model, first);
+        return cur->Open(store_dir(s), opts, *model, first, ahead.get(), s);
     }
     Status finish_cur() {
         nlohmann::json meta;
@@ -1540,6 +1673,7 @@ IndexWriter::~IndexWriter() {
     if (!impl_->finished) {
         impl_->cur.reset();
         impl_->done.clear();
+        impl_->ahead.reset();  // its threads write into the directory
         // Created by Create, ours (a part's build directory is rank 0's to remove).
         if (!impl_->tmp.empty() && !impl_->joined) RemoveIndexDir(impl_->tmp);
     }
@@ -1571,6 +1705,18 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
         *out = std::move(w);
         return Status::OK();
     }
+    std::unique_ptr<IndexWriter> w;
+    TMS_RETURN_IF_ERROR(Begin(path, opts, &w, std::move(target_lock), std::move(shard_docs), part));
+    TMS_RETURN_IF_ERROR(w->SetModel(model));
+    *out = std::move(w);
+    return Status::OK();
+}
+
+Status IndexWriter::Begin(const std::string& path, const IndexBuildOptions& opts, std::unique_ptr<IndexWriter>* out,
+                          std::unique_ptr<FileLock> target_lock, std::vector<int64_t> shard_docs,
+                          const WriterPart* part) {
+    const bool parted = part && part->size > 1;
+    if (parted && part->rank != 0) return Status::InvalidArgument(path + ": a joining part is made by Create");
     fs::path target;
     TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target));
     RecoverLeftovers(target);
@@ -1608,11 +1754,40 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
     TMS_RETURN_IF_ERROR(FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
     TMS_RETURN_IF_ERROR(WriteMarker(im.tmp));
     im.opts = opts;
-    im.model = &model;
     CrashPoint("build:created");
-    TMS_RETURN_IF_ERROR(im.open_next());
     *out = std::move(w);
     return Status::OK();
+}
+
+Status IndexWriter::SetModel(const IndexModel& model) {
+    Impl& im = *impl_;
+    if (im.model) return Status::Internal(im.path + ": the writer has its model");
+    im.model = &model;
+    if (im.ahead && model.dim != im.ahead_dim) {
+        return Status::Internal(im.path + ": the model's dimension differs from the vectors written ahead");
+    }
+    return im.open_next();
+}
+
+Status IndexWriter::WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, VectorSource source) {
+    Impl& im = *impl_;
+    if (im.model || im.ahead || im.mine.size() != im.shard_docs.size() || !im.opts.keep_vectors) {
+        return Status::Internal(im.path + ": vectors are written ahead by a whole build with vectors, before its model");
+    }
+    std::vector<VectorsAhead::Store> stores;
+    int64_t first = 0;
+    for (size_t s = 0; s < im.shard_docs.size(); ++s) {
+        const int64_t n = std::min(im.shard_docs[s], int64_t(doclens.size()) - first);
+        if (im.sharded()) {
+            std::error_code ec;
+            fs::create_directory(im.store_dir(s), ec);
+            if (ec) return Status::IOError(im.store_dir(s).string() + ": cannot create: " + ec.message());
+        }
+        stores.push_back({im.store_dir(s), first, n});
+        first += n;
+    }
+    im.ahead_dim = dim;
+    return VectorsAhead::Start(stores, doclens, std::max(1, im.opts.chunk_docs), dim, std::move(source), &im.ahead);
 }
 
 Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t* token_centroids, const uint8_t* codes,
@@ -1632,7 +1807,8 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
         // The documents the current shard still takes: their vectors in one write, then each.
         const int64_t room = im.shard_docs[size_t(im.cur_shard)] - im.cur->n_docs;  // INT64_MAX - n unsharded
         const int64_t i1 = room >= n - i ? n : i + room;
-        if (im.opts.keep_vectors) {
+        const bool vecs = im.opts.keep_vectors && !im.ahead;
+        if (vecs) {
             int64_t run = 0;
             for (int64_t j = i; j < i1; ++j) run += doclens[j];
             TMS_RETURN_IF_ERROR(im.cur->WriteVectors(vectors + t * dim, run));
@@ -1640,7 +1816,7 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
         for (; i < i1; ++i) {
             const int64_t len = doclens[i];
             TMS_RETURN_IF_ERROR(im.cur->Append(len, token_centroids + t, codes + t * nb,
-                                               im.opts.keep_vectors ? vectors + t * dim : nullptr, ids[i]));
+                                               vecs ? vectors + t * dim : nullptr, ids[i]));
             t += len;
         }
     }
@@ -1652,6 +1828,7 @@ Status IndexWriter::FinishShards() {
     if (im.cur) TMS_RETURN_IF_ERROR(im.finish_cur());
     im.cur.reset();
     if (im.done.size() != im.mine.size()) return Status::InvalidArgument(im.path + ": fewer documents than shards");
+    im.ahead.reset();  // every chunk of every store was waited for
     if (im.joined) im.finished = true;  // its part is done; rank 0 completes the index
     return Status::OK();
 }

@@ -661,12 +661,14 @@ std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed) {
     return sorted_sample_impl(n, k, rng);
 }
 
-void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out) {
+void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out, bool parallel) {
     const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;
     if (tokens.dtype == DType::kF16) {
-        kernels::ParallelMemcpy(out, static_cast<const uint16_t*>(tokens.data) + base, size_t(cnt) * sizeof(uint16_t));
+        const uint16_t* from = static_cast<const uint16_t*>(tokens.data) + base;
+        if (parallel) kernels::ParallelMemcpy(out, from, size_t(cnt) * sizeof(uint16_t));
+        else std::memcpy(out, from, size_t(cnt) * sizeof(uint16_t));
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
         for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::float_to_half(kernels::load_as_float(tokens.data, tokens.dtype, base + i));
     }
 }

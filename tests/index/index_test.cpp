@@ -216,11 +216,66 @@ TEST(IndexCpu, UnitNormIsDetectedAndStored) {
     }
 }
 
+// A build with vectors writes them while k-means trains (IndexWriter::WriteVectorsAhead): from
+// an input of several files, fp16 or float32, into several shards whose chunks straddle the
+// files, the stored vectors are the input's in fp16, each chunk's checksum checked as read.
+TEST(IndexCpu, VectorsWrittenAheadEqualTheInput) {
+    const int dim = 32;
+    const Built b = random_docs(300, dim, 9);
+    for (const bool f32 : {false, true}) {
+        SCOPED_TRACE(f32 ? "float32 input" : "fp16 input");
+        const std::string dir = temp_dir(f32 ? "ahead32" : "ahead16");
+        // Three input files of 100, 150 and 50 documents.
+        const std::array<int64_t, 4> doc0 = {0, 100, 250, 300};
+        int64_t row = 0;
+        for (int f = 0; f < 3; ++f) {
+            const std::vector<int64_t> lens(b.lens.begin() + doc0[f], b.lens.begin() + doc0[f + 1]);
+            const int64_t rows = std::accumulate(lens.begin(), lens.end(), int64_t(0));
+            const std::string sfx = std::to_string(f) + ".npy";
+            ASSERT_TRUE(SaveNpy(dir + "/doclens_" + sfx, "<i8", {int64_t(lens.size())}, lens.data(), lens.size() * 8).ok());
+            if (f32) {
+                std::vector<float> x(size_t(rows) * dim);
+                for (size_t i = 0; i < x.size(); ++i) x[i] = kernels::half_to_float(b.tokens[size_t(row) * dim + i]);
+                ASSERT_TRUE(SaveNpy(dir + "/docs_" + sfx, "<f4", {rows, dim}, x.data(), x.size() * 4).ok());
+            } else {
+                ASSERT_TRUE(SaveNpy(dir + "/docs_" + sfx, "<f2", {rows, dim}, b.tokens.data() + size_t(row) * dim,
+                                    size_t(rows) * dim * 2).ok());
+            }
+            row += rows;
+        }
+        IndexBuildOptions bo;
+        bo.n_centroids = 16;
+        bo.keep_vectors = true;
+        bo.chunk_docs = 7;  // chunks of the shard of documents [100, 200) span the first two files
+        bo.shards = 3;
+        bo.progress = false;
+        std::unique_ptr<IndexBuilder> builder;
+        ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
+        Status st = builder->BuildFromFiles(dir, "", "");
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        index::IndexData got;
+        st = index::ReadIndex(dir + "/idx", true, false, &got);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        EXPECT_EQ(got.info.n_docs, 300);
+        EXPECT_EQ(std::vector<uint16_t>(got.vectors.begin(), got.vectors.end()), b.tokens);
+        // A flipped byte in a vectors file fails its chunk's checksum.
+        const std::string vf = dir + "/idx/shard-0001/vectors.f16";
+        std::fstream f(vf, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(3 * dim * 2 + 1);
+        f.put(char(0x5a));
+        f.close();
+        EXPECT_EQ(index::ReadIndex(dir + "/idx", true, false, &got).code(), Status::Code::kCorruption);
+    }
+}
+
 TEST(IndexCpu, FailedBuildLeavesNothing) {
+  for (const bool vectors : {false, true}) {  // with vectors: written while k-means trains
+    SCOPED_TRACE(vectors ? "with vectors" : "codes only");
     const int dim = 64;
     const Built b = random_docs(100, dim, 4);
     EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
     IndexBuildOptions bo;
+    bo.keep_vectors = vectors;
     bo.n_centroids = 8;
     bo.pq_m = 7;  // does not divide 64: fails after k-means
     bo.progress = false;
@@ -239,6 +294,7 @@ TEST(IndexCpu, FailedBuildLeavesNothing) {
     IndexBuildOptions bad = bo;
     bad.codec = "zip";
     EXPECT_EQ(IndexBuilder::Create(bad, dir + "/idx", &builder).code(), Status::Code::kInvalidArgument);
+  }
 }
 
 TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
