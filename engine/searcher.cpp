@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <limits>
 #include <mutex>
@@ -434,11 +435,36 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
     std::vector<float> c_scores(size_t(nq) * k), s;
     std::vector<int64_t> off;
     std::vector<int32_t> cand;
-    RowBuffer rb;
-    for (int64_t d0 = 0, d1 = 0; d0 < n_docs; d0 = d1) {
-        d1 = std::upper_bound(doff + d0 + 1, doff + n_docs + 1, doff[d0] + max_tokens) - doff - 1;
-        d1 = std::max(d1, d0 + 1);
-        TMS_RETURN_IF_ERROR(read_rows(0, nullptr, 0, d0, d1, &rb));
+    // Two steps at a time: the next one's rows are read (pinned buffer slot 1 - slot) while
+    // this one's are scored.
+    RowBuffer rbs[2];
+    const auto step_end = [&](int64_t d0) {
+        const int64_t d1 = std::upper_bound(doff + d0 + 1, doff + n_docs + 1, doff[d0] + max_tokens) - doff - 1;
+        return std::max(d1, d0 + 1);
+    };
+    std::future<Status> reading;
+    const auto read_step = [&](int slot, int64_t d0) {
+        reading = std::async(std::launch::async, [this, &rbs, slot, d0, d1 = step_end(d0)] {
+            try {
+                return read_rows(slot, nullptr, 0, d0, d1, &rbs[slot]);
+            } catch (const std::bad_alloc&) {
+                return Status::ResourceExhausted("no host memory for the rows of an exhaustive step");
+            }
+        });
+    };
+    // Every step started is waited for, also when a step fails.
+    struct Join {
+        std::future<Status>& f;
+        ~Join() {
+            if (f.valid()) f.wait();
+        }
+    } join{reading};
+    if (n_docs > 0) read_step(0, 0);
+    for (int64_t d0 = 0, d1 = 0, step = 0; d0 < n_docs; d0 = d1, ++step) {
+        d1 = step_end(d0);
+        TMS_RETURN_IF_ERROR(reading.get());
+        const RowBuffer& rb = rbs[step % 2];
+        if (d1 < n_docs) read_step(int((step + 1) % 2), d1);
         const engine::GpuShard::Rows rows = rb.rows();
         if (dense) {
             std::vector<int32_t> bi;

@@ -92,8 +92,8 @@ struct SearcherOptions {
     /// cannot hold them is an error naming the tier that would. Default: kAuto
     VectorTier vectors = VectorTier::kAuto;
     /// Vectors on the host or on disk: the bytes of rows an exhaustive search reads and scores
-    /// per step (each step's top-k merged into the whole's), at least one document's. Default:
-    /// 512 MiB
+    /// per step (each step's top-k merged into the whole's), at least one document's; the next
+    /// step is read while one is scored (two steps' buffers). Default: 512 MiB
     int64_t stream_bytes = int64_t(512) << 20;
     /// Show progress on stderr when it is a terminal. Default: true
     bool progress = true;
