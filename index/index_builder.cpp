@@ -250,6 +250,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     IndexInfo info;
     index::FillInfo(model, static_cast<int64_t>(all_lens.size()), rows, opts, &info);
     TMS_RETURN_IF_ERROR(agree(encoded.ok() ? writer->FinishShards() : encoded));
+    if (ahead) phases.emplace_back("vectors_ahead", writer->vectors_ahead_seconds());
     // Every rank's shards are done: rank 0 writes the metadata and the manifest into the build
     // directory and puts the index in place (with its metadata, or none).
     const auto complete = [&]() -> Status {

@@ -313,6 +313,8 @@ public:
     /// AppendDocs then takes no vectors. An error surfaces from AppendDocs or FinishShards.
     /// Not for a part of a distributed build.
     Status WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, VectorSource source);
+    /// After FinishShards: seconds from WriteVectorsAhead until every vector was written (0 without).
+    double vectors_ahead_seconds() const;
     /// The temporary directory the index is written into.
     const std::string build_dir() const;
     ~IndexWriter();

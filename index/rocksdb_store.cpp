@@ -1220,6 +1220,7 @@ public:
     static Status Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs,
                         int dim, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
         std::unique_ptr<VectorsAhead> a(new VectorsAhead());
+        a->start_ = std::chrono::steady_clock::now();
         a->dim_ = dim;
         a->source_ = std::move(source);
         int64_t tok = 0;
@@ -1262,6 +1263,11 @@ public:
         *ref = {tasks_[i].offset, uint64_t(tasks_[i].n_tok) * uint64_t(dim_) * sizeof(uint16_t), crc_[i]};
         return Status::OK();
     }
+    // Seconds from Start until every chunk was written (once they all were).
+    double seconds() {
+        std::lock_guard<std::mutex> g(mu_);
+        return seconds_;
+    }
 
 private:
     struct Task {
@@ -1295,6 +1301,7 @@ private:
             if (st.ok() && !stop_) {
                 crc_[i] = crc;
                 done_[i] = 1;
+                if (++n_done_ == tasks_.size()) seconds_ = SecondsSince(start_);
             } else if (!st.ok() && error_.ok()) {
                 error_ = st;
                 stop_ = true;
@@ -1310,6 +1317,9 @@ private:
     std::vector<std::string> names_;
     std::vector<uint32_t> crc_;
     std::vector<char> done_;
+    size_t n_done_ = 0;
+    std::chrono::steady_clock::time_point start_;
+    double seconds_ = 0;
     std::mutex mu_;
     std::condition_variable cv_;
     Status error_;
@@ -1641,6 +1651,7 @@ struct IndexWriter::Impl {
     int cur_shard = -1;
     std::unique_ptr<VectorsAhead> ahead;             // WriteVectorsAhead's, until FinishShards
     int ahead_dim = 0;
+    double ahead_seconds = 0;  // from WriteVectorsAhead until every vector was written
     bool sharded() const { return shard_docs.size() > 1; }
     fs::path store_dir(size_t s) const { return sharded() ? tmp / ShardDirName(int(s)) : tmp; }
 
@@ -1680,6 +1691,7 @@ IndexWriter::~IndexWriter() {
 }
 
 const std::string IndexWriter::build_dir() const { return impl_->tmp.string(); }
+double IndexWriter::vectors_ahead_seconds() const { return impl_->ahead_seconds; }
 
 Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opts, const IndexModel& model,
                            std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock,
@@ -1828,6 +1840,7 @@ Status IndexWriter::FinishShards() {
     if (im.cur) TMS_RETURN_IF_ERROR(im.finish_cur());
     im.cur.reset();
     if (im.done.size() != im.mine.size()) return Status::InvalidArgument(im.path + ": fewer documents than shards");
+    if (im.ahead) im.ahead_seconds = im.ahead->seconds();
     im.ahead.reset();  // every chunk of every store was waited for
     if (im.joined) im.finished = true;  // its part is done; rank 0 completes the index
     return Status::OK();
