@@ -65,7 +65,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     const std::vector<int64_t> shard_docs = index::SplitShards(all_lens, index::ResolveShardCount(opts.shards, rows));
     std::unique_ptr<index::IndexWriter> writer;
     // The fp16 vectors, the bulk of the bytes, do not depend on the model: a whole build writes
-    // them while k-means trains (a distributed one as it encodes).
+    // them while k-means trains (a distributed one as it encodes). The input pages they are read
+    // from stay mapped until the encoder has passed them too (release_done below).
     const bool ahead = opts.keep_vectors && !parted;
     if (ahead) {
         TMS_RETURN_IF_ERROR(index::IndexWriter::Begin(path, opts, &writer, nullptr, shard_docs));
