@@ -16,6 +16,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <parallel/algorithm>
 #include <random>
 #include <unordered_set>
 
@@ -142,8 +143,11 @@ int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOpt
 
 namespace {
 // k distinct values of [0, n), uniformly at random, sorted: random draws, sorted and
-// deduplicated, topped up until there are enough, the surplus dropped at random. Above n / 2 the
-// complement is drawn instead (so the top-ups always converge fast).
+// deduplicated, topped up (each top-up sorted and merged in) until there are enough. Above n / 2
+// the complement is drawn instead (so the top-ups always converge fast). The sorts run on every
+// thread: at 1M documents a sample is 4M values. The draw ends by shuffling a copy, only to
+// advance `rng` as this sampler always has: the codec's sample is drawn next from the same `rng`,
+// and every index built depends on both.
 std::vector<int64_t> sorted_sample_impl(int64_t n, int64_t k, std::mt19937_64& rng) {
     std::vector<int64_t> out;
     if (k >= n) {
@@ -156,13 +160,16 @@ std::vector<int64_t> sorted_sample_impl(int64_t n, int64_t k, std::mt19937_64& r
     std::uniform_int_distribution<int64_t> any(0, n - 1);
     std::vector<int64_t> pick;
     while (int64_t(pick.size()) < want) {
+        const auto sorted = static_cast<std::ptrdiff_t>(pick.size());
         while (int64_t(pick.size()) < want) pick.push_back(any(rng));
-        std::sort(pick.begin(), pick.end());
+        __gnu_parallel::sort(pick.begin() + sorted, pick.end());
+        std::inplace_merge(pick.begin(), pick.begin() + sorted, pick.end());
         pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
     }
-    std::shuffle(pick.begin(), pick.end(), rng);
-    pick.resize(want);
-    std::sort(pick.begin(), pick.end());
+    {
+        std::vector<int64_t> order(pick);
+        std::shuffle(order.begin(), order.end(), rng);
+    }
     if (!complement) return pick;
     out.reserve(k);
     size_t j = 0;
