@@ -16,7 +16,9 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
-#include <parallel/algorithm>
+#if __has_include(<parallel/algorithm>)
+#include <parallel/algorithm>  // libstdc++'s OpenMP sort
+#endif
 #include <random>
 #include <unordered_set>
 
@@ -142,6 +144,15 @@ int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOpt
 }
 
 namespace {
+template <typename It>
+void sort_on_every_thread(It first, It last) {
+#if __has_include(<parallel/algorithm>)
+    __gnu_parallel::sort(first, last);
+#else
+    std::sort(first, last);
+#endif
+}
+
 // k distinct values of [0, n), uniformly at random, sorted: random draws, sorted and
 // deduplicated, topped up (each top-up sorted and merged in) until there are enough. Above n / 2
 // the complement is drawn instead (so the top-ups always converge fast). The sorts run on every
@@ -162,7 +173,7 @@ std::vector<int64_t> sorted_sample_impl(int64_t n, int64_t k, std::mt19937_64& r
     while (int64_t(pick.size()) < want) {
         const auto sorted = static_cast<std::ptrdiff_t>(pick.size());
         while (int64_t(pick.size()) < want) pick.push_back(any(rng));
-        __gnu_parallel::sort(pick.begin() + sorted, pick.end());
+        sort_on_every_thread(pick.begin() + sorted, pick.end());
         std::inplace_merge(pick.begin(), pick.begin() + sorted, pick.end());
         pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
     }
