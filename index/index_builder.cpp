@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/memory.h"
 #include "base/progress.h"
 #include "index/index_data.h"
 #include "index/index_dir.h"
@@ -95,7 +96,10 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
             }
             return buf->data();
         };
-        TMS_RETURN_IF_ERROR(writer->WriteVectorsAhead(all_lens, whole.dim, source));
+        // A quarter of the available memory ahead of the encoder: the whole input wherever it
+        // fits in the page cache beside the build.
+        const int64_t lead = std::max<int64_t>(int64_t(256) << 20, HostAvailableMemory() / 4);
+        TMS_RETURN_IF_ERROR(writer->WriteVectorsAhead(all_lens, whole.dim, lead, source));
     }
     index::IndexModel model;
     TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));

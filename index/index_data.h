@@ -309,10 +309,11 @@ public:
                         const WriterPart* part = nullptr);
     Status SetModel(const IndexModel& model);
     /// Writes the fp16 vectors of every document (`doclens`: all of them) into the stores'
-    /// vectors files on threads of its own, from now on (they do not depend on the model);
-    /// AppendDocs then takes no vectors. An error surfaces from AppendDocs or FinishShards.
-    /// Not for a part of a distributed build.
-    Status WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, VectorSource source);
+    /// vectors files on threads of its own, from now on (they do not depend on the model), at
+    /// most about `max_lead` bytes ahead of the documents appended; AppendDocs then takes no
+    /// vectors. An error surfaces from AppendDocs or FinishShards. Not for a part of a
+    /// distributed build.
+    Status WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, int64_t max_lead, VectorSource source);
     /// After FinishShards: seconds from WriteVectorsAhead until every vector was written (0 without).
     double vectors_ahead_seconds() const;
     /// The temporary directory the index is written into.

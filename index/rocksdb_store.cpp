@@ -1210,7 +1210,10 @@ namespace {
 // own ahead of the codes: they do not depend on the model, so the bulk of a build's bytes goes
 // to disk while k-means trains. One task per store chunk (the chunks StoreWriter makes: every
 // chunk_docs documents of a store), written in pieces, each handed to the kernel's writeback
-// and checksummed; StoreWriter::flush_chunk waits for its chunk's reference.
+// and checksummed; StoreWriter::flush_chunk waits for its chunk's reference. The writing runs at
+// most `max_lead` bytes ahead of the chunk the store writer waits for, so that the encoder still
+// finds the input rows in the page cache where the input is larger than memory (else the
+// input would be read from disk twice).
 class VectorsAhead {
 public:
     struct Store {
@@ -1218,7 +1221,7 @@ public:
         int64_t first_doc = 0, n_docs = 0;
     };
     static Status Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs,
-                        int dim, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
+                        int dim, int64_t max_lead, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
         std::unique_ptr<VectorsAhead> a(new VectorsAhead());
         a->start_ = std::chrono::steady_clock::now();
         a->dim_ = dim;
@@ -1242,6 +1245,9 @@ public:
             }
         }
         a->first_task_.push_back(a->tasks_.size());
+        const uint64_t bytes = uint64_t(tok) * uint64_t(dim) * sizeof(uint16_t);
+        a->lead_ = size_t(double(std::max<int64_t>(max_lead, 0)) / double(std::max<uint64_t>(bytes, 1)) *
+                          double(a->tasks_.size()));
         a->crc_.assign(a->tasks_.size(), 0);
         a->done_.assign(a->tasks_.size(), 0);
         const int n = int(std::min<size_t>({8, std::max(1u, std::thread::hardware_concurrency()), a->tasks_.size()}));
@@ -1250,7 +1256,11 @@ public:
         return Status::OK();
     }
     ~VectorsAhead() {
-        stop_ = true;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            stop_ = true;
+            cv_.notify_all();
+        }
         for (auto& t : threads_) t.join();
     }
     // Chunk c of store s, once written; or the first error of any chunk.
@@ -1258,6 +1268,10 @@ public:
         const size_t i = first_task_[s] + size_t(c);
         if (i >= first_task_[s + 1]) return Status::Internal(names_[s] + ": more chunks than were written ahead");
         std::unique_lock<std::mutex> l(mu_);
+        if (i > frontier_) {
+            frontier_ = i;
+            cv_.notify_all();
+        }
         cv_.wait(l, [&] { return done_[i] || !error_.ok(); });
         if (!done_[i]) return error_;
         *ref = {tasks_[i].offset, uint64_t(tasks_[i].n_tok) * uint64_t(dim_) * sizeof(uint16_t), crc_[i]};
@@ -1280,6 +1294,11 @@ private:
         std::vector<uint16_t> buf;
         const int64_t piece = std::max<int64_t>(1, (int64_t(8) << 20) / (int64_t(dim_) * 2));
         for (size_t i; !stop_ && (i = next_.fetch_add(1)) < tasks_.size();) {
+            {
+                std::unique_lock<std::mutex> l(mu_);
+                cv_.wait(l, [&] { return stop_ || i <= frontier_ + lead_; });
+            }
+            if (stop_) break;
             const Task& t = tasks_[i];
             const int fd = fds_[t.store].fd;
             Status st;
@@ -1318,6 +1337,8 @@ private:
     std::vector<uint32_t> crc_;
     std::vector<char> done_;
     size_t n_done_ = 0;
+    size_t frontier_ = 0;  // the last chunk waited for: chunks up to frontier_ + lead_ are written
+    size_t lead_ = 0;
     std::chrono::steady_clock::time_point start_;
     double seconds_ = 0;
     std::mutex mu_;
@@ -1781,7 +1802,8 @@ Status IndexWriter::SetModel(const IndexModel& model) {
     return im.open_next();
 }
 
-Status IndexWriter::WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, VectorSource source) {
+Status IndexWriter::WriteVectorsAhead(const std::vector<int64_t>& doclens, int dim, int64_t max_lead,
+                                      VectorSource source) {
     Impl& im = *impl_;
     if (im.model || im.ahead || im.mine.size() != im.shard_docs.size() || !im.opts.keep_vectors) {
         return Status::Internal(im.path + ": vectors are written ahead by a whole build with vectors, before its model");
@@ -1799,7 +1821,8 @@ Status IndexWriter::WriteVectorsAhead(const std::vector<int64_t>& doclens, int d
         first += n;
     }
     im.ahead_dim = dim;
-    return VectorsAhead::Start(stores, doclens, std::max(1, im.opts.chunk_docs), dim, std::move(source), &im.ahead);
+    return VectorsAhead::Start(stores, doclens, std::max(1, im.opts.chunk_docs), dim, max_lead, std::move(source),
+                               &im.ahead);
 }
 
 Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t* token_centroids, const uint8_t* codes,

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <algorithm>
 #include <filesystem>
 #include <cstring>
@@ -266,6 +267,50 @@ TEST(IndexCpu, VectorsWrittenAheadEqualTheInput) {
         f.close();
         EXPECT_EQ(index::ReadIndex(dir + "/idx", true, false, &got).code(), Status::Code::kCorruption);
     }
+}
+
+// IndexWriter in two steps with vectors written ahead, with no lead (max_lead 1 byte): no chunk
+// but the first is asked for before its documents are appended, and the index equals the input.
+TEST(IndexCpu, VectorsWrittenAheadStayWithinTheirLead) {
+    const int dim = 32;
+    const Built b = random_docs(200, dim, 11);
+    EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+    IndexBuildOptions bo;
+    bo.n_centroids = 16;
+    bo.keep_vectors = true;
+    bo.chunk_docs = 9;
+    bo.progress = false;
+    index::IndexData built;
+    std::vector<std::pair<std::string, double>> phases;
+    ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
+    const std::string path = temp_dir("ahead_lead") + "/idx";
+    std::unique_ptr<index::IndexWriter> w;
+    const std::vector<int64_t> shard_docs = index::SplitShards(b.lens, 2);
+    ASSERT_EQ(shard_docs.size(), 2u);
+    ASSERT_TRUE(index::IndexWriter::Begin(path, bo, &w, nullptr, shard_docs).ok());
+    const int64_t first_chunk = std::accumulate(b.lens.begin(), b.lens.begin() + 9, int64_t(0));
+    std::atomic<int64_t> appended{0};  // tokens of the documents handed to AppendDocs
+    std::atomic<bool> early{false};
+    ASSERT_TRUE(w->WriteVectorsAhead(b.lens, dim, 1, [&](int64_t t0, int64_t n, std::vector<uint16_t>*) {
+                     if (t0 >= first_chunk && t0 + n > appended.load()) early = true;
+                     return b.tokens.data() + t0 * dim;
+                 }).ok());
+    ASSERT_TRUE(w->SetModel(built.model).ok());
+    int64_t t = 0;
+    for (size_t d = 0; d < b.lens.size(); ++d) {
+        appended += b.lens[d];
+        ASSERT_TRUE(w->AppendDocs(&b.lens[d], 1, built.token_centroids.data() + t, built.codes.data() + t * built.model.n_code_bytes,
+                                  nullptr, &b.ids[d]).ok());
+        t += b.lens[d];
+    }
+    ASSERT_TRUE(w->Finish().ok());
+    EXPECT_FALSE(early.load()) << "rows were asked for before their documents were appended";
+    index::IndexData got;
+    const Status st = index::ReadIndex(path, true, false, &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(std::vector<uint16_t>(got.vectors.begin(), got.vectors.end()), b.tokens);
+    EXPECT_EQ(got.codes, built.codes);
+    EXPECT_EQ(got.info.n_chunks, (shard_docs[0] + 8) / 9 + (shard_docs[1] + 8) / 9);
 }
 
 TEST(IndexCpu, FailedBuildLeavesNothing) {
