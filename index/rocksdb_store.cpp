@@ -1216,9 +1216,9 @@ namespace {
 // input would be read from disk twice).
 class VectorsAhead {
 public:
-    struct Store {
+    struct Store {  // consecutive stores from the input's first document on
         fs::path dir;
-        int64_t first_doc = 0, n_docs = 0;
+        int64_t n_docs = 0;
     };
     static Status Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs,
                         int dim, int64_t max_lead, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
@@ -1226,8 +1226,7 @@ public:
         a->start_ = std::chrono::steady_clock::now();
         a->dim_ = dim;
         a->source_ = std::move(source);
-        int64_t tok = 0;
-        for (int64_t d = 0; d < (stores.empty() ? 0 : stores[0].first_doc); ++d) tok += doclens[size_t(d)];
+        int64_t doc = 0, tok = 0;
         for (const Store& st : stores) {
             a->first_task_.push_back(a->tasks_.size());
             a->names_.push_back((st.dir / kVectorsFile).string());
@@ -1238,11 +1237,12 @@ public:
             uint64_t offset = 0;
             for (int64_t d0 = 0; d0 < st.n_docs; d0 += chunk_docs) {
                 Task t{a->fds_.size() - 1, tok, 0, offset};
-                for (int64_t d = d0; d < std::min(st.n_docs, d0 + chunk_docs); ++d) t.n_tok += doclens[size_t(st.first_doc + d)];
+                for (int64_t d = d0; d < std::min(st.n_docs, d0 + chunk_docs); ++d) t.n_tok += doclens[size_t(doc + d)];
                 tok += t.n_tok;
                 offset += uint64_t(t.n_tok) * uint64_t(dim) * sizeof(uint16_t);
                 a->tasks_.push_back(t);
             }
+            doc += st.n_docs;
         }
         a->first_task_.push_back(a->tasks_.size());
         const uint64_t bytes = uint64_t(tok) * uint64_t(dim) * sizeof(uint16_t);
@@ -1817,7 +1817,7 @@ Status IndexWriter::WriteVectorsAhead(const std::vector<int64_t>& doclens, int d
             fs::create_directory(im.store_dir(s), ec);
             if (ec) return Status::IOError(im.store_dir(s).string() + ": cannot create: " + ec.message());
         }
-        stores.push_back({im.store_dir(s), first, n});
+        stores.push_back({im.store_dir(s), n});
         first += n;
     }
     im.ahead_dim = dim;
