@@ -137,20 +137,32 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     }
     Device device;
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(o.device, &device));
-    const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
     std::vector<uint16_t> qdata;
     std::vector<int32_t> lens;
-    int nq = 0;
-    TMS_RETURN_IF_ERROR(pseudo_queries(path, o, wanted, info.dim, &qdata, &lens, &nq));
+    QueryBatch qb;
+    if (o.sample != nullptr) {
+        if (o.sample->n_queries < 1 || o.sample->dim != info.dim) {
+            return Status::InvalidArgument("estimate: the sample has " + std::to_string(o.sample->n_queries) +
+                                           " queries of dimension " + std::to_string(o.sample->dim) + "; the index " +
+                                           path + " has dimension " + std::to_string(info.dim));
+        }
+        qb = *o.sample;
+    } else {
+        const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
+        int nq = 0;
+        TMS_RETURN_IF_ERROR(pseudo_queries(path, o, wanted, info.dim, &qdata, &lens, &nq));
+        qb = QueryBatch{qdata.data(), DType::kF16, nq, o.query_tokens, info.dim, lens.data()};
+    }
+    const int nq = qb.n_queries;
     SearcherOptions so;
     so.device = o.device;
     so.progress = false;
     so.gather = false;
     std::unique_ptr<Searcher> s;
     TMS_RETURN_IF_ERROR(Searcher::Open(so, path, &s));
-    QueryBatch qb{qdata.data(), DType::kF16, nq, o.query_tokens, info.dim, lens.data()};
     RecallEstimate e;
     e.queries = nq;
+    e.sampled = o.sample != nullptr;
     SearchOptions ex;
     ex.exhaustive = true;
     ex.k = e.k;
@@ -184,10 +196,14 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     nlohmann::json j;
     j["queries"] = e.queries;
     j["k"] = e.k;
-    j["query_tokens"] = o.query_tokens;
-    j["noise"] = std::round(double(o.noise) * 1e4) / 1e4;
-    j["mix"] = std::round(double(o.mix) * 1e4) / 1e4;
-    j["seed"] = o.seed;
+    if (e.sampled) {
+        j["sample"] = true;
+    } else {
+        j["query_tokens"] = o.query_tokens;
+        j["noise"] = std::round(double(o.noise) * 1e4) / 1e4;
+        j["mix"] = std::round(double(o.mix) * 1e4) / 1e4;
+        j["seed"] = o.seed;
+    }
     j["documents"] = info.n_docs - info.n_deleted;
     for (const RecallPoint& p : e.points) {
         j["points"].push_back({{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank},
@@ -213,6 +229,7 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
         const nlohmann::json j = nlohmann::json::parse(ss.str());
         e.queries = j.at("queries").get<int>();
         e.k = j.at("k").get<int>();
+        e.sampled = j.value("sample", false);
         for (const auto& x : j.at("points")) {
             RecallPoint pt{x.at("nprobe").get<int>(), x.at("ncandidates").get<int>(), x.at("rerank").get<int>(),
                            x.at("recall").get<double>()};

@@ -454,6 +454,7 @@ tms::Status print_info(const std::string& path) {
     if (!est.ok() && est.code() != tms::Status::Code::kNotFound) return est;
     if (est.ok() && !e.points.empty()) {
         std::printf("estimated_recall@%d\t%.4f\n", e.k, e.points[0].recall);
+        std::printf("estimate_queries\t%d %s\n", e.queries, e.sampled ? "sample" : "pseudo");
         for (const tms::RecallPoint& p : e.points) {
             std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates,
                         p.rerank, p.recall);
@@ -525,9 +526,9 @@ void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) 
     const tms::RecallPoint* t = e.For(tms::SearchOptions().target_recall);
     if (e.points.empty() || t == nullptr) return;
     std::fprintf(stderr,
-                 "%s: estimated recall@%d of the default search %.4f (%d pseudo-queries, %.1f s); for recall %.2f: "
+                 "%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
                  "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
-                 who, e.k, e.points[0].recall, e.queries, secs, tms::SearchOptions().target_recall, t->nprobe,
+                 who, e.k, e.points[0].recall, e.queries, e.sampled ? "sample queries" : "pseudo-queries", secs, tms::SearchOptions().target_recall, t->nprobe,
                  t->ncandidates, t->rerank, t->recall);
     if (e.points.back().recall < 0.95) {
         std::fprintf(stderr,
@@ -734,6 +735,11 @@ int run(int argc, char** argv) {
     est->add_option("--mix", est_o.mix, "Share of each pseudo-query's tokens drawn from other random documents")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
+    std::string est_sample;
+    est->add_option("--sample", est_sample,
+                    "Measure these queries of your own (.npy [n, tokens, dim], e.g. a sample of real ones) instead "
+                    "of pseudo-queries")
+        ->check(CLI::ExistingFile);
 
     // search
     SearchArgs sa;
@@ -987,6 +993,15 @@ int run(int argc, char** argv) {
     }
     if (est->parsed()) {
         tms::Status st = parse_device(est_device, &est_o.device);
+        SearchArgs sample_args;
+        sample_args.queries = est_sample;
+        tms::HostArray sample_arr;
+        tms::QueryBatch sample;
+        std::vector<std::string> unused_ids;
+        if (st.ok() && !est_sample.empty()) {
+            st = load_queries(sample_args, &sample_arr, &sample, &unused_ids);
+            est_o.sample = &sample;
+        }
         if (st.ok()) st = estimate_index("tms estimate", est_path, est_o);
         return st.ok() ? 0 : fail("estimate", st);
     }

@@ -13,6 +13,8 @@
 
 namespace tms {
 
+struct QueryBatch;
+
 /// recall@k of approximate search against exhaustive search at one setting.
 struct RecallPoint {
     int nprobe = 0, ncandidates = 0, rerank = 0;
@@ -24,6 +26,8 @@ struct RecallPoint {
 /// default setting. Stored beside the index (estimate.json; `tms compact` keeps it).
 struct RecallEstimate {
     int queries = 0;
+    /// The queries were EstimateOptions::sample, not pseudo-queries.
+    bool sampled = false;
     int k = 10;
     std::vector<RecallPoint> points;
     /// The cheapest point whose recall reaches `target`, or the last (the deepest) when none
@@ -47,6 +51,9 @@ struct EstimateOptions {
     /// (and noise 0.5) the estimate came within 0.036 of the recall real queries measured on
     /// `tms synth` and on man pages encoded by MiniLM (BENCHMARKS.md, "Recall estimate").
     float mix = 0.6f;
+    /// Queries of your own (a sample of real ones) measured instead of pseudo-queries: all of them
+    /// are searched, and the estimate is of their recall. Null: pseudo-queries.
+    const QueryBatch* sample = nullptr;
 };
 
 /// Measures the index at `path` (it must keep its vectors: exhaustive search is the truth) and

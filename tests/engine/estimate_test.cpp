@@ -115,8 +115,39 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     ASSERT_TRUE(CompactIndex(index.string(), false).ok());
     ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
     EXPECT_EQ(back.points.size(), 3u);
-    std::ofstream(index / "estimate.json") << "{\"queries\": 64, \"points\": [";
+
+    // Sample queries of one's own are measured as they are: the recall of the default point is
+    // theirs, as a search of them against the exhaustive search measures it.
+    eo.sample = &qb;
+    ASSERT_TRUE(EstimateRecall(index.string(), eo, &e).ok());
+    EXPECT_TRUE(e.sampled);
+    EXPECT_EQ(e.queries, qb.n_queries);
     sopt.vectors = VectorTier::kAuto;
+    ASSERT_TRUE(Searcher::Open(sopt, index.string(), &s).ok());
+    std::vector<std::vector<SearchHit>> truth, approx;
+    SearchOptions ex;
+    ex.exhaustive = true;
+    ASSERT_TRUE(s->Search(qb, ex, &truth).ok());
+    ASSERT_TRUE(s->Search(qb, off, &approx).ok());
+    double sum = 0;
+    for (size_t q = 0; q < truth.size(); ++q) {
+        int hit = 0;
+        for (const SearchHit& h : approx[q])
+            for (const SearchHit& t : truth[q]) hit += int(h.internal_id == t.internal_id);
+        sum += double(hit) / double(truth[q].size());
+    }
+    EXPECT_DOUBLE_EQ(e.points[0].recall, sum / double(truth.size()));
+    ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
+    EXPECT_TRUE(back.sampled);
+    s.reset();
+    QueryBatch wrong = qb;
+    wrong.dim = qb.dim / 2;
+    eo.sample = &wrong;
+    st = EstimateRecall(index.string(), eo, &e);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+    eo.sample = nullptr;
+
+    std::ofstream(index / "estimate.json") << "{\"queries\": 64, \"points\": [";
     st = Searcher::Open(sopt, index.string(), &s);
     EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
     EXPECT_NE(st.message().find("estimate.json"), std::string::npos) << st.ToString();

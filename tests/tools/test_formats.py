@@ -161,6 +161,13 @@ def test_recall_estimate_is_measured_shown_used_and_checked(v5, v3, tmp_path):
     assert not dead.exists() and live.exists()
     live.unlink()
     q = v3 / "queries.npy"
+    # Sample queries of one's own instead of pseudo-queries; a file that is not queries is one line.
+    p = tms("estimate", "--index", v5, "--sample", q, "--device", "cpu", check=True)
+    assert f"{np.load(q).shape[0]} sample queries" in p.stderr
+    assert info(v5)["estimate_queries"].endswith(" sample")
+    flat = tmp_path / "flat.npy"
+    np.save(flat, np.zeros((4, 64), np.float16))
+    expect_error(tms("estimate", "--index", v5, "--sample", flat, "--device", "cpu"), str(flat))
     p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "r.trec", "--device", "cpu", "--no-progress",
             check=True)
     assert "target recall 0.99: nprobe" in p.stderr
