@@ -50,8 +50,11 @@ void remove_dead_writers_files(const std::string& index) {
 }
 
 // Pseudo-queries [n, qt, dim] fp16 (lengths: tokens used) from distinct random live documents:
-// up to qt of each one's tokens, each moved by Gaussian noise of norm `noise` and renormalised.
-Status pseudo_queries(const std::string& path, const EstimateOptions& o, int n_wanted, int dim,
+// up to qt of each one's tokens (or, with content_tokens, a span of them and their mean), each
+// moved by Gaussian noise of norm `noise` and renormalised; a share `mix` of them replaced by
+// tokens of other documents (random ones, or with `related` those its own tokens retrieve from
+// `s`).
+Status pseudo_queries(const std::string& path, const EstimateOptions& o, const Searcher& s, int n_wanted, int dim,
                       std::vector<uint16_t>* q, std::vector<int32_t>* lens, int* n_out) {
     std::vector<index::IndexData> shards;
     Status st = index::ReadIndexShards(path, index::VectorLoad::kFile, false, &shards);
@@ -60,59 +63,111 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, int n_w
     }
     TMS_RETURN_IF_ERROR(st);
     std::vector<std::pair<size_t, int64_t>> live;  // (shard, local id)
-    for (size_t s = 0; s < shards.size(); ++s)
-        for (int64_t d = 0; d < shards[s].info.n_docs; ++d)
-            if (!shards[s].deleted[size_t(d)]) live.emplace_back(s, d);
+    for (size_t sh = 0; sh < shards.size(); ++sh)
+        for (int64_t d = 0; d < shards[sh].info.n_docs; ++d)
+            if (!shards[sh].deleted[size_t(d)]) live.emplace_back(sh, d);
     std::mt19937_64 rng(o.seed);
     std::shuffle(live.begin(), live.end(), rng);
     const int n = int(std::min<int64_t>(n_wanted, int64_t(live.size())));
     const int qt = o.query_tokens;
-    q->assign(size_t(n) * qt * dim, 0);
-    lens->assign(size_t(n), 0);
     std::normal_distribution<float> n01;
-    // Rows [t, t + len) of a document of shard d, from its vectors file (or, format 3, memory).
-    const auto read = [&](const index::IndexData& d, int64_t t, int64_t len, uint16_t* dst) {
-        if (!d.vector_files.empty()) return d.vector_files[0].file->Read(t, len, dst);
-        std::copy_n(d.vectors.begin() + t * dim, size_t(len) * dim, dst);
+    std::uniform_real_distribution<float> u01;
+    // Rows [t, t + len) of a document, from its shard's vectors file (or, format 3, memory).
+    const auto read = [&](std::pair<size_t, int64_t> doc, int64_t t, int64_t len, uint16_t* dst) {
+        const index::IndexData& d = shards[doc.first];
+        const int64_t t0 = d.doc_offsets[size_t(doc.second)];
+        if (!d.vector_files.empty()) return d.vector_files[0].file->Read(t0 + t, len, dst);
+        std::copy_n(d.vectors.begin() + (t0 + t) * dim, size_t(len) * dim, dst);
         return Status::OK();
     };
-    std::vector<uint16_t> rows;
+    const auto doc_len = [&](std::pair<size_t, int64_t> doc) {
+        const index::IndexData& d = shards[doc.first];
+        return d.doc_offsets[size_t(doc.second) + 1] - d.doc_offsets[size_t(doc.second)];
+    };
+    // out = the unit vector of r moved by the noise, renormalised.
     std::vector<float> x(static_cast<size_t>(dim));
-    for (int i = 0; i < n; ++i) {
-        const index::IndexData& d = shards[live[size_t(i)].first];
-        const int64_t doc = live[size_t(i)].second;
-        const int64_t t0 = d.doc_offsets[size_t(doc)], len = d.doc_offsets[size_t(doc) + 1] - t0;
-        rows.resize(size_t(len) * dim);
-        TMS_RETURN_IF_ERROR(read(d, t0, len, rows.data()));
-        std::vector<int64_t> pick(static_cast<size_t>(len));
-        for (int64_t t = 0; t < len; ++t) pick[size_t(t)] = t;
-        std::shuffle(pick.begin(), pick.end(), rng);
-        const int m = int(std::min<int64_t>(qt, len));
-        std::uniform_real_distribution<float> u01;
-        std::vector<uint16_t> other(static_cast<size_t>(dim));
-        for (int j = 0; j < m; ++j) {
-            const uint16_t* r = rows.data() + size_t(pick[size_t(j)]) * dim;
-            if (o.mix > 0 && u01(rng) < o.mix) {  // a token of another random document
-                const auto& [os, od] = live[size_t(rng() % live.size())];
-                const index::IndexData& dd = shards[os];
-                const int64_t ot0 = dd.doc_offsets[size_t(od)], olen = dd.doc_offsets[size_t(od) + 1] - ot0;
-                TMS_RETURN_IF_ERROR(read(dd, ot0 + int64_t(rng() % uint64_t(olen)), 1, other.data()));
-                r = other.data();
-            }
-            double norm = 0;
-            for (int c = 0; c < dim; ++c) norm += double(kernels::half_to_float(r[c])) * kernels::half_to_float(r[c]);
-            const float inv = norm > 0 ? float(1.0 / std::sqrt(norm)) : 0.f;
-            const float sd = o.noise / std::sqrt(float(dim));
-            double n2 = 0;
-            for (int c = 0; c < dim; ++c) {
-                x[size_t(c)] = kernels::half_to_float(r[c]) * inv + sd * n01(rng);
-                n2 += double(x[size_t(c)]) * x[size_t(c)];
-            }
-            const float s = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
-            uint16_t* out = q->data() + (size_t(i) * qt + size_t(j)) * dim;
-            for (int c = 0; c < dim; ++c) out[c] = kernels::float_to_half(x[size_t(c)] * s);
+    const auto perturb = [&](const float* r, uint16_t* out) {
+        double norm = 0;
+        for (int c = 0; c < dim; ++c) norm += double(r[c]) * r[c];
+        const float inv = norm > 0 ? float(1.0 / std::sqrt(norm)) : 0.f;
+        const float sd = o.noise / std::sqrt(float(dim));
+        double n2 = 0;
+        for (int c = 0; c < dim; ++c) {
+            x[size_t(c)] = r[c] * inv + sd * n01(rng);
+            n2 += double(x[size_t(c)]) * x[size_t(c)];
         }
-        (*lens)[size_t(i)] = m;
+        const float sc = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
+        for (int c = 0; c < dim; ++c) out[c] = kernels::float_to_half(x[size_t(c)] * sc);
+    };
+    // Each query's document tokens (positions in its document) and how many of qt it fills.
+    std::vector<std::vector<int64_t>> picks(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+        const int64_t len = doc_len(live[size_t(i)]);
+        std::vector<int64_t>& pick = picks[size_t(i)];
+        if (o.content_tokens > 0) {  // a span, as the words of a query are
+            const int64_t m = std::min<int64_t>({o.content_tokens, qt, len});
+            const int64_t start = int64_t(rng() % uint64_t(len - m + 1));
+            for (int64_t t = 0; t < m; ++t) pick.push_back(start + t);
+        } else {
+            pick.resize(size_t(len));
+            for (int64_t t = 0; t < len; ++t) pick[size_t(t)] = t;
+            std::shuffle(pick.begin(), pick.end(), rng);
+            pick.resize(size_t(std::min<int64_t>(qt, len)));
+        }
+    }
+    q->assign(size_t(n) * qt * dim, 0);
+    lens->assign(size_t(n), 0);
+    std::vector<uint16_t> row(static_cast<size_t>(dim));
+    std::vector<float> f(static_cast<size_t>(dim)), mean(static_cast<size_t>(dim));
+    const auto to_float = [&](const uint16_t* h, float* out) {
+        for (int c = 0; c < dim; ++c) out[c] = kernels::half_to_float(h[c]);
+    };
+    // The documents each one's own tokens retrieve (itself excluded): where its mixed-in tokens
+    // come from, so that the other documents near the top of its ranking are related to it.
+    std::vector<std::vector<std::pair<size_t, int64_t>>> related(static_cast<size_t>(n));
+    if (o.related > 0 && o.mix > 0 && n > 0) {
+        for (int i = 0; i < n; ++i) {
+            for (size_t j = 0; j < picks[size_t(i)].size(); ++j) {
+                TMS_RETURN_IF_ERROR(read(live[size_t(i)], picks[size_t(i)][j], 1, row.data()));
+                to_float(row.data(), f.data());
+                perturb(f.data(), q->data() + (size_t(i) * qt + j) * dim);
+            }
+            (*lens)[size_t(i)] = int32_t(picks[size_t(i)].size());
+        }
+        SearchOptions so;
+        so.k = o.related + 1;
+        so.target_recall = 0;
+        std::vector<std::vector<SearchHit>> hits;
+        TMS_RETURN_IF_ERROR(s.Search(QueryBatch{q->data(), DType::kF16, n, qt, dim, lens->data()}, so, &hits));
+        for (int i = 0; i < n; ++i) {
+            const auto& [sh, local] = live[size_t(i)];
+            for (const SearchHit& h : hits[size_t(i)]) {
+                if (h.internal_id == shards[sh].first_doc + local) continue;
+                size_t hs = 0;
+                while (hs + 1 < shards.size() && shards[hs + 1].first_doc <= h.internal_id) ++hs;
+                related[size_t(i)].emplace_back(hs, h.internal_id - shards[hs].first_doc);
+            }
+        }
+    }
+    for (int i = 0; i < n; ++i) {
+        const std::vector<int64_t>& pick = picks[size_t(i)];
+        std::fill(mean.begin(), mean.end(), 0.f);
+        for (size_t j = 0; j < pick.size(); ++j) {
+            TMS_RETURN_IF_ERROR(read(live[size_t(i)], pick[j], 1, row.data()));
+            if (o.mix > 0 && u01(rng) < o.mix) {  // a token of another document
+                const auto& pool = related[size_t(i)];
+                const auto other = pool.empty() ? live[size_t(rng() % live.size())] : pool[size_t(rng() % pool.size())];
+                TMS_RETURN_IF_ERROR(read(other, int64_t(rng() % uint64_t(doc_len(other))), 1, row.data()));
+            }
+            to_float(row.data(), f.data());
+            for (int c = 0; c < dim; ++c) mean[size_t(c)] += f[size_t(c)];
+            perturb(f.data(), q->data() + (size_t(i) * qt + j) * dim);
+        }
+        int used = int(pick.size());
+        // The rest of a span query: its mean, as ColBERT's [MASK] padding encodes the query's sense.
+        if (o.content_tokens > 0)
+            for (; used < qt; ++used) perturb(mean.data(), q->data() + (size_t(i) * qt + size_t(used)) * dim);
+        (*lens)[size_t(i)] = used;
     }
     *n_out = n;
     return Status::OK();
@@ -127,8 +182,10 @@ const RecallPoint* RecallEstimate::For(double target) const {
 }
 
 Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallEstimate* out) {
-    if (o.queries < 0 || o.query_tokens < 1 || !(o.noise >= 0) || !(o.mix >= 0 && o.mix <= 1)) {
-        return Status::InvalidArgument("estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1]");
+    if (o.queries < 0 || o.query_tokens < 1 || !(o.noise >= 0) || !(o.mix >= 0 && o.mix <= 1) || o.related < 0 ||
+        o.content_tokens < 0) {
+        return Status::InvalidArgument(
+            "estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1], related >= 0, content_tokens >= 0");
     }
     IndexInfo info;
     TMS_RETURN_IF_ERROR(ReadIndexInfo(path, &info));
@@ -147,19 +204,20 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
                                            path + " has dimension " + std::to_string(info.dim));
         }
         qb = *o.sample;
-    } else {
-        const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
-        int nq = 0;
-        TMS_RETURN_IF_ERROR(pseudo_queries(path, o, wanted, info.dim, &qdata, &lens, &nq));
-        qb = QueryBatch{qdata.data(), DType::kF16, nq, o.query_tokens, info.dim, lens.data()};
     }
-    const int nq = qb.n_queries;
     SearcherOptions so;
     so.device = o.device;
     so.progress = false;
     so.gather = false;
     std::unique_ptr<Searcher> s;
     TMS_RETURN_IF_ERROR(Searcher::Open(so, path, &s));
+    if (o.sample == nullptr) {
+        const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
+        int n = 0;
+        TMS_RETURN_IF_ERROR(pseudo_queries(path, o, *s, wanted, info.dim, &qdata, &lens, &n));
+        qb = QueryBatch{qdata.data(), DType::kF16, n, o.query_tokens, info.dim, lens.data()};
+    }
+    const int nq = qb.n_queries;
     RecallEstimate e;
     e.queries = nq;
     e.sampled = o.sample != nullptr;
@@ -202,6 +260,8 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         j["query_tokens"] = o.query_tokens;
         j["noise"] = std::round(double(o.noise) * 1e4) / 1e4;
         j["mix"] = std::round(double(o.mix) * 1e4) / 1e4;
+        j["related"] = o.related;
+        j["content_tokens"] = o.content_tokens;
         j["seed"] = o.seed;
     }
     j["documents"] = info.n_docs - info.n_deleted;

@@ -735,6 +735,15 @@ int run(int argc, char** argv) {
     est->add_option("--mix", est_o.mix, "Share of each pseudo-query's tokens drawn from other random documents")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
+    est->add_option("--related", est_o.related,
+                    "Mixed-in tokens from the N documents each pseudo-query's own tokens retrieve (0: random ones)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000));
+    est->add_option("--content-tokens", est_o.content_tokens,
+                    "Pseudo-queries of a span of N tokens, padded with their mean (0: tokens drawn across the "
+                    "document)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000));
     std::string est_sample;
     est->add_option("--sample", est_sample,
                     "Measure these queries of your own (.npy [n, tokens, dim], e.g. a sample of real ones) instead "

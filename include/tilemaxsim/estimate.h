@@ -51,6 +51,12 @@ struct EstimateOptions {
     /// (and noise 0.5) the estimate came within 0.036 of the recall real queries measured on
     /// `tms synth` and on man pages encoded by MiniLM (BENCHMARKS.md, "Recall estimate").
     float mix = 0.6f;
+    /// With n > 0 the mixed-in tokens come from the n documents that the pseudo-query's own
+    /// tokens retrieve (a default search of them), not from random documents.
+    int related = 0;
+    /// With m > 0 a pseudo-query is a span of m of its document's tokens and, for its other
+    /// tokens, their mean (as ColBERT pads a query with [MASK]s that encode its sense).
+    int content_tokens = 0;
     /// Queries of your own (a sample of real ones) measured instead of pseudo-queries: all of them
     /// are searched, and the estimate is of their recall. Null: pseudo-queries.
     const QueryBatch* sample = nullptr;

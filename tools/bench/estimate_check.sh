@@ -1,29 +1,26 @@
 #!/usr/bin/env bash
-# Is the recall estimate honest? (issue #29) For each index: the recall@10 that `tms estimate`
-# predicts (pseudo-queries drawn from the documents, at several noise levels) beside the recall@10
-# that the corpus's real queries measure against exhaustive search, at each ladder setting.
+# Is the recall estimate honest? (issue #29) For each index: the recall curve that the corpus's real
+# queries measure against exhaustive search (`tms estimate --sample`), beside the curves that
+# pseudo-queries of each recipe predict, at the same ladder of settings.
 # Usage: estimate_check.sh OUTDIR INDEX:QUERIES.npy ...   (binaries packed by device-pack.sh)
+#   RECIPES  pseudo-query recipes, `tms estimate` options, separated by ';' (default: the default
+#            recipe, then mixed-in tokens from related documents, then span-and-mean queries)
+#   DEVICE   where the searches run (default gpu)
 set -uo pipefail
 out=${1:?OUTDIR}
 shift
 mkdir -p "$out"
+IFS=';' read -r -a recipes <<< "${RECIPES:-;--related 10;--content-tokens 8 --mix 0;--content-tokens 8 --mix 0.3 --related 10}"
+curve() { tms info --index "$1" | awk '$1 == "recall_curve" {printf " %s", $NF} END {print ""}'; }
 for spec in "$@"; do
   idx=${spec%%:*}
   q=${spec#*:}
   name=$(basename "$idx")
-  for mix in ${MIXES:-0 0.5}; do
-    for noise in ${NOISES:-0.5 0.9}; do
-      echo "== $name estimate mix $mix noise $noise"
-      tms estimate --index "$idx" --mix "$mix" --noise "$noise" 2>&1 | tail -n 2
-      tms info --index "$idx" | grep recall_curve
-    done
-  done
-  echo "== $name real queries"
-  tms bench search --index "$idx" --queries "$q" --device gpu --target-recall 0 --single 0 --concurrency 0 \
-    --truth-out /tmp/truth-$name.trec --json /dev/null 2>&1 | tail -n 1
-  for p in "12 2048 512" "16 4096 1024" "24 8192 2048" "32 16384 4096"; do
-    set -- $p
-    tms bench search --index "$idx" --queries "$q" --device gpu --target-recall 0 --single 0 --concurrency 0 \
-      --truth /tmp/truth-$name.trec --nprobe $1 --ncandidates $2 --rerank $3 --json /dev/null 2>&1 | tail -n 1
+  tms estimate --index "$idx" --device "${DEVICE:-gpu}" --sample "$q" 2>&1 | tail -n 1
+  echo "$name real queries:$(curve "$idx")"
+  for r in "${recipes[@]}"; do
+    # shellcheck disable=SC2086
+    tms estimate --index "$idx" --device "${DEVICE:-gpu}" $r 2>&1 | tail -n 1
+    echo "$name pseudo [${r:-default}]:$(curve "$idx")"
   done
 done 2>&1 | tee "$out/estimate-check.txt"
