@@ -115,6 +115,11 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, const S
             pick.resize(size_t(std::min<int64_t>(qt, len)));
         }
     }
+    // The picked tokens, read once: [n, qt, dim] as the queries.
+    std::vector<uint16_t> own(size_t(n) * qt * dim);
+    for (int i = 0; i < n; ++i)
+        for (size_t j = 0; j < picks[size_t(i)].size(); ++j)
+            TMS_RETURN_IF_ERROR(read(live[size_t(i)], picks[size_t(i)][j], 1, own.data() + (size_t(i) * qt + j) * dim));
     q->assign(size_t(n) * qt * dim, 0);
     lens->assign(size_t(n), 0);
     std::vector<uint16_t> row(static_cast<size_t>(dim));
@@ -128,8 +133,7 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, const S
     if (o.related > 0 && o.mix > 0 && n > 0) {
         for (int i = 0; i < n; ++i) {
             for (size_t j = 0; j < picks[size_t(i)].size(); ++j) {
-                TMS_RETURN_IF_ERROR(read(live[size_t(i)], picks[size_t(i)][j], 1, row.data()));
-                to_float(row.data(), f.data());
+                to_float(own.data() + (size_t(i) * qt + j) * dim, f.data());
                 perturb(f.data(), q->data() + (size_t(i) * qt + j) * dim);
             }
             (*lens)[size_t(i)] = int32_t(picks[size_t(i)].size());
@@ -153,13 +157,14 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, const S
         const std::vector<int64_t>& pick = picks[size_t(i)];
         std::fill(mean.begin(), mean.end(), 0.f);
         for (size_t j = 0; j < pick.size(); ++j) {
-            TMS_RETURN_IF_ERROR(read(live[size_t(i)], pick[j], 1, row.data()));
+            const uint16_t* r = own.data() + (size_t(i) * qt + j) * dim;
             if (o.mix > 0 && u01(rng) < o.mix) {  // a token of another document
                 const auto& pool = related[size_t(i)];
                 const auto other = pool.empty() ? live[size_t(rng() % live.size())] : pool[size_t(rng() % pool.size())];
                 TMS_RETURN_IF_ERROR(read(other, int64_t(rng() % uint64_t(doc_len(other))), 1, row.data()));
+                r = row.data();
             }
-            to_float(row.data(), f.data());
+            to_float(r, f.data());
             for (int c = 0; c < dim; ++c) mean[size_t(c)] += f[size_t(c)];
             perturb(f.data(), q->data() + (size_t(i) * qt + j) * dim);
         }

@@ -528,8 +528,8 @@ void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) 
     std::fprintf(stderr,
                  "%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
                  "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
-                 who, e.k, e.points[0].recall, e.queries, e.sampled ? "sample queries" : "pseudo-queries", secs, tms::SearchOptions().target_recall, t->nprobe,
-                 t->ncandidates, t->rerank, t->recall);
+                 who, e.k, e.points[0].recall, e.queries, e.sampled ? "sample queries" : "pseudo-queries", secs,
+                 tms::SearchOptions().target_recall, t->nprobe, t->ncandidates, t->rerank, t->recall);
     if (e.points.back().recall < 0.95) {
         std::fprintf(stderr,
                      "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits (--nbits 4), "
