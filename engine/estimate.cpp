@@ -49,13 +49,28 @@ void remove_dead_writers_files(const std::string& index) {
     }
 }
 
-// Pseudo-queries [n, qt, dim] fp16 (lengths: tokens used) from distinct random live documents:
-// up to qt of each one's tokens (or, with content_tokens, a span of them and their mean), each
-// moved by Gaussian noise of norm `noise` and renormalised; a share `mix` of them replaced by
-// tokens of other documents (random ones, or with `related` those its own tokens retrieve from
-// `s`).
-Status pseudo_queries(const std::string& path, const EstimateOptions& o, const Searcher& s, int n_wanted, int dim,
-                      std::vector<uint16_t>* q, std::vector<int32_t>* lens, int* n_out) {
+// The options in range and the index at `path` one with vectors (the truth), its info into *info.
+Status check_index(const std::string& path, const EstimateOptions& o, IndexInfo* info) {
+    if (o.queries < 0 || o.query_tokens < 1 || !(o.noise >= 0) || !(o.mix >= 0 && o.mix <= 1) || o.content_tokens < 0 ||
+        !(o.pad_noise >= 0)) {
+        return Status::InvalidArgument(
+            "estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1], content_tokens >= 0, pad_noise >= 0");
+    }
+    TMS_RETURN_IF_ERROR(ReadIndexInfo(path, info));
+    if (!info->has_vectors) {
+        return Status::NotSupported(path + ": the recall estimate needs stored vectors (build with --keep-vectors)");
+    }
+    return Status::OK();
+}
+
+}  // namespace
+
+Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int n_wanted, std::vector<uint16_t>* q,
+                         std::vector<int32_t>* lens, int* n_out) {
+    if (n_wanted < 1) return Status::InvalidArgument("estimate: ask for at least one pseudo-query");
+    IndexInfo info;
+    TMS_RETURN_IF_ERROR(check_index(path, o, &info));
+    const int dim = info.dim;
     std::vector<index::IndexData> shards;
     Status st = index::ReadIndexShards(path, index::VectorLoad::kFile, false, &shards);
     if (st.code() == Status::Code::kNotSupported) {  // vectors inside the store (format 3)
@@ -72,38 +87,49 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, const S
     const int qt = o.query_tokens;
     std::normal_distribution<float> n01;
     std::uniform_real_distribution<float> u01;
-    // Rows [t, t + len) of a document, from its shard's vectors file (or, format 3, memory).
-    const auto read = [&](std::pair<size_t, int64_t> doc, int64_t t, int64_t len, uint16_t* dst) {
-        const index::IndexData& d = shards[doc.first];
-        const int64_t t0 = d.doc_offsets[size_t(doc.second)];
-        if (!d.vector_files.empty()) return d.vector_files[0].file->Read(t0 + t, len, dst);
-        std::copy_n(d.vectors.begin() + (t0 + t) * dim, size_t(len) * dim, dst);
-        return Status::OK();
-    };
     const auto doc_len = [&](std::pair<size_t, int64_t> doc) {
         const index::IndexData& d = shards[doc.first];
         return d.doc_offsets[size_t(doc.second) + 1] - d.doc_offsets[size_t(doc.second)];
     };
-    // out = the unit vector of r moved by the noise, renormalised.
+    // Row t of a document as floats, from its shard's vectors file (or, format 3, memory).
+    std::vector<uint16_t> row(static_cast<size_t>(dim));
+    std::vector<float> f(static_cast<size_t>(dim));
+    const auto read = [&](std::pair<size_t, int64_t> doc, int64_t t) {
+        const index::IndexData& d = shards[doc.first];
+        const int64_t at = d.doc_offsets[size_t(doc.second)] + t;
+        if (!d.vector_files.empty()) {
+            TMS_RETURN_IF_ERROR(d.vector_files[0].file->Read(at, 1, row.data()));
+        } else {
+            std::copy_n(d.vectors.begin() + at * dim, size_t(dim), row.begin());
+        }
+        for (int c = 0; c < dim; ++c) f[size_t(c)] = kernels::half_to_float(row[size_t(c)]);
+        return Status::OK();
+    };
+    const auto random_token = [&] {
+        const auto other = live[size_t(rng() % live.size())];
+        return read(other, int64_t(rng() % uint64_t(doc_len(other))));
+    };
+    // out = the unit vector of f moved by noise of norm `norm`, renormalised.
     std::vector<float> x(static_cast<size_t>(dim));
-    const auto perturb = [&](const float* r, uint16_t* out) {
-        double norm = 0;
-        for (int c = 0; c < dim; ++c) norm += double(r[c]) * r[c];
-        const float inv = norm > 0 ? float(1.0 / std::sqrt(norm)) : 0.f;
-        const float sd = o.noise / std::sqrt(float(dim));
+    const auto perturb = [&](float norm, uint16_t* out) {
         double n2 = 0;
+        for (int c = 0; c < dim; ++c) n2 += double(f[size_t(c)]) * f[size_t(c)];
+        const float inv = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
+        const float sd = norm / std::sqrt(float(dim));
+        n2 = 0;
         for (int c = 0; c < dim; ++c) {
-            x[size_t(c)] = r[c] * inv + sd * n01(rng);
+            x[size_t(c)] = f[size_t(c)] * inv + sd * n01(rng);
             n2 += double(x[size_t(c)]) * x[size_t(c)];
         }
         const float sc = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
         for (int c = 0; c < dim; ++c) out[c] = kernels::float_to_half(x[size_t(c)] * sc);
     };
-    // Each query's document tokens (positions in its document) and how many of qt it fills.
-    std::vector<std::vector<int64_t>> picks(static_cast<size_t>(n));
+    q->assign(size_t(n) * qt * dim, 0);
+    lens->assign(size_t(n), 0);
+    std::vector<int64_t> pick;
     for (int i = 0; i < n; ++i) {
         const int64_t len = doc_len(live[size_t(i)]);
-        std::vector<int64_t>& pick = picks[size_t(i)];
+        pick.clear();
         if (o.content_tokens > 0) {  // a span, as the words of a query are
             const int64_t m = std::min<int64_t>({o.content_tokens, qt, len});
             const int64_t start = int64_t(rng() % uint64_t(len - m + 1));
@@ -114,71 +140,29 @@ Status pseudo_queries(const std::string& path, const EstimateOptions& o, const S
             std::shuffle(pick.begin(), pick.end(), rng);
             pick.resize(size_t(std::min<int64_t>(qt, len)));
         }
-    }
-    // The picked tokens, read once: [n, qt, dim] as the queries.
-    std::vector<uint16_t> own(size_t(n) * qt * dim);
-    for (int i = 0; i < n; ++i)
-        for (size_t j = 0; j < picks[size_t(i)].size(); ++j)
-            TMS_RETURN_IF_ERROR(read(live[size_t(i)], picks[size_t(i)][j], 1, own.data() + (size_t(i) * qt + j) * dim));
-    q->assign(size_t(n) * qt * dim, 0);
-    lens->assign(size_t(n), 0);
-    std::vector<uint16_t> row(static_cast<size_t>(dim));
-    std::vector<float> f(static_cast<size_t>(dim)), mean(static_cast<size_t>(dim));
-    const auto to_float = [&](const uint16_t* h, float* out) {
-        for (int c = 0; c < dim; ++c) out[c] = kernels::half_to_float(h[c]);
-    };
-    // The documents each one's own tokens retrieve (itself excluded): where its mixed-in tokens
-    // come from, so that the other documents near the top of its ranking are related to it.
-    std::vector<std::vector<std::pair<size_t, int64_t>>> related(static_cast<size_t>(n));
-    if (o.related > 0 && o.mix > 0 && n > 0) {
-        for (int i = 0; i < n; ++i) {
-            for (size_t j = 0; j < picks[size_t(i)].size(); ++j) {
-                to_float(own.data() + (size_t(i) * qt + j) * dim, f.data());
-                perturb(f.data(), q->data() + (size_t(i) * qt + j) * dim);
-            }
-            (*lens)[size_t(i)] = int32_t(picks[size_t(i)].size());
-        }
-        SearchOptions so;
-        so.k = o.related + 1;
-        so.target_recall = 0;
-        std::vector<std::vector<SearchHit>> hits;
-        TMS_RETURN_IF_ERROR(s.Search(QueryBatch{q->data(), DType::kF16, n, qt, dim, lens->data()}, so, &hits));
-        for (int i = 0; i < n; ++i) {
-            const auto& [sh, local] = live[size_t(i)];
-            for (const SearchHit& h : hits[size_t(i)]) {
-                if (h.internal_id == shards[sh].first_doc + local) continue;
-                size_t hs = 0;
-                while (hs + 1 < shards.size() && shards[hs + 1].first_doc <= h.internal_id) ++hs;
-                related[size_t(i)].emplace_back(hs, h.internal_id - shards[hs].first_doc);
-            }
-        }
-    }
-    for (int i = 0; i < n; ++i) {
-        const std::vector<int64_t>& pick = picks[size_t(i)];
-        std::fill(mean.begin(), mean.end(), 0.f);
+        uint16_t* qi = q->data() + size_t(i) * qt * dim;
         for (size_t j = 0; j < pick.size(); ++j) {
-            const uint16_t* r = own.data() + (size_t(i) * qt + j) * dim;
-            if (o.mix > 0 && u01(rng) < o.mix) {  // a token of another document
-                const auto& pool = related[size_t(i)];
-                const auto other = pool.empty() ? live[size_t(rng() % live.size())] : pool[size_t(rng() % pool.size())];
-                TMS_RETURN_IF_ERROR(read(other, int64_t(rng() % uint64_t(doc_len(other))), 1, row.data()));
-                r = row.data();
+            if (o.content_tokens == 0 && o.mix > 0 && u01(rng) < o.mix) {  // a token of another document
+                TMS_RETURN_IF_ERROR(random_token());
+            } else {
+                TMS_RETURN_IF_ERROR(read(live[size_t(i)], pick[j]));
             }
-            to_float(r, f.data());
-            for (int c = 0; c < dim; ++c) mean[size_t(c)] += f[size_t(c)];
-            perturb(f.data(), q->data() + (size_t(i) * qt + j) * dim);
+            perturb(o.noise, qi + j * dim);
         }
         int used = int(pick.size());
-        // The rest of a span query: its mean, as ColBERT's [MASK] padding encodes the query's sense.
-        if (o.content_tokens > 0)
-            for (; used < qt; ++used) perturb(mean.data(), q->data() + (size_t(i) * qt + size_t(used)) * dim);
+        // The rest of a span query: one vector, far from the query's words and matched only
+        // weakly by the corpus, as the [MASK]s that pad a ColBERT query are.
+        if (o.content_tokens > 0 && used < qt) {
+            TMS_RETURN_IF_ERROR(random_token());
+            perturb(o.pad_noise, qi + size_t(used) * dim);
+            for (int t = used + 1; t < qt; ++t) std::copy_n(qi + size_t(used) * dim, size_t(dim), qi + size_t(t) * dim);
+            used = qt;
+        }
         (*lens)[size_t(i)] = used;
     }
     *n_out = n;
     return Status::OK();
 }
-
-}  // namespace
 
 const RecallPoint* RecallEstimate::For(double target) const {
     for (const RecallPoint& p : points)
@@ -187,16 +171,8 @@ const RecallPoint* RecallEstimate::For(double target) const {
 }
 
 Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallEstimate* out) {
-    if (o.queries < 0 || o.query_tokens < 1 || !(o.noise >= 0) || !(o.mix >= 0 && o.mix <= 1) || o.related < 0 ||
-        o.content_tokens < 0) {
-        return Status::InvalidArgument(
-            "estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1], related >= 0, content_tokens >= 0");
-    }
     IndexInfo info;
-    TMS_RETURN_IF_ERROR(ReadIndexInfo(path, &info));
-    if (!info.has_vectors) {
-        return Status::NotSupported(path + ": the recall estimate needs stored vectors (build with --keep-vectors)");
-    }
+    TMS_RETURN_IF_ERROR(check_index(path, o, &info));
     Device device;
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(o.device, &device));
     std::vector<uint16_t> qdata;
@@ -219,7 +195,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     if (o.sample == nullptr) {
         const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
         int n = 0;
-        TMS_RETURN_IF_ERROR(pseudo_queries(path, o, *s, wanted, info.dim, &qdata, &lens, &n));
+        TMS_RETURN_IF_ERROR(MakePseudoQueries(path, o, wanted, &qdata, &lens, &n));
         qb = QueryBatch{qdata.data(), DType::kF16, n, o.query_tokens, info.dim, lens.data()};
     }
     const int nq = qb.n_queries;
@@ -265,8 +241,8 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         j["query_tokens"] = o.query_tokens;
         j["noise"] = std::round(double(o.noise) * 1e4) / 1e4;
         j["mix"] = std::round(double(o.mix) * 1e4) / 1e4;
-        j["related"] = o.related;
         j["content_tokens"] = o.content_tokens;
+        j["pad_noise"] = std::round(double(o.pad_noise) * 1e4) / 1e4;
         j["seed"] = o.seed;
     }
     j["documents"] = info.n_docs - info.n_deleted;

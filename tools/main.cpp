@@ -92,6 +92,21 @@ tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBat
     return tms::Status::OK();
 }
 
+// A recall estimate's sample of real queries (--sample FILE): `eo` measures them, not pseudo-queries.
+struct EstimateSample {
+    tms::HostArray arr;
+    tms::QueryBatch batch;
+};
+tms::Status load_estimate_sample(const std::string& path, EstimateSample* s, tms::EstimateOptions* eo) {
+    if (path.empty()) return tms::Status::OK();
+    SearchArgs a;
+    a.queries = path;
+    std::vector<std::string> unused_ids;
+    TMS_RETURN_IF_ERROR(load_queries(a, &s->arr, &s->batch, &unused_ids));
+    eo->sample = &s->batch;
+    return tms::Status::OK();
+}
+
 // The search options and searcher options of the command line.
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
@@ -707,13 +722,19 @@ int run(int argc, char** argv) {
     idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
     bool no_estimate = false;
     tms::EstimateOptions index_eo;
-    idx->add_flag("--no-estimate", no_estimate,
+    auto* no_estimate_flag = idx->add_flag("--no-estimate", no_estimate,
                   "Skip the recall estimate (with --keep-vectors the build ends by measuring its approximate search "
                   "against exhaustive search on pseudo-queries; searches take their defaults from it)");
     idx->add_option("--estimate-queries", index_eo.queries,
                     "Pseudo-queries of the recall estimate (0: 256 on a GPU, 64 on the CPU)")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
+    std::string index_sample;
+    idx->add_option("--estimate-sample", index_sample,
+                    "The recall estimate measures these queries of your own (.npy [n, tokens, dim], e.g. a sample of "
+                    "real ones) instead of pseudo-queries")
+        ->check(CLI::ExistingFile)
+        ->excludes(no_estimate_flag);
 
     // estimate
     std::string est_path, est_device = "auto";
@@ -732,18 +753,20 @@ int run(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::Range(0.0, 10.0));
     est->add_option("--seed", est_o.seed, "Seed of the documents and tokens drawn")->capture_default_str();
-    est->add_option("--mix", est_o.mix, "Share of each pseudo-query's tokens drawn from other random documents")
+    est->add_option("--content-tokens", est_o.content_tokens,
+                    "Pseudo-queries of a span of N of a document's tokens, padded with copies of one vector that "
+                    "the corpus matches weakly (as ColBERT's [MASK]s; 11 fits MiniLM-encoded queries); 0: tokens drawn "
+                    "across the document, no padding")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000));
+    est->add_option("--pad-noise", est_o.pad_noise,
+                    "Norm of the Gaussian noise that moves a random corpus token to make the padding vector")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 10.0));
+    est->add_option("--mix", est_o.mix,
+                    "Share of each pseudo-query's tokens drawn from other random documents (with --content-tokens 0)")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
-    est->add_option("--related", est_o.related,
-                    "Mixed-in tokens from the N documents each pseudo-query's own tokens retrieve (0: random ones)")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 1000));
-    est->add_option("--content-tokens", est_o.content_tokens,
-                    "Pseudo-queries of a span of N tokens, padded with their mean (0: tokens drawn across the "
-                    "document)")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 1000));
     std::string est_sample;
     est->add_option("--sample", est_sample,
                     "Measure these queries of your own (.npy [n, tokens, dim], e.g. a sample of real ones) instead "
@@ -977,6 +1000,10 @@ int run(int argc, char** argv) {
         if (tms::Status st = parse_device(index_device, &io.device); !st.ok()) return fail("index", st);
         std::unique_ptr<tms::DocMetadata> metadata;
         if (tms::Status st = load_metadata(index_meta, index_meta_types, &metadata); !st.ok()) return fail("index", st);
+        EstimateSample index_sample_q;
+        if (tms::Status st = load_estimate_sample(index_sample, &index_sample_q, &index_eo); !st.ok()) {
+            return fail("index", st);
+        }
 #if TMS_WITH_MPI
         if (under_mpirun()) {
             int provided = 0, rank = 0;
@@ -1002,15 +1029,8 @@ int run(int argc, char** argv) {
     }
     if (est->parsed()) {
         tms::Status st = parse_device(est_device, &est_o.device);
-        SearchArgs sample_args;
-        sample_args.queries = est_sample;
-        tms::HostArray sample_arr;
-        tms::QueryBatch sample;
-        std::vector<std::string> unused_ids;
-        if (st.ok() && !est_sample.empty()) {
-            st = load_queries(sample_args, &sample_arr, &sample, &unused_ids);
-            est_o.sample = &sample;
-        }
+        EstimateSample sample;
+        if (st.ok()) st = load_estimate_sample(est_sample, &sample, &est_o);
         if (st.ok()) st = estimate_index("tms estimate", est_path, est_o);
         return st.ok() ? 0 : fail("estimate", st);
     }

@@ -47,16 +47,18 @@ struct EstimateOptions {
     /// renormalised (0.5: cosine ~0.9 to the token it came from).
     float noise = 0.5f;
     /// The share of each pseudo-query's tokens drawn from other random documents instead of
-    /// its own: real queries match no one document as closely as its own tokens do. With 0.6
-    /// (and noise 0.5) the estimate came within 0.036 of the recall real queries measured on
-    /// `tms synth` and on man pages encoded by MiniLM (BENCHMARKS.md, "Recall estimate").
+    /// its own (content_tokens 0): real queries match no one document as closely as its own
+    /// tokens do.
     float mix = 0.6f;
-    /// With n > 0 the mixed-in tokens come from the n documents that the pseudo-query's own
-    /// tokens retrieve (a default search of them), not from random documents.
-    int related = 0;
-    /// With m > 0 a pseudo-query is a span of m of its document's tokens and, for its other
-    /// tokens, their mean (as ColBERT pads a query with [MASK]s that encode its sense).
+    /// With m > 0 a pseudo-query is a span of m of its document's tokens (11: a short query's
+    /// wordpieces with [CLS] [Q] ... [SEP]), and its other query_tokens - m tokens are copies of
+    /// one vector far from them that the corpus matches only weakly, as the [MASK]s that pad a
+    /// ColBERT query are when a BERT not trained for ColBERT encodes them. Which recipe fits
+    /// depends on the query encoder (BENCHMARKS.md, "Recall estimate"); `sample` knows it.
     int content_tokens = 0;
+    /// The padding vector of span queries: a token of a random document moved by Gaussian noise
+    /// of this norm, renormalised (1.7: cosine ~0.5 to it).
+    float pad_noise = 1.7f;
     /// Queries of your own (a sample of real ones) measured instead of pseudo-queries: all of them
     /// are searched, and the estimate is of their recall. Null: pseudo-queries.
     const QueryBatch* sample = nullptr;
@@ -65,6 +67,10 @@ struct EstimateOptions {
 /// Measures the index at `path` (it must keep its vectors: exhaustive search is the truth) and
 /// stores the result beside it, atomically.
 Status EstimateRecall(const std::string& path, const EstimateOptions& opts, RecallEstimate* out);
+/// The pseudo-queries EstimateRecall measures with `opts`' recipe, at most `n` (one a live
+/// document): [*n_out, opts.query_tokens, dim] fp16 into *q, each one's tokens used into *lens.
+Status MakePseudoQueries(const std::string& path, const EstimateOptions& opts, int n, std::vector<uint16_t>* q,
+                         std::vector<int32_t>* lens, int* n_out);
 /// The stored measurement of the index at `path`; NotFound when it has none.
 Status ReadRecallEstimate(const std::string& path, RecallEstimate* out);
 /// `opts` with nprobe, ncandidates and rerank taken from est.For(opts.target_recall), each only

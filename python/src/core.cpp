@@ -298,12 +298,18 @@ PYBIND11_MODULE(_core, m) {
     });
     m.def(
         "estimate_recall",
-        [](const std::string& path, int queries, const std::string& device) {
+        [](const std::string& path, int queries, const std::string& device, const py::object& sample,
+           const std::string& sample_dtype, const std::vector<int32_t>& sample_lens) {
             tms::EstimateOptions o;
             o.queries = queries;
             tms::SearcherOptions so;
             check(tms::ParseDeviceList(device, &so));
             o.device = so.device;
+            tms::QueryBatch b;
+            if (!sample.is_none()) {
+                b = query_batch(sample.cast<py::array>(), sample_dtype, sample_lens);
+                o.sample = &b;
+            }
             tms::RecallEstimate e;
             {
                 py::gil_scoped_release nogil;
@@ -320,11 +326,13 @@ PYBIND11_MODULE(_core, m) {
             }
             py::dict r;
             r["queries"] = e.queries;
+            r["sample"] = e.sampled;
             r["k"] = e.k;
             r["points"] = points;
             return r;
         },
-        py::arg("path"), py::arg("queries"), py::arg("device"));
+        py::arg("path"), py::arg("queries"), py::arg("device"), py::arg("sample"), py::arg("sample_dtype"),
+        py::arg("sample_lens"));
     m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"),
           py::arg("metadata"), py::arg("metadata_types"));

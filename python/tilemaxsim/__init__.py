@@ -149,12 +149,17 @@ def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, pro
     return counts
 
 
-def estimate_recall(path, queries=0, device="auto"):
+def estimate_recall(path, queries=0, device="auto", *, sample=None):
     """Measures the index's approximate search against exhaustive search on pseudo-queries
-    (token sets of its documents, perturbed) at the default and deeper settings, and stores the
-    result with the index (searches take their parameters for target_recall from it). Returns
-    {"queries", "k", "points": [{"nprobe", "ncandidates", "rerank", "recall"}, ...]}."""
-    return _core.estimate_recall(str(path), queries, device)
+    (token sets of its documents, perturbed), or on `sample` (queries of your own, as
+    Searcher.search takes them: a sample of real ones measures their recall, which pseudo-queries
+    only approximate), at the default and deeper settings, and stores the result with the index
+    (searches take their parameters for target_recall from it). Returns {"queries", "sample",
+    "k", "points": [{"nprobe", "ncandidates", "rerank", "recall"}, ...]}."""
+    if sample is None:
+        return _core.estimate_recall(str(path), queries, device, None, "", [])
+    q, dtype, lens = _queries(sample)
+    return _core.estimate_recall(str(path), queries, device, q, dtype, [] if lens is None else list(lens))
 
 
 def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False, metadata=None,

@@ -2,9 +2,12 @@
 // back, kept by compaction, and used by searches for their target recall.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/maxsim.h"
 #include "tests/engine/synth_index.h"
 #include "tilemaxsim/tilemaxsim.h"
 
@@ -161,6 +164,109 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos);
     fs::remove_all(dir);
     fs::remove_all(dir2);
+}
+
+// The pseudo-queries' recipes, checked against the corpus they come from: each token a unit
+// vector near a corpus token (noise 0.5: cosine ~0.89); span queries are consecutive tokens of
+// one document, then copies of one padding vector that the corpus matches only weakly.
+TEST(EstimateCpu, PseudoQueryRecipes) {
+    SynthOptions so;
+    so.n_docs = 400;
+    so.n_queries = 4;
+    so.dim = 32;
+    IndexBuildOptions bo;
+    bo.progress = false;
+    bo.keep_vectors = true;
+    const fs::path dir = testing::BuildSynthIndex("tms_estimate_recipes", so, bo);
+    const std::string index = (dir / "index").string();
+    HostArray docs, lens_arr;
+    ASSERT_TRUE(LoadNpy((dir / "docs.npy").string(), &docs).ok());
+    ASSERT_TRUE(LoadNpy((dir / "doclens.npy").string(), &lens_arr).ok());
+    const int dim = so.dim;
+    const int64_t n_tok = docs.shape[0];
+    std::vector<float> corpus(size_t(n_tok) * dim);
+    const uint16_t* raw = reinterpret_cast<const uint16_t*>(docs.bytes.data());
+    for (size_t i = 0; i < corpus.size(); ++i) corpus[i] = kernels::half_to_float(raw[i]);
+    std::vector<int64_t> doc_of(static_cast<size_t>(n_tok));
+    {
+        const int32_t* dl = reinterpret_cast<const int32_t*>(lens_arr.bytes.data());
+        int64_t t = 0;
+        for (int64_t d = 0; d < lens_arr.shape[0]; ++d)
+            for (int32_t j = 0; j < dl[d]; ++j) doc_of[size_t(t++)] = d;
+    }
+    const auto unit = [&](const uint16_t* h, std::vector<float>* v) {
+        v->resize(size_t(dim));
+        double n2 = 0;
+        for (int c = 0; c < dim; ++c) n2 += double((*v)[size_t(c)] = kernels::half_to_float(h[c])) * (*v)[size_t(c)];
+        return std::sqrt(n2);
+    };
+    // The corpus token closest to v (cosine into *best).
+    const auto nearest = [&](const std::vector<float>& v, double* best) {
+        int64_t arg = -1;
+        *best = -2;
+        for (int64_t t = 0; t < n_tok; ++t) {
+            double dot = 0;
+            for (int c = 0; c < dim; ++c) dot += double(v[size_t(c)]) * corpus[size_t(t) * dim + c];
+            if (dot > *best) *best = dot, arg = t;
+        }
+        return arg;
+    };
+    EstimateOptions eo;
+    std::vector<uint16_t> q;
+    std::vector<int32_t> lens;
+    int n = 0;
+    std::vector<float> v, w;
+    double cos = 0;
+
+    // Default: up to 32 tokens, each near some corpus token.
+    ASSERT_TRUE(MakePseudoQueries(index, eo, 8, &q, &lens, &n).ok());
+    ASSERT_EQ(n, 8);
+    ASSERT_EQ(q.size(), size_t(n) * eo.query_tokens * dim);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(lens[size_t(i)] >= so.min_doc_len && lens[size_t(i)] <= eo.query_tokens) << lens[size_t(i)];
+        for (int j = 0; j < lens[size_t(i)]; ++j) {
+            EXPECT_NEAR(unit(q.data() + (size_t(i) * eo.query_tokens + j) * dim, &v), 1.0, 1e-2);
+            nearest(v, &cos);
+            EXPECT_GT(cos, 0.75) << "query " << i << " token " << j;
+        }
+    }
+
+    // Span queries: 11 consecutive tokens of one document, then one padding vector 21 times.
+    eo.content_tokens = 11;
+    ASSERT_TRUE(MakePseudoQueries(index, eo, 8, &q, &lens, &n).ok());
+    ASSERT_EQ(n, 8);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(lens[size_t(i)], eo.query_tokens);
+        const uint16_t* qi = q.data() + size_t(i) * eo.query_tokens * dim;
+        // Where the span came from: the corpus position whose next 11 tokens match best.
+        int64_t first = -1;
+        double best = -1e9;
+        for (int64_t t = 0; t + eo.content_tokens <= n_tok; ++t) {
+            double sum = 0;
+            for (int j = 0; j < eo.content_tokens; ++j)
+                for (int c = 0; c < dim; ++c)
+                    sum += double(kernels::half_to_float(qi[size_t(j) * dim + c])) * corpus[size_t(t + j) * dim + c];
+            if (sum > best) best = sum, first = t;
+        }
+        for (int j = 0; j < eo.content_tokens; ++j) {
+            unit(qi + size_t(j) * dim, &v);
+            double dot = 0;
+            for (int c = 0; c < dim; ++c) dot += double(v[size_t(c)]) * corpus[size_t(first + j) * dim + c];
+            EXPECT_GT(dot, 0.75) << "query " << i << " token " << j << " is not token " << j << " of the span";
+            EXPECT_EQ(doc_of[size_t(first + j)], doc_of[size_t(first)]) << "the span leaves its document";
+        }
+        unit(qi + size_t(eo.content_tokens) * dim, &w);
+        nearest(w, &cos);
+        EXPECT_GT(cos, 0.3) << "query " << i;
+        EXPECT_LT(cos, 0.8) << "query " << i << ": the padding is matched closely";
+        for (int j = eo.content_tokens + 1; j < eo.query_tokens; ++j)
+            EXPECT_TRUE(std::equal(qi + size_t(j) * dim, qi + size_t(j + 1) * dim, qi + size_t(eo.content_tokens) * dim));
+    }
+
+    EXPECT_EQ(MakePseudoQueries(index, eo, 0, &q, &lens, &n).code(), Status::Code::kInvalidArgument);
+    eo.pad_noise = -1;
+    EXPECT_EQ(MakePseudoQueries(index, eo, 8, &q, &lens, &n).code(), Status::Code::kInvalidArgument);
+    fs::remove_all(dir);
 }
 
 }  // namespace

@@ -163,8 +163,16 @@ def test_recall_estimate_is_measured_and_used(corpus):
     e = tilemaxsim.estimate_recall(corpus["index"], queries=16, device="cpu")
     assert e["queries"] == 16 and e["k"] == 10
     assert e["points"][0]["nprobe"] == tilemaxsim.search_defaults()["nprobe"]
-    assert all(0 <= p["recall"] <= 1 for p in e["points"])
+    assert all(0 <= p["recall"] <= 1 for p in e["points"]) and not e["sample"]
+    # A sample of one's own queries: the default point is their recall against exhaustive search.
+    e = tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=corpus["queries"])
+    assert e["sample"] and e["queries"] == len(corpus["queries"])
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    truth = s.search(corpus["queries"], k=10, exhaustive=True)[0]
+    got = s.search(corpus["queries"], k=10, target_recall=0)[0]
+    assert e["points"][0]["recall"] == pytest.approx(np.mean([len(set(t) & set(g)) / len(t) for t, g in zip(truth, got)]))
+    with pytest.raises(Exception, match="dimension"):
+        tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=np.zeros((2, 4, 8), np.float32))
     a = s.search(corpus["queries"], k=10, target_recall=0)
     b = s.search(corpus["queries"], k=10)
     assert len(a[0]) == len(b[0]) == len(corpus["queries"])

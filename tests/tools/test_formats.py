@@ -1,6 +1,7 @@
 """Index formats: the vectors file of format 5 (truncated, missing or damaged: one line naming
 it), and indexes of format 3 (vectors inside the store; tests/data/index-v3, written by the
 build before format 5) still open, search and take updates in their own format."""
+import json
 import os
 import shutil
 from pathlib import Path
@@ -178,6 +179,20 @@ def test_recall_estimate_is_measured_shown_used_and_checked(v5, v3, tmp_path):
     tms("index", "--docs", v3 / "docs.npy", "--doclens", v3 / "doclens.npy", "--doc-ids", v3 / "doc_ids.txt", "--out",
         fresh, "--keep-vectors", "--centroids", 8, "--no-progress", "--no-estimate", check=True)
     assert not (fresh / "estimate.json").exists() and "estimated_recall@10" not in info(fresh)
+    # The build's estimate of a sample of one's own; a bad sample fails before the build starts.
+    sampled = tmp_path / "sampled"
+    tms("index", "--docs", v3 / "docs.npy", "--doclens", v3 / "doclens.npy", "--out", sampled, "--keep-vectors",
+        "--centroids", 8, "--no-progress", "--device", "cpu", "--estimate-sample", q, check=True)
+    assert info(sampled)["estimate_queries"] == f"{np.load(q).shape[0]} sample"
+    bad = tmp_path / "bad"
+    p = tms("index", "--docs", v3 / "docs.npy", "--doclens", v3 / "doclens.npy", "--out", bad, "--keep-vectors",
+            "--centroids", 8, "--no-progress", "--estimate-sample", flat)
+    expect_error(p, str(flat))
+    assert not bad.exists()
+    # Span pseudo-queries padded as ColBERT's: the recipe is recorded with the estimate.
+    tms("estimate", "--index", fresh, "--queries", 8, "--device", "cpu", "--content-tokens", 11, check=True)
+    recipe = json.loads((fresh / "estimate.json").read_text())
+    assert recipe["content_tokens"] == 11 and recipe["pad_noise"] == 1.7 and not recipe.get("sample")
     (v5 / "estimate.json").write_text('{"queries": 3, "points": [')
     p = tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "x.trec", "--device", "cpu")
     expect_error(p, "estimate.json")

@@ -4,13 +4,13 @@
 # pseudo-queries of each recipe predict, at the same ladder of settings.
 # Usage: estimate_check.sh OUTDIR INDEX:QUERIES.npy ...   (binaries packed by device-pack.sh)
 #   RECIPES  pseudo-query recipes, `tms estimate` options, separated by ';' (default: the default
-#            recipe, then mixed-in tokens from related documents, then span-and-mean queries)
+#            recipe, then span queries padded as ColBERT's)
 #   DEVICE   where the searches run (default gpu)
 set -uo pipefail
 out=${1:?OUTDIR}
 shift
 mkdir -p "$out"
-IFS=';' read -r -a recipes <<< "${RECIPES:-;--related 10;--content-tokens 8 --mix 0;--content-tokens 8 --mix 0.3 --related 10}"
+IFS=';' read -r -a recipes <<< "${RECIPES:-;--content-tokens 11}"
 curve() { tms info --index "$1" | awk '$1 == "recall_curve" {printf " %s", $NF} END {print ""}'; }
 for spec in "$@"; do
   idx=${spec%%:*}
