@@ -78,7 +78,8 @@ struct GpuExactScorer::Impl {
         const int64_t docs = rows ? rows->n_docs : n_docs;
         if (!rows && !d_offsets) return Status::InvalidArgument("GpuExactScorer: no documents (a call must bring rows)");
         if (rows) {
-            if (rows->n_docs < 0 || (rows->n_docs > 0 && (!rows->offsets || (!rows->tokens && !rows->sources))) ||
+            if (rows->n_docs < 0 ||
+                (rows->n_docs > 0 && (!rows->offsets || (!rows->tokens && !rows->sources && !rows->device_tokens))) ||
                 (rows->offsets && rows->offsets[0] != 0)) {
                 return Status::InvalidArgument("GpuExactScorer: bad rows");
             }
@@ -91,7 +92,9 @@ struct GpuExactScorer::Impl {
         const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
         const size_t co_bytes = h_cand_offsets ? size_t(n_queries + 1) * sizeof(int64_t) : 0;
         const size_t cd_bytes = size_t(n_cand) * sizeof(int32_t);
-        const size_t rt_bytes = size_t(row_tokens) * dim * sizeof(uint16_t);
+        // Staged rows (device_tokens) are read where they are: no room, no copy.
+        const bool staged = rows && rows->device_tokens;
+        const size_t rt_bytes = staged ? 0 : size_t(row_tokens) * dim * sizeof(uint16_t);
         const size_t ro_bytes = rows ? size_t(rows->n_docs + 1) * sizeof(int64_t) : 0;
         const size_t rs_bytes = rows && rows->sources ? size_t(rows->n_docs) * sizeof(void*) : 0;
         const size_t total = align256(q_bytes) + align256(l_bytes) + align256(co_bytes) + align256(cd_bytes) +
@@ -111,14 +114,18 @@ struct GpuExactScorer::Impl {
         TMS_RETURN_IF_ERROR(put(h_cand_docs, cd_bytes, &dcd));
         if (rows) {
             // The rows are the bulk: one copy on the stream (from pinned memory, a DMA at
-            // full link speed), not through the staging buffers of the small inputs.
-            drt = cur;
+            // full link speed), not through the staging buffers of the small inputs; staged
+            // rows were copied on the copy stream, and the stream waits for that copy.
+            drt = staged ? static_cast<void*>(const_cast<uint16_t*>(rows->device_tokens)) : static_cast<void*>(cur);
+            if (staged && rows->ready) {
+                TMS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(rows->ready), 0));
+            }
             if (rt_bytes && !rows->sources) {
                 TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cur, rows->tokens, rt_bytes, cudaMemcpyHostToDevice, stream));
             }
             cur += align256(rt_bytes);
             TMS_RETURN_IF_ERROR(put(rows->offsets, ro_bytes, &dro));
-            if (rows->sources && rows->n_docs > 0) {
+            if (rows->sources && !staged && rows->n_docs > 0) {
                 void* drs = nullptr;
                 TMS_RETURN_IF_ERROR(put(rows->sources, rs_bytes, &drs));
                 const int blocks = int(std::min<int64_t>(rows->n_docs, 4096));

@@ -44,6 +44,10 @@ public:
         /// Instead of tokens: [n_docs] where each document's rows start in host memory that is
         /// registered with the device (GpuShard::RegisterHost); the device reads them itself.
         const uint16_t* const* sources = nullptr;
+        /// The tokens already on the device (GpuShard::StageRows), copied by another stream:
+        /// the call waits for `ready` (a cudaEvent_t) on the device and copies nothing.
+        const uint16_t* device_tokens = nullptr;
+        void* ready = nullptr;
     };
     /// Top-k per query (doc indices, -1 padded) and scores, on the host. h_queries
     /// [n_queries, q_stride, dim] of q_dtype, uploaded as they are (fp16 queries against the

@@ -3,9 +3,12 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "engine/gpu_code_scorer.h"
 #include "engine/gpu_scorer.h"
 #include "index/index_data.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gpu_context.h"
 
 namespace tms::engine {
@@ -15,9 +18,44 @@ class CudaShard final : public GpuShard {
 public:
     bool has_codes() const override { return code_ != nullptr; }
     bool has_vectors() const override { return exact_ != nullptr && exact_->resident(); }
+    explicit CudaShard(std::shared_ptr<kernels::GpuContext> ctx) : ctx_(std::move(ctx)) {}
     ~CudaShard() override {
+        kernels::DeviceGuard g(ctx_->device());
+        cudaStreamSynchronize(ctx_->copy_stream());
+        for (int s = 0; s < 2; ++s) {
+            cudaFree(staged_[s]);
+            if (ready_[s]) cudaEventDestroy(ready_[s]);
+        }
         for (uint16_t* p : pinned_) cudaFreeHost(p);
         for (const void* p : registered_) cudaHostUnregister(const_cast<void*>(p));
+    }
+    Status StageRows(int slot, size_t elems, Rows* rows) override {
+        if (slot < 0 || slot > 1 || !rows->tokens) return Status::InvalidArgument("StageRows: slot or rows");
+        kernels::DeviceGuard g(ctx_->device());
+        if (elems > staged_elems_[slot]) {
+            // The slot's last rows were scored before this call (the contract), so nothing
+            // reads the buffer any more.
+            TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_->copy_stream()));
+            cudaFree(staged_[slot]);
+            staged_[slot] = nullptr;
+            staged_elems_[slot] = 0;
+            const size_t want = elems + elems / 4;  // headroom: steps vary a little
+            void* p = nullptr;
+            if (cudaMalloc(&p, want * sizeof(uint16_t)) != cudaSuccess) {
+                (void)cudaGetLastError();
+                return Status::ResourceExhausted("no GPU memory to stage " + std::to_string(want * 2 >> 20) +
+                                                 " MiB of rows");
+            }
+            staged_[slot] = static_cast<uint16_t*>(p);
+            staged_elems_[slot] = want;
+        }
+        if (!ready_[slot]) TMS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready_[slot], cudaEventDisableTiming));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged_[slot], rows->tokens, elems * sizeof(uint16_t),
+                                                 cudaMemcpyHostToDevice, ctx_->copy_stream()));
+        TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_[slot], ctx_->copy_stream()));
+        rows->device_tokens = staged_[slot];
+        rows->ready = ready_[slot];
+        return Status::OK();
     }
     bool RegisterHost(const void* p, size_t bytes) override {
         if (bytes == 0) return true;
@@ -84,16 +122,21 @@ public:
 
     std::unique_ptr<GpuCodeScorer> code_;
     std::unique_ptr<GpuExactScorer> exact_;  // resident vectors, or none (CreateForRows)
+    std::shared_ptr<kernels::GpuContext> ctx_;
     uint16_t* pinned_[2] = {nullptr, nullptr};
     std::vector<const void*> registered_;
     size_t pinned_elems_[2] = {0, 0};
+    // StageRows' device buffers and the events of their last copies.
+    uint16_t* staged_[2] = {nullptr, nullptr};
+    size_t staged_elems_[2] = {0, 0};
+    cudaEvent_t ready_[2] = {nullptr, nullptr};
 };
 
 }  // namespace
 
 Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
                        const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out) {
-    auto s = std::make_unique<CudaShard>();
+    auto s = std::make_unique<CudaShard>(ctx);
     Status st = GpuCodeScorer::Create(ctx, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
                                       d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
                                       d.model.n_centroids, d.info.dim, d.doc_offsets.data(), d.info.n_docs, &s->code_);

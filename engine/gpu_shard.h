@@ -31,6 +31,15 @@ public:
     /// A pinned host buffer of at least `elems` fp16 values, one of two (slot 0 or 1) that the
     /// shard keeps and grows: rows gathered there upload at the link's full speed.
     virtual Status PinnedRows(int slot, size_t elems, uint16_t** out) = 0;
+    /// Starts copying rows->tokens (`elems` fp16 values, in PinnedRows buffer `slot`) into the
+    /// shard's device buffer of that slot on the context's copy stream, and returns at once
+    /// with rows->device_tokens and rows->ready set: an ExactScore(TopK) of *rows then waits
+    /// for the copy on the device, so that the copy of one step's rows overlaps the scoring of
+    /// the step before. A slot is staged again only after the call that scored it returned.
+    /// May be called beside a call of another thread that holds the context's mutex (it
+    /// touches only the slot and the copy stream). ResourceExhausted when the device has no
+    /// room for the buffer (the call then copies the rows itself).
+    virtual Status StageRows(int slot, size_t elems, Rows* rows) = 0;
 
     // With has_codes(): GpuCodeScorer's Candidates, ScoreCandidatesTop, ScoreLists and Score.
     virtual Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,

@@ -227,8 +227,12 @@ private:
         std::vector<int64_t> offsets;
         index::PodVector<uint16_t> own;
         std::vector<const uint16_t*> sources;  // mapped_: each document's rows in host memory
+        // GpuShard::StageRows': the tokens on the device, and the event of their copy.
+        const uint16_t* device_tokens = nullptr;
+        void* ready = nullptr;
         engine::GpuShard::Rows rows() const {
-            return {tokens, offsets.data(), int64_t(offsets.size()) - 1, sources.empty() ? nullptr : sources.data()};
+            return {tokens,        offsets.data(), int64_t(offsets.size()) - 1, sources.empty() ? nullptr : sources.data(),
+                    device_tokens, ready};
         }
     };
     // The rows of docs[0..n) (ascending), or when docs is null of documents [d0, d1), into
@@ -435,8 +439,8 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
     std::vector<float> c_scores(size_t(nq) * k), s;
     std::vector<int64_t> off;
     std::vector<int32_t> cand;
-    // Two steps at a time: the next one's rows are read (pinned buffer slot 1 - slot) while
-    // this one's are scored.
+    // Two steps at a time: the next one's rows are read (pinned buffer slot 1 - slot) and, on
+    // a GPU, copied to it (StageRows) while this one's are scored.
     RowBuffer rbs[2];
     const auto step_end = [&](int64_t d0) {
         const int64_t d1 = std::upper_bound(doff + d0 + 1, doff + n_docs + 1, doff[d0] + max_tokens) - doff - 1;
@@ -445,11 +449,38 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
     std::future<Status> reading;
     const auto read_step = [&](int slot, int64_t d0) {
         reading = std::async(std::launch::async, [this, &rbs, slot, d0, d1 = step_end(d0)] {
+            RowBuffer& rb = rbs[slot];
+            rb.device_tokens = nullptr;
+            rb.ready = nullptr;
             try {
-                return read_rows(slot, nullptr, 0, d0, d1, &rbs[slot]);
+                TMS_RETURN_IF_ERROR(read_rows(slot, nullptr, 0, d0, d1, &rb));
             } catch (const std::bad_alloc&) {
                 return Status::ResourceExhausted("no host memory for the rows of an exhaustive step");
             }
+            if (!ctx_) return Status::OK();
+            if (mapped_) {
+                // Registered host memory in one piece (a range within one part): copied at
+                // the link's speed, not gathered by the scoring kernel's stream.
+                if (rb.sources.empty()) return Status::OK();
+                const size_t row = size_t(data_.info.dim) * sizeof(uint16_t);
+                const uintptr_t base = reinterpret_cast<uintptr_t>(rb.sources[0]);
+                for (size_t i = 0; i < rb.sources.size(); ++i) {
+                    if (reinterpret_cast<uintptr_t>(rb.sources[i]) != base + size_t(rb.offsets[i]) * row) {
+                        return Status::OK();
+                    }
+                }
+                rb.tokens = const_cast<uint16_t*>(rb.sources[0]);
+                rb.sources.clear();
+            }
+            // On to the GPU while the step before is scored; without room there the scoring
+            // call copies them itself.
+            engine::GpuShard::Rows r = rb.rows();
+            const Status st = dev_->StageRows(slot, size_t(rb.offsets.back()) * data_.info.dim, &r);
+            if (st.code() == Status::Code::kResourceExhausted) return Status::OK();
+            TMS_RETURN_IF_ERROR(st);
+            rb.device_tokens = r.device_tokens;
+            rb.ready = r.ready;
+            return Status::OK();
         });
     };
     // Every step started is waited for, also when a step fails.

@@ -24,6 +24,7 @@ Status GpuContext::Create(int device, std::shared_ptr<GpuContext>* out) {
     DeviceGuard g(device);
     if (!g.ok()) return Status::Internal("cannot select GPU " + std::to_string(device));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
+    TMS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->copy_stream_, cudaStreamNonBlocking));
     TMS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&c->blas_));
     TMS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(c->blas_, c->stream_));
     TMS_RETURN_IF_ERROR(MakeQueryUploader(c->stream_, &c->inputs_));
@@ -34,10 +35,12 @@ Status GpuContext::Create(int device, std::shared_ptr<GpuContext>* out) {
 GpuContext::~GpuContext() {
     DeviceGuard g(device_);
     if (stream_) cudaStreamSynchronize(stream_);
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     scratch_.clear();  // device buffers: freed with the device current
     inputs_.reset();
     if (blas_) cublasDestroy(blas_);
     if (stream_) cudaStreamDestroy(stream_);
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
 }
 
 }  // namespace tms::kernels

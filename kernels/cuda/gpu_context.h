@@ -1,8 +1,9 @@
 // Copyright TileMaxSim authors. One GPU's resources, created once per device by whoever uses it
 // (a Searcher, an index build) and passed to everything that runs there, as FAISS's
-// GpuResources: the device ordinal, a stream, a cuBLAS handle bound to it, pinned staging
-// buffers for per-call inputs, and scratch arenas shared by every object on the device. Host
-// header: no CUDA includes (cudaStream_t is CUstream_st*, cublasHandle_t cublasContext*).
+// GpuResources: the device ordinal, a stream and a second one for overlapping copies, a cuBLAS
+// handle bound to the first, pinned staging buffers for per-call inputs, and scratch arenas
+// shared by every object on the device. Host header: no CUDA includes (cudaStream_t is
+// CUstream_st*, cublasHandle_t cublasContext*).
 #pragma once
 
 #include <memory>
@@ -32,6 +33,9 @@ public:
 
     int device() const { return device_; }
     CUstream_st* stream() const { return stream_; }
+    /// A second stream, for host-to-device copies that overlap the work on stream() (the next
+    /// rows of a streamed exhaustive search while the current ones are scored).
+    CUstream_st* copy_stream() const { return copy_stream_; }
     /// cuBLAS, on stream(), TF32 tensor-op math allowed where a call asks for it.
     cublasContext* blas() const { return blas_; }
     /// Two pinned 1 MB stages for per-call inputs (kernels::MakeQueryUploader).
@@ -60,6 +64,7 @@ private:
     };
     int device_ = -1;
     CUstream_st* stream_ = nullptr;
+    CUstream_st* copy_stream_ = nullptr;
     cublasContext* blas_ = nullptr;
     std::unique_ptr<StagedUploader> inputs_;
     std::mutex mu_, scratch_mu_;
