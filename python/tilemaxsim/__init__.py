@@ -128,15 +128,16 @@ def _metadata(metadata, metadata_types):
 
 
 def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=False, device="auto",
-                metadata=None, metadata_types=None, estimate=True, **options):
+                metadata=None, metadata_types=None, estimate=True, estimate_sample=None, **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
     model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`).
     `ids`: external ids (default "0".."n-1"). `metadata`: a dict of attributes per document (in
     document order, or each naming its document by "id"), which Searcher.search(filter=...)
     filters by; `metadata_types`: declared column types ({"year": "integer"}; others inferred).
     Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
-    With keep_vectors, the build ends by measuring its recall (estimate_recall) unless
-    estimate=False. Returns the build's counts."""
+    With keep_vectors, the build ends by measuring its recall (estimate_recall; on
+    `estimate_sample`, queries of your own, when given) unless estimate=False. Returns the
+    build's counts."""
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
@@ -145,7 +146,7 @@ def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, pro
                                json.dumps(options), overwrite, progress, device,
                                *_metadata(metadata, metadata_types))
     if estimate and options.get("keep_vectors"):
-        estimate_recall(path, device=device)
+        estimate_recall(path, device=device, sample=estimate_sample)
     return counts
 
 

@@ -3,6 +3,7 @@ adapter's round trip, bad input as exceptions with the engine's message, and Ctr
 
 Run with PYTHONPATH=BUILD/python (ctest pytest_python) and TMS_BIN for the CLI comparisons.
 """
+import json
 import os
 import signal
 import subprocess
@@ -173,6 +174,11 @@ def test_recall_estimate_is_measured_and_used(corpus):
     assert e["points"][0]["recall"] == pytest.approx(np.mean([len(set(t) & set(g)) / len(t) for t, g in zip(truth, got)]))
     with pytest.raises(Exception, match="dimension"):
         tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=np.zeros((2, 4, 8), np.float32))
+    # The build's own estimate of a sample.
+    fresh = corpus["dir"] / "sampled"
+    tilemaxsim.build_index(fresh, corpus["docs"][:100], keep_vectors=True, n_centroids=16, device="cpu",
+                           estimate_sample=corpus["queries"][:5])
+    assert json.loads((fresh / "estimate.json").read_text())["queries"] == 5
     a = s.search(corpus["queries"], k=10, target_recall=0)
     b = s.search(corpus["queries"], k=10)
     assert len(a[0]) == len(b[0]) == len(corpus["queries"])
