@@ -33,22 +33,11 @@ public:
         if (slot < 0 || slot > 1 || !rows->tokens) return Status::InvalidArgument("StageRows: slot or rows");
         kernels::DeviceGuard g(ctx_->device());
         if (elems > staged_elems_[slot]) {
-            // The slot's last rows were scored before this call (the contract), so nothing
-            // reads the buffer any more.
+            // The slot's last rows were scored before this call (the contract), so only its
+            // copy can still read the buffer.
             TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_->copy_stream()));
-            cudaFree(staged_[slot]);
-            staged_[slot] = nullptr;
-            staged_elems_[slot] = 0;
-            const size_t want = elems + elems / 4;  // headroom: steps vary a little
-            void* p = nullptr;
-            if (cudaMalloc(&p, want * sizeof(uint16_t)) != cudaSuccess) {
-                (void)cudaGetLastError();
-                return Status::ResourceExhausted("no GPU memory to stage " + std::to_string(want * 2 >> 20) +
-                                                 " MiB of rows");
-            }
-            staged_[slot] = static_cast<uint16_t*>(p);
-            staged_elems_[slot] = want;
         }
+        TMS_RETURN_IF_ERROR(grow(true, elems, &staged_[slot], &staged_elems_[slot]));
         if (!ready_[slot]) TMS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready_[slot], cudaEventDisableTiming));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged_[slot], rows->tokens, elems * sizeof(uint16_t),
                                                  cudaMemcpyHostToDevice, ctx_->copy_stream()));
@@ -69,21 +58,27 @@ public:
     }
     Status PinnedRows(int slot, size_t elems, uint16_t** out) override {
         if (slot < 0 || slot > 1) return Status::InvalidArgument("PinnedRows: slot " + std::to_string(slot));
-        if (elems > pinned_elems_[slot]) {
-            cudaFreeHost(pinned_[slot]);
-            pinned_[slot] = nullptr;
-            pinned_elems_[slot] = 0;
-            const size_t want = elems + elems / 4;  // headroom: batches vary a little
-            void* p = nullptr;
-            if (cudaMallocHost(&p, want * sizeof(uint16_t)) != cudaSuccess) {
-                (void)cudaGetLastError();
-                return Status::ResourceExhausted("cannot pin " + std::to_string(want * 2 >> 20) +
-                                                 " MiB of host memory for the rows of a search");
-            }
-            pinned_[slot] = static_cast<uint16_t*>(p);
-            pinned_elems_[slot] = want;
-        }
+        TMS_RETURN_IF_ERROR(grow(false, elems, &pinned_[slot], &pinned_elems_[slot]));
         *out = pinned_[slot];
+        return Status::OK();
+    }
+    // A slot's buffer on the device or pinned on the host, grown to at least `elems` fp16 values
+    // (with headroom: steps and batches vary a little); its old contents are not kept.
+    static Status grow(bool device, size_t elems, uint16_t** buf, size_t* have) {
+        if (elems <= *have) return Status::OK();
+        (void)(device ? cudaFree(*buf) : cudaFreeHost(*buf));
+        *buf = nullptr;
+        *have = 0;
+        const size_t want = elems + elems / 4;
+        void* p = nullptr;
+        if ((device ? cudaMalloc(&p, want * sizeof(uint16_t)) : cudaMallocHost(&p, want * sizeof(uint16_t))) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            return Status::ResourceExhausted("cannot allocate " + std::to_string(want * 2 >> 20) + " MiB of " +
+                                             (device ? "GPU" : "pinned host") + " memory for the rows of a search");
+        }
+        *buf = static_cast<uint16_t*>(p);
+        *have = want;
         return Status::OK();
     }
     Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
