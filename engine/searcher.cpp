@@ -231,8 +231,8 @@ private:
         const uint16_t* device_tokens = nullptr;
         void* ready = nullptr;
         engine::GpuShard::Rows rows() const {
-            return {tokens,        offsets.data(), int64_t(offsets.size()) - 1, sources.empty() ? nullptr : sources.data(),
-                    device_tokens, ready};
+            return {tokens, offsets.data(), int64_t(offsets.size()) - 1,
+                    sources.empty() ? nullptr : sources.data(), device_tokens, ready};
         }
     };
     // The rows of docs[0..n) (ascending), or when docs is null of documents [d0, d1), into
