@@ -50,13 +50,15 @@ Status GpuFreeMemory(int device, int64_t* free_bytes) {
 }
 
 Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                    const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out) {
+                    const std::vector<index::PodVector<uint16_t>>& vector_parts, const VectorRows* file_rows,
+                    std::unique_ptr<GpuShard>* out) {
 #if TMS_WITH_CUDA
-    return CreateCudaShard(std::move(ctx), d, vector_parts, out);
+    return CreateCudaShard(std::move(ctx), d, vector_parts, file_rows, out);
 #else
     (void)ctx;
     (void)d;
     (void)vector_parts;
+    (void)file_rows;
     (void)out;
     return Status::NotSupported("this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
 #endif

@@ -30,9 +30,12 @@ Status GpuFreeMemory(int device, int64_t* free_bytes);
 Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out);
 
 class GpuShard;
-/// Shard `d` uploaded to the GPU of `ctx` (engine/gpu_shard.h), its vectors d's own or else
-/// `vector_parts` in order; NotSupported without CUDA.
+class VectorRows;
+/// Shard `d` uploaded to the GPU of `ctx` (engine/gpu_shard.h), its vectors d's own, else
+/// `vector_parts` in order, else (non-null and not empty) read from `file_rows` while they
+/// upload; NotSupported without CUDA.
 Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                    const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out);
+                    const std::vector<index::PodVector<uint16_t>>& vector_parts, const VectorRows* file_rows,
+                    std::unique_ptr<GpuShard>* out);
 
 }  // namespace tms::engine

@@ -5,10 +5,13 @@
 // Thread-safety: one call at a time per scorer.
 #include <cuda_runtime.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <string>
 
 #include "engine/gpu_scorer.h"
+#include "engine/vector_rows.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gpu_context.h"
 #include "kernels/cuda/upload.h"
@@ -19,6 +22,22 @@ using kernels::align256;
 using kernels::DeviceGuard;
 
 namespace {
+
+// Every row of `rows` into d_dst, read by the process's OpenMP thread count of threads, a file
+// chunk (or 64 MiB of host rows) each in turn, while the pieces already read upload.
+Status UploadRows(int device, cudaStream_t stream, const VectorRows& rows, void* d_dst) {
+    const size_t row = size_t(rows.dim) * sizeof(uint16_t);
+    const size_t stage = std::max<size_t>(1, (size_t(8) << 20) / row) * row;
+    const std::vector<int64_t> pieces = rows.Pieces(int64_t((size_t(64) << 20) / row));
+    std::vector<size_t> bounds(pieces.size());
+    for (size_t i = 0; i < pieces.size(); ++i) bounds[i] = size_t(pieces[i]) * row;
+    std::vector<uint32_t> crc(pieces.size(), 0);  // each piece's, carried between its stages
+    return kernels::ParallelUpload(device, stream, d_dst, bounds, stage, omp_get_max_threads(),
+                                   [&](size_t i, size_t offset, size_t n, void* dst) {
+                                       return rows.ReadInPiece(pieces[i] + int64_t(offset / row), int64_t(n / row),
+                                                               static_cast<uint16_t*>(dst), &crc[i]);
+                                   });
+}
 
 // Documents' rows read by the device from registered host memory (over the link) into one
 // packed device array: block b copies documents b, b + gridDim.x, ..., 16 bytes a thread, four
@@ -177,7 +196,10 @@ Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const st
     int64_t n_tokens = 0;
     for (const TokenPart& p : parts) {
         if (p.n_tokens < 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
-        if (p.n_tokens > 0 && p.data == nullptr) return Status::InvalidArgument("GpuExactScorer: tokens null");
+        if (p.n_tokens > 0 && p.data == nullptr && p.rows == nullptr) {
+            return Status::InvalidArgument("GpuExactScorer: tokens null");
+        }
+        if (p.rows && p.rows->n_tokens() != p.n_tokens) return Status::InvalidArgument("GpuExactScorer: bad rows");
         n_tokens += p.n_tokens;
     }
     if (n_docs < 0 || dim <= 0) return Status::InvalidArgument("GpuExactScorer: bad sizes");
@@ -206,7 +228,7 @@ Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const st
         char* at = static_cast<char*>(im.d_tokens);
         for (const TokenPart& p : parts) {
             const size_t bytes = size_t(p.n_tokens) * dim * sizeof(uint16_t);
-            TMS_RETURN_IF_ERROR(uploader.Upload(at, p.data, bytes));
+            TMS_RETURN_IF_ERROR(p.rows ? UploadRows(device, im.stream, *p.rows, at) : uploader.Upload(at, p.data, bytes));
             at += bytes;
         }
     }

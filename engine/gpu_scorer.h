@@ -14,6 +14,8 @@ class GpuContext;
 
 namespace tms::engine {
 
+class VectorRows;
+
 /// Owns device copies of one shard's fp16 token vectors and scores queries against them, on
 /// its GpuContext's stream with the arena every exact scorer on that device shares (callers
 /// hold the context's mutex).
@@ -24,10 +26,12 @@ public:
         return Create(std::move(ctx), {{h_tokens_f16, n_tokens}}, dim, h_doc_offsets, n_docs, out);
     }
     /// Host tokens in consecutive parts (the shards of one device), uploaded in order into one
-    /// device array of the parts' summed tokens.
+    /// device array of the parts' summed tokens. A part with `rows` instead of data is read
+    /// from there (vectors files, each chunk checked) by several threads while it uploads.
     struct TokenPart {
         const uint16_t* data;
         int64_t n_tokens;
+        const VectorRows* rows = nullptr;
     };
     static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const std::vector<TokenPart>& parts, int dim,
                          const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out);

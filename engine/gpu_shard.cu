@@ -7,6 +7,7 @@
 
 #include "engine/gpu_code_scorer.h"
 #include "engine/gpu_scorer.h"
+#include "engine/vector_rows.h"
 #include "index/index_data.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gpu_context.h"
@@ -130,7 +131,8 @@ public:
 }  // namespace
 
 Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                       const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out) {
+                       const std::vector<index::PodVector<uint16_t>>& vector_parts, const VectorRows* file_rows,
+                       std::unique_ptr<GpuShard>* out) {
     auto s = std::make_unique<CudaShard>(ctx);
     Status st = GpuCodeScorer::Create(ctx, d.token_centroids.data(), d.codes.data(), d.info.n_tokens,
                                       d.model.n_code_bytes, d.model.codebook.data(), d.model.centroids.data(),
@@ -145,6 +147,7 @@ Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::In
     for (const auto& v : vector_parts) {
         if (!v.empty()) parts.push_back({v.data(), int64_t(v.size()) / d.info.dim});
     }
+    if (parts.empty() && file_rows && !file_rows->empty()) parts.push_back({nullptr, file_rows->n_tokens(), file_rows});
     if (!parts.empty()) {
         TMS_RETURN_IF_ERROR(
             GpuExactScorer::Create(ctx, parts, d.info.dim, d.doc_offsets.data(), d.info.n_docs, &s->exact_));

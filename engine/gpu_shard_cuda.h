@@ -13,9 +13,13 @@ class GpuContext;
 
 namespace tms::engine {
 
+class VectorRows;
+
 /// The shard's codes, IVF lists and (when loaded) vectors uploaded to the GPU of `ctx`: d's own
-/// vectors, else `vector_parts` in order (ConcatShards' parts of a device's shards).
+/// vectors, else `vector_parts` in order (ConcatShards' parts of a device's shards), else
+/// `file_rows` (the vectors files, read while they upload).
 Status CreateCudaShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
-                       const std::vector<index::PodVector<uint16_t>>& vector_parts, std::unique_ptr<GpuShard>* out);
+                       const std::vector<index::PodVector<uint16_t>>& vector_parts, const VectorRows* file_rows,
+                       std::unique_ptr<GpuShard>* out);
 
 }  // namespace tms::engine

@@ -1004,9 +1004,14 @@ Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_
     if (!ctx) return HostScales();
     ctx_ = ctx;
     const std::vector<index::PodVector<uint16_t>> none;
-    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, tier == VectorTier::kGpu ? *vector_parts : none, &dev_));
+    const bool to_gpu = tier == VectorTier::kGpu;
+    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, to_gpu ? *vector_parts : none, to_gpu ? &rows_ : nullptr, &dev_));
     // The device copy is the one used (MakeGpuShard uploads every vector it is given).
-    if (dev_->has_vectors()) index::PodVector<uint16_t>().swap(data_.vectors);
+    if (dev_->has_vectors()) {
+        index::PodVector<uint16_t>().swap(data_.vectors);
+        rows_ = engine::VectorRows();
+        data_.vector_files.clear();
+    }
     if (tier == VectorTier::kHost) {
         host_parts_ = std::move(*vector_parts);
         int64_t t0 = 0;
@@ -1045,11 +1050,14 @@ Status ShardSearcher::HostScales() {
     return kernels::decoded_scales_cpu(p);
 }
 
-// Bytes a shard holds once loaded: codes, centroid ids and scales, IVF lists, vectors.
-int64_t shard_bytes(const index::IndexData& d) {
+// Bytes a shard holds once loaded: codes, centroid ids and scales, IVF lists, vectors (with
+// `file_vectors`, those still in their files, which the GPU tier uploads).
+int64_t shard_bytes(const index::IndexData& d, bool file_vectors) {
     const int64_t scale = d.model.unit_norm && d.model.n_code_bytes > 0 ? 4 : 0;
+    int64_t vec = int64_t(d.vectors.size());
+    for (const index::VectorFileSpan& f : d.vector_files) vec += file_vectors ? f.file->n_tokens() * d.info.dim : 0;
     return int64_t(d.token_centroids.size()) * (4 + scale) + int64_t(d.codes.size()) + int64_t(d.ivf_docs.size()) * 4 +
-           int64_t(d.vectors.size()) * 2 + int64_t(d.doc_offsets.size()) * 8;
+           vec * 2 + int64_t(d.doc_offsets.size()) * 8;
 }
 
 // The first non-finite value among the used token rows of a batch, as an error naming the query
@@ -1830,8 +1838,11 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     TMS_RETURN_IF_ERROR(choose_tier(opts, path, s->device_, gpus, &tier));
     trace.Mark("vector tier");
     std::vector<index::IndexData> data;
+    // Vectors for the GPU stay in their files until they upload (read and copied at once, with
+    // no host copy of the whole).
     const index::VectorLoad load = tier == VectorTier::kNone   ? index::VectorLoad::kNone
                                    : tier == VectorTier::kDisk ? index::VectorLoad::kFile
+                                   : tier == VectorTier::kGpu  ? index::VectorLoad::kFileOrMemory
                                                                : index::VectorLoad::kMemory;
     TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, load, opts.progress, &data, opts.shards, &s->metadata_));
     trace.Mark("read (total)");
@@ -1840,7 +1851,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     std::sort(numbers.begin(), numbers.end());
     numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
     std::vector<int64_t> bytes;
-    for (const auto& d : data) bytes.push_back(shard_bytes(d));
+    for (const auto& d : data) bytes.push_back(shard_bytes(d, tier == VectorTier::kGpu));
     const std::vector<int> where = s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
     for (size_t i = 0; i < data.size(); ++i) {
         ShardPlacement p;
@@ -1856,7 +1867,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     }
     // Segments: runs of consecutive shards on one device (a subset of the shards breaks runs
     // at its gaps), each concatenated into one ShardSearcher. On a GPU the vectors stay in
-    // their shards' arrays until they are uploaded (no host copy of the whole).
+    // their shards' files (or arrays) until they are uploaded (no host copy of the whole).
     struct Segment {
         int gpu;
         std::vector<index::IndexData> shards;

@@ -50,6 +50,32 @@ Status VectorRows::Range(int64_t t0, int64_t n, uint16_t* dst) const {
     return Status::OK();
 }
 
+std::vector<int64_t> VectorRows::Pieces(int64_t host_rows) const {
+    std::vector<int64_t> b{0};
+    host_rows = std::max<int64_t>(host_rows, 1);
+    for (const Part& p : parts_) {
+        if (p.file) {
+            const std::vector<int64_t>& c = p.file->chunk_starts();
+            for (size_t i = 1; i < c.size(); ++i) b.push_back(p.token0 + c[i]);
+        } else {
+            for (int64_t t = host_rows; t < p.n_tokens; t += host_rows) b.push_back(p.token0 + t);
+            b.push_back(p.token0 + p.n_tokens);
+        }
+    }
+    return b;
+}
+
+Status VectorRows::ReadInPiece(int64_t t0, int64_t n, uint16_t* dst, uint32_t* crc) const {
+    const auto it = PartOf(t0);
+    if (it == parts_.end() || n < 0 || t0 + n > it->token0 + it->n_tokens) {
+        return Status::Internal("vector rows: [" + std::to_string(t0) + ", " + std::to_string(t0 + n) +
+                                ") in no one part");
+    }
+    if (it->file) return it->file->ReadInChunk(t0 - it->token0, n, dst, crc);
+    std::memcpy(dst, it->host + size_t(t0 - it->token0) * dim, size_t(n) * dim * sizeof(uint16_t));
+    return Status::OK();
+}
+
 Status VectorRows::Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, const int64_t* offsets,
                           uint16_t* dst) const {
     Status first;

@@ -19,6 +19,7 @@ public:
     /// Rows [f.token0, f.token0 + f.file->n_tokens()) are in f's file.
     void AddFile(const index::VectorFileSpan& f);
     bool empty() const { return parts_.empty(); }
+    int64_t n_tokens() const { return parts_.empty() ? 0 : parts_.back().token0 + parts_.back().n_tokens; }
     bool on_disk() const { return !parts_.empty() && parts_.front().file != nullptr; }
 
     /// Where row t starts in host memory (host parts only; the part's rows run on from there).
@@ -29,6 +30,14 @@ public:
     /// into dst, document i's at row offsets[i]. Copies or reads run on OpenMP threads.
     Status Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, const int64_t* offsets,
                   uint16_t* dst) const;
+
+    /// For reading every row once on several threads: boundaries [0, ..., n_tokens] of pieces
+    /// that are each a file's checksummed chunk or at most host_rows rows of a host part.
+    std::vector<int64_t> Pieces(int64_t host_rows) const;
+    /// Rows [t0, t0 + n), inside one piece, into dst: one caller reads a piece in order from
+    /// its first row, *crc carried between its calls (0 before the first); a file chunk's
+    /// checksum is checked with its last rows (index::VectorFile::ReadInChunk).
+    Status ReadInPiece(int64_t t0, int64_t n, uint16_t* dst, uint32_t* crc) const;
 
     int dim = 0;
 

@@ -89,6 +89,13 @@ public:
     ~VectorFile();
     /// Rows [t0, t0 + n) of the store's tokens into dst [n, dim].
     Status Read(int64_t t0, int64_t n, uint16_t* dst) const;
+    /// For reading every row once, each chunk's checksum computed on the rows as they are read:
+    /// rows [t0, t0 + n), inside one chunk, into dst. One caller reads a chunk in order from its
+    /// first row, *crc carried between its calls (0 before the first); the call that reads the
+    /// chunk's last rows checks it (as Read would).
+    Status ReadInChunk(int64_t t0, int64_t n, uint16_t* dst, uint32_t* crc) const;
+    /// [n_chunks + 1]: the first row of each checksummed chunk, then n_tokens().
+    const std::vector<int64_t>& chunk_starts() const { return chunk_t0_; }
     int dim() const { return dim_; }
     int64_t n_tokens() const { return chunk_t0_.empty() ? 0 : chunk_t0_.back(); }
     const std::string& path() const { return path_; }
@@ -113,8 +120,9 @@ struct VectorFileSpan {
 };
 
 /// How a reader treats an index's fp16 vectors: skipped, read into IndexData::vectors, or left
-/// in their files (IndexData::vector_files; format 5 only).
-enum class VectorLoad { kNone, kMemory, kFile };
+/// in their files (IndexData::vector_files; format 5 only); kFileOrMemory: left in their files
+/// where a store has them, else read.
+enum class VectorLoad { kNone, kMemory, kFile, kFileOrMemory };
 
 /// A whole index in host memory, internal ids 0..n_docs-1.
 struct IndexData {

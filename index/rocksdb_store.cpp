@@ -253,27 +253,48 @@ VectorFile::~VectorFile() {
 
 Status VectorFile::Check(size_t c) const {
     std::atomic<uint8_t>& st = state_->checked[c];
-    uint8_t v = st.load(std::memory_order_acquire);
-    if (v == 0) {
+    if (st.load(std::memory_order_acquire) == 0) {
         std::lock_guard<std::mutex> g(state_->mu[c % state_->mu.size()]);
-        v = st.load(std::memory_order_acquire);
-        if (v == 0) {
-            const size_t row = size_t(dim_) * 2;
-            const size_t bytes = size_t(chunk_t0_[c + 1] - chunk_t0_[c]) * row;
-            std::unique_ptr<char[]> buf;
+        if (st.load(std::memory_order_acquire) == 0) {
+            const int64_t n = chunk_t0_[c + 1] - chunk_t0_[c];
+            std::unique_ptr<uint16_t[]> buf;
             try {
-                buf.reset(new char[std::max<size_t>(bytes, 1)]);
+                buf.reset(new uint16_t[std::max<size_t>(size_t(n) * dim_, 1)]);
             } catch (const std::bad_alloc&) {
                 return Status::ResourceExhausted(path_ + ": no memory to check chunk " + std::to_string(c));
             }
-            const Status r = pread_all(fd_, buf.get(), bytes, uint64_t(chunk_t0_[c]) * row,
-                                       path_ + ": chunk " + std::to_string(c));
+            uint32_t crc = 0;
+            const Status r = ReadInChunk(chunk_t0_[c], n, buf.get(), &crc);
             if (!r.ok() && r.code() != Status::Code::kCorruption) return r;  // an I/O error may pass
-            v = r.ok() && Crc32(buf.get(), bytes) == crc_[c] ? 1 : 2;
-            st.store(v, std::memory_order_release);
         }
     }
-    if (v == 2) return Status::Corruption(path_ + ": chunk " + std::to_string(c) + ": checksum mismatch or truncated");
+    if (st.load(std::memory_order_acquire) == 2) {
+        return Status::Corruption(path_ + ": chunk " + std::to_string(c) + ": checksum mismatch or truncated");
+    }
+    return Status::OK();
+}
+
+Status VectorFile::ReadInChunk(int64_t t0, int64_t n, uint16_t* dst, uint32_t* crc) const {
+    const size_t c = size_t(std::upper_bound(chunk_t0_.begin(), chunk_t0_.end(), t0) - chunk_t0_.begin()) - 1;
+    if (t0 < 0 || n < 0 || c + 1 >= chunk_t0_.size() || t0 + n > chunk_t0_[c + 1]) {
+        return Status::InvalidArgument(path_ + ": rows [" + std::to_string(t0) + ", " + std::to_string(t0 + n) +
+                                       ") not inside one chunk");
+    }
+    std::atomic<uint8_t>& st = state_->checked[c];
+    const auto bad = [&] {
+        st.store(2, std::memory_order_release);
+        return Status::Corruption(path_ + ": chunk " + std::to_string(c) + ": checksum mismatch or truncated");
+    };
+    const uint8_t was = st.load(std::memory_order_acquire);
+    if (was == 2) return bad();
+    const size_t row = size_t(dim_) * 2;
+    const Status r = pread_all(fd_, dst, size_t(n) * row, uint64_t(t0) * row, path_ + ": chunk " + std::to_string(c));
+    if (!r.ok()) return r.code() == Status::Code::kCorruption ? bad() : r;
+    if (was == 1) return Status::OK();  // checked before (once good, always good)
+    *crc = Crc32(dst, size_t(n) * row, *crc);
+    if (t0 + n < chunk_t0_[c + 1]) return Status::OK();
+    if (*crc != crc_[c]) return bad();
+    st.store(1, std::memory_order_release);
     return Status::OK();
 }
 
@@ -2345,16 +2366,19 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
     const int ncb = m.n_code_bytes;
     // vec: the vectors are read into d->vectors; vec_refs: their chunks' references are kept
     // (d->vector_files) and nothing is read.
-    const bool vec = vectors == VectorLoad::kMemory && info.has_vectors;
-    const bool vec_refs = vectors == VectorLoad::kFile && info.has_vectors;
-    if (vec_refs && info.format_version == kInlineVectorsFormat) {
+    const bool inline_vectors = info.format_version == kInlineVectorsFormat;
+    const bool vec = info.has_vectors && (vectors == VectorLoad::kMemory ||
+                                          (vectors == VectorLoad::kFileOrMemory && inline_vectors));
+    const bool vec_refs = info.has_vectors && (vectors == VectorLoad::kFile ||
+                                               (vectors == VectorLoad::kFileOrMemory && !inline_vectors));
+    if (vec_refs && inline_vectors) {
         return Status::NotSupported(path + ": this index keeps its vectors inside the store (format " +
                                     std::to_string(kInlineVectorsFormat) +
                                     "), which cannot be searched from disk; `tms compact` rewrites it in the current format");
     }
     // Format 5: the vectors file, at least as long as the store's tokens (an update that did not
     // commit may have left more).
-    const bool vec_in_file = (vec || vec_refs) && info.format_version != kInlineVectorsFormat;
+    const bool vec_in_file = (vec || vec_refs) && !inline_vectors;
     std::vector<int64_t> chunk_t0;
     std::vector<uint32_t> chunk_crc;
     const std::string vec_path = path + "/" + kVectorsFile;

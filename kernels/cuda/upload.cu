@@ -2,6 +2,10 @@
 #include "kernels/cuda/upload.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
@@ -48,6 +52,59 @@ Status StagedUploader::Upload(void* d_dst, const void* h_src, size_t bytes) {
         TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[k], stream_));
     }
     return Status::OK();
+}
+
+Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::vector<size_t>& bounds, size_t stage,
+                      int threads, const FillPiece& fill) {
+    if (bounds.size() < 2) return Status::OK();
+    if (stage == 0) return Status::InvalidArgument("ParallelUpload: stage 0");
+    const size_t n_pieces = bounds.size() - 1;
+    threads = int(std::clamp<size_t>(size_t(std::max(threads, 1)), 1, n_pieces));
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    Status first;
+    const auto fail = [&](Status st) {
+        std::lock_guard<std::mutex> g(mu);
+        if (!failed.exchange(true)) std::swap(first, st);
+    };
+    const auto work = [&] {
+        if (cudaSetDevice(device) != cudaSuccess) return fail(Status::Internal("cannot select device " + std::to_string(device)));
+        void* buf[2] = {nullptr, nullptr};
+        cudaEvent_t done[2] = {nullptr, nullptr};
+        const auto run = [&]() -> Status {
+            for (int k = 0; k < 2; ++k) {
+                TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&buf[k], stage));
+                TMS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done[k], cudaEventDisableTiming));
+            }
+            int k = 0;
+            for (size_t i = next++; i < n_pieces && !failed; i = next++) {
+                for (size_t o = bounds[i]; o < bounds[i + 1] && !failed; o += stage, k ^= 1) {
+                    const size_t n = std::min(stage, bounds[i + 1] - o);
+                    TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done[k]));  // its last copy has drained
+                    TMS_RETURN_IF_ERROR(fill(i, o - bounds[i], n, buf[k]));
+                    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(d_dst) + o, buf[k], n,
+                                                             cudaMemcpyHostToDevice, stream));
+                    TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(done[k], stream));
+                }
+            }
+            return Status::OK();
+        };
+        Status st = run();
+        for (int k = 0; k < 2; ++k) {
+            if (done[k]) {
+                cudaEventSynchronize(done[k]);
+                cudaEventDestroy(done[k]);
+            }
+            if (buf[k]) cudaFreeHost(buf[k]);
+        }
+        if (!st.ok()) fail(std::move(st));
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    return first;
 }
 
 Status MakeQueryUploader(cudaStream_t stream, std::unique_ptr<StagedUploader>* out) {

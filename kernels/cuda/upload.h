@@ -4,7 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "tilemaxsim/status.h"
 
@@ -41,6 +44,17 @@ private:
     void* pinned_[2] = {nullptr, nullptr};
     cudaEvent_t done_[2] = {nullptr, nullptr};
 };
+
+/// Fills d_dst from pieces the host produces itself (rows read from files and checksummed as
+/// they are read): piece i is bytes [bounds[i], bounds[i + 1]) of d_dst. `threads` host threads
+/// (device `device` current) each take whole pieces in turn and call fill(i, offset, n, dst)
+/// for consecutive parts [offset, offset + n) of the piece (offsets within the piece, n at
+/// most `stage` bytes) into a pinned buffer of their own, whose copy on `stream` runs while
+/// they fill their second. The first failing fill stops every thread and is returned. The
+/// copies have drained when it returns.
+using FillPiece = std::function<Status(size_t piece, size_t offset, size_t n, void* dst)>;
+Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::vector<size_t>& bounds, size_t stage,
+                      int threads, const FillPiece& fill);
 
 /// The uploader a scorer keeps for its per-call inputs (query batches, candidate lists): two
 /// pinned stages of 1 MB, allocated now, for copies of 1 MB or more (a batch of 256 queries of

@@ -145,6 +145,13 @@ inline void ExpectTiersAgree(Device device, VectorTier reference, const std::vec
         EXPECT_NE(st.message().find(vf.string()), std::string::npos) << st.ToString();
         EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.ToString();
     }
+    if (device == Device::kGpu) {
+        // For the GPU the vectors are read and checked while they upload: the open fails.
+        o.vectors = VectorTier::kGpu;
+        const Status st = Searcher::Open(o, bad.string(), &s);
+        EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+        EXPECT_NE(st.message().find(vf.string()), std::string::npos) << st.ToString();
+    }
     fs::remove_all(dir);
 }
 

@@ -7,12 +7,83 @@
 #include <unistd.h>
 
 #include "base/memory.h"
+#include "engine/vector_rows.h"
+#include "index/index_data.h"
 
 namespace tms {
 namespace {
 
 TEST(VectorTiersCpu, DiskGivesTheHostsResults) {
     testing::ExpectTiersAgree(Device::kCpu, VectorTier::kHost, {VectorTier::kDisk});
+}
+
+// The GPU tier's open reads every row once in pieces (the files' chunks), checksumming as it
+// reads: the rows equal the stores' vectors read whole, and a damaged chunk fails the read of
+// its last rows, naming the file, and every later read of it.
+TEST(VectorTiersCpu, PiecesReadEveryRowOnceAndCheckIt) {
+    namespace fs = std::filesystem;
+    SynthOptions so;
+    so.n_docs = 400;
+    so.n_queries = 2;
+    so.dim = 32;
+    IndexBuildOptions bo;
+    bo.keep_vectors = true;
+    bo.progress = false;
+    bo.shards = 2;
+    bo.chunk_docs = 50;
+    const fs::path dir = testing::BuildSynthIndex("tms_tiers_pieces", so, bo);
+    const std::string path = (dir / "index").string();
+    std::vector<index::IndexData> mem, files;
+    ASSERT_TRUE(index::ReadIndexShards(path, index::VectorLoad::kMemory, false, &mem).ok());
+    const auto rows_of = [&](const std::string& p, engine::VectorRows* rows) {
+        ASSERT_TRUE(index::ReadIndexShards(p, index::VectorLoad::kFileOrMemory, false, &files).ok());
+        rows->dim = so.dim;
+        int64_t t0 = 0;
+        for (const index::IndexData& d : files) {
+            ASSERT_TRUE(d.vectors.empty());
+            ASSERT_EQ(d.vector_files.size(), 1u);
+            rows->AddFile({t0 + d.vector_files[0].token0, d.vector_files[0].file});
+            t0 += d.info.n_tokens;
+        }
+    };
+    std::vector<uint16_t> want;
+    for (const index::IndexData& d : mem) want.insert(want.end(), d.vectors.begin(), d.vectors.end());
+    engine::VectorRows rows;
+    rows_of(path, &rows);
+    const std::vector<int64_t> pieces = rows.Pieces(1000);
+    ASSERT_EQ(pieces.front(), 0);
+    ASSERT_EQ(pieces.back(), int64_t(want.size()) / so.dim);
+    EXPECT_GE(pieces.size(), 9u);  // 2 shards of at least 4 chunks
+    std::vector<uint16_t> got(want.size());
+    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
+        uint32_t crc = 0;
+        for (int64_t t = pieces[i]; t < pieces[i + 1]; t += 7) {
+            const int64_t n = std::min<int64_t>(7, pieces[i + 1] - t);
+            ASSERT_TRUE(rows.ReadInPiece(t, n, got.data() + size_t(t) * so.dim, &crc).ok()) << t;
+        }
+    }
+    EXPECT_EQ(got, want);
+    uint32_t crc = 0;
+    EXPECT_EQ(rows.ReadInPiece(pieces[1] - 1, 2, got.data(), &crc).code(), Status::Code::kInvalidArgument);  // 2 chunks
+
+    // Damage the second chunk of the first shard's file.
+    const fs::path vf = files[0].vector_files[0].file->path();
+    {
+        std::fstream f(vf, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(std::streamoff(pieces[1] + 3) * so.dim * 2);
+        f.put(char(0x5a));
+    }
+    engine::VectorRows damaged;
+    rows_of(path, &damaged);
+    crc = 0;
+    ASSERT_TRUE(damaged.ReadInPiece(pieces[1], 10, got.data(), &crc).ok());  // not yet the chunk's end
+    const Status st = damaged.ReadInPiece(pieces[1] + 10, pieces[2] - pieces[1] - 10, got.data(), &crc);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find(vf.string()), std::string::npos) << st.ToString();
+    EXPECT_EQ(damaged.Range(pieces[1], 1, got.data()).code(), Status::Code::kCorruption);  // and later reads
+    crc = 0;
+    EXPECT_TRUE(damaged.ReadInPiece(pieces[0], pieces[1], got.data(), &crc).ok());  // the chunk before is good
+    fs::remove_all(dir);
 }
 
 TEST(VectorTiersCpu, ChoiceAndRefusals) {
