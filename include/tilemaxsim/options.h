@@ -191,8 +191,8 @@ struct SearchOptions {
     /// (compressed, then the rerank) instead of probing. -1: no more than the IVF entries a
     /// query probing 64 lists per token visits (as costly as the widest probing; a narrow
     /// filter's best documents lie deep in the unfiltered ranking, where probing's pruning
-    /// scores barely tell them apart). A query allowed no more than max(ncandidates, rerank, k)
-    /// always does. Default: -1
+    /// scores barely tell them apart), and at least 65,536. A query allowed no more than
+    /// max(ncandidates, rerank, k) always does. Default: -1
     int64_t direct_max = -1;
 };
 

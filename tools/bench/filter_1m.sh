@@ -23,7 +23,7 @@ with open('$d/meta.jsonl', 'w') as f:
 (nvidia-smi --query-gpu=name --format=csv,noheader || echo cpu) > "$out/gpu.txt"
 rm -rf $idx
 /usr/bin/time -f "index: %e s, %M KB" tms index --docs $d/docs.npy --doclens $d/doclens.npy \
-  --doc-ids $d/doc_ids.txt --metadata $d/meta.jsonl --out $idx --keep-vectors --no-progress 2>&1 | tail -n 2
+  --doc-ids $d/doc_ids.txt --metadata $d/meta.jsonl --out $idx --keep-vectors --no-progress --no-estimate 2>&1 | tail -n 2
 tms info --index $idx | grep -E "^(documents|metadata)" || true
 bench="tms bench search --index $idx --queries $d/queries.npy --device $dev --single 100 --concurrency 1"
 $bench --json $out/unfiltered.json 2>&1 | tail -n 2

@@ -20,7 +20,7 @@ fi
 (nvidia-smi --query-gpu=name --format=csv,noheader || echo cpu) > "$out/gpu.txt"
 if [ ! -d $idx ]; then
   /usr/bin/time -f "index: %e s, %M KB" tms index --docs $d/docs.npy --doclens $d/doclens.npy \
-    --doc-ids $d/doc_ids.txt --out $idx --keep-vectors --no-progress 2>&1 | tail -n 4
+    --doc-ids $d/doc_ids.txt --out $idx --keep-vectors --no-progress --no-estimate 2>&1 | tail -n 4
 fi
 if [ "${DELETE_INPUT:-0}" = 1 ]; then rm -f $d/docs.npy; fi
 df -h /tmp /dev/shm | tail -n 2
