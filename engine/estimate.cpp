@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
@@ -72,11 +73,7 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
     TMS_RETURN_IF_ERROR(check_index(path, o, &info));
     const int dim = info.dim;
     std::vector<index::IndexData> shards;
-    Status st = index::ReadIndexShards(path, index::VectorLoad::kFile, false, &shards);
-    if (st.code() == Status::Code::kNotSupported) {  // vectors inside the store (format 3)
-        st = index::ReadIndexShards(path, index::VectorLoad::kMemory, false, &shards);
-    }
-    TMS_RETURN_IF_ERROR(st);
+    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, index::VectorLoad::kFileOrMemory, false, &shards));
     std::vector<std::pair<size_t, int64_t>> live;  // (shard, local id)
     for (size_t sh = 0; sh < shards.size(); ++sh)
         for (int64_t d = 0; d < shards[sh].info.n_docs; ++d)
@@ -91,41 +88,30 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
         const index::IndexData& d = shards[doc.first];
         return d.doc_offsets[size_t(doc.second) + 1] - d.doc_offsets[size_t(doc.second)];
     };
-    // Row t of a document as floats, from its shard's vectors file (or, format 3, memory).
-    std::vector<uint16_t> row(static_cast<size_t>(dim));
-    std::vector<float> f(static_cast<size_t>(dim));
-    const auto read = [&](std::pair<size_t, int64_t> doc, int64_t t) {
-        const index::IndexData& d = shards[doc.first];
-        const int64_t at = d.doc_offsets[size_t(doc.second)] + t;
-        if (!d.vector_files.empty()) {
-            TMS_RETURN_IF_ERROR(d.vector_files[0].file->Read(at, 1, row.data()));
-        } else {
-            std::copy_n(d.vectors.begin() + at * dim, size_t(dim), row.begin());
-        }
-        for (int c = 0; c < dim; ++c) f[size_t(c)] = kernels::half_to_float(row[size_t(c)]);
-        return Status::OK();
+    // First every draw, in one sequence (the queries depend on the seed alone): each query token
+    // is a corpus row moved by noise. Then the rows are read on every thread: the first read of
+    // a vectors file's chunk checks all of it, and the rows come from all over the files.
+    struct Token {
+        size_t shard;
+        int64_t row;   // in its shard
+        size_t noise;  // its dim noise values in `noise`
+        uint16_t* out;
     };
-    const auto random_token = [&] {
-        const auto other = live[size_t(rng() % live.size())];
-        return read(other, int64_t(rng() % uint64_t(doc_len(other))));
-    };
-    // out = the unit vector of f moved by noise of norm `norm`, renormalised.
-    std::vector<float> x(static_cast<size_t>(dim));
-    const auto perturb = [&](float norm, uint16_t* out) {
-        double n2 = 0;
-        for (int c = 0; c < dim; ++c) n2 += double(f[size_t(c)]) * f[size_t(c)];
-        const float inv = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
+    std::vector<Token> tokens;
+    std::vector<float> noise;
+    const auto take = [&](std::pair<size_t, int64_t> doc, int64_t t, float norm, uint16_t* out) {
+        tokens.push_back({doc.first, shards[doc.first].doc_offsets[size_t(doc.second)] + t, noise.size(), out});
         const float sd = norm / std::sqrt(float(dim));
-        n2 = 0;
-        for (int c = 0; c < dim; ++c) {
-            x[size_t(c)] = f[size_t(c)] * inv + sd * n01(rng);
-            n2 += double(x[size_t(c)]) * x[size_t(c)];
-        }
-        const float sc = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
-        for (int c = 0; c < dim; ++c) out[c] = kernels::float_to_half(x[size_t(c)] * sc);
+        for (int c = 0; c < dim; ++c) noise.push_back(sd * n01(rng));
+    };
+    const auto random_doc_token = [&](float norm, uint16_t* out) {
+        const auto other = live[size_t(rng() % live.size())];
+        const int64_t t = int64_t(rng() % uint64_t(doc_len(other)));
+        take(other, t, norm, out);
     };
     q->assign(size_t(n) * qt * dim, 0);
     lens->assign(size_t(n), 0);
+    std::vector<int> pads;  // per query: its padding token, copied over the rest after the reads
     std::vector<int64_t> pick;
     for (int i = 0; i < n; ++i) {
         const int64_t len = doc_len(live[size_t(i)]);
@@ -143,22 +129,66 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
         uint16_t* qi = q->data() + size_t(i) * qt * dim;
         for (size_t j = 0; j < pick.size(); ++j) {
             if (o.content_tokens == 0 && o.mix > 0 && u01(rng) < o.mix) {  // a token of another document
-                TMS_RETURN_IF_ERROR(random_token());
+                random_doc_token(o.noise, qi + j * dim);
             } else {
-                TMS_RETURN_IF_ERROR(read(live[size_t(i)], pick[j]));
+                take(live[size_t(i)], pick[j], o.noise, qi + j * dim);
             }
-            perturb(o.noise, qi + j * dim);
         }
         int used = int(pick.size());
+        pads.push_back(-1);
         // The rest of a span query: one vector, far from the query's words and matched only
         // weakly by the corpus, as the [MASK]s that pad a ColBERT query are.
         if (o.content_tokens > 0 && used < qt) {
-            TMS_RETURN_IF_ERROR(random_token());
-            perturb(o.pad_noise, qi + size_t(used) * dim);
-            for (int t = used + 1; t < qt; ++t) std::copy_n(qi + size_t(used) * dim, size_t(dim), qi + size_t(t) * dim);
+            random_doc_token(o.pad_noise, qi + size_t(used) * dim);
+            pads.back() = used;
             used = qt;
         }
         (*lens)[size_t(i)] = used;
+    }
+    // out = the unit vector of the row moved by its noise, renormalised.
+    Status first;
+    std::atomic<bool> failed{false};
+#pragma omp parallel
+    {
+        std::vector<uint16_t> row(static_cast<size_t>(dim));
+        std::vector<float> x(static_cast<size_t>(dim));
+#pragma omp for schedule(dynamic, 16)
+        for (size_t k = 0; k < tokens.size(); ++k) {
+            if (failed) continue;
+            const Token& tk = tokens[k];
+            const index::IndexData& d = shards[tk.shard];
+            if (!d.vector_files.empty()) {
+                const Status st = d.vector_files[0].file->Read(tk.row, 1, row.data());
+                if (!st.ok()) {
+#pragma omp critical(pseudo_query_read)
+                    if (!failed.exchange(true)) first = st;
+                    continue;
+                }
+            } else {
+                std::copy_n(d.vectors.begin() + tk.row * dim, size_t(dim), row.begin());
+            }
+            double n2 = 0;
+            for (int c = 0; c < dim; ++c) {
+                x[size_t(c)] = kernels::half_to_float(row[size_t(c)]);
+                n2 += double(x[size_t(c)]) * x[size_t(c)];
+            }
+            const float inv = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
+            n2 = 0;
+            for (int c = 0; c < dim; ++c) {
+                x[size_t(c)] = x[size_t(c)] * inv + noise[tk.noise + size_t(c)];
+                n2 += double(x[size_t(c)]) * x[size_t(c)];
+            }
+            const float sc = n2 > 0 ? float(1.0 / std::sqrt(n2)) : 0.f;
+            for (int c = 0; c < dim; ++c) tk.out[c] = kernels::float_to_half(x[size_t(c)] * sc);
+        }
+    }
+    TMS_RETURN_IF_ERROR(first);
+    for (int i = 0; i < n; ++i) {
+        if (pads[size_t(i)] < 0) continue;
+        uint16_t* qi = q->data() + size_t(i) * qt * dim;
+        for (int t = pads[size_t(i)] + 1; t < qt; ++t) {
+            std::copy_n(qi + size_t(pads[size_t(i)]) * dim, size_t(dim), qi + size_t(t) * dim);
+        }
     }
     *n_out = n;
     return Status::OK();
