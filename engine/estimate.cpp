@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/first_error.h"
 #include "engine/backend.h"
 #include "index/index_data.h"
 #include "index/metadata.h"
@@ -146,24 +146,19 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
         (*lens)[size_t(i)] = used;
     }
     // out = the unit vector of the row moved by its noise, renormalised.
-    Status first;
-    std::atomic<bool> failed{false};
+    FirstError err;
 #pragma omp parallel
     {
         std::vector<uint16_t> row(static_cast<size_t>(dim));
         std::vector<float> x(static_cast<size_t>(dim));
 #pragma omp for schedule(dynamic, 16)
         for (size_t k = 0; k < tokens.size(); ++k) {
-            if (failed) continue;
+            if (err.failed()) continue;
             const Token& tk = tokens[k];
             const index::IndexData& d = shards[tk.shard];
             if (!d.vector_files.empty()) {
-                const Status st = d.vector_files[0].file->Read(tk.row, 1, row.data());
-                if (!st.ok()) {
-#pragma omp critical(pseudo_query_read)
-                    if (!failed.exchange(true)) first = st;
-                    continue;
-                }
+                err.Set(d.vector_files[0].file->Read(tk.row, 1, row.data()));
+                if (err.failed()) continue;
             } else {
                 std::copy_n(d.vectors.begin() + tk.row * dim, size_t(dim), row.begin());
             }
@@ -182,7 +177,7 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
             for (int c = 0; c < dim; ++c) tk.out[c] = kernels::float_to_half(x[size_t(c)] * sc);
         }
     }
-    TMS_RETURN_IF_ERROR(first);
+    TMS_RETURN_IF_ERROR(err.status());
     for (int i = 0; i < n; ++i) {
         if (pads[size_t(i)] < 0) continue;
         uint16_t* qi = q->data() + size_t(i) * qt * dim;

@@ -2,9 +2,10 @@
 #include "engine/vector_rows.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <string>
+
+#include "base/first_error.h"
 
 namespace tms::engine {
 
@@ -78,19 +79,14 @@ Status VectorRows::ReadInPiece(int64_t t0, int64_t n, uint16_t* dst, uint32_t* c
 
 Status VectorRows::Gather(const int64_t* doc_offsets, const int32_t* docs, int64_t n, const int64_t* offsets,
                           uint16_t* dst) const {
-    Status first;
-    std::atomic<bool> failed{false};
+    FirstError err;
 #pragma omp parallel for schedule(dynamic, 64)
     for (int64_t i = 0; i < n; ++i) {
-        if (failed) continue;
+        if (err.failed()) continue;
         const int64_t t0 = doc_offsets[docs[i]];
-        Status st = Range(t0, doc_offsets[docs[i] + 1] - t0, dst + size_t(offsets[i]) * dim);
-        if (!st.ok()) {
-#pragma omp critical(vector_rows_gather)
-            if (!failed.exchange(true)) first = st;
-        }
+        err.Set(Range(t0, doc_offsets[docs[i] + 1] - t0, dst + size_t(offsets[i]) * dim));
     }
-    return first;
+    return err.status();
 }
 
 }  // namespace tms::engine

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
+#include <string>
 #include <thread>
-#include <utility>
 
+#include "base/first_error.h"
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -61,15 +61,9 @@ Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::v
     const size_t n_pieces = bounds.size() - 1;
     threads = int(std::clamp<size_t>(size_t(std::max(threads, 1)), 1, n_pieces));
     std::atomic<size_t> next{0};
-    std::atomic<bool> failed{false};
-    std::mutex mu;
-    Status first;
-    const auto fail = [&](Status st) {
-        std::lock_guard<std::mutex> g(mu);
-        if (!failed.exchange(true)) std::swap(first, st);
-    };
+    FirstError err;
     const auto work = [&] {
-        if (cudaSetDevice(device) != cudaSuccess) return fail(Status::Internal("cannot select device " + std::to_string(device)));
+        if (cudaSetDevice(device) != cudaSuccess) return err.Set(Status::Internal("cannot select device " + std::to_string(device)));
         void* buf[2] = {nullptr, nullptr};
         cudaEvent_t done[2] = {nullptr, nullptr};
         const auto run = [&]() -> Status {
@@ -78,8 +72,8 @@ Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::v
                 TMS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done[k], cudaEventDisableTiming));
             }
             int k = 0;
-            for (size_t i = next++; i < n_pieces && !failed; i = next++) {
-                for (size_t o = bounds[i]; o < bounds[i + 1] && !failed; o += stage, k ^= 1) {
+            for (size_t i = next++; i < n_pieces && !err.failed(); i = next++) {
+                for (size_t o = bounds[i]; o < bounds[i + 1] && !err.failed(); o += stage, k ^= 1) {
                     const size_t n = std::min(stage, bounds[i + 1] - o);
                     TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done[k]));  // its last copy has drained
                     TMS_RETURN_IF_ERROR(fill(i, o - bounds[i], n, buf[k]));
@@ -98,13 +92,13 @@ Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::v
             }
             if (buf[k]) cudaFreeHost(buf[k]);
         }
-        if (!st.ok()) fail(std::move(st));
+        err.Set(std::move(st));
     };
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t) pool.emplace_back(work);
     work();
     for (auto& t : pool) t.join();
-    return first;
+    return err.status();
 }
 
 Status MakeQueryUploader(cudaStream_t stream, std::unique_ptr<StagedUploader>* out) {
