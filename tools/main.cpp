@@ -54,6 +54,7 @@ struct SearchArgs {
                 pruning = tms::PruningName(tms::SearchOptions().pruning);
     tms::SearchOptions opts;
     int batch = 256;
+    int64_t stream_mib = tms::SearcherOptions().stream_bytes >> 20;
     double mpi_timeout = 600;
     bool no_progress = false;
 };
@@ -115,6 +116,7 @@ tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* 
     if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, so).WithContext("--devices"));
     so->load_vectors = true;
     TMS_RETURN_IF_ERROR(tms::ParseVectorTier(a.vectors, &so->vectors).WithContext("--vectors"));
+    so->stream_bytes = a.stream_mib << 20;
     so->progress = !quiet && !a.no_progress;
     return tms::Status::OK();
 }
@@ -389,6 +391,10 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
 }
 #endif
 
+constexpr const char* kStreamHelp =
+    "With --vectors host or disk: MiB of vectors an exhaustive search reads and scores per step (the next step "
+    "is read and copied while one is scored; two steps' buffers on the host and on the GPU)";
+
 constexpr const char* kVectorsHelp =
     "Where the stored fp16 vectors (exact rerank, --exhaustive) live: gpu (with the codes), host (host memory; "
     "each search copies its candidates' rows to the GPU), disk (read from the index as searches need them), none, "
@@ -405,6 +411,7 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Where the shards go: cpu, all (every GPU), or GPUs like 0 or 0,1 (shards placed by size; "
                   "default: every GPU present, else cpu); overrides --device");
     c->add_option("--vectors", a->vectors, kVectorsHelp)->capture_default_str();
+    c->add_option("--stream-mib", a->stream_mib, kStreamHelp)->capture_default_str()->check(CLI::Range(1, 1 << 20));
     c->add_option("--target-recall", a->opts.target_recall,
                   "With the index's recall estimate (tms index --keep-vectors): --nprobe, --ncandidates and "
                   "--rerank, where not given, from the cheapest measured setting whose estimated recall@10 "
@@ -898,6 +905,8 @@ int run(int argc, char** argv) {
     bs->add_option("--device", sb_device, "Where to score: auto, cpu or gpu")->capture_default_str();
     bs->add_option("--devices", sb_devices, "Where the shards go: cpu, all, or GPUs like 0 or 0,1");
     bs->add_option("--vectors", sb_vectors, kVectorsHelp)->capture_default_str();
+    int64_t sb_stream_mib = tms::SearcherOptions().stream_bytes >> 20;
+    bs->add_option("--stream-mib", sb_stream_mib, kStreamHelp)->capture_default_str()->check(CLI::Range(1, 1 << 20));
     bs->add_option("--k", sbo.search.k, "Results per query")->capture_default_str()->check(CLI::Range(1, 100000));
     bs->add_option("--nprobe", sbo.search.nprobe, "Centroids probed per query token")->capture_default_str();
     bs->add_option("--ncandidates", sbo.search.ncandidates, "Candidates kept after pruning")->capture_default_str();
@@ -1061,6 +1070,7 @@ int run(int argc, char** argv) {
         tms::Status st = parse_device(sb_device, &sbo.searcher.device);
         if (st.ok() && !sb_devices.empty()) st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
         if (st.ok()) st = tms::ParseVectorTier(sb_vectors, &sbo.searcher.vectors).WithContext("--vectors");
+        sbo.searcher.stream_bytes = sb_stream_mib << 20;
         std::string json;
         if (st.ok()) st = tms::bench::RunSearchBench(sbo, &json);
         if (st.ok() && !sb_json.empty()) {
