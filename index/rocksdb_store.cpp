@@ -16,10 +16,12 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -1227,10 +1229,67 @@ uint32_t Crc32(const void* data, size_t n, uint32_t seed) {
 
 namespace {
 
+// One chunk's bytes, handed over in order, written at [at, at + n) of a vectors file: the
+// 4 KiB-aligned interior through `direct` (the file opened O_DIRECT: a build's bulk goes
+// straight to the disk instead of through the page cache's writeback, which sustains less on
+// the disks measured, BENCHMARKS.md), the partial pages at either end through `fd` (they
+// share their pages with the neighbouring chunks, written by other threads). Without a direct
+// descriptor, or when the file system refuses direct writes (EINVAL: *direct_ok goes false
+// for every later chunk), everything goes through `fd`, each piece handed to writeback.
+class ChunkWriter {
+public:
+    static constexpr uint64_t kAlign = 4096;
+    static constexpr size_t kBuffer = size_t(8) << 20;  // a direct write; a multiple of kAlign
+    ChunkWriter(int fd, int direct, uint64_t at, uint64_t n, const std::string& name, std::atomic<bool>* direct_ok,
+                char* buf)
+        : fd_(fd), direct_(direct), pos_(at), a0_((at + kAlign - 1) / kAlign * kAlign),
+          a1_((at + n) / kAlign * kAlign), name_(name), direct_ok_(direct_ok), buf_(buf) {
+        if (direct_ < 0 || !buf_ || a1_ <= a0_ || !direct_ok_->load()) a0_ = a1_ = at + n;  // all through fd
+    }
+    Status Put(const char* p, uint64_t n) {
+        while (n > 0) {
+            uint64_t m;
+            if (pos_ < a0_ || pos_ >= a1_) {  // a partial page, or everything: through the page cache
+                m = pos_ < a0_ ? std::min(n, a0_ - pos_) : n;
+                TMS_RETURN_IF_ERROR(pwrite_all(fd_, p, m, pos_, name_));
+                if (a0_ == a1_) (void)::sync_file_range(fd_, off_t(pos_), off_t(m), SYNC_FILE_RANGE_WRITE);
+            } else {
+                m = std::min<uint64_t>({n, a1_ - pos_, kBuffer - fill_});
+                std::memcpy(buf_ + fill_, p, m);
+                fill_ += m;
+                if (fill_ == kBuffer || pos_ + m == a1_) TMS_RETURN_IF_ERROR(Flush(pos_ + m - fill_));
+            }
+            p += m;
+            n -= m;
+            pos_ += m;
+        }
+        return Status::OK();
+    }
+
+private:
+    Status Flush(uint64_t at) {  // buf_[0, fill_) at `at`: both multiples of kAlign
+        const size_t n = fill_;
+        fill_ = 0;
+        if (direct_ok_->load()) {
+            const ssize_t w = ::pwrite(direct_, buf_, n, off_t(at));
+            if (w == ssize_t(n)) return Status::OK();
+            if (w >= 0 || errno != EINVAL) return io_error(name_ + ": write failed", w < 0 ? errno : EIO);
+            direct_ok_->store(false);
+        }
+        return pwrite_all(fd_, buf_, n, at, name_);
+    }
+    int fd_, direct_;
+    uint64_t pos_, a0_, a1_;
+    const std::string& name_;
+    std::atomic<bool>* direct_ok_;
+    char* buf_;
+    size_t fill_ = 0;
+};
+
 // The fp16 vectors of a build's stores, written into their vectors files by threads of their
 // own ahead of the codes: they do not depend on the model, so the bulk of a build's bytes goes
 // to disk while k-means trains. One task per store chunk (the chunks StoreWriter makes: every
-// chunk_docs documents of a store), written in pieces, each handed to the kernel's writeback
+// chunk_docs documents of a store), written by a ChunkWriter in pieces
 // and checksummed; StoreWriter::flush_chunk waits for its chunk's reference. The writing runs at
 // most `max_lead` bytes ahead of the chunk the store writer waits for, so that the encoder still
 // finds the input rows in the page cache where the input is larger than memory (else the
@@ -1255,6 +1314,9 @@ public:
             f.fd = ::open(a->names_.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
             if (f.fd < 0) return io_error(a->names_.back() + ": cannot create", errno);
             a->fds_.push_back(std::move(f));
+            Fd direct;  // none where the file system has no direct I/O
+            direct.fd = ::open(a->names_.back().c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+            a->direct_fds_.push_back(std::move(direct));
             uint64_t offset = 0;
             for (int64_t d0 = 0; d0 < st.n_docs; d0 += chunk_docs) {
                 Task t{a->fds_.size() - 1, tok, 0, offset};
@@ -1313,6 +1375,8 @@ private:
     VectorsAhead() = default;
     void Work() {
         std::vector<uint16_t> buf;
+        std::unique_ptr<char, decltype(&std::free)> aligned(
+            static_cast<char*>(std::aligned_alloc(ChunkWriter::kAlign, ChunkWriter::kBuffer)), &std::free);
         const int64_t piece = std::max<int64_t>(1, (int64_t(8) << 20) / (int64_t(dim_) * 2));
         for (size_t i; !stop_ && (i = next_.fetch_add(1)) < tasks_.size();) {
             {
@@ -1321,18 +1385,17 @@ private:
             }
             if (stop_) break;
             const Task& t = tasks_[i];
-            const int fd = fds_[t.store].fd;
+            const uint64_t row = uint64_t(dim_) * sizeof(uint16_t);
+            ChunkWriter w(fds_[t.store].fd, direct_fds_[t.store].fd, t.offset, uint64_t(t.n_tok) * row, names_[t.store],
+                          &direct_ok_, aligned.get());
             Status st;
             uint32_t crc = 0;
             try {
                 for (int64_t r = 0; r < t.n_tok && st.ok() && !stop_; r += piece) {
                     const int64_t n = std::min(piece, t.n_tok - r);
                     const uint16_t* v = source_(t.tok0 + r, n, &buf);
-                    const uint64_t bytes = uint64_t(n) * uint64_t(dim_) * sizeof(uint16_t);
-                    const uint64_t at = t.offset + uint64_t(r) * uint64_t(dim_) * sizeof(uint16_t);
-                    st = pwrite_all(fd, v, bytes, at, names_[t.store]);
-                    if (st.ok()) (void)::sync_file_range(fd, off_t(at), off_t(bytes), SYNC_FILE_RANGE_WRITE);
-                    crc = Crc32(v, bytes, crc);
+                    st = w.Put(reinterpret_cast<const char*>(v), uint64_t(n) * row);
+                    crc = Crc32(v, uint64_t(n) * row, crc);
                 }
             } catch (const std::bad_alloc&) {
                 st = Status::ResourceExhausted(names_[t.store] + ": out of host memory writing vectors");
@@ -1354,6 +1417,8 @@ private:
     std::vector<Task> tasks_;
     std::vector<size_t> first_task_;  // [stores + 1]
     std::vector<Fd> fds_;
+    std::vector<Fd> direct_fds_;  // the same files opened O_DIRECT (-1: none)
+    std::atomic<bool> direct_ok_{true};
     std::vector<std::string> names_;
     std::vector<uint32_t> crc_;
     std::vector<char> done_;

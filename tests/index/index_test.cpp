@@ -269,6 +269,35 @@ TEST(IndexCpu, VectorsWrittenAheadEqualTheInput) {
     }
 }
 
+// Vectors written ahead go to disk in 4 KiB-aligned direct writes of up to 8 MiB with the
+// partial pages at a chunk's ends through the page cache: rows of 192 bytes put chunk ends
+// anywhere in a page, and chunks of 200 documents (~0.6 MB) and one of 3,000 (~9 MB, more
+// than one direct write) read back as the input, and their checksums hold.
+TEST(IndexCpu, VectorsWrittenAheadAtAnyAlignmentEqualTheInput) {
+    const int dim = 96;
+    const Built b = random_docs(3000, dim, 11);
+    const int64_t rows = int64_t(b.tokens.size()) / dim;
+    for (const int chunk_docs : {200, 3000}) {
+        SCOPED_TRACE("chunk_docs " + std::to_string(chunk_docs));
+        const std::string dir = temp_dir("ahead_align_" + std::to_string(chunk_docs));
+        ASSERT_TRUE(SaveNpy(dir + "/doclens.npy", "<i8", {int64_t(b.lens.size())}, b.lens.data(), b.lens.size() * 8).ok());
+        ASSERT_TRUE(SaveNpy(dir + "/docs.npy", "<f2", {rows, dim}, b.tokens.data(), b.tokens.size() * 2).ok());
+        IndexBuildOptions bo;
+        bo.n_centroids = 16;
+        bo.keep_vectors = true;
+        bo.chunk_docs = chunk_docs;
+        bo.progress = false;
+        std::unique_ptr<IndexBuilder> builder;
+        ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
+        Status st = builder->BuildFromFiles(dir + "/docs.npy", dir + "/doclens.npy", "");
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        index::IndexData got;
+        st = index::ReadIndex(dir + "/idx", true, false, &got);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        EXPECT_EQ(std::vector<uint16_t>(got.vectors.begin(), got.vectors.end()), b.tokens);
+    }
+}
+
 // IndexWriter in two steps with vectors written ahead, with no lead (max_lead 1 byte): no chunk
 // but the first is asked for before its documents are appended, and the index equals the input.
 TEST(IndexCpu, VectorsWrittenAheadStayWithinTheirLead) {
