@@ -58,33 +58,20 @@ Status search_all(const Searcher& s, const QueryBatch& q, int batch, const Searc
     return Status::OK();
 }
 
-double recall_at(const std::vector<std::vector<SearchHit>>& truth, const std::vector<std::vector<SearchHit>>& got) {
+// recall@k of `got` against `truth`, averaged over the queries with any truth. With eps >= 0,
+// ann-benchmarks' recall with a tolerance: a hit also counts when its score is within eps
+// (relative) of the truth's last, so that documents tied with the k-th within rounding are not
+// misses; only for hits with exact scores (reranked, as the truth).
+double recall_at(const std::vector<std::vector<SearchHit>>& truth, const std::vector<std::vector<SearchHit>>& got,
+                 double eps = -1) {
     double sum = 0;
     int n = 0;
     for (size_t q = 0; q < truth.size(); ++q) {
         if (truth[q].empty() || q >= got.size()) continue;
         std::set<std::string> t;
         for (const auto& h : truth[q]) t.insert(h.doc_id);
-        int hit = 0;
-        for (const auto& h : got[q]) hit += int(t.count(h.doc_id));
-        sum += double(hit) / double(t.size());
-        ++n;
-    }
-    return n ? sum / n : 0;
-}
-
-// ann-benchmarks' recall with a tolerance: a hit counts when it is in the truth or when its
-// exact score is within eps (relative) of the truth's last, so that documents tied with the
-// k-th within rounding are not misses. Only for hits with exact scores (reranked, as the truth).
-double recall_within(const std::vector<std::vector<SearchHit>>& truth, const std::vector<std::vector<SearchHit>>& got,
-                     double eps) {
-    double sum = 0;
-    int n = 0;
-    for (size_t q = 0; q < truth.size(); ++q) {
-        if (truth[q].empty() || q >= got.size()) continue;
-        std::set<std::string> t;
-        for (const auto& h : truth[q]) t.insert(h.doc_id);
-        const double last = truth[q].back().score, floor = last - eps * std::fabs(last);
+        const double last = truth[q].back().score;
+        const double floor = eps >= 0 ? last - eps * std::fabs(last) : INFINITY;
         size_t hit = 0;
         for (const auto& h : got[q]) hit += t.count(h.doc_id) || double(h.score) >= floor;
         sum += double(std::min(hit, t.size())) / double(t.size());
@@ -316,7 +303,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
         const double recall = with_recall ? recall_at(truth, hits) : -1;
         // Within 1e-3 of the k-th exact score: where the search's own scores are exact too.
         const bool within = exhaustive && r.rerank >= r.k;
-        const double recall_eps = within ? recall_within(truth, hits, 1e-3) : -1;
+        const double recall_eps = within ? recall_at(truth, hits, 1e-3) : -1;
         const double batches = double((q.n_queries + o.batch - 1) / o.batch);
         // The first row: one query per call, alone, then from concurrent callers.
         std::vector<double> lat;
