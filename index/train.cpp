@@ -436,6 +436,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         std::mt19937_64 rng(opts.seed);
         const std::vector<int64_t> pick = sorted_sample_impl(n_tokens, n_train, rng);
         const std::vector<int64_t> pick_codec = sorted_sample_impl(n_tokens, n_codec, rng);
+        phases->emplace_back("kmeans.sample.draw", SecondsSince(t0));
         // Both samples in one increasing read: each row once, into the k-means sample where it
         // is in it (then copied to the codec's), else into the codec's.
         struct Read {
