@@ -1377,7 +1377,8 @@ private:
         std::vector<uint16_t> buf;
         std::unique_ptr<char, decltype(&std::free)> aligned(
             static_cast<char*>(std::aligned_alloc(ChunkWriter::kAlign, ChunkWriter::kBuffer)), &std::free);
-        const int64_t piece = std::max<int64_t>(1, (int64_t(8) << 20) / (int64_t(dim_) * 2));
+        const uint64_t row = uint64_t(dim_) * sizeof(uint16_t);
+        const int64_t piece = int64_t(std::max<uint64_t>(1, ChunkWriter::kBuffer / row));  // a direct write's rows
         for (size_t i; !stop_ && (i = next_.fetch_add(1)) < tasks_.size();) {
             {
                 std::unique_lock<std::mutex> l(mu_);
@@ -1385,7 +1386,6 @@ private:
             }
             if (stop_) break;
             const Task& t = tasks_[i];
-            const uint64_t row = uint64_t(dim_) * sizeof(uint16_t);
             ChunkWriter w(fds_[t.store].fd, direct_fds_[t.store].fd, t.offset, uint64_t(t.n_tok) * row, names_[t.store],
                           &direct_ok_, aligned.get());
             Status st;
