@@ -1121,6 +1121,32 @@ std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& group
     return sts;
 }
 
+// Per query, the keep-th best key of best[q] over every participant (SearchCuts::Cut, or this
+// process's alone), or kKeepAll where they hold fewer. Collective with cuts: called with the
+// caller's error so far, which it returns (with cuts, any participant's).
+Status agree_cut(SearchCuts* cuts, int keep, const Status& st, const std::vector<std::vector<CutKey>>& best,
+                 std::vector<CutKey>* at) {
+    at->assign(best.size(), kKeepAll);
+    if (cuts) return cuts->Cut(keep, st, best, at);
+    TMS_RETURN_IF_ERROR(st);
+    for (size_t i = 0; i < best.size(); ++i) {
+        if (best[i].size() < size_t(keep)) continue;
+        std::vector<CutKey> b = best[i];
+        std::nth_element(b.begin(), b.begin() + (keep - 1), b.end(), CutKeyBetter);
+        (*at)[i] = b[size_t(keep - 1)];
+    }
+    return Status::OK();
+}
+
+// A filtered query whose top k holds a document that its pruning did not rank among its best 2k
+// candidates is searched again: its pruning scores did not tell its best documents from the rest
+// (a filter that leaves a query few documents of its topic reaches down to where documents all
+// score alike, and the cut to ncandidates drops some of its best), so the second search probes
+// kDeepenProbes times as many lists (at most kMaxWidenedProbes) and scores every allowed
+// document they reach, without the cut.
+constexpr int kDeepenProbes = 2;
+constexpr int kMaxWidenedProbes = 64;  // the most the GPU's candidate generation takes
+
 // Approximate search of the segments `segs` (`groups`: their indices per device) as one segment
 // over all of them, and with `cuts` over every participant's, would search: each stage runs on
 // every device at once, and between stages the host cuts the candidates to the best
@@ -1128,7 +1154,8 @@ std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& group
 // (score, global id) compared across segments. Results: these segments' share of the top-k.
 // n_docs, n_centroids: of the whole (they size the chunks, which must be the same everywhere).
 // st: the caller's error so far, still taken through the cuts (the other participants wait
-// in them).
+// in them). With a filter (opts.allow or opts.filter: the same on every participant), the
+// queries the pruning ranked poorly are searched again (kDeepenProbes).
 Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vector<std::vector<size_t>>& groups,
                   int64_t n_docs, int n_centroids, const QueryBatch& q, const SearchOptions& opts, Status st,
                   SearchCuts* cuts, std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
@@ -1140,6 +1167,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
     const bool rerank = have_vectors && opts.rerank > 0;
     const int keep = rerank ? std::max(opts.rerank, opts.k) : opts.k;
     const int64_t chunk = chunk_queries(opts, q.q_tokens, n_centroids, n_docs);
+    const bool deepen = (opts.allow || !opts.filter.empty()) && opts.ncandidates > 0;
     SearchTimings t;
     // One stage on every segment, every device at once.
     auto run = [&](const std::function<Status(size_t)>& step, double* seconds) {
@@ -1149,48 +1177,44 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         for (const Status& e : sts) TMS_RETURN_IF_ERROR(e);
         return Status::OK();
     };
-    results->assign(size_t(q.n_queries), {});
-    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
-        const int nb = int(std::min<int64_t>(chunk, q.n_queries - q0));
-        const QueryBatch b = q.Slice(int(q0), nb);
+    // One pass of the queries b (allowed a) with options o: these segments' share of each
+    // query's top-k into *out and, with deep, the queries to search again (agreed by every
+    // participant). Errors go to st.
+    auto pass = [&](const QueryBatch& b, const Allowed* a, const SearchOptions& o,
+                    std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep) {
+        const int nb = b.n_queries;
         std::vector<SegmentCall> calls(n);
-        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
-        // Cuts every segment's lists to the best `keep` of each query over all of them; with
-        // spare_direct, not those of queries that score all their allowed documents (their
-        // pruning scores are all 0: a cut would keep the lowest ids, not the best).
-        auto cut = [&](int keep_n, bool spare_direct) {
-            const auto spared = [&](int i) { return spare_direct && allowed && a.direct(i); };
+        // Queries that score all their allowed documents: their pruning scores are all 0 (a
+        // cut would keep the lowest ids, not the best).
+        const auto direct = [&](int i) { return a && a->direct(i); };
+        // Each query's best keep_n keys over every segment's lists (none for the spared).
+        auto best_keys = [&](int keep_n, bool spare_direct) {
             std::vector<std::vector<CutKey>> best(static_cast<size_t>(nb));
-            if (st.ok()) {
+            if (!st.ok()) return best;
 #pragma omp parallel for schedule(dynamic, 4)
-                for (int i = 0; i < nb; ++i) {
-                    if (spared(i)) continue;
-                    auto& bq = best[size_t(i)];
-                    for (size_t s = 0; s < n; ++s) {
-                        const Lists& l = calls[s].lists;
-                        for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e)
-                            bq.push_back({l.scores[size_t(e)], segs[s]->data_.first_doc + l.docs[size_t(e)]});
-                    }
-                    if (bq.size() > size_t(keep_n)) {
-                        std::nth_element(bq.begin(), bq.begin() + (keep_n - 1), bq.end(), CutKeyBetter);
-                        bq.resize(size_t(keep_n));
-                    }
+            for (int i = 0; i < nb; ++i) {
+                if (spare_direct && direct(i)) continue;
+                auto& bq = best[size_t(i)];
+                for (size_t s = 0; s < n; ++s) {
+                    const Lists& l = calls[s].lists;
+                    for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e)
+                        bq.push_back({l.scores[size_t(e)], segs[s]->data_.first_doc + l.docs[size_t(e)]});
+                }
+                if (bq.size() > size_t(keep_n)) {
+                    std::nth_element(bq.begin(), bq.begin() + (keep_n - 1), bq.end(), CutKeyBetter);
+                    bq.resize(size_t(keep_n));
                 }
             }
-            std::vector<CutKey> at(size_t(nb), kKeepAll);
-            if (cuts) {
-                st = cuts->Cut(keep_n, st, best, &at);
-            } else if (st.ok()) {
-                for (int i = 0; i < nb; ++i) {
-                    const auto& bq = best[size_t(i)];
-                    if (bq.size() == size_t(keep_n))  // the worst kept
-                        at[size_t(i)] = *std::max_element(bq.begin(), bq.end(), CutKeyBetter);
-                }
-            }
+            return best;
+        };
+        // Cuts every segment's lists to the best `keep_n` of each query over all of them.
+        auto cut = [&](int keep_n, bool spare_direct) {
+            std::vector<CutKey> at;
+            st = agree_cut(cuts, keep_n, st, best_keys(keep_n, spare_direct), &at);
             if (!st.ok()) return;
             bool cuts_any = false;
             for (int i = 0; i < nb; ++i) {
-                if (spared(i)) at[size_t(i)] = kKeepAll;
+                if (spare_direct && direct(i)) at[size_t(i)] = kKeepAll;
                 cuts_any = cuts_any || CutKeyBetter(at[size_t(i)], kKeepAll);
             }
             if (!cuts_any) return;  // every list is kept whole
@@ -1200,45 +1224,64 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 const auto kept = [&](int i, int64_t e) {
                     return !CutKeyBetter(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]});
                 };
-                Lists out;
-                out.off.assign(size_t(nb) + 1, 0);
+                Lists cut_lists;
+                cut_lists.off.assign(size_t(nb) + 1, 0);
                 for (int i = 0; i < nb; ++i) {
                     int64_t c = 0;
                     for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) c += kept(i, e);
-                    out.off[size_t(i) + 1] = out.off[size_t(i)] + c;
+                    cut_lists.off[size_t(i) + 1] = cut_lists.off[size_t(i)] + c;
                 }
-                out.docs.resize(size_t(out.off.back()));
-                out.scores.resize(out.docs.size());
+                cut_lists.docs.resize(size_t(cut_lists.off.back()));
+                cut_lists.scores.resize(cut_lists.docs.size());
 #pragma omp parallel for schedule(static) if (l.docs.size() > 65536)
                 for (int i = 0; i < nb; ++i) {
-                    int64_t w = out.off[size_t(i)];
+                    int64_t w = cut_lists.off[size_t(i)];
                     for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
                         if (!kept(i, e)) continue;
-                        out.docs[size_t(w)] = l.docs[size_t(e)];
-                        out.scores[size_t(w++)] = l.scores[size_t(e)];
+                        cut_lists.docs[size_t(w)] = l.docs[size_t(e)];
+                        cut_lists.scores[size_t(w++)] = l.scores[size_t(e)];
                     }
                 }
-                l = std::move(out);
+                l = std::move(cut_lists);
             }
         };
         if (st.ok()) {
-            st = run([&](size_t s) { return segs[s]->PruneStage(b, opts, &calls[s], allowed ? &a : nullptr); },
-                     &t.candidates);
+            st = run([&](size_t s) { return segs[s]->PruneStage(b, o, &calls[s], a); }, &t.candidates);
         }
-        if (opts.ncandidates > 0) cut(opts.ncandidates, /*spare_direct=*/true);
+        // Per query (with deep): the global ids of the candidates kept past the pruning's best
+        // 2k, ascending.
+        std::vector<std::vector<int64_t>> past(deep ? size_t(nb) : 0);
+        if (o.ncandidates > 0) {
+            cut(o.ncandidates, /*spare_direct=*/true);
+            if (deep) {
+                const int trusted = 2 * o.k;
+                std::vector<CutKey> at;
+                st = agree_cut(cuts, trusted, st, best_keys(trusted, /*spare_direct=*/true), &at);
+                for (int i = 0; st.ok() && i < nb; ++i) {
+                    if (direct(i) || !CutKeyBetter(at[size_t(i)], kKeepAll)) continue;
+                    for (size_t s = 0; s < n; ++s) {
+                        const Lists& l = calls[s].lists;
+                        const int64_t first = segs[s]->data_.first_doc;
+                        for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e)
+                            if (CutKeyBetter(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]}))
+                                past[size_t(i)].push_back(first + l.docs[size_t(e)]);
+                    }
+                    std::sort(past[size_t(i)].begin(), past[size_t(i)].end());
+                }
+            }
+        }
         if (st.ok()) st = run([&](size_t s) { return segs[s]->CompressedStage(b, keep, &calls[s]); }, &t.scoring);
         cut(keep, /*spare_direct=*/false);
-        TMS_RETURN_IF_ERROR(st);
-        if (rerank) {
-            TMS_RETURN_IF_ERROR(run(
+        if (st.ok() && rerank) {
+            st = run(
                 [&](size_t s) {
                     Lists& l = calls[s].lists;
                     return l.docs.empty() ? Status::OK() : segs[s]->ExactLocal(b, l.off, l.docs, &l.scores);
                 },
-                &t.rerank));
+                &t.rerank);
         }
         std::vector<std::vector<std::vector<SearchHit>>> parts(n, std::vector<std::vector<SearchHit>>(size_t(nb)));
-        for (size_t s = 0; s < n; ++s) {
+        for (size_t s = 0; st.ok() && s < n; ++s) {
             const index::IndexData& d = segs[s]->data_;
             const Lists& l = calls[s].lists;
             // Each query's best k live hits of the segment (only they can reach the merged
@@ -1250,19 +1293,82 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                     const int32_t id = l.docs[size_t(e)];
                     if (!d.deleted[size_t(id)]) live.push_back({{l.scores[size_t(e)], d.first_doc + id}, id});
                 }
-                const size_t top = std::min(live.size(), size_t(opts.k));
+                const size_t top = std::min(live.size(), size_t(o.k));
                 std::partial_sort(live.begin(), live.begin() + ptrdiff_t(top), live.end(),
-                                  [](const auto& a, const auto& b) { return CutKeyBetter(a.first, b.first); });
+                                  [](const auto& x, const auto& y) { return CutKeyBetter(x.first, y.first); });
                 auto& hits = parts[s][size_t(i)];
                 for (size_t j = 0; j < top; ++j)
                     hits.push_back({d.doc_ids[size_t(live[j].second)], live[j].first.id, live[j].first.score});
             }
         }
-        std::vector<std::vector<SearchHit>> merged;
-        MergeHits(&parts, nb, opts.k, &merged);
-        std::move(merged.begin(), merged.end(), results->begin() + q0);
+        if (deep) {
+            // The queries whose top-k (over every participant) holds a document of `past`.
+            std::vector<std::vector<CutKey>> best(static_cast<size_t>(nb)), mine(static_cast<size_t>(nb));
+            for (int i = 0; st.ok() && i < nb; ++i)
+                for (size_t s = 0; s < n; ++s)
+                    for (const SearchHit& h : parts[s][size_t(i)]) best[size_t(i)].push_back({h.score, h.internal_id});
+            std::vector<CutKey> kth, any;
+            st = agree_cut(cuts, o.k, st, best, &kth);
+            for (int i = 0; st.ok() && i < nb; ++i) {
+                for (const CutKey& h : best[size_t(i)]) {
+                    if (!CutKeyBetter(kth[size_t(i)], h) &&
+                        std::binary_search(past[size_t(i)].begin(), past[size_t(i)].end(), h.id)) {
+                        mine[size_t(i)].push_back(h);
+                        break;
+                    }
+                }
+            }
+            st = agree_cut(cuts, 1, st, mine, &any);
+            for (int i = 0; st.ok() && i < nb; ++i)
+                if (CutKeyBetter(any[size_t(i)], kKeepAll)) deep->push_back(i);
+        }
+        if (st.ok()) MergeHits(&parts, nb, o.k, out);
+    };
+    results->assign(size_t(q.n_queries), {});
+    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
+        const int nb = int(std::min<int64_t>(chunk, q.n_queries - q0));
+        const QueryBatch b = q.Slice(int(q0), nb);
+        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
+        std::vector<std::vector<SearchHit>> out;
+        std::vector<int> again;
+        pass(b, allowed ? &a : nullptr, opts, &out, deepen ? &again : nullptr);
+        TMS_RETURN_IF_ERROR(st);
+        if (!again.empty()) {
+            // Those queries (and their rows of the allowed documents) gathered into one batch.
+            const size_t row = size_t(q.q_tokens) * size_t(q.dim) * size_t(DTypeSize(q.dtype));
+            std::vector<char> data(again.size() * row);
+            std::vector<int32_t> lengths(b.lengths ? again.size() : 0);
+            for (size_t j = 0; j < again.size(); ++j) {
+                std::memcpy(data.data() + j * row, static_cast<const char*>(b.data) + size_t(again[j]) * row, row);
+                if (b.lengths) lengths[j] = b.lengths[again[j]];
+            }
+            QueryBatch g = b;
+            g.data = data.data();
+            g.n_queries = int(again.size());
+            g.lengths = b.lengths ? lengths.data() : nullptr;
+            Allowed ga = a;
+            if (allowed && a.per_query()) {
+                const int64_t words = DocSet::Words(a.set->n_docs);
+                auto set = std::make_shared<DocSet>(a.set->n_docs, int(again.size()));
+                auto dr = std::make_shared<std::vector<char>>(again.size());
+                for (size_t j = 0; j < again.size(); ++j) {
+                    std::copy_n(a.set->Row(a.row(again[j])), words, set->bits.begin() + ptrdiff_t(j * size_t(words)));
+                    (*dr)[j] = a.direct(again[j]);
+                }
+                ga.set = std::move(set);
+                ga.direct_rows = std::move(dr);
+                ga.row0 = 0;
+            }
+            SearchOptions wide = opts;
+            wide.ncandidates = 0;
+            wide.nprobe = std::min(kMaxWidenedProbes, std::max(opts.nprobe, opts.nprobe * kDeepenProbes));
+            std::vector<std::vector<SearchHit>> again_out;
+            pass(g, allowed ? &ga : nullptr, wide, &again_out, nullptr);
+            TMS_RETURN_IF_ERROR(st);
+            for (size_t j = 0; j < again.size(); ++j) out[size_t(again[j])] = std::move(again_out[j]);
+        }
+        std::move(out.begin(), out.end(), results->begin() + q0);
     }
-    TMS_RETURN_IF_ERROR(st);
     t.total = SecondsSince(t_start);
     if (timings) *timings = t;
     return Status::OK();
@@ -1492,7 +1598,6 @@ public:
         *out = std::move(al);
         return Status::OK();
     }
-    static constexpr int kMaxWidenedProbes = 64;
     static constexpr int kMaxWidenedRerank = 4096;
     // Scoring this many allowed documents for every query of a batch of 256 takes ~65 ms on
     // one GPU, and probing finds a narrow filter's documents poorly where they cluster in topics
