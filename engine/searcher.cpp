@@ -55,10 +55,14 @@ struct Lists {
 struct Allowed {
     std::shared_ptr<const DocSet> set;
     std::shared_ptr<const std::vector<char>> direct_rows;
+    // Rows allowed at most half of the documents: their queries may be searched again
+    // (kTrustedPerHit); a broader filter leaves each query most of its topic.
+    std::shared_ptr<const std::vector<char>> narrow_rows;
     int row0 = 0;  // the row of the batch's first query (a chunk of a larger batch)
     bool per_query() const { return set->rows > 1; }
     int row(int q) const { return per_query() ? row0 + q : 0; }
     bool direct(int q) const { return (*direct_rows)[size_t(row(q))] != 0; }
+    bool narrow(int q) const { return (*narrow_rows)[size_t(row(q))] != 0; }
     /// The same for the queries from q0 on.
     Allowed From(int q0) const {
         Allowed a = *this;
@@ -1138,12 +1142,15 @@ Status agree_cut(SearchCuts* cuts, int keep, const Status& st, const std::vector
     return Status::OK();
 }
 
-// A filtered query whose top k holds a document that its pruning did not rank among its best 2k
-// candidates is searched again: its pruning scores did not tell its best documents from the rest
-// (a filter that leaves a query few documents of its topic reaches down to where documents all
-// score alike, and the cut to ncandidates drops some of its best), so the second search probes
-// kDeepenProbes times as many lists (at most kMaxWidenedProbes) and scores every allowed
-// document they reach, without the cut.
+// A query allowed at most half of the documents whose top k holds a document that its pruning
+// did not rank among its best kTrustedPerHit * k candidates (at most half of them) is searched
+// again: its pruning scores did
+// not tell its best documents from the rest (a filter that leaves a query few documents of its
+// topic reaches down to where documents all score alike, and the cut to ncandidates drops some
+// of its best), so the second search probes kDeepenProbes times as many lists (at most
+// kMaxWidenedProbes) and scores every allowed document they reach, without the cut. Documents
+// of one topic rank in any order within its first few k, which is not a reason to search again.
+constexpr int kTrustedPerHit = 4;
 constexpr int kDeepenProbes = 2;
 constexpr int kMaxWidenedProbes = 64;  // the most the GPU's candidate generation takes
 
@@ -1248,17 +1255,17 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         if (st.ok()) {
             st = run([&](size_t s) { return segs[s]->PruneStage(b, o, &calls[s], a); }, &t.candidates);
         }
-        // Per query (with deep): the global ids of the candidates kept past the pruning's best
-        // 2k, ascending.
+        // Per query (with deep): the global ids of the candidates kept past the pruning's
+        // trusted best, ascending.
         std::vector<std::vector<int64_t>> past(deep ? size_t(nb) : 0);
         if (o.ncandidates > 0) {
             cut(o.ncandidates, /*spare_direct=*/true);
             if (deep) {
-                const int trusted = 2 * o.k;
+                const int trusted = std::min(kTrustedPerHit * o.k, std::max(o.k, o.ncandidates / 2));
                 std::vector<CutKey> at;
                 st = agree_cut(cuts, trusted, st, best_keys(trusted, /*spare_direct=*/true), &at);
                 for (int i = 0; st.ok() && i < nb; ++i) {
-                    if (direct(i) || !CutKeyBetter(at[size_t(i)], kKeepAll)) continue;
+                    if (direct(i) || !a->narrow(i) || !CutKeyBetter(at[size_t(i)], kKeepAll)) continue;
                     for (size_t s = 0; s < n; ++s) {
                         const Lists& l = calls[s].lists;
                         const int64_t first = segs[s]->data_.first_doc;
@@ -1351,12 +1358,15 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 const int64_t words = DocSet::Words(a.set->n_docs);
                 auto set = std::make_shared<DocSet>(a.set->n_docs, int(again.size()));
                 auto dr = std::make_shared<std::vector<char>>(again.size());
+                auto nr = std::make_shared<std::vector<char>>(again.size());
                 for (size_t j = 0; j < again.size(); ++j) {
                     std::copy_n(a.set->Row(a.row(again[j])), words, set->bits.begin() + ptrdiff_t(j * size_t(words)));
                     (*dr)[j] = a.direct(again[j]);
+                    (*nr)[j] = a.narrow(again[j]);
                 }
                 ga.set = std::move(set);
                 ga.direct_rows = std::move(dr);
+                ga.narrow_rows = std::move(nr);
                 ga.row0 = 0;
             }
             SearchOptions wide = opts;
@@ -1581,8 +1591,10 @@ public:
         const double widest = double(q.q_tokens) * kMaxWidenedProbes * double(n) / std::max(1, n_centroids());
         const double direct_max = opts.direct_max >= 0 ? double(opts.direct_max) : std::max(widest, kDirectMinDocs);
         auto direct = std::make_shared<std::vector<char>>(size_t(set->rows), 0);
+        auto narrow = std::make_shared<std::vector<char>>(size_t(set->rows), 0);
         for (int r = 0; r < set->rows; ++r) {
             const int64_t c = set->Count(r);
+            (*narrow)[size_t(r)] = 2 * c <= n;
             const double widen = 1.0 / std::sqrt(std::max(double(c), 1.0) / double(n));
             if (opts.rerank > 0) {
                 const double wide = std::min<double>({std::ceil(opts.rerank * widen), double(c), kMaxWidenedRerank});
@@ -1595,6 +1607,7 @@ public:
         Allowed al;
         al.set = set;
         al.direct_rows = direct;
+        al.narrow_rows = narrow;
         *out = std::move(al);
         return Status::OK();
     }

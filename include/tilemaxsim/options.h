@@ -179,11 +179,12 @@ struct SearchOptions {
     /// probe more widely, nprobe / sqrt(f) lists, f the share of the index a query is allowed
     /// (at most 64, or nprobe when larger). Either way it reranks rerank / sqrt(f) documents
     /// (at most 4096, or rerank when larger). A batch runs as its widest query needs. A probing
-    /// query whose top k holds a document that its pruning did not rank among its best 2k
-    /// candidates is searched again, probing twice as many lists (at most 64) and scoring every
-    /// allowed document they reach: where a filter leaves a query few documents of its topic,
-    /// its best others score alike under pruning, and the cut to ncandidates drops some of
-    /// them. null: every document. Default: null
+    /// query allowed at most half of the documents whose top k holds a document that its
+    /// pruning did not rank among its best 4k candidates (or half of them) is searched again,
+    /// probing twice as many lists (at most 64) and scoring every allowed document they reach:
+    /// where a filter leaves a query few documents of its topic, its best others score alike
+    /// under pruning, and the cut to ncandidates drops some of them. null: every document.
+    /// Default: null
     std::shared_ptr<const DocSet> allow;
     /// An SQL boolean expression over the index's metadata (its columns and `id`, the external
     /// id), e.g. "tenant = 7 AND year >= 2024": only the documents whose metadata it holds for
