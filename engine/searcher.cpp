@@ -1144,12 +1144,12 @@ Status agree_cut(SearchCuts* cuts, int keep, const Status& st, const std::vector
 
 // A query allowed at most half of the documents whose top k holds a document that its pruning
 // did not rank among its best kTrustedPerHit * k candidates (at most half of them) is searched
-// again: its pruning scores did
-// not tell its best documents from the rest (a filter that leaves a query few documents of its
-// topic reaches down to where documents all score alike, and the cut to ncandidates drops some
-// of its best), so the second search probes kDeepenProbes times as many lists (at most
-// kMaxWidenedProbes) and scores every allowed document they reach, without the cut. Documents
-// of one topic rank in any order within its first few k, which is not a reason to search again.
+// again: its pruning scores did not tell its best documents from the rest (a filter that leaves
+// a query few documents of its topic reaches down to where documents all score alike, and the
+// cut to ncandidates drops some of its best), so the second search probes kDeepenProbes times
+// as many lists (at most kMaxWidenedProbes) and scores every allowed document they reach,
+// without the cut. Documents of one topic rank in any order within its first few k, which is
+// not a reason to search again.
 constexpr int kTrustedPerHit = 4;
 constexpr int kDeepenProbes = 2;
 constexpr int kMaxWidenedProbes = 64;  // the most the GPU's candidate generation takes
@@ -1265,7 +1265,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 std::vector<CutKey> at;
                 st = agree_cut(cuts, trusted, st, best_keys(trusted, /*spare_direct=*/true), &at);
                 for (int i = 0; st.ok() && i < nb; ++i) {
-                    if (direct(i) || !a->narrow(i) || !CutKeyBetter(at[size_t(i)], kKeepAll)) continue;
+                    // (A participant of no documents has no allowed set, nor candidates.)
+                    if (!a || direct(i) || !a->narrow(i) || !CutKeyBetter(at[size_t(i)], kKeepAll)) continue;
                     for (size_t s = 0; s < n; ++s) {
                         const Lists& l = calls[s].lists;
                         const int64_t first = segs[s]->data_.first_doc;

@@ -440,6 +440,11 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--subset", a->subset,
                   "Only these documents: a file of external ids, one per line (every query), or QUERY_ID<TAB>DOC_ID "
                   "lines (per query; a query with no line gets no results); with --filter, both must hold");
+    c->add_option("--direct-max", a->opts.direct_max,
+                  "With --filter or --subset: a query allowed at most this many documents scores all of them "
+                  "instead of probing (-1: as many as the widest probing visits, at least 65,536)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
 #if TMS_WITH_MPI
     c->add_option("--mpi-timeout", a->mpi_timeout,
                   "Under mpirun: seconds any rank waits for the others before ending the job")

@@ -105,6 +105,19 @@ def test_filtered_ranks_write_the_run_of_one_process(corpus, meta_index, tmp_pat
     assert (len(rows) == 0) == (len(allowed) == 0)
 
 
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_filtered_probing_ranks_write_the_run_of_one_process(corpus, meta_index, tmp_path, ranks):
+    # Every query probes (--direct-max 0, a rerank below the 150 allowed), and a cut to 32
+    # candidates leaves about two thirds of them poorly pruned: the ranks agree on which to search
+    # again (rank 3 of 4 holds nothing).
+    one, dist = tmp_path / "one.trec", tmp_path / "mpi.trec"
+    args = ("--filter", "tenant < 5", "--direct-max", 0, "--ncandidates", 32, "--rerank", 20, "--nprobe", 2)
+    tms(*search_args(corpus, meta_index, one, *args), check=True)
+    p = mpirun(ranks, *search_args(corpus, meta_index, dist, *args))
+    assert p.returncode == 0, p.stderr
+    same_run(dist, one)
+
+
 def test_more_ranks_than_shards(corpus, tmp_path):
     one, dist = tmp_path / "one.trec", tmp_path / "mpi.trec"
     tms(*search_args(corpus, "idx3", one), check=True)
