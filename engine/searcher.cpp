@@ -91,6 +91,35 @@ const float* HostF32(const QueryBatch& q, std::vector<float>* conv) {
     return conv->data();
 }
 
+// Queries of other batches copied side by side into one batch that owns them (every source of
+// the shape of `shape`: tokens, dim, dtype, and lengths or none).
+class QueryCopy {
+public:
+    QueryCopy(const QueryBatch& shape, int n)
+        : row_(size_t(shape.q_tokens) * size_t(shape.dim) * size_t(DTypeSize(shape.dtype))), data_(size_t(n) * row_),
+          lengths_(shape.lengths ? size_t(n) : 0), batch_(shape) {
+        batch_.data = data_.data();
+        batch_.n_queries = n;
+        batch_.lengths = shape.lengths ? lengths_.data() : nullptr;
+    }
+    QueryCopy(const QueryCopy&) = delete;
+    QueryCopy& operator=(const QueryCopy&) = delete;
+    /// Queries [first, first + n) of src, after those appended before.
+    void Append(const QueryBatch& src, int first, int n) {
+        std::memcpy(data_.data() + at_ * row_, static_cast<const char*>(src.data) + size_t(first) * row_, size_t(n) * row_);
+        if (src.lengths) std::copy_n(src.lengths + first, n, lengths_.begin() + ptrdiff_t(at_));
+        at_ += size_t(n);
+    }
+    const QueryBatch& batch() const { return batch_; }
+
+private:
+    size_t row_;
+    std::vector<uint8_t> data_;
+    std::vector<int32_t> lengths_;
+    QueryBatch batch_;
+    size_t at_ = 0;
+};
+
 // The pipeline of one device's documents: consecutive shards placed on the CPU or on one GPU,
 // searched as one (ConcatShards), so that shards sharing a device cost what one shard of
 // their documents would, and give its results. Hits carry global internal ids.
@@ -1128,14 +1157,14 @@ std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& group
 // Per query, the keep-th best key of best[q] over every participant (SearchCuts::Cut, or this
 // process's alone), or kKeepAll where they hold fewer. Collective with cuts: called with the
 // caller's error so far, which it returns (with cuts, any participant's).
-Status agree_cut(SearchCuts* cuts, int keep, const Status& st, const std::vector<std::vector<CutKey>>& best,
+Status agree_cut(SearchCuts* cuts, int keep, const Status& st, std::vector<std::vector<CutKey>> best,
                  std::vector<CutKey>* at) {
     at->assign(best.size(), kKeepAll);
     if (cuts) return cuts->Cut(keep, st, best, at);
     TMS_RETURN_IF_ERROR(st);
     for (size_t i = 0; i < best.size(); ++i) {
-        if (best[i].size() < size_t(keep)) continue;
-        std::vector<CutKey> b = best[i];
+        auto& b = best[i];
+        if (b.size() < size_t(keep)) continue;
         std::nth_element(b.begin(), b.begin() + (keep - 1), b.end(), CutKeyBetter);
         (*at)[i] = b[size_t(keep - 1)];
     }
@@ -1326,7 +1355,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                     }
                 }
             }
-            st = agree_cut(cuts, 1, st, mine, &any);
+            st = agree_cut(cuts, 1, st, std::move(mine), &any);
             for (int i = 0; st.ok() && i < nb; ++i)
                 if (CutKeyBetter(any[size_t(i)], kKeepAll)) deep->push_back(i);
         }
@@ -1343,17 +1372,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         TMS_RETURN_IF_ERROR(st);
         if (!again.empty()) {
             // Those queries (and their rows of the allowed documents) gathered into one batch.
-            const size_t row = size_t(q.q_tokens) * size_t(q.dim) * size_t(DTypeSize(q.dtype));
-            std::vector<char> data(again.size() * row);
-            std::vector<int32_t> lengths(b.lengths ? again.size() : 0);
-            for (size_t j = 0; j < again.size(); ++j) {
-                std::memcpy(data.data() + j * row, static_cast<const char*>(b.data) + size_t(again[j]) * row, row);
-                if (b.lengths) lengths[j] = b.lengths[again[j]];
-            }
-            QueryBatch g = b;
-            g.data = data.data();
-            g.n_queries = int(again.size());
-            g.lengths = b.lengths ? lengths.data() : nullptr;
+            QueryCopy g(b, int(again.size()));
+            for (const int i : again) g.Append(b, i, 1);
             Allowed ga = a;
             if (allowed && a.per_query()) {
                 const int64_t words = DocSet::Words(a.set->n_docs);
@@ -1374,7 +1394,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             wide.ncandidates = 0;
             wide.nprobe = std::min(kMaxWidenedProbes, std::max(opts.nprobe, opts.nprobe * kDeepenProbes));
             std::vector<std::vector<SearchHit>> again_out;
-            pass(g, allowed ? &ga : nullptr, wide, &again_out, nullptr);
+            pass(g.batch(), allowed ? &ga : nullptr, wide, &again_out, nullptr);
             TMS_RETURN_IF_ERROR(st);
             for (size_t j = 0; j < again.size(); ++j) out[size_t(again[j])] = std::move(again_out[j]);
         }
@@ -1502,24 +1522,12 @@ public:
             if (r->timings) *r->timings = t;
             return;
         }
-        const QueryBatch& first = *batch.front()->q;
-        const size_t row = size_t(first.q_tokens) * first.dim * DTypeSize(first.dtype);
-        std::vector<uint8_t> data(size_t(n) * row);
-        std::vector<int32_t> lens(first.lengths ? size_t(n) : 0);
-        size_t at = 0;
-        for (const Request* r : batch) {
-            std::memcpy(data.data() + at * row, r->q->data, size_t(r->q->n_queries) * row);
-            if (first.lengths) std::copy_n(r->q->lengths, r->q->n_queries, lens.begin() + at);
-            at += size_t(r->q->n_queries);
-        }
-        QueryBatch all = first;
-        all.data = data.data();
-        all.n_queries = n;
-        all.lengths = first.lengths ? lens.data() : nullptr;
+        QueryCopy all(*batch.front()->q, n);
+        for (const Request* r : batch) all.Append(*r->q, 0, r->q->n_queries);
         std::vector<std::vector<SearchHit>> res;
         SearchTimings t;
-        const Status st = SearchShards(all, *batch.front()->opts, &res, &t);
-        at = 0;
+        const Status st = SearchShards(all.batch(), *batch.front()->opts, &res, &t);
+        size_t at = 0;
         for (Request* r : batch) {
             r->st = st;
             if (st.ok()) {

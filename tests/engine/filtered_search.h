@@ -140,7 +140,8 @@ inline void ExpectFilteredSearchRecall(Device device, int shards) {
         // A cut to 4k candidates drops some of the best documents of a filtered query left few
         // of its topic (on this corpus, without a second search: 0.965 for the 50% filter,
         // 0.70 for "allow and filter"; unfiltered, 1.0). A query whose top k holds a document
-        // its pruning ranked past its best 2k is searched again without the cut.
+        // its pruning ranked past its best 2k (here half of the candidates) is searched again
+        // without the cut.
         SearchOptions tight = probing;
         tight.ncandidates = 4 * tight.k;
         st = s->Search(qb, tight, &a);
