@@ -3,6 +3,7 @@
 //
 // Expected metric values are computed by hand; the comments give the arithmetic. Each was
 // also checked against pytrec_eval (trec_eval 9) when the test was written.
+#include "tests/scratch_dir.h"
 #include "tilemaxsim/eval.h"
 
 #include <gtest/gtest.h>
@@ -21,9 +22,15 @@ namespace {
 
 constexpr double kEps = 1e-12;
 
-/// Writes `content` to a fresh file under the gtest temp dir and returns its path.
+/// NAME in this program's scratch directory.
+std::string EvalPath(const std::string& name) {
+    static const std::filesystem::path dir = tms::testing::ScratchDir("tms_eval");
+    return (dir / name).string();
+}
+
+/// Writes `content` to a fresh file in the scratch directory and returns its path.
 std::string WriteTempFile(const std::string& name, const std::string& content) {
-    const std::string path = ::testing::TempDir() + "tms_eval_test_" + name;
+    const std::string path = EvalPath(name);
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << content;
     out.close();
@@ -293,7 +300,7 @@ TEST(EvalCpu, ReadRunParsesLinesAndIgnoresRankField) {
 }
 
 TEST(EvalCpu, ReadRunMissingFileIsNotFound) {
-    const std::string path = ::testing::TempDir() + "tms_eval_test_does_not_exist.trec";
+    const std::string path = EvalPath("does_not_exist.trec");
     tms::Run run;
     const Status st = ReadRun(path, &run);
     EXPECT_EQ(st.code(), Status::Code::kNotFound);
@@ -403,7 +410,7 @@ TEST(EvalCpu, ReadQrelsConflictingDuplicate) {
 }
 
 TEST(EvalCpu, ReadQrelsMissingFileIsNotFound) {
-    const std::string path = ::testing::TempDir() + "tms_eval_test_does_not_exist.qrels";
+    const std::string path = EvalPath("does_not_exist.qrels");
     Qrels qrels;
     const Status st = ReadQrels(path, &qrels);
     EXPECT_EQ(st.code(), Status::Code::kNotFound);
@@ -454,7 +461,7 @@ TEST(EvalCpu, ReadQrelsBeirNonIntegerRelevance) {
 // ---------------------------------------------------------------- WriteRun
 
 TEST(EvalCpu, WriteRunRoundTrip) {
-    const std::string path = ::testing::TempDir() + "tms_eval_test_roundtrip.trec";
+    const std::string path = EvalPath("roundtrip.trec");
     const std::vector<std::string> qids = {"q1", "q2", "q3"};
     const std::vector<std::vector<std::pair<std::string, float>>> results = {
         {{"d3", 0.123456789f}, {"d1", 0.123456782f}, {"d2", -3.5e-7f}},
@@ -491,14 +498,14 @@ TEST(EvalCpu, WriteRunReplacesExistingFile) {
 }
 
 TEST(EvalCpu, WriteRunUnwritablePathIsIOError) {
-    const std::string path = ::testing::TempDir() + "tms_eval_no_such_dir/run.trec";
+    const std::string path = EvalPath("no_such_dir/run.trec");
     const Status st = WriteRun(path, {"q"}, {{{"d", 1.0f}}}, "t");
     EXPECT_EQ(st.code(), Status::Code::kIOError);
     EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
 }
 
 TEST(EvalCpu, WriteRunRejectsBadArguments) {
-    const std::string path = ::testing::TempDir() + "tms_eval_test_bad_args.trec";
+    const std::string path = EvalPath("bad_args.trec");
     std::remove(path.c_str());
     using Results = std::vector<std::vector<std::pair<std::string, float>>>;
     EXPECT_EQ(WriteRun(path, {"q1", "q2"}, Results{{{"d", 1.0f}}}, "t").code(),
@@ -522,7 +529,7 @@ TEST(EvalCpu, WriteRunRejectsBadArguments) {
 TEST(EvalCpu, ReadWriteEvaluateEndToEnd) {
     // WriteRun keeps the given order in the rank field, but Evaluate re-ranks by score:
     // b (0.9) outranks a (0.1) although a was written first.
-    const std::string run_path = ::testing::TempDir() + "tms_eval_test_e2e.trec";
+    const std::string run_path = EvalPath("e2e.trec");
     ASSERT_TRUE(WriteRun(run_path, {"q"}, {{{"a", 0.1f}, {"b", 0.9f}}}, "t").ok());
     const std::string qrels_path =
         WriteTempFile("e2e.tsv", "query-id\tcorpus-id\tscore\nq\ta\t1\n");

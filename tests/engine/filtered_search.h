@@ -63,10 +63,8 @@ inline void ExpectFilteredSearchRecall(Device device, int shards) {
     bo.keep_vectors = true;
     bo.progress = false;
     bo.shards = shards;
-    const fs::path dir = fs::path(::testing::TempDir()) /
-                         ("tms_filtered_" + std::string(DeviceName(device)) + "_" + std::to_string(shards) + "_" +
-                          std::to_string(::getpid()));
-    fs::remove_all(dir);
+    const fs::path dir =
+        ScratchDir("tms_filtered_" + std::string(DeviceName(device)) + "_" + std::to_string(shards));
     ASSERT_TRUE(WriteSynthCorpus(so, dir.string()).ok());
     DocMetadata meta;
     for (int64_t d = 0; d < n_docs; ++d) meta.objects.push_back(FilterCorpusMetadata(d));

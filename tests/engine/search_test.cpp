@@ -24,12 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
-    const fs::path p = fs::path(::testing::TempDir()) / ("tms_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
-}
+std::string temp_dir(const std::string& name) { return testing::ScratchDir("tms_" + name).string(); }
 
 // A clustered corpus: documents near a few topic directions, so that ranking is non-trivial.
 struct Corpus {

@@ -10,17 +10,17 @@
 #include <utility>
 #include <vector>
 
+#include "tests/scratch_dir.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms::testing {
 
-/// Writes the corpus of `so` into TempDir()/NAME_PID (removed first) and builds DIR/index from it
-/// with `bo`; the queries are DIR/queries.npy. Fails the test on any error.
+/// Writes the corpus of `so` into ScratchDir(NAME) and builds DIR/index from it with `bo`; the
+/// queries are DIR/queries.npy. Fails the test on any error.
 inline std::filesystem::path BuildSynthIndex(const std::string& name, const SynthOptions& so,
                                              const IndexBuildOptions& bo) {
     namespace fs = std::filesystem;
-    const fs::path dir = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
+    const fs::path dir = ScratchDir(name);
     EXPECT_TRUE(WriteSynthCorpus(so, dir.string()).ok());
     std::unique_ptr<IndexBuilder> b;
     EXPECT_TRUE(IndexBuilder::Create(bo, (dir / "index").string(), &b).ok());

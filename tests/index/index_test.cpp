@@ -18,6 +18,7 @@
 #include "index/index_data.h"
 #include "kernels/maxsim.h"
 #include "kernels/nearest.h"
+#include "tests/scratch_dir.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {
@@ -25,12 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
-    const fs::path p = fs::path(::testing::TempDir()) / ("tms_idx_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
-}
+std::string temp_dir(const std::string& name) { return testing::ScratchDir("tms_idx_" + name).string(); }
 
 TEST(NpyCpu, SaveLoadRoundTrip) {
     const std::string dir = temp_dir("npy");

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "index/index_data.h"
+#include "tests/scratch_dir.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {
@@ -26,12 +27,7 @@ using index::MetaCells;
 using index::MetaRows;
 using index::MetaValue;
 
-fs::path temp_dir(const std::string& name) {
-    const fs::path p = fs::path(::testing::TempDir()) / ("tms_meta_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p;
-}
+fs::path temp_dir(const std::string& name) { return testing::ScratchDir("tms_meta_" + name); }
 
 std::string write_file(const fs::path& p, const std::string& text) {
     std::ofstream(p, std::ios::binary) << text;

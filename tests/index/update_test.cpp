@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "tests/scratch_dir.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {
@@ -58,8 +59,7 @@ double recall(const std::vector<std::vector<SearchHit>>& got, const std::vector<
 }
 
 TEST(UpdateCpu, AddDeleteEqualsFreshBuild) {
-    const std::string dir = (fs::path(::testing::TempDir()) / ("tms_upd_" + std::to_string(getpid()))).string();
-    fs::remove_all(dir);
+    const std::string dir = testing::ScratchDir("tms_upd").string();
     SynthOptions so;
     so.n_docs = 600;
     so.n_queries = 30;
