@@ -299,8 +299,11 @@ Status decoded_scales_cpu(const DecodedScaleParams& p) {
                 const float* blk = p.codebook + (int64_t(b) * 256 + code[b]) * dsub;
                 for (int j = 0; j < dsub; ++j) x[size_t(b) * dsub + j] += blk[j];
             }
+            // A vector reduction: one serial chain of dim adds bounded a CPU open by the add latency.
             float ss = 0;
-            for (int j = 0; j < p.dim; ++j) ss += x[size_t(j)] * x[size_t(j)];
+            const float* xs = x.data();
+#pragma omp simd reduction(+ : ss)
+            for (int j = 0; j < p.dim; ++j) ss += xs[j] * xs[j];
             p.scales[t] = ss > 0 ? 1.0f / std::sqrt(ss) : 1.0f;
         }
     }
