@@ -1,0 +1,281 @@
+// Copyright TileMaxSim authors. One device's search of a batch: the stages in order (SearchChunk),
+// placement on a device, and request checks (engine/shard_searcher.h).
+#include "engine/shard_searcher.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/progress.h"
+#include "engine/backend.h"
+#include "kernels/maxsim.h"
+
+namespace tms::engine {
+
+Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchOptions& opts) {
+    if (opts.k <= 0) return Status::InvalidArgument("k must be > 0, got " + std::to_string(opts.k));
+    if (q.dim != info.dim) {
+        return Status::InvalidArgument("query dimension " + std::to_string(q.dim) + " differs from the index's " +
+                                       std::to_string(info.dim));
+    }
+    if (q.n_queries < 0 || q.q_tokens <= 0) return Status::InvalidArgument("queries: empty token dimension");
+    if (q.n_queries > 0 && q.data == nullptr) return Status::InvalidArgument("queries: null data");
+    if (q.lengths) {
+        for (int i = 0; i < q.n_queries; ++i) {
+            if (q.lengths[i] < 0 || q.lengths[i] > q.q_tokens) {
+                return Status::InvalidArgument("query " + std::to_string(i) + ": length " + std::to_string(q.lengths[i]) +
+                                               " outside [0, " + std::to_string(q.q_tokens) + "]");
+            }
+        }
+    }
+    if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
+    if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
+    if (opts.max_batch_queries < 0) return Status::InvalidArgument("max_batch_queries must be >= 0");
+    return Status::OK();
+}
+
+Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
+                            SearchTimings* timings, const Allowed* allowed) const {
+    const IndexInfo& info = data_.info;
+    TMS_RETURN_IF_ERROR(validate_search(info, q, opts));
+    // No request asks for more than the index holds: k, rerank and candidates beyond the
+    // number of documents would only size buffers (k = 10^8 over 300 documents: gigabytes).
+    const int64_t n_docs = std::max<int64_t>(1, info.n_docs);
+    SearchOptions capped = opts;
+    capped.k = int(std::min<int64_t>(opts.k, n_docs));
+    capped.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
+    capped.ncandidates = int(std::min<int64_t>(opts.ncandidates, n_docs));
+    return SearchCapped(q, capped, results, timings, allowed);
+}
+
+// Queries searched together: opts.max_batch_queries, or as many as keep the per-batch centroid
+// scores [queries, tokens, centroids] (and, with probe pruning, the dense probe scores
+// [queries, documents]: a GPU holds them) under 1 GiB of fp32 each, at most 4096. Exhaustive
+// search bounds its [queries, documents] scores itself.
+int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, int64_t n_docs) {
+    if (opts.max_batch_queries > 0) return opts.max_batch_queries;
+    constexpr int64_t kBudget = int64_t(1) << 30;
+    int64_t chunk = kBudget / (4 * std::max<int64_t>(int64_t(q_tokens) * n_centroids, 1));
+    if (opts.pruning == Pruning::kProbe) chunk = std::min(chunk, kBudget / (4 * std::max<int64_t>(n_docs, 1)));
+    return std::clamp<int64_t>(chunk, 1, 4096);
+}
+
+Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
+                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                  const Allowed* allowed) const {
+    std::unique_lock<std::mutex> gpu_lock;
+    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    const IndexInfo& info = data_.info;
+    const int64_t chunk = chunk_queries(opts, q.q_tokens, info.n_centroids, info.n_docs);
+    if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings, allowed);
+    results->assign(size_t(q.n_queries), {});
+    SearchTimings sum;
+    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
+        const QueryBatch b = q.Slice(int(q0), int(std::min<int64_t>(chunk, q.n_queries - q0)));
+        std::vector<std::vector<SearchHit>> part;
+        SearchTimings t;
+        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
+        TMS_RETURN_IF_ERROR(SearchChunk(b, opts, &part, &t, allowed ? &a : nullptr));
+        std::move(part.begin(), part.end(), results->begin() + q0);
+        sum.candidates += t.candidates;
+        sum.scoring += t.scoring;
+        sum.rerank += t.rerank;
+        sum.total += t.total;
+    }
+    if (timings) *timings = sum;
+    return Status::OK();
+}
+
+Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
+                                 std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                 const Allowed* allowed) const {
+    const auto t_start = Clock::now();
+    const IndexInfo& info = data_.info;
+    const bool have_vectors = this->have_vectors();
+    if (opts.exhaustive && !have_vectors) {
+        return Status::NotSupported(info.has_vectors
+                                        ? "exhaustive search needs the stored vectors, which were not loaded"
+                                        : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
+    }
+    const int nq = q.n_queries, k = opts.k;
+    // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
+    Trace trace("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
+    // fp32 queries are used in place; fp16 / bf16 ones are converted once, and only for the
+    // steps that read them on the host: the GPU scorers take them as they are (H200, 256 fp16
+    // queries of 32 x 128: the host conversion took 0.5-2.3 ms of a ~5 ms batch).
+    std::vector<float> qconv;
+    const auto host_f32 = [&] { return HostF32(q, &qconv); };
+
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_scores;
+    SearchTimings t;
+    if (opts.exhaustive) {
+        const auto t0 = Clock::now();
+        TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : host_f32(), q, k, &top_ids, &top_scores, allowed));
+        t.scoring = SecondsSince(t0);
+        trace.Mark("exhaustive");
+    } else if (allowed) {
+        return Status::Internal("SearchChunk: a filtered approximate search runs the stages (search_cut)");
+    } else {
+        // 1-3. Centroid scores, probing and pruning.
+        auto t0 = Clock::now();
+        const int nprobe = std::min(opts.nprobe, info.n_centroids);
+        Lists l;
+        std::vector<float> cs;
+        // With the codes and IVF lists on the GPU, probing, the union and the pruning run there;
+        // the [nq, qt, K] centroid scores never exist on the host, and the lists stay on the
+        // device (ScoreCandidatesTop below brings back the best).
+        const bool gpu_candidates = gpu_codes() && nprobe <= 64;
+        if (gpu_candidates) {
+            TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, opts.ncandidates,
+                                                 opts.pruning, &l.off, nullptr, nullptr, nullptr, nullptr, false));
+        } else {
+            TMS_RETURN_IF_ERROR(HostCandidates(host_f32(), q, opts, /*cut_all=*/false, &cs, &l));
+        }
+        t.candidates = SecondsSince(t0);
+        trace.Mark("candidates");
+        // 4. Compressed scoring.
+        t0 = Clock::now();
+        const bool rerank = have_vectors && opts.rerank > 0;
+        const int keep = rerank ? std::max(opts.rerank, k) : k;
+        if (gpu_candidates) {
+            // The lists Candidates left on the device (with its query rows and centroid
+            // scores), and only their `keep` best come back (the selection below, done there).
+            TMS_RETURN_IF_ERROR(dev_->ScoreCandidatesTop(keep, &l.off, &l.docs, &l.scores));
+        } else {
+            TMS_RETURN_IF_ERROR(ListScores(host_f32(), q, cs.data(), l, /*centroids_only=*/false, &l.scores));
+        }
+        t.scoring = SecondsSince(t0);
+        trace.Mark("compressed scoring");
+        // 5. Exact rerank of the best compressed candidates.
+        if (rerank) {
+            t0 = Clock::now();
+            if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &l));
+            trace.Mark("rerank selection");
+            TMS_RETURN_IF_ERROR(exact_candidates(gpu_exact() ? nullptr : host_f32(), q, l.off, l.docs, &l.scores));
+            t.rerank = SecondsSince(t0);
+            trace.Mark("exact rerank");
+        }
+        top_ids.resize(size_t(nq) * k);
+        top_scores.resize(size_t(nq) * k);
+        TMS_RETURN_IF_ERROR(
+            select_topk(l.scores.data(), l.off.data(), 0, nq, l.docs.data(), k, top_ids.data(), top_scores.data()));
+        trace.Mark("top-k");
+    }
+    results->assign(nq, {});
+#pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
+    for (int qi = 0; qi < nq; ++qi) {
+        auto& r = (*results)[qi];
+        r.reserve(size_t(std::min<int64_t>(k, info.n_docs)));
+        for (int j = 0; j < k; ++j) {
+            const int32_t id = top_ids[size_t(qi) * k + j];
+            if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)
+            r.push_back({data_.doc_ids[id], data_.first_doc + id, top_scores[size_t(qi) * k + j]});
+        }
+    }
+    trace.Mark("results");
+    t.total = SecondsSince(t_start);
+    if (timings) *timings = t;
+    return Status::OK();
+}
+
+Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
+                            std::vector<index::PodVector<uint16_t>>* vector_parts) {
+    rows_.dim = data_.info.dim;
+    for (const index::VectorFileSpan& f : data_.vector_files) rows_.AddFile(f);
+    if (!ctx) return HostScales();
+    ctx_ = ctx;
+    const std::vector<index::PodVector<uint16_t>> none;
+    const bool to_gpu = tier == VectorTier::kGpu;
+    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, to_gpu ? *vector_parts : none, to_gpu ? &rows_ : nullptr, &dev_));
+    // The device copy is the one used (MakeGpuShard uploads every vector it is given).
+    if (dev_->has_vectors()) {
+        index::PodVector<uint16_t>().swap(data_.vectors);
+        rows_ = engine::VectorRows();
+        data_.vector_files.clear();
+    }
+    if (tier == VectorTier::kHost) {
+        host_parts_ = std::move(*vector_parts);
+        int64_t t0 = 0;
+        mapped_ = true;
+        for (const auto& part : host_parts_) {
+            const int64_t n = int64_t(part.size()) / data_.info.dim;
+            rows_.AddHost(t0, part.data(), n);
+            mapped_ = dev_->RegisterHost(part.data(), part.size() * sizeof(uint16_t)) && mapped_;
+            t0 += n;
+        }
+    }
+    vector_parts->clear();
+    if (!gpu_codes()) TMS_RETURN_IF_ERROR(HostScales());
+    if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
+    return Status::OK();
+}
+
+Status ShardSearcher::HostScales() {
+    const index::IndexModel& m = data_.model;
+    if (!m.unit_norm || m.n_code_bytes == 0) return Status::OK();
+    kernels::DecodedScaleParams p;
+    p.centroids = m.centroids.data();
+    p.n_centroids = m.n_centroids;
+    p.dim = m.dim;
+    p.token_centroids = data_.token_centroids.data();
+    p.codes = data_.codes.data();
+    p.n_code_bytes = m.n_code_bytes;
+    p.codebook = m.codebook.data();
+    p.n_tokens = int64_t(data_.token_centroids.size());
+    try {
+        scales_.resize(size_t(p.n_tokens));
+    } catch (...) {
+        return Status::ResourceExhausted("out of host memory for the token scales");
+    }
+    p.scales = scales_.data();
+    return kernels::decoded_scales_cpu(p);
+}
+
+int64_t shard_bytes(const index::IndexData& d, bool file_vectors) {
+    const int64_t scale = d.model.unit_norm && d.model.n_code_bytes > 0 ? 4 : 0;
+    int64_t vec = int64_t(d.vectors.size());
+    for (const index::VectorFileSpan& f : d.vector_files) vec += file_vectors ? f.file->n_tokens() * d.info.dim : 0;
+    return int64_t(d.token_centroids.size()) * (4 + scale) + int64_t(d.codes.size()) + int64_t(d.ivf_docs.size()) * 4 +
+           vec * 2 + int64_t(d.doc_offsets.size()) * 8;
+}
+
+// 16-bit values are checked by their exponent bits: all ones is Inf or NaN.
+Status check_finite(const QueryBatch& q) {
+    if (q.data == nullptr || q.n_queries <= 0 || q.q_tokens <= 0 || q.dim <= 0) return Status::OK();
+    const int64_t row = int64_t(q.q_tokens) * q.dim;
+    std::vector<int64_t> bad(size_t(q.n_queries), -1);  // per query: the first bad element
+#pragma omp parallel for schedule(static) if (int64_t(q.n_queries) * row > (int64_t(1) << 18))
+    for (int i = 0; i < q.n_queries; ++i) {
+        const int64_t n = int64_t(q.lengths ? std::clamp(q.lengths[i], 0, q.q_tokens) : q.q_tokens) * q.dim;
+        const int64_t base = int64_t(i) * row;
+        if (q.dtype == DType::kF32) {
+            const float* x = static_cast<const float*>(q.data) + base;
+            for (int64_t e = 0; e < n; ++e)
+                if (!std::isfinite(x[e])) {
+                    bad[size_t(i)] = e;
+                    break;
+                }
+        } else {
+            const uint16_t* x = static_cast<const uint16_t*>(q.data) + base;
+            const uint16_t exp = q.dtype == DType::kF16 ? 0x7c00 : 0x7f80;
+            for (int64_t e = 0; e < n; ++e)
+                if ((x[e] & exp) == exp) {
+                    bad[size_t(i)] = e;
+                    break;
+                }
+        }
+    }
+    for (int i = 0; i < q.n_queries; ++i) {
+        if (bad[size_t(i)] < 0) continue;
+        const int64_t e = bad[size_t(i)];
+        float v;
+        kernels::load_as_float_parallel(q.data, q.dtype, int64_t(i) * row + e, 1, &v);
+        return Status::InvalidArgument("query " + std::to_string(i) + ": non-finite value (" +
+                                       (std::isnan(v) ? "NaN" : "Inf") + ") at token " + std::to_string(e / q.dim) +
+                                       ", dimension " + std::to_string(e % q.dim));
+    }
+    return Status::OK();
+}
+
+}  // namespace tms::engine
