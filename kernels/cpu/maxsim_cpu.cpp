@@ -299,7 +299,8 @@ Status decoded_scales_cpu(const DecodedScaleParams& p) {
                 const float* blk = p.codebook + (int64_t(b) * 256 + code[b]) * dsub;
                 for (int j = 0; j < dsub; ++j) x[size_t(b) * dsub + j] += blk[j];
             }
-            // A vector reduction: one serial chain of dim adds bounded a CPU open by the add latency.
+            // A vector reduction: as one serial chain the dim adds would wait on each other, and a CPU
+            // open computes this for every token.
             float ss = 0;
             const float* xs = x.data();
 #pragma omp simd reduction(+ : ss)

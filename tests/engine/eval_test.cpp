@@ -3,7 +3,6 @@
 //
 // Expected metric values are computed by hand; the comments give the arithmetic. Each was
 // also checked against pytrec_eval (trec_eval 9) when the test was written.
-#include "tests/scratch_dir.h"
 #include "tilemaxsim/eval.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +15,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tests/scratch_dir.h"
 
 namespace tms {
 namespace {
