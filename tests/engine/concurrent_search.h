@@ -97,7 +97,6 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, in
             }
         }
     }
-    fs::remove_all(dir);
 }
 
 }  // namespace tms::testing

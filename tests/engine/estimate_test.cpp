@@ -162,8 +162,6 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     st = EstimateRecall((dir2 / "index").string(), eo, &e);
     EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
     EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos);
-    fs::remove_all(dir);
-    fs::remove_all(dir2);
 }
 
 // The pseudo-queries' recipes, checked against the corpus they come from: each token a unit
@@ -266,7 +264,6 @@ TEST(EstimateCpu, PseudoQueryRecipes) {
     EXPECT_EQ(MakePseudoQueries(index, eo, 0, &q, &lens, &n).code(), Status::Code::kInvalidArgument);
     eo.pad_noise = -1;
     EXPECT_EQ(MakePseudoQueries(index, eo, 8, &q, &lens, &n).code(), Status::Code::kInvalidArgument);
-    fs::remove_all(dir);
 }
 
 }  // namespace

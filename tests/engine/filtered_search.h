@@ -240,7 +240,6 @@ inline void ExpectFilteredSearchRecall(Device device, int shards) {
         std::vector<std::vector<SearchHit>> r;
         EXPECT_EQ(s->Search(qb, f, &r).code(), Status::Code::kInvalidArgument);
     }
-    fs::remove_all(dir);
 }
 
 }  // namespace tms::testing

@@ -34,7 +34,6 @@ struct Fixture {
         dir = testing::BuildSynthIndex("tms_placement", so, bo);
         ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
     }
-    ~Fixture() { fs::remove_all(dir); }
     Status Open(Device d, std::vector<int> gpus, std::unique_ptr<Searcher>* s, bool join_shards = true) {
         SearcherOptions o;
         o.device = d;

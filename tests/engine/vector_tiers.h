@@ -152,7 +152,6 @@ inline void ExpectTiersAgree(Device device, VectorTier reference, const std::vec
         EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
         EXPECT_NE(st.message().find(vf.string()), std::string::npos) << st.ToString();
     }
-    fs::remove_all(dir);
 }
 
 }  // namespace tms::testing

@@ -83,7 +83,6 @@ TEST(VectorTiersCpu, PiecesReadEveryRowOnceAndCheckIt) {
     EXPECT_EQ(damaged.Range(pieces[1], 1, got.data()).code(), Status::Code::kCorruption);  // and later reads
     crc = 0;
     EXPECT_TRUE(damaged.ReadInPiece(pieces[0], pieces[1], got.data(), &crc).ok());  // the chunk before is good
-    fs::remove_all(dir);
 }
 
 TEST(VectorTiersCpu, ChoiceAndRefusals) {
@@ -135,8 +134,6 @@ TEST(VectorTiersCpu, ChoiceAndRefusals) {
         EXPECT_EQ(s->placement()[0].vectors, VectorTier::kHost) << VectorTierName(want);
         EXPECT_EQ(s->placement()[0].vector_bytes, s->info().n_tokens * 32 * 2);
     }
-    fs::remove_all(dir);
-    fs::remove_all(dir2);
 }
 
 // Under an address-space limit (ulimit -v) the room the limit leaves is all the host has:
@@ -182,7 +179,6 @@ TEST(VectorTiersCpu, AddressSpaceLimitIsAvailableMemory) {
     ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
     ASSERT_TRUE(WIFEXITED(wstatus)) << "child ended by signal " << WTERMSIG(wstatus);
     EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "check " << WEXITSTATUS(wstatus) << " failed in the limited child";
-    fs::remove_all(dir);
 }
 
 }  // namespace
