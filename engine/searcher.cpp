@@ -34,6 +34,7 @@
 #include "kernels/candidates.h"
 #include "kernels/maxsim.h"
 #include "kernels/nearest.h"
+#include "kernels/threads.h"
 #include "engine/shard_searcher.h"
 
 namespace tms {
@@ -62,6 +63,7 @@ public:
     const std::vector<ShardPlacement>& placement() const override { return placement_; }
     Status Search(const QueryBatch& q, const SearchOptions& given, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
+        kernels::SetThreads();  // the caller's thread runs the parallel regions
         TMS_RETURN_IF_ERROR(check_finite(q));
         // The index's measured settings for the target recall (with the vectors it was measured with).
         const SearchOptions opts = tune_ ? ApplyTargetRecall(estimate_, given) : given;
@@ -323,6 +325,7 @@ public:
 
     Status Rerank(const QueryBatch& q, const std::vector<std::vector<int64_t>>& candidates, int k,
                   std::vector<std::vector<SearchHit>>* results) const override {
+        kernels::SetThreads();  // the caller's thread runs the parallel regions
         TMS_RETURN_IF_ERROR(validate_search(info_, q, SearchOptions{}));  // the queries' shape and lengths
         if (int64_t(candidates.size()) != q.n_queries) {
             return Status::InvalidArgument(std::to_string(candidates.size()) + " candidate lists for " +
@@ -611,7 +614,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     auto s = std::make_unique<ShardedSearcher>();
     s->gather_ = opts.gather;
     s->gather_us_ = opts.gather_us;
-    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    kernels::SetThreads(opts.threads);
     index::SingleThreadedBlas();
     Trace trace = LoadTrace();
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));

@@ -240,7 +240,8 @@ int64_t shard_bytes(const index::IndexData& d, bool file_vectors) {
            vec * 2 + int64_t(d.doc_offsets.size()) * 8;
 }
 
-// 16-bit values are checked by their exponent bits: all ones is Inf or NaN.
+// Values must be finite and within kMaxEmbeddingValue: fp16 by its exponent bits (every finite
+// fp16 is within it), bf16 and fp32 by their magnitude bits.
 Status check_finite(const QueryBatch& q) {
     if (q.data == nullptr || q.n_queries <= 0 || q.q_tokens <= 0 || q.dim <= 0) return Status::OK();
     const int64_t row = int64_t(q.q_tokens) * q.dim;
@@ -252,15 +253,16 @@ Status check_finite(const QueryBatch& q) {
         if (q.dtype == DType::kF32) {
             const float* x = static_cast<const float*>(q.data) + base;
             for (int64_t e = 0; e < n; ++e)
-                if (!std::isfinite(x[e])) {
+                if (!(std::abs(x[e]) <= kMaxEmbeddingValue)) {
                     bad[size_t(i)] = e;
                     break;
                 }
         } else {
             const uint16_t* x = static_cast<const uint16_t*>(q.data) + base;
-            const uint16_t exp = q.dtype == DType::kF16 ? 0x7c00 : 0x7f80;
+            const bool f16 = q.dtype == DType::kF16;
+            const uint16_t mask = f16 ? 0x7c00 : 0x7fff, limit = f16 ? 0x7bff : 0x477f;
             for (int64_t e = 0; e < n; ++e)
-                if ((x[e] & exp) == exp) {
+                if ((x[e] & mask) > limit) {
                     bad[size_t(i)] = e;
                     break;
                 }
@@ -271,9 +273,8 @@ Status check_finite(const QueryBatch& q) {
         const int64_t e = bad[size_t(i)];
         float v;
         kernels::load_as_float_parallel(q.data, q.dtype, int64_t(i) * row + e, 1, &v);
-        return Status::InvalidArgument("query " + std::to_string(i) + ": non-finite value (" +
-                                       (std::isnan(v) ? "NaN" : "Inf") + ") at token " + std::to_string(e / q.dim) +
-                                       ", dimension " + std::to_string(e % q.dim));
+        return Status::InvalidArgument("query " + std::to_string(i) + ": " + index::BadValueText(v) + " at token " +
+                                       std::to_string(e / q.dim) + ", dimension " + std::to_string(e % q.dim));
     }
     return Status::OK();
 }

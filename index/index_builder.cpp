@@ -22,6 +22,7 @@
 #include "index/index_dir.h"
 #include "index/metadata.h"
 #include "kernels/nearest.h"
+#include "kernels/threads.h"
 #include "tilemaxsim/io.h"
 
 namespace fs = std::filesystem;
@@ -443,6 +444,7 @@ Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& pa
     // writer lock itself is taken when the new copy is created).
     fs::path target;
     TMS_RETURN_IF_ERROR(index::ResolveTargetPath(path, &target));
+    TMS_RETURN_IF_ERROR(CheckOutputPath(path, OutputKind::kIndex));  // never inside another index
     if (opts.overwrite && index::WriterActive(target)) return index::WriterBusyError(target);
     out->reset(new IndexBuilder(opts, path));
     return Status::OK();
@@ -450,6 +452,7 @@ Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& pa
 
 Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                            const std::vector<std::string>& doc_ids, BuildStats* stats, const DocMetadata* metadata) {
+    kernels::SetThreads(opts_.threads);
     const auto t0 = std::chrono::steady_clock::now();
     Status st = build_streaming({tokens}, {doclens}, {"docs"}, doc_ids, opts_, path_, stats, group_, metadata);
     if (stats) stats->seconds_total += SecondsSince(t0);
@@ -458,6 +461,10 @@ Status IndexBuilder::Build(const EmbeddingView& tokens, const std::vector<int64_
 
 Status IndexBuilder::BuildFromFiles(const std::string& docs, const std::string& doclens, const std::string& doc_ids_txt,
                                     BuildStats* stats, const DocMetadata* metadata) {
+    kernels::SetThreads(opts_.threads);
+    // Replacing the index would delete inputs that lie inside it.
+    TMS_RETURN_IF_ERROR(
+        CheckOutputPath(path_, OutputKind::kIndex, {{"docs", docs}, {"doclens", doclens}, {"doc ids", doc_ids_txt}}));
     const auto t0 = std::chrono::steady_clock::now();
     Inputs in;
     std::vector<std::string> ids;

@@ -190,7 +190,8 @@ Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& do
 
 /// Writes `path` through `fill` (false: a write failed) so that no reader sees a partial file:
 /// a temporary sibling, synced, then renamed over it. A symbolic link is followed (the file it
-/// names is replaced, the link stays); a device or FIFO is written in place, never replaced.
+/// names is replaced, the link stays); a device, FIFO or pipe (/dev/stdout) is written in place,
+/// never replaced; "-" is standard output.
 Status WriteFileAtomically(const std::string& path, const std::function<bool(std::FILE*)>& fill);
 
 /// A shape read from a file header: every dimension >= 0 and the byte count (with
@@ -227,7 +228,10 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
                   std::vector<std::pair<std::string, double>>* phase_seconds,
                   const std::vector<std::string>* names = nullptr, const ReleaseFn& release = nullptr);
 
-/// "<what>: non-finite value (NaN|Inf) at row R, column C".
+/// What is wrong with a value that is not finite or beyond kMaxEmbeddingValue: "non-finite value
+/// (NaN)", or "value 1e+30 beyond fp16's range (|x| <= 65504)".
+std::string BadValueText(float v);
+/// "<what>: <BadValueText(v)> at row R, column C".
 Status NonFiniteError(const std::string& what, int64_t row, int col, float v);
 
 /// The metadata of a fresh index.

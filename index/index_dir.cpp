@@ -1,5 +1,6 @@
 // Copyright TileMaxSim authors. Index directories: marker, locks, replacement, leftovers.
 #include "index/index_dir.h"
+#include "tilemaxsim/io.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -127,6 +128,67 @@ Status ResolveTargetPath(const std::string& path, fs::path* out) {
     return Status::OK();
 }
 
+bool IsIndexEntryName(const std::string& n) {
+    const auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+    const auto ends = [&](const char* p) {
+        const size_t l = std::strlen(p);
+        return n.size() >= l && n.compare(n.size() - l, l, p) == 0;
+    };
+    // Ours: the marker and its lock, the shard manifest and shards, vectors, metadata (and its
+    // journal), the estimate, and the temporary files of atomic writes.
+    if (starts(kMarkerFile) || n == "SHARDS" || starts("shard-") || n == "vectors.f16" || starts("metadata.sqlite") ||
+        n == "estimate.json" || n.find(".tmp-") != std::string::npos) {
+        return true;
+    }
+    // RocksDB's (db/filename.h): CURRENT, IDENTITY, LOCK, LOG*, MANIFEST-*, OPTIONS-*, numbered
+    // tables, blobs and logs.
+    if (n == "CURRENT" || n == "IDENTITY" || n == "LOCK" || starts("LOG") || starts("MANIFEST-") ||
+        starts("OPTIONS-")) {
+        return true;
+    }
+    const size_t dot = n.find('.');
+    return dot != std::string::npos && dot > 0 &&
+           std::all_of(n.begin(), n.begin() + long(dot), [](char c) { return c >= '0' && c <= '9'; }) &&
+           (ends(".sst") || ends(".blob") || ends(".log") || ends(".dbtmp"));
+}
+
+namespace {
+
+// `from` (a file, a symbolic link or a directory tree) appears at `to` too: files hard-linked
+// (the original stays until the old index is removed, so a crash loses nothing).
+Status link_tree(const fs::path& from, const fs::path& to) {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(from, ec);
+    if (fs::is_symlink(st)) {
+        fs::copy_symlink(from, to, ec);
+    } else if (fs::is_directory(st)) {
+        fs::create_directory(to, ec);
+        for (fs::directory_iterator it(from, ec), end; !ec && it != end; it.increment(ec)) {
+            TMS_RETURN_IF_ERROR(link_tree(it->path(), to / it->path().filename()));
+        }
+    } else {
+        fs::create_hard_link(from, to, ec);
+        if (ec) fs::copy_file(from, to, ec);  // a file system without hard links
+    }
+    if (ec) return Status::IOError(from.string() + ": cannot keep it in the new index: " + ec.message());
+    return Status::OK();
+}
+
+// The parent directories of `p` from the nearest up, symbolic links resolved.
+std::vector<fs::path> ancestors(const fs::path& p) {
+    std::error_code ec;
+    fs::path a = fs::weakly_canonical(p.parent_path(), ec);
+    if (ec) a = p.parent_path();
+    std::vector<fs::path> out;
+    for (; !a.empty(); a = a.parent_path()) {
+        out.push_back(a);
+        if (a == a.root_path()) break;
+    }
+    return out;
+}
+
+}  // namespace
+
 Status WriteMarker(const fs::path& dir) {
     const fs::path f = dir / kMarkerFile;
     const int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -221,6 +283,11 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
         }
         SyncDir(parent);
         return Status::OK();
+    }
+    // A user's files in the old index go into the new copy (the writer lock keeps them still).
+    for (fs::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!IsIndexEntryName(name)) TMS_RETURN_IF_ERROR(link_tree(it->path(), fresh / name));
     }
     // No reader is loading the old copy from here on; readers that wait re-check the marker,
     // find the new copy and load that.
@@ -334,3 +401,42 @@ int64_t FreeBytes(const fs::path& path) {
 }
 
 }  // namespace tms::index
+
+namespace tms {
+
+Status CheckOutputPath(const std::string& out, OutputKind kind,
+                       const std::vector<std::pair<std::string, std::string>>& inputs) {
+    if (out == "-") return Status::OK();
+    fs::path target;
+    TMS_RETURN_IF_ERROR(index::ResolveTargetPath(out, &target));
+    std::error_code ec;
+    if (kind != OutputKind::kIndex && index::IsIndexDir(target)) {
+        return Status::InvalidArgument(out + ": is an index directory; refusing to write there");
+    }
+    for (const fs::path& a : index::ancestors(target)) {
+        if (index::IsIndexDir(a)) {
+            return Status::InvalidArgument(out + ": inside the index " + a.string() +
+                                           "; refusing to write there (choose a path outside it)");
+        }
+    }
+    const fs::path canon = fs::weakly_canonical(target, ec);
+    for (const auto& [option, path] : inputs) {
+        if (path.empty() || path == "-") continue;
+        if (kind == OutputKind::kFile && fs::exists(target, ec) && fs::equivalent(path, target, ec)) {
+            return Status::InvalidArgument(out + ": is the input " + option + " (" + path +
+                                           "); refusing to write over it");
+        }
+        if (kind == OutputKind::kIndex && !ec) {
+            const fs::path in = fs::weakly_canonical(fs::absolute(path, ec), ec);
+            const fs::path rel = in.lexically_relative(canon);
+            if (!ec && !rel.empty() && *rel.begin() != "..") {
+                return Status::InvalidArgument(out + ": holds the input " + option + " (" + path +
+                                               "), which replacing the index would delete; move it out first");
+            }
+        }
+        ec.clear();
+    }
+    return Status::OK();
+}
+
+}  // namespace tms

@@ -47,6 +47,10 @@ private:
 /// empty path.
 Status ResolveTargetPath(const std::string& path, std::filesystem::path* out);
 
+/// True for the names this project and RocksDB write at the top of an index directory (any other
+/// entry is a user's: ReplaceIndexDir carries it into the new copy).
+bool IsIndexEntryName(const std::string& name);
+
 /// Writes DIR/TILEMAXSIM (and syncs it): DIR is an index this project created.
 Status WriteMarker(const std::filesystem::path& dir);
 
@@ -76,7 +80,9 @@ Status MakeBuildDir(const std::filesystem::path& target, std::filesystem::path* 
 /// leaves a directory RecoverLeftovers still knows as ours. False when something stayed.
 bool RemoveIndexDir(const std::filesystem::path& dir);
 
-/// Puts the complete index `fresh` at `target`. An existing index there is exchanged
+/// Puts the complete index `fresh` at `target`. Entries of the old index that this project did
+/// not write (IsIndexEntryName) are hard-linked into `fresh` first, so that a user's file in
+/// the index directory survives compaction and --overwrite. An existing index there is exchanged
 /// atomically with it (renameat2 RENAME_EXCHANGE; where the file system lacks it, two renames
 /// whose interruption RecoverLeftovers repairs) once no reader is loading it, then removed.
 Status ReplaceIndexDir(const std::filesystem::path& fresh, const std::filesystem::path& target);

@@ -2,6 +2,7 @@
 #include "tilemaxsim/index_updater.h"
 
 #include "index/index_data.h"
+#include "kernels/threads.h"
 #include "tilemaxsim/io.h"
 
 namespace tms {
@@ -15,6 +16,7 @@ IndexUpdater::IndexUpdater() : impl_(std::make_unique<Impl>()) {}
 IndexUpdater::~IndexUpdater() = default;
 
 Status IndexUpdater::Open(const std::string& path, bool progress, std::unique_ptr<IndexUpdater>* out) {
+    kernels::SetThreads();
     std::unique_ptr<IndexUpdater> up(new IndexUpdater());
     TMS_RETURN_IF_ERROR(index::OpenUpdater(path, &up->impl_->u));
     up->impl_->progress = progress;

@@ -215,14 +215,20 @@ Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out)
 
 Status index::WriteFileAtomically(const std::string& path, const std::function<bool(std::FILE*)>& fill) {
     namespace fs = std::filesystem;
-    fs::path target;
-    TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target).WithContext("output"));
+    if (path == "-") {  // standard output, as written
+        if (!fill(stdout) || std::fflush(stdout) != 0) return Status::IOError("standard output: write failed");
+        return Status::OK();
+    }
+    // A device, a FIFO or a pipe (/dev/stdout, /proc/self/fd/N: links the kernel resolves, not
+    // paths) is written in place, through the path as given.
     std::error_code ec;
-    const fs::file_status st = fs::status(target, ec);
-    if (fs::is_directory(st)) return Status::InvalidArgument(path + ": is a directory");
-    const bool in_place = fs::exists(st) && !fs::is_regular_file(st);  // a device, a FIFO
-    const std::string out = in_place ? target.string() : target.string() + ".tmp-" + std::to_string(::getpid());
-    std::FILE* f = std::fopen(out.c_str(), "wb");
+    const fs::file_status given = fs::status(path, ec);
+    if (fs::is_directory(given)) return Status::InvalidArgument(path + ": is a directory");
+    const bool in_place = fs::exists(given) && !fs::is_regular_file(given);
+    fs::path target = path;
+    if (!in_place) TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target).WithContext("output"));
+    const std::string out = in_place ? path : target.string() + ".tmp-" + std::to_string(::getpid());
+    std::FILE* f = std::fopen(out.c_str(), in_place ? "ab" : "wb");
     if (f == nullptr) return Status::IOError(out + ": cannot open for writing: " + std::strerror(errno));
     const auto fail = [&](const std::string& what, int err) {
         std::fclose(f);
@@ -293,27 +299,35 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
     out->dim = static_cast<int>(dim);
     out->rows = arr.numel() / dim;
     if (!check_finite) return Status::OK();
-    // Every value finite: a parallel scan of the exponent bits (all ones = Inf or NaN); the
-    // first offender is reported.
+    // Every value finite and within kMaxEmbeddingValue: a parallel scan of the magnitude bits
+    // (every finite fp16 is within it); the first offender is reported.
     const int64_t n = arr.numel();
     int64_t first_bad = n;
     if (out->dtype != DType::kF32) {
         const auto* h = static_cast<const uint16_t*>(data);
-        const uint16_t exp = out->dtype == DType::kF16 ? 0x7c00u : 0x7f80u;
+        const bool f16 = out->dtype == DType::kF16;
+        // fp16: exponent all ones (Inf, NaN); bf16: above 65280, the largest bf16 within range.
+        const uint16_t mask = f16 ? 0x7c00u : 0x7fffu, limit = f16 ? 0x7bffu : 0x477fu;
 #pragma omp parallel for reduction(min : first_bad) schedule(static)
         for (int64_t i = 0; i < n; ++i)
-            if ((h[i] & exp) == exp && i < first_bad) first_bad = i;
+            if ((h[i] & mask) > limit && i < first_bad) first_bad = i;
     } else {
         const auto* f = static_cast<const uint32_t*>(data);
+        static_assert(kMaxEmbeddingValue == 65504.0f, "0x477fe000 is 65504.0f's bits");
 #pragma omp parallel for reduction(min : first_bad) schedule(static)
         for (int64_t i = 0; i < n; ++i)
-            if ((f[i] & 0x7f800000u) == 0x7f800000u && i < first_bad) first_bad = i;
+            if ((f[i] & 0x7fffffffu) > 0x477fe000u && i < first_bad) first_bad = i;
     }
     if (first_bad < n) {
         const float v = kernels::load_as_float(out->data, out->dtype, first_bad);
-        return Status::InvalidArgument(what + ": non-finite value (" + std::string(std::isnan(v) ? "NaN" : "Inf") +
-                                       ") at row " + std::to_string(first_bad / dim) + ", column " +
-                                       std::to_string(first_bad % dim));
+        if (rank == 3) {  // [n_queries, tokens, dim]
+            const int64_t tokens = arr.shape[1];
+            return Status::InvalidArgument(what + ": " + BadValueText(v) + " at query " +
+                                           std::to_string(first_bad / dim / tokens) + ", token " +
+                                           std::to_string(first_bad / dim % tokens) + ", column " +
+                                           std::to_string(first_bad % dim));
+        }
+        return NonFiniteError(what, first_bad / dim, static_cast<int>(first_bad % dim), v);
     }
     return Status::OK();
 }

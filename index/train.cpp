@@ -29,6 +29,7 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/maxsim.h"
 #include "kernels/nearest.h"
+#include "kernels/threads.h"
 
 // OpenBLAS's pthread build fights OpenMP for the cores (seen: 3x slower PQ training and most of
 // the time in the kernel); the engine parallelises with OpenMP, so BLAS runs single-threaded.
@@ -64,20 +65,27 @@ void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) 
 
 }  // namespace
 
+std::string BadValueText(float v) {
+    if (!std::isfinite(v)) return std::string("non-finite value (") + (std::isnan(v) ? "NaN" : "Inf") + ")";
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", double(v));
+    return std::string("value ") + buf + " beyond fp16's range (|x| <= 65504; the index stores and scores fp16)";
+}
+
 Status NonFiniteError(const std::string& what, int64_t row, int col, float v) {
-    return Status::InvalidArgument(what + ": non-finite value (" + std::string(std::isnan(v) ? "NaN" : "Inf") + ") at row " +
-                                   std::to_string(row) + ", column " + std::to_string(col));
+    return Status::InvalidArgument(what + ": " + BadValueText(v) + " at row " + std::to_string(row) + ", column " +
+                                   std::to_string(col));
 }
 
 namespace {
 
-// Rows x [n, dim] (rows row0.. of `what`) are all finite, or the first offender's error.
+// Rows x [n, dim] (rows row0.. of `what`) are all storable, or the first offender's error.
 Status check_finite_rows(const float* x, int64_t n, int dim, int64_t row0, const std::string& what) {
     const int64_t cnt = n * dim;
     int64_t first_bad = cnt;
 #pragma omp parallel for reduction(min : first_bad) schedule(static) if (cnt > 65536)
     for (int64_t i = 0; i < cnt; ++i)
-        if (!std::isfinite(x[i]) && i < first_bad) first_bad = i;
+        if (!(std::abs(x[i]) <= kMaxEmbeddingValue) && i < first_bad) first_bad = i;
     if (first_bad == cnt) return Status::OK();
     return NonFiniteError(what, row0 + first_bad / dim, static_cast<int>(first_bad % dim), x[first_bad]);
 }
@@ -399,7 +407,7 @@ namespace {
 Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
                    std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
                    const ReleaseFn& release) {
-    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    kernels::SetThreads(opts.threads);
     SingleThreadedBlas();
     if (shards.empty()) return Status::InvalidArgument("no token embeddings");
     const int dim = shards[0].dim;
@@ -479,7 +487,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                 double ss = 0;
                 bool finite = true;
                 for (int j = 0; j < dim; ++j) {
-                    finite = finite && std::isfinite(row[j]);
+                    finite = finite && std::abs(row[j]) <= kMaxEmbeddingValue;
                     ss += double(row[j]) * row[j];
                 }
                 if (!finite) first_bad = std::min(first_bad, i);
@@ -490,7 +498,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                 const Read& r = reads[first_bad];
                 const size_t sh = shard_of(r.row);
                 int j = 0;
-                while (j < dim && std::isfinite(r.dst[j])) ++j;
+                while (j < dim && std::abs(r.dst[j]) <= kMaxEmbeddingValue) ++j;
                 return NonFiniteError(names && sh < names->size() ? (*names)[sh] : "docs", r.row - starts[sh], j,
                                       r.dst[std::min(j, dim - 1)]);
             }

@@ -3,10 +3,13 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <omp.h>
 #include <string>
 
 #include "kernels/candidates.h"
 #include "kernels/maxsim.h"
+#include "kernels/threads.h"
+#include "tilemaxsim/options.h"
 
 namespace tms::kernels {
 
@@ -248,6 +251,15 @@ Status topk_validate(const TopKParams& p) {
         }
     }
     return Status::OK();
+}
+
+}  // namespace tms::kernels
+
+namespace tms::kernels {
+
+void SetThreads(int threads) {
+    if (threads > 0) omp_set_num_threads(std::min(threads, kMaxThreads));
+    else if (omp_get_max_threads() > kMaxThreads) omp_set_num_threads(kMaxThreads);
 }
 
 }  // namespace tms::kernels

@@ -30,8 +30,23 @@ using Clock = std::chrono::steady_clock;
 // Set when a run ends for want of memory (or threads), so that it exits without destructors.
 std::atomic<bool> g_shortage{false};
 
+// One line, whatever the message quotes (a path with a newline in it): control characters escaped.
+std::string one_line(const std::string& s) {
+    std::string out;
+    for (const char c : s) {
+        if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f) {
+            out += c;
+        } else {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\x%02x", static_cast<unsigned char>(c));
+            out += buf;
+        }
+    }
+    return out;
+}
+
 int fail(const std::string& cmd, const tms::Status& st) {
-    std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), st.message().c_str());
+    std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), one_line(st.message()).c_str());
     if (st.code() == tms::Status::Code::kResourceExhausted) g_shortage = true;
     return st.code() == tms::Status::Code::kInternal ? 3 : 1;
 }
@@ -200,9 +215,18 @@ tms::Status read_subset(const std::string& path, const tms::Searcher& s, const s
     return tms::Status::OK();
 }
 
+// --out of a search or rerank: never one of its inputs, never inside an index ("-": stdout).
+tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage = "") {
+    return tms::CheckOutputPath(a.out, tms::OutputKind::kFile,
+                                {{"--queries", a.queries}, {"--query-ids", a.query_ids}, {"--subset", a.subset},
+                                 {"--run", first_stage}, {"--index", a.index}})
+        .WithContext("--out");
+}
+
 // Loads queries, searches in batches, writes the run. Prints a summary to stderr.
 tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
+    TMS_RETURN_IF_ERROR(check_run_output(a));
     QueryJob job;
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
     const tms::QueryBatch& whole = job.whole;
@@ -276,6 +300,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
 
 // Rescores each query's candidates from a first-stage run exactly and writes the new run.
 tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
+    TMS_RETURN_IF_ERROR(check_run_output(a, first_stage));
     tms::Run run;
     TMS_RETURN_IF_ERROR(tms::ReadRun(first_stage, &run));
     QueryJob job;
@@ -346,6 +371,7 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     *quiet_failure = rank != 0;
     if (!a.subset.empty()) return tms::Status::NotSupported("--subset is not supported under mpirun (use --filter)");
+    TMS_RETURN_IF_ERROR(check_run_output(a));
     tms::HostArray arr;
     tms::QueryBatch whole;
     std::vector<std::string> qids;
@@ -670,6 +696,9 @@ int main(int argc, char** argv) {
 
 namespace {
 int run(int argc, char** argv) {
+    // OMP_NUM_THREADS is clamped as --threads is, before the first parallel region (reading the
+    // queries); the library's entry points clamp their callers' threads the same way.
+    if (omp_get_max_threads() > tms::kMaxThreads) omp_set_num_threads(tms::kMaxThreads);
     CLI::App app{"tms: TileMaxSim, a late-interaction (ColBERT-style) search engine.\n"
                  "Run `tms demo` for an end-to-end example on a synthetic corpus."};
     app.require_subcommand(1);
@@ -992,13 +1021,22 @@ int run(int argc, char** argv) {
 
     if (synth->parsed()) {
         const auto t0 = Clock::now();
-        tms::Status st = tms::WriteSynthCorpus(so, synth_out);
+        tms::Status st = tms::CheckOutputPath(synth_out, tms::OutputKind::kDirectory).WithContext("--out");
+        if (st.ok()) st = tms::WriteSynthCorpus(so, synth_out);
         if (!st.ok()) return fail("synth", st);
         std::fprintf(stderr, "tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
                      so.n_queries, so.dim, tms::SecondsSince(t0), synth_out.c_str());
         return 0;
     }
     if (idx->parsed()) {
+        if (tms::Status st = tms::CheckOutputPath(index_out, tms::OutputKind::kIndex,
+                                                  {{"--docs", docs}, {"--doclens", doclens}, {"--doc-ids", doc_ids},
+                                                   {"--metadata", index_meta}, {"--config", config},
+                                                   {"--estimate-sample", index_sample}})
+                                  .WithContext("--out");
+            !st.ok()) {
+            return fail("index", st);
+        }
         if (!config.empty()) {
             tms::Status st = tms::LoadBuildOptionsJson(config, &io);
             if (!st.ok()) return fail("index", st);
@@ -1076,6 +1114,12 @@ int run(int argc, char** argv) {
         if (st.ok() && !sb_devices.empty()) st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
         if (st.ok()) st = tms::ParseVectorTier(sb_vectors, &sbo.searcher.vectors).WithContext("--vectors");
         sbo.searcher.stream_bytes = sb_stream_mib << 20;
+        for (const std::string& out : {sb_json, sbo.truth_out}) {
+            if (st.ok() && !out.empty()) {
+                st = tms::CheckOutputPath(out, tms::OutputKind::kFile,
+                                          {{"--queries", sbo.queries}, {"--truth", sbo.truth}, {"--index", sbo.index}});
+            }
+        }
         std::string json;
         if (st.ok()) st = tms::bench::RunSearchBench(sbo, &json);
         if (st.ok() && !sb_json.empty()) {
@@ -1175,6 +1219,9 @@ int run(int argc, char** argv) {
         const auto t_all = Clock::now();
         if (demo_dir.empty()) {
             demo_dir = (fs::temp_directory_path() / ("tms-demo-" + std::to_string(::getpid()))).string();
+        } else if (tms::Status st = tms::CheckOutputPath(demo_dir, tms::OutputKind::kDirectory).WithContext("--dir");
+                   !st.ok()) {
+            return fail("demo", st);
         }
         const fs::path d(demo_dir);
         std::printf("== tms demo in %s\n", demo_dir.c_str());

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tilemaxsim/status.h"
@@ -27,6 +28,23 @@ Status SaveNpy(const std::string& path, const std::string& descr, const std::vec
 Status EmbeddingsFromArray(const HostArray& arr, int rank, const std::string& what, EmbeddingView* out);
 /// Integer array of rank 1, int32 or int64 (other dtypes are refused), as int64 values.
 Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vector<int64_t>* out);
+
+/// What a command writes at an output path (CheckOutputPath).
+enum class OutputKind : uint8_t {
+    kFile,       ///< one file (a run, a JSON report)
+    kDirectory,  ///< a directory the command writes files into (tms synth, tms demo)
+    kIndex,      ///< an index directory the command builds or replaces (tms index --overwrite)
+};
+
+/// Refuses, before any work, an output that would destroy what the command reads or an index:
+///   * `out` is one of `inputs` (the same file, through symbolic or hard links);
+///   * `out` lies inside an index directory (kIndex: an index's own path is its to replace), or is
+///     one (kFile, kDirectory);
+///   * kIndex: one of `inputs` lies under `out` (replacing the index would delete it).
+/// `inputs` are (option, path) pairs, e.g. {"--queries", "q.npy"}, named in the message; empty
+/// paths are skipped. "-" (standard output) passes. Thread-safe.
+Status CheckOutputPath(const std::string& out, OutputKind kind,
+                       const std::vector<std::pair<std::string, std::string>>& inputs = {});
 
 /// Read one non-empty string per line (trailing '\r' stripped). Empty lines are an error
 /// naming the line when `allow_empty` is false.

@@ -12,6 +12,12 @@ enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 const char* DTypeName(DType t);
 inline int DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 
+/// The largest magnitude a document or query value may have: fp16's largest finite value, since
+/// the engine stores vectors and scores on the GPU in fp16. Values beyond it, Inf and NaN are
+/// refused where they enter (naming the file or query, the row and the column), so that every
+/// score is finite.
+inline constexpr float kMaxEmbeddingValue = 65504.0f;
+
 /// Where scoring runs. kAuto picks the GPU when this build has CUDA and a device is present.
 enum class Device : uint8_t { kAuto = 0, kCpu = 1, kGpu = 2 };
 const char* DeviceName(Device d);

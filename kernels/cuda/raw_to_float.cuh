@@ -13,7 +13,7 @@
 namespace tms::kernels {
 
 /// out[i] = raw[i] as fp32 (dtype as tms::DType), grid-stride. When bad is not null, the index
-/// of the first non-finite value goes into *bad (atomicMin; the caller sets it to ~0 first):
+/// of the first value that is not finite or beyond kMaxEmbeddingValue goes into *bad (atomicMin; the caller sets it to ~0 first):
 /// the index build's input check, fused into its conversion.
 __global__ inline void raw_to_float(const void* __restrict__ raw, int dtype, int64_t n, float* __restrict__ out,
                                     unsigned long long* __restrict__ bad) {
@@ -28,7 +28,7 @@ __global__ inline void raw_to_float(const void* __restrict__ raw, int dtype, int
             v = static_cast<const float*>(raw)[i];
         }
         out[i] = v;
-        if (bad != nullptr && !isfinite(v)) atomicMin(bad, static_cast<unsigned long long>(i));
+        if (bad != nullptr && !(fabsf(v) <= kMaxEmbeddingValue)) atomicMin(bad, static_cast<unsigned long long>(i));
     }
 }
 

@@ -680,6 +680,24 @@ TEST(SearchCpu, RejectsBadRequests) {
     nq.data = half.data();
     nq.dtype = DType::kF16;
     EXPECT_EQ(s->Search(nq, o, &res).message(), "query 1: non-finite value (Inf) at token 4, dimension 5");
+    // Finite values beyond fp16's range are refused too (fp32 and bf16 hold them; scores would
+    // be Inf), fp16's largest finite magnitude is not.
+    nan_q[size_t((1 * c.qt + 4) * 64 + 5)] = 0.f;
+    nan_q[size_t((0 * c.qt + 1) * 64 + 2)] = -3e38f;
+    nq.data = nan_q.data();
+    nq.dtype = DType::kF32;
+    const std::string beyond = "beyond fp16's range (|x| <= 65504; the index stores and scores fp16)";
+    EXPECT_EQ(s->Search(nq, o, &res).message(), "query 0: value -3e+38 " + beyond + " at token 1, dimension 2");
+    std::vector<uint16_t> bf(nan_q.size());
+    for (size_t i = 0; i < bf.size(); ++i) bf[i] = kernels::float_to_bf16(nan_q[i]);
+    bf[size_t((0 * c.qt + 1) * 64 + 2)] = 0x4780;  // 65536, the next bf16 after 65280
+    nq.data = bf.data();
+    nq.dtype = DType::kBF16;
+    EXPECT_EQ(s->Search(nq, o, &res).message(), "query 0: value 65536 " + beyond + " at token 1, dimension 2");
+    bf[size_t((0 * c.qt + 1) * 64 + 2)] = 0xc77f;  // -65280
+    ASSERT_TRUE(s->Search(nq, o, &res).ok());
+    for (const auto& r : res)
+        for (const SearchHit& h : r) EXPECT_TRUE(std::isfinite(h.score));
     SearcherOptions gpu;
     gpu.device = Device::kGpu;
     std::unique_ptr<Searcher> g;

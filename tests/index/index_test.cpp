@@ -449,6 +449,15 @@ TEST(IndexCpu, PqEncoderMatchesFaiss) {
     Status st = enc->Encode(v, 2000, 1000, cids.data(), got.data());
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.message(), "docs: non-finite value (Inf) at row 2345, column 17");
+    // So is a finite value fp16 cannot hold (the stored vectors and GPU scores are fp16).
+    x[size_t(2345) * dim + 17] = 65520.f;
+    st = enc->Encode(v, 2000, 1000, cids.data(), got.data());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.message(),
+              "docs: value 65520 beyond fp16's range (|x| <= 65504; the index stores and scores fp16) at row 2345, "
+              "column 17");
+    x[size_t(2345) * dim + 17] = -65504.f;  // fp16's largest finite magnitude is fine
+    EXPECT_TRUE(enc->Encode(v, 2000, 1000, cids.data(), got.data()).ok());
 }
 
 }  // namespace

@@ -1,0 +1,12 @@
+// Copyright TileMaxSim authors. How many OpenMP threads the engine's parallel regions use.
+#pragma once
+
+namespace tms::kernels {
+
+/// OpenMP threads for the calling thread's parallel regions from here on: `threads` when > 0,
+/// else the environment's (OMP_NUM_THREADS) clamped to kMaxThreads, as the --threads option is
+/// (a runtime asked for 100,000 threads fails inside its first parallel region). Cheap: every
+/// entry point that may start a parallel region on a caller's thread calls it.
+void SetThreads(int threads = 0);
+
+}  // namespace tms::kernels
