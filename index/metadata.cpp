@@ -518,7 +518,23 @@ Status ResolveMetadata(const DocMetadata& md, const std::vector<std::string>& id
                 return Status::InvalidArgument(at + "column '" + out->columns[size_t(c)].name + "' given twice");
             }
             used.push_back(c);
-            if (size_t(c) >= n_fixed) {
+            if (size_t(c) < n_fixed) {  // a known type: the value must be one (SQLite would store anything)
+                const MetaColumn& col = out->columns[size_t(c)];
+                const MetaValue::Kind k = m.value.kind;
+                const bool fits = k == MetaValue::Kind::kNull || col.type == MetaType::kText ||
+                                  k == MetaValue::Kind::kInteger ||
+                                  (k == MetaValue::Kind::kReal && col.type == MetaType::kReal);
+                if (!fits) {
+                    const char* got = k == MetaValue::Kind::kReal ? "a real number"
+                                      : m.first == '['            ? "an array"
+                                      : m.first == '{'            ? "an object"
+                                                                  : "a string";
+                    return Status::InvalidArgument(at + "column '" + col.name + "' is " + MetaTypeName(col.type) +
+                                                   (size_t(c) < out->n_existing ? " in the index" : " as declared") +
+                                                   ", got " + got +
+                                                   (k == MetaValue::Kind::kText ? " \"" + shown(m.value.s) + "\"" : ""));
+                }
+            } else {
                 seen.resize(out->columns.size() - n_fixed);
                 Seen& s = seen[size_t(c) - n_fixed];
                 s.integer |= m.value.kind == MetaValue::Kind::kInteger;

@@ -105,6 +105,41 @@ TEST(MetadataCpu, DeclaredAndExistingTypes) {
     EXPECT_EQ(bad.message(), "metadata: column 'lang' is text in the index, declared integer");
 }
 
+// A value of the wrong kind for an existing or declared column is refused with its line (SQLite
+// would store it: text in an integer column compares above every number, so a filter such as
+// "tenant > 1000000" would let it through).
+TEST(MetadataCpu, ValuesMustFitTheirColumnsType) {
+    const std::vector<MetaColumn> existing = {{"tenant", MetaType::kInteger}, {"score", MetaType::kReal},
+                                              {"lang", MetaType::kText}};
+    MetaRows rows;
+    DocMetadata md;
+    md.source = "add.jsonl";
+    // What fits: integers (booleans too) in integer columns, numbers in real ones, anything in text.
+    md.objects = {R"({"id": "a", "tenant": 3, "score": 2, "lang": 7})", R"({"id": "b", "tenant": true, "score": 0.5})",
+                  R"({"id": "c", "tenant": null, "lang": [1, 2]})"};
+    ASSERT_TRUE(index::ResolveMetadata(md, {"a", "b", "c"}, existing, &rows).ok());
+    const struct {
+        const char* object;
+        const char* message;
+    } cases[] = {
+        {R"({"id": "a", "tenant": "abc"})", "add.jsonl: line 2: column 'tenant' is integer in the index, got a string \"abc\""},
+        {R"({"id": "a", "tenant": 1.5})", "add.jsonl: line 2: column 'tenant' is integer in the index, got a real number"},
+        {R"({"id": "a", "Score": "9"})", "add.jsonl: line 2: column 'score' is real in the index, got a string \"9\""},
+        {R"({"id": "a", "tenant": [7]})", "add.jsonl: line 2: column 'tenant' is integer in the index, got an array \"[7]\""},
+        {R"({"id": "a", "score": {"x": 1}})", "add.jsonl: line 2: column 'score' is real in the index, got an object \"{\"x\": 1}\""},
+    };
+    for (const auto& c : cases) {
+        md.objects = {R"({"id": "b"})", c.object};
+        const Status st = index::ResolveMetadata(md, {"a", "b"}, existing, &rows);
+        EXPECT_EQ(st.message(), c.message) << c.object;
+    }
+    // A declared type binds the same way.
+    md.objects = {R"({"year": "2024"})"};
+    ASSERT_TRUE(ParseMetaColumns("year:integer", &md.declared).ok());
+    EXPECT_EQ(index::ResolveMetadata(md, {"a"}, {}, &rows).message(),
+              "add.jsonl: line 1: column 'year' is integer as declared, got a string \"2024\"");
+}
+
 TEST(MetadataCpu, JsonlLinesAndEveryError) {
     const fs::path dir = temp_dir("jsonl");
     DocMetadata md;
