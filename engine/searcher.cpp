@@ -608,6 +608,9 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     if (opts.stream_bytes <= 0) {
         return Status::InvalidArgument("stream_bytes must be > 0, got " + std::to_string(opts.stream_bytes));
     }
+    if (opts.filter_time_ms <= 0 || opts.filter_max_bytes <= 0) {
+        return Status::InvalidArgument("filter_time_ms and filter_max_bytes must be > 0");
+    }
     if (opts.gather_us < 0 || opts.gather_us > 1000000) {
         return Status::InvalidArgument("gather_us must be in [0, 1000000], got " + std::to_string(opts.gather_us));
     }
@@ -632,6 +635,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
                                    : tier == VectorTier::kGpu  ? index::VectorLoad::kFileOrMemory
                                                                : index::VectorLoad::kMemory;
     TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, load, opts.progress, &data, opts.shards, &s->metadata_));
+    if (s->metadata_) s->metadata_->SetLimits(opts.filter_time_ms, opts.filter_max_bytes);
     trace.Mark("read (total)");
     s->info_ = index::SumShardInfos(data);
     std::vector<int> numbers = opts.shards;  // the shards read, in shard order

@@ -17,7 +17,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "index/filter_functions.h"
 #include "index/index_dir.h"
+#include "tilemaxsim/options.h"
 
 namespace fs = std::filesystem;
 
@@ -935,6 +937,8 @@ int filter_authorizer(void*, int action, const char* a, const char* b, const cha
 struct MetadataSnapshot::Impl {
     Conn mem;
     std::mutex mu;
+    FilterDeadline deadline;  // of the evaluation under way (mu held)
+    int64_t time_ms = SearcherOptions().filter_time_ms, max_bytes = SearcherOptions().filter_max_bytes;
     struct Compiled {
         std::string where;
         Stmt stmt;
@@ -992,9 +996,23 @@ Status MetadataSnapshot::Load(const std::string& index_dir, int64_t n_docs, std:
     TMS_RETURN_IF_ERROR(prepare(mem, "SELECT count(*) FROM docs", path, &st));
     if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return sql_error(mem, rc, path);
     s->rows_ = sqlite3_column_int64(st.s, 0);
+    st.reset();  // no statement may be active while functions are replaced
     sqlite3_set_authorizer(mem, filter_authorizer, nullptr);
+    // Bounded evaluation: our LIKE, GLOB and instr() (linear, interruptible), a check of the
+    // deadline every 1,000 virtual-machine steps, and a limit on every value's length.
+    if (!RegisterFilterFunctions(mem, &s->impl_->deadline)) return sql_error(mem, sqlite3_errcode(mem), path);
+    sqlite3_progress_handler(
+        mem, 1000, [](void* d) { return static_cast<FilterDeadline*>(d)->Check() ? 1 : 0; }, &s->impl_->deadline);
+    s->SetLimits(s->impl_->time_ms, s->impl_->max_bytes);
     *out = std::move(s);
     return Status::OK();
+}
+
+void MetadataSnapshot::SetLimits(int64_t time_ms, int64_t max_bytes) {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->time_ms = std::max<int64_t>(1, time_ms);
+    impl_->max_bytes = std::clamp<int64_t>(max_bytes, 1, INT32_MAX);
+    sqlite3_limit(impl_->mem.db, SQLITE_LIMIT_LENGTH, int(impl_->max_bytes));
 }
 
 Status MetadataSnapshot::Filter(const std::string& where, std::vector<uint32_t>* bits, int64_t* count) const {
@@ -1040,6 +1058,7 @@ Status MetadataSnapshot::Filter(const std::string& where, std::vector<uint32_t>*
     bits->assign(size_t((n_docs_ + 31) / 32), 0u);
     int64_t n = 0;
     int rc;
+    im.deadline = FilterDeadline{std::chrono::steady_clock::now() + std::chrono::milliseconds(im.time_ms)};
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         const int64_t d = sqlite3_column_int64(s, 0);
         if (d < 0 || d >= n_docs_) continue;
@@ -1048,9 +1067,19 @@ Status MetadataSnapshot::Filter(const std::string& where, std::vector<uint32_t>*
         n += (w & m) ? 0 : 1;
         w |= m;
     }
+    const bool timed_out = im.deadline.passed;
+    im.deadline = FilterDeadline{};
     if (rc != SQLITE_DONE) {
         const std::string msg = sqlite3_errmsg(im.mem.db);
         sqlite3_reset(s);
+        if (timed_out) {
+            return Status::InvalidArgument("filter: ran longer than " + std::to_string(im.time_ms) +
+                                           " ms (the filter's time limit, --filter-time-ms)");
+        }
+        if (rc == SQLITE_TOOBIG) {
+            return Status::InvalidArgument("filter: a value longer than " + std::to_string(im.max_bytes) +
+                                           " bytes (the filter's memory limit, --filter-max-bytes)");
+        }
         return Status::InvalidArgument("filter: " + msg);
     }
     sqlite3_reset(s);

@@ -115,6 +115,9 @@ public:
     /// names gets an index at its first use (a filter on another value of it reads only the
     /// matching rows).
     Status Filter(const std::string& where, std::vector<uint32_t>* bits, int64_t* count) const;
+    /// Bounds on each evaluation of Filter (SearcherOptions::filter_time_ms, filter_max_bytes):
+    /// past either it fails with one line naming the limit.
+    void SetLimits(int64_t time_ms, int64_t max_bytes);
 
 private:
     MetadataSnapshot() = default;

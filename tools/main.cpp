@@ -70,6 +70,8 @@ struct SearchArgs {
     tms::SearchOptions opts;
     int batch = 256;
     int64_t stream_mib = tms::SearcherOptions().stream_bytes >> 20;
+    int64_t filter_time_ms = tms::SearcherOptions().filter_time_ms;
+    int64_t filter_max_bytes = tms::SearcherOptions().filter_max_bytes;
     double mpi_timeout = 600;
     bool no_progress = false;
 };
@@ -132,6 +134,8 @@ tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* 
     so->load_vectors = true;
     TMS_RETURN_IF_ERROR(tms::ParseVectorTier(a.vectors, &so->vectors).WithContext("--vectors"));
     so->stream_bytes = a.stream_mib << 20;
+    so->filter_time_ms = a.filter_time_ms;
+    so->filter_max_bytes = a.filter_max_bytes;
     so->progress = !quiet && !a.no_progress;
     return tms::Status::OK();
 }
@@ -463,6 +467,15 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--filter", a->opts.filter,
                   "Only documents whose metadata match this SQL WHERE expression, e.g. \"tenant = 7 AND year >= "
                   "2024\" (columns as `tms info` lists them; applied during candidate generation)");
+    c->add_option("--filter-time-ms", a->filter_time_ms,
+                  "A --filter's evaluation may take this many milliseconds; past it the search fails")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(1), int64_t(86400000)));
+    c->add_option("--filter-max-bytes", a->filter_max_bytes,
+                  "No value a --filter reads or computes may be longer than this many bytes (bounds its memory); "
+                  "past it the search fails")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
     c->add_option("--subset", a->subset,
                   "Only these documents: a file of external ids, one per line (every query), or QUERY_ID<TAB>DOC_ID "
                   "lines (per query; a query with no line gets no results); with --filter, both must hold");
