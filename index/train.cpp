@@ -99,6 +99,7 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
     GpuAssigner* gpu_;
     Progress* its_;               // advanced once a k = 1 search: k-means runs one an iteration
     mutable double assign_s = 0;  // seconds in k = 1 searches (the assignments)
+    mutable std::vector<char> assigned;  // per centroid: whether the last assignment gave it a row
     void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances, faiss::Index::idx_t* labels,
                 const faiss::SearchParameters* params = nullptr) const override {
         if (k != 1 || ntotal == 0) {
@@ -118,7 +119,11 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
                                        .n_centroids = K, .labels = lab.data(), .best = distances});
             if (!st.ok()) FAISS_THROW_MSG(st.ToString());
         }
-        for (faiss::Index::idx_t i = 0; i < n; ++i) labels[i] = lab[i];
+        assigned.assign(size_t(K), 0);
+        for (faiss::Index::idx_t i = 0; i < n; ++i) {
+            labels[i] = lab[i];
+            assigned[lab[i]] = 1;
+        }
         assign_s += SecondsSince(t0);
         if (its_) its_->Add(1);
     }
@@ -537,6 +542,23 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         if (clus.niter > 0) clus.train(n_train, train.get(), ip);
         prog.Done();
         m.centroids.assign(clus.centroids.begin(), clus.centroids.end());
+        // FAISS never leaves a cluster empty: it fills one with a copy of a populated centroid
+        // scaled by 1 +- 1/1024 on alternate dimensions (split_clusters), and the last
+        // iteration's copies are never assigned again. Where the sample has fewer distinct
+        // tokens than centroids (every token equal, a few repeated) most centroids are such
+        // copies, spread around their token along those two directions: they outrank it for
+        // almost any query token, and probing would pick their empty lists. They are dropped:
+        // every centroid kept is the mean of sampled tokens.
+        if (ip.assigned.size() == size_t(m.n_centroids)) {
+            int kept = 0;
+            for (int c = 0; c < m.n_centroids; ++c) {
+                if (!ip.assigned[size_t(c)]) continue;
+                if (kept != c) std::copy_n(m.centroids.begin() + int64_t(c) * dim, dim, m.centroids.begin() + int64_t(kept) * dim);
+                ++kept;
+            }
+            m.n_centroids = kept;
+            m.centroids.resize(size_t(kept) * dim);
+        }
         normalize_rows(m.centroids.data(), m.n_centroids, dim);
         phases->emplace_back("kmeans.assign", ip.assign_s);
     }
