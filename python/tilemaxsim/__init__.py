@@ -61,6 +61,53 @@ def _as_array(x, what):
     raise ValueError(f"{what}: unsupported dtype {a.dtype} (float32, float16 or bfloat16)")
 
 
+def _id(x, what):
+    """One external id as the engine takes it: a str, bytes (UTF-8) or an integer."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, bytes):
+        return x.decode()
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return str(int(x))
+    raise TypeError(f"{what}: an id must be a str, bytes or an integer, got {type(x).__name__}")
+
+
+def _ids(x, what, n=None):
+    """External ids as a list of str from any iterable of ids (list, tuple, set, numpy array,
+    generator). A single str or bytes is one id, never its characters: where `n` ids are needed
+    (one per document) it is accepted only for n == 1."""
+    if isinstance(x, (str, bytes)):
+        if n is not None and n != 1:
+            raise TypeError(f"{what}: a single {type(x).__name__} is one id, and {n} documents need {n} "
+                            f"ids (a list of them)")
+        return [_id(x, what)]
+    if isinstance(x, np.ndarray):
+        if x.ndim != 1:
+            raise TypeError(f"{what}: expected a 1-d array of ids, got shape {x.shape}")
+        x = x.tolist()
+    try:
+        items = iter(x)
+    except TypeError:
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+            return [_id(x, what)]
+        raise TypeError(f"{what}: expected ids (a list, set or array of str or int), got {type(x).__name__}") from None
+    return [_id(i, what) for i in items]
+
+
+def _is_id_collection(x):
+    """True for a collection of ids (a row of a per-query subset), not for one id."""
+    return not isinstance(x, (str, bytes, int, np.integer)) and hasattr(x, "__iter__")
+
+
+def _count(value, name, lo=0, hi=2**31 - 1):
+    """An integer option checked as the engine takes it (a 32-bit int), as a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return int(value)
+
+
 def _documents(documents, lengths):
     """Documents as one token array [n_tokens, dim] plus per-document lengths: a list of
     [len_i, dim] arrays is concatenated (one copy); one flat array with `lengths` is used as is."""
@@ -142,7 +189,7 @@ def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, pro
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
     tokens, dtype, lens = _documents(documents, lengths)
-    counts = _core.build_index(str(path), tokens, dtype, lens, [str(i) for i in ids] if ids is not None else [],
+    counts = _core.build_index(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)) if ids is not None else [],
                                json.dumps(options), overwrite, progress, device,
                                *_metadata(metadata, metadata_types))
     if estimate and options.get("keep_vectors"):
@@ -168,13 +215,14 @@ def add_documents(path, documents, ids, lengths=None, *, replace=False, progress
     """Adds documents (as build_index takes them, metadata too) with their external ids to the
     index at `path`, in one commit; replace=True replaces documents whose ids it already holds."""
     tokens, dtype, lens = _documents(documents, lengths)
-    _core.add_documents(str(path), tokens, dtype, lens, [str(i) for i in ids], replace, progress,
+    _core.add_documents(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)), replace, progress,
                         *_metadata(metadata, metadata_types))
 
 
 def delete_documents(path, ids):
-    """Deletes documents by external id, in one commit; returns how many were already deleted."""
-    return _core.delete_documents(str(path), [str(i) for i in ids])
+    """Deletes documents by external id (an iterable of ids, or one id), in one commit; returns
+    how many were already deleted."""
+    return _core.delete_documents(str(path), _ids(ids, "ids"))
 
 
 def index_info(path):
@@ -195,7 +243,7 @@ class Searcher:
         self.path = str(path)
         self._open = dict(device=device, load_vectors=load_vectors, threads=threads, progress=progress,
                           vectors=vectors)
-        self.batch = batch
+        self.batch = _count(batch, "batch", 1)
         self._reopen()
 
     @property
@@ -228,20 +276,26 @@ class Searcher:
         reaches it (0: the defaults as they are)."""
         d = search_defaults()
         pick = lambda v, name: d[name] if v is None else v
-        args = (pick(nprobe, "nprobe"), pick(ncandidates, "ncandidates"), pick(rerank, "rerank"),
-                pick(pruning, "pruning"), filter or "", pick(target_recall, "target_recall"))
-        per_query = subset is not None and len(subset) > 0 and not isinstance(subset[0], (str, bytes, int))
+        k = _count(k, "k", 1)
+        args = (_count(pick(nprobe, "nprobe"), "nprobe", 1), _count(pick(ncandidates, "ncandidates"), "ncandidates"),
+                _count(pick(rerank, "rerank"), "rerank"), pick(pruning, "pruning"), filter or "",
+                pick(target_recall, "target_recall"))
+        # subset: one collection of ids (a str is one id), or one collection per query.
+        if isinstance(subset, np.ndarray) and subset.ndim == 2:
+            subset = list(subset)
+        rows = list(subset) if _is_id_collection(subset) and not isinstance(subset, np.ndarray) else None
+        per_query = bool(rows) and all(_is_id_collection(r) for r in rows)
         if subset is None:
             sets = lambda q0, n: []
         elif per_query:
-            lists = [[str(i) for i in s] for s in subset]
+            lists = [_ids(r, f"subset[{i}]") for i, r in enumerate(rows)]
 
             def sets(q0, n):
                 if len(lists[q0: q0 + n]) != n:
                     raise ValueError(f"subset: {len(lists)} lists for more queries (one list, or one per query)")
                 return lists[q0: q0 + n]
         else:
-            shared = [[str(i) for i in subset]]
+            shared = [_ids(subset if rows is None else rows, "subset")]
             sets = lambda q0, n: shared
         return self._batches(queries, lambda q, dt, l, q0: self._s.search(
             q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0])))
@@ -250,7 +304,8 @@ class Searcher:
         """Exact MaxSim of each query's candidates (external ids), best first (the best k when
         k > 0): a first stage's (BM25's) results reranked. An id the index does not hold is a
         ValueError unless skip_unknown."""
-        cands = [[str(c) for c in cs] for cs in candidate_ids]
+        k = _count(k, "k")
+        cands = [_ids(cs, f"candidate_ids[{i}]") for i, cs in enumerate(candidate_ids)]
         return self._batches(queries, lambda q, dt, l, q0: self._s.rerank(
             q, dt, l, cands[q0: q0 + q.shape[0]], k, skip_unknown))
 

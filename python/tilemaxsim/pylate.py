@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from . import Searcher, add_documents, build_index, delete_documents
+from . import Searcher, _ids, _is_id_collection, add_documents, build_index, delete_documents
 
 
 class TileMaxSimIndex:
@@ -36,20 +36,20 @@ class TileMaxSimIndex:
 
     def add_documents(self, documents_ids, documents_embeddings, batch_size=None, **kwargs):
         """Adds documents (ids and their [tokens, dim] embeddings); the first call builds the index."""
-        documents_ids = [str(i) for i in documents_ids]
+        embeddings = list(documents_embeddings)
+        documents_ids = _ids(documents_ids, "documents_ids", len(embeddings))
         if self._searcher is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            build_index(self.path, list(documents_embeddings), documents_ids, overwrite=self._override,
-                        **self.build_options)
+            build_index(self.path, embeddings, documents_ids, overwrite=self._override, **self.build_options)
             self._override = False
         else:
-            add_documents(self.path, list(documents_embeddings), documents_ids)
+            add_documents(self.path, embeddings, documents_ids)
         self._searcher = Searcher(self.path, self.device)
         return self
 
     def remove_documents(self, documents_ids):
         """Deletes documents by id."""
-        delete_documents(self.path, [str(i) for i in documents_ids])
+        delete_documents(self.path, documents_ids)
         self._searcher = Searcher(self.path, self.device)
         return self
 
@@ -63,8 +63,9 @@ class TileMaxSimIndex:
             ids, scores = self._searcher.search(queries_embeddings, k=k)
         else:
             n = len(queries_embeddings)
-            per_query = subset and isinstance(subset[0], (list, tuple))
-            cands = subset if per_query else [subset] * n
+            rows = list(subset) if _is_id_collection(subset) else [subset]  # a str is one id
+            per_query = bool(rows) and all(_is_id_collection(r) for r in rows)
+            cands = rows if per_query else [rows] * n
             if len(cands) != n:
                 raise ValueError(f"subset: {len(cands)} lists for {n} queries")
             ids, scores = self._searcher.rerank(queries_embeddings, cands, k=k, skip_unknown=True)

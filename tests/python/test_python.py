@@ -240,6 +240,70 @@ def test_bad_documents_and_options(tmp_path, corpus):
         tilemaxsim.Searcher(tmp_path / "missing")
 
 
+def test_a_string_is_one_id_never_its_characters(corpus, tmp_path):
+    """A str where ids are expected is one id (or a TypeError where one id cannot do); numpy
+    arrays, sets and generators of ids are ids too."""
+    idx = tmp_path / "ids"
+    docs = corpus["docs"][:40]
+    ids = [str(i) for i in range(1, 41)]  # "1".."40": "17" and its characters "1", "7" are all ids
+    tilemaxsim.build_index(idx, docs, ids, keep_vectors=True, n_centroids=8, estimate=False)
+    s = tilemaxsim.Searcher(idx, "cpu")
+    q = corpus["queries"][:2]
+    assert s.search(q, k=5, subset="17")[0] == [["17"], ["17"]]
+    assert s.search(q, k=5, subset=b"17")[0] == [["17"], ["17"]]
+    for subset in (np.array([17, 18]), {17, "18"}, (i for i in ["17", "18"]), np.array(["17", "18"])):
+        assert all(set(r) == {"17", "18"} for r in s.search(q, k=5, subset=subset)[0]), subset
+    assert s.search(q, k=5, subset=[np.array([17]), {"18"}])[0] == [["17"], ["18"]]  # one per query
+    assert s.rerank(q, ["17", ["18", "19"]], k=5)[0][0] == ["17"]
+    with pytest.raises(TypeError, match="an id must be a str, bytes or an integer, got float"):
+        s.search(q, k=5, subset=[1.5])
+    # Deleting "17" deletes "17" only.
+    assert tilemaxsim.delete_documents(idx, "17") == 0
+    info = tilemaxsim.index_info(idx)
+    assert info["n_deleted"] == 1
+    s = tilemaxsim.Searcher(idx, "cpu")
+    everything = s.search(q, k=100, exhaustive=True)[0][0]
+    assert "17" not in everything and {"1", "7"} <= set(everything)
+    # A build needs one id per document: one string for 40 documents is an error, not 40 ids.
+    with pytest.raises(TypeError, match="a single str is one id, and 40 documents need 40 ids"):
+        tilemaxsim.build_index(tmp_path / "x", docs, "abcdefghij" * 4)
+    assert not (tmp_path / "x").exists()
+    tilemaxsim.build_index(tmp_path / "one", [docs[0]] * 300, np.arange(300), n_centroids=8, codec="residual")
+    assert tilemaxsim.index_info(tmp_path / "one")["n_docs"] == 300
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda s, q: s.search(q, k=2**40), ValueError, "k must be in [1, 2147483647], got 1099511627776"),
+    (lambda s, q: s.search(q, k=0), ValueError, "k must be in [1, 2147483647], got 0"),
+    (lambda s, q: s.search(q, k="10"), TypeError, "k must be an integer, got str"),
+    (lambda s, q: s.search(q, k=5, nprobe=-1), ValueError, "nprobe must be in [1, 2147483647], got -1"),
+    (lambda s, q: s.rerank(q, [["doc1"]] * len(q), k=-1), ValueError, "k must be in [0, 2147483647], got -1"),
+])
+def test_bad_numbers_raise_one_line(corpus, call, error, message):
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    with pytest.raises(error) as e:
+        call(s, corpus["queries"])
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("batch", [0, -1])
+def test_bad_batch_raises(corpus, batch):
+    with pytest.raises(ValueError, match=f"batch must be in \\[1, 2147483647\\], got {batch}"):
+        tilemaxsim.Searcher(corpus["index"], "cpu", batch=batch)
+
+
+def test_values_fp16_cannot_hold_are_refused(corpus, tmp_path):
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    q = corpus["queries"].astype(np.float32) * 1e6
+    with pytest.raises(ValueError, match="beyond fp16's range"):
+        s.search(q, k=5)
+    docs = [d.astype(np.float32) for d in corpus["docs"]]
+    docs[5][2, 3] = 1e30
+    with pytest.raises(ValueError, match="value 1e\\+30 beyond fp16's range"):
+        tilemaxsim.build_index(tmp_path / "big", docs, n_centroids=32, keep_vectors=True)
+    assert not (tmp_path / "big").exists() and not list(tmp_path.glob("big.tmp-*"))
+
+
 def test_pylate_adapter_round_trip(corpus, tmp_path):
     from tilemaxsim.pylate import TileMaxSimIndex
 
