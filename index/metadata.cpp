@@ -645,7 +645,8 @@ struct Conn {
 
 // An SQLite failure as a Status; `what` names the file.
 Status sql_error(sqlite3* db, int rc, const std::string& what) {
-    const std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    // The handle may not hold the error (a backup step fails on its own object): then rc says it.
+    const std::string msg = db && sqlite3_errcode(db) != SQLITE_OK ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     switch (rc & 0xff) {
         case SQLITE_CORRUPT:
         case SQLITE_NOTADB: return Status::Corruption(what + ": damaged metadata file (" + msg + ")");

@@ -876,6 +876,10 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         return Status::InvalidArgument("docs: dimension " + std::to_string(tokens.dim) + " differs from the index's " +
                                        std::to_string(u->info.dim));
     }
+    // An empty batch (a stream's last, say) adds nothing and is no error.
+    if (doclens.empty() && tokens.rows == 0 && doc_ids.empty() && (!metadata || metadata->objects.empty())) {
+        return Status::OK();
+    }
     if (doc_ids.empty()) return Status::InvalidArgument("doc-ids: adding documents needs explicit ids (--doc-ids)");
     TMS_RETURN_IF_ERROR(ValidateInput(tokens, doclens, &doc_ids));
     if (u->view.n_docs + int64_t(doclens.size()) > INT32_MAX) return Status::NotSupported("index would exceed 2^31 documents");
