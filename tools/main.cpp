@@ -45,10 +45,13 @@ std::string one_line(const std::string& s) {
     return out;
 }
 
+// The exit status of a failure: 3 for an internal error, 1 otherwise.
+int exit_code(const tms::Status& st) { return st.code() == tms::Status::Code::kInternal ? 3 : 1; }
+
 int fail(const std::string& cmd, const tms::Status& st) {
     std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), one_line(st.message()).c_str());
     if (st.code() == tms::Status::Code::kResourceExhausted) g_shortage = true;
-    return st.code() == tms::Status::Code::kInternal ? 3 : 1;
+    return exit_code(st);
 }
 
 tms::Status parse_device(const std::string& s, tms::Device* d) {
@@ -472,7 +475,7 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t(1), int64_t(86400000)));
     c->add_option("--filter-max-bytes", a->filter_max_bytes,
-                  "No value a --filter reads or computes may be longer than this many bytes (bounds its memory); "
+                  "No value a --filter computes may be longer than this many bytes (bounds its memory); "
                   "past it the search fails")
         ->capture_default_str()
         ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
@@ -1082,9 +1085,11 @@ int run(int argc, char** argv) {
                 st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get(),
                                  no_estimate ? nullptr : &index_eo);
             }
+            // Rank 0 says why before the job ends: once another rank has exited non-zero, mpirun
+            // may end rank 0 at any moment after MPI_Finalize.
+            const int rc = st.ok() ? 0 : rank != 0 ? exit_code(st) : fail("index", st);
             MPI_Finalize();
-            if (!st.ok() && rank != 0) return st.code() == tms::Status::Code::kInternal ? 3 : 1;  // rank 0 says why
-            return st.ok() ? 0 : fail("index", st);
+            return rc;
         }
 #endif
         index_eo.device = io.device;
@@ -1106,9 +1111,9 @@ int run(int argc, char** argv) {
             MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
             bool quiet_failure = false;
             const tms::Status st = run_search_mpi(sa, &quiet_failure);
+            const int rc = st.ok() ? 0 : quiet_failure ? exit_code(st) : fail("search", st);  // before the end
             MPI_Finalize();
-            if (!st.ok() && quiet_failure) return st.code() == tms::Status::Code::kInternal ? 3 : 1;
-            return st.ok() ? 0 : fail("search", st);
+            return rc;
         }
 #endif
         double qps;

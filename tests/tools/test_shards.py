@@ -245,4 +245,4 @@ def test_shard_dir_is_not_an_index(built, corpus, tmp_path):
     expect_error(p, "a shard of the index")
     p = tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out",
             built[3] / "shard-0002", "--overwrite")
-    expect_error(p, "not an index written by tms")
+    expect_error(p, "inside the index", "refusing to write there")
