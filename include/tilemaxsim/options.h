@@ -68,14 +68,6 @@ struct IndexBuildOptions {
 
 /// How a Searcher loads an index.
 struct SearcherOptions {
-    /// A filter's evaluation (SearchOptions::filter) may take this many milliseconds at most;
-    /// past it the search fails with "filter: ran longer than N ms" (an expression such as a long
-    /// LIKE pattern over large values would otherwise hold a core for minutes). Default: 5000
-    int64_t filter_time_ms = 5000;
-    /// No value a filter computes (a string: `v || v`, lower(), substr()) may be longer than
-    /// this many bytes; past it the search fails with "filter: a value longer than N bytes".
-    /// Bounds a filter's memory to a few times it. Default: 16 MiB
-    int64_t filter_max_bytes = int64_t(16) << 20;
     /// Where scoring runs: kCpu, kGpu (the GPUs of `gpus`), or kAuto (kGpu when this build has
     /// CUDA and a device is present, else kCpu). Default: kAuto
     Device device = Device::kAuto;
@@ -128,6 +120,14 @@ struct SearcherOptions {
     /// use, and cuBLAS chooses its GEMM kernel by shape: ~45 ms measured on an H200).
     /// Default: true
     bool warm_up = true;
+    /// A filter's evaluation (SearchOptions::filter) may take this many milliseconds at most;
+    /// past it the search fails with "filter: ran longer than N ms" (an expression such as a long
+    /// LIKE pattern over large values would otherwise hold a core for minutes). Default: 5000
+    int64_t filter_time_ms = 5000;
+    /// No value a filter computes (a string: `v || v`, lower(), substr()) may be longer than
+    /// this many bytes; past it the search fails with "filter: a value longer than N bytes".
+    /// Bounds a filter's memory to a few times it. Default: 16 MiB
+    int64_t filter_max_bytes = int64_t(16) << 20;
 };
 
 /// Documents by internal id ([0, n_docs) of the index searched), as SearchOptions::allow takes

@@ -148,6 +148,16 @@ TEST(GpuEncoderCuda, MatchesCpuEncoder) {
         ASSERT_FALSE(st.ok());
         EXPECT_EQ(st.message(), "docs: non-finite value (NaN) at row 65600, column 5");
         ASSERT_TRUE(gpu->Encode(v, 0, 1000, gc.data(), gcode.data()).ok()) << "usable after an error";
+        // So is a finite value beyond fp16's range (fp32 and bf16 hold them; fp16 cannot).
+        if (c.dtype != DType::kF16) {
+            if (c.dtype == DType::kF32) xf[size_t(65600) * c.dim + 5] = 1e5f;
+            else x16[size_t(65600) * c.dim + 5] = 0x47c3;  // bf16 99840
+            st = gpu->Encode(v, 1000, n - 1000, gc.data(), gcode.data());
+            ASSERT_FALSE(st.ok());
+            EXPECT_EQ(st.message(), std::string("docs: value ") + (c.dtype == DType::kF32 ? "100000" : "99840") +
+                                        " beyond fp16's range (|x| <= 65504; the index stores and scores fp16) at "
+                                        "row 65600, column 5");
+        }
     }
 }
 
