@@ -381,6 +381,21 @@ public:
         return Status::OK();
     }
 
+    Status DocumentVectors(const std::vector<int64_t>& docs, std::vector<std::vector<uint16_t>>* rows) const override {
+        rows->assign(docs.size(), {});
+        for (size_t i = 0; i < docs.size(); ++i) {
+            const int64_t doc = docs[i];
+            const auto sh = std::find_if(segments_.begin(), segments_.end(), [&](const auto& s) {
+                return doc >= s->data_.first_doc && doc < s->data_.first_doc + s->data_.info.n_docs;
+            });
+            if (sh == segments_.end() || (*sh)->data_.deleted[size_t(doc - (*sh)->data_.first_doc)]) {
+                return Status::InvalidArgument("document " + std::to_string(doc) + " is not in the index");
+            }
+            TMS_RETURN_IF_ERROR((*sh)->DocRows(int32_t(doc - (*sh)->data_.first_doc), &(*rows)[i]));
+        }
+        return Status::OK();
+    }
+
     void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const override {
         std::call_once(by_id_once_, [this] {
             for (const auto& sh : segments_) {

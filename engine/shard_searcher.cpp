@@ -240,6 +240,19 @@ int64_t shard_bytes(const index::IndexData& d, bool file_vectors) {
            vec * 2 + int64_t(d.doc_offsets.size()) * 8;
 }
 
+Status ShardSearcher::DocRows(int32_t doc, std::vector<uint16_t>* out) const {
+    TMS_RETURN_IF_ERROR(CheckExact());
+    const int64_t dim = data_.info.dim, t0 = data_.doc_offsets[size_t(doc)];
+    const int64_t n = data_.doc_offsets[size_t(doc) + 1] - t0;
+    out->resize(size_t(n * dim));
+    if (!data_.vectors.empty()) {
+        std::copy_n(data_.vectors.data() + t0 * dim, n * dim, out->data());
+        return Status::OK();
+    }
+    if (!rows_.empty()) return rows_.Range(t0, n, out->data());
+    return Status::NotSupported("the vectors are on the GPU only: open the index with vectors host or disk to read them");
+}
+
 // Values must be finite and within kMaxEmbeddingValue: fp16 by its exponent bits (every finite
 // fp16 is within it), bf16 and fp32 by their magnitude bits.
 Status check_finite(const QueryBatch& q) {

@@ -174,6 +174,9 @@ public:
         std::vector<float> qconv;
         return exact_candidates(gpu_exact() ? nullptr : HostF32(q, &qconv), q, off, docs, scores);
     }
+    /// The stored rows of local document `doc` into *out ([tokens, dim] fp16 bits), from host
+    /// memory or the vectors files; NotSupported when they are only on the GPU.
+    Status DocRows(int32_t doc, std::vector<uint16_t>* out) const;
     /// Vectors not where scoring runs (host or disk tier on a GPU, disk tier on the CPU): each
     /// exact step reads its documents' rows through rows_.
     bool streamed() const { return !rows_.empty(); }

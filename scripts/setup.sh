@@ -7,7 +7,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libfaiss-dev librocksdb-dev libsqlite3-dev libcli11-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libomp-dev libopenblas-dev python3
-      clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3-dev)
+      clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3-dev python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

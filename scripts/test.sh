@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # CI compiles CUDA for sm_90a only (what the H200 runs) to stay fast.
 scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES=90a "$@"
+# PyLate from PyPI, for the adapter's test against PyLate itself.
+scripts/pylate_env.sh
 ctest --test-dir build -L cpu --output-on-failure -j"$(nproc)" --timeout 1200
 # The parsers under libFuzzer, unit and CLI tests under ASan + UBSan (clang): a few minutes.
 scripts/fuzz.sh 10

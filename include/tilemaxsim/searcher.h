@@ -80,6 +80,11 @@ public:
     /// The internal ids of external ids (-1 for an id the index does not hold, or deleted).
     /// The first call builds the lookup (every document's id; thread-safe).
     virtual void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const = 0;
+    /// The stored fp16 vectors of documents by internal id (FindDocs): (*rows)[i] holds document
+    /// docs[i]'s tokens, [tokens, dim] row-major, as fp16 bits. InvalidArgument for an id outside
+    /// [0, n_docs) or deleted; NotSupported when the index keeps no vectors, they were not
+    /// loaded, or they are only on a GPU (open with VectorTier::kHost or kDisk to read them).
+    virtual Status DocumentVectors(const std::vector<int64_t>& docs, std::vector<std::vector<uint16_t>>* rows) const = 0;
     /// The documents whose metadata satisfies `where` (SearchOptions::filter's expression), as a
     /// one-row DocSet over the whole index's documents (deleted ones may be in it: no search
     /// returns them). Literals are bound as parameters, never pasted into SQL; every name must be

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -31,6 +32,20 @@ void check(const tms::Status& st) {
     if (st.code() == tms::Status::Code::kInvalidArgument) throw py::value_error(st.message());
     if (st.code() == tms::Status::Code::kNotFound) throw NotFoundError(st.message());
     throw EngineError(st.message());
+}
+
+// An updater's refusal of a batch's ids in Python's words: it names them as a file's lines and
+// the CLI's option ("doc-ids: line 3: id 'x' is already in the index (use --replace ...)"). An
+// id already there is a ValueError, one the index does not hold a KeyError.
+[[noreturn]] void throw_id_error(const tms::Status& st) {
+    std::string m = st.message();
+    static const std::regex line(R"(^doc-ids: line (\d+): )");
+    std::smatch at;
+    if (std::regex_search(m, at, line)) m = "ids[" + std::to_string(std::stoll(at[1]) - 1) + "]: " + at.suffix().str();
+    const std::string cli = "(use --replace to replace it)", py = "(pass replace=True to replace it)";
+    if (const size_t p = m.find(cli); p != std::string::npos) m.replace(p, cli.size(), py);
+    if (st.code() == tms::Status::Code::kNotFound) throw py::key_error(m);
+    throw py::value_error(m);
 }
 
 // dtype: "f32", "f16" or "bf16" (bf16 travels as uint16 bits).
@@ -196,6 +211,31 @@ public:
         return hits_to_python(res);
     }
 
+    // The stored vectors of documents by external id, as fp16 bits [tokens, dim] (uint16 arrays:
+    // the package views them as float16). An id the index does not hold is a KeyError.
+    py::list document_vectors(const std::vector<std::string>& ids) {
+        std::vector<int64_t> internal;
+        std::vector<std::vector<uint16_t>> rows;
+        {
+            py::gil_scoped_release nogil;
+            s_->FindDocs(ids, &internal);
+        }
+        for (size_t i = 0; i < ids.size(); ++i)
+            if (internal[i] < 0) throw py::key_error("document '" + ids[i] + "' is not in the index");
+        {
+            py::gil_scoped_release nogil;
+            check(s_->DocumentVectors(internal, &rows));
+        }
+        const py::ssize_t dim = s_->info().dim;
+        py::list out;
+        for (const auto& r : rows) {
+            py::array_t<uint16_t> a({py::ssize_t(r.size()) / dim, dim});
+            std::copy(r.begin(), r.end(), a.mutable_data());
+            out.append(a);
+        }
+        return out;
+    }
+
     py::dict info() const { return info_dict(s_->info()); }
     std::string device() const { return tms::DeviceName(s_->device()); }
 
@@ -260,7 +300,9 @@ void add_documents(const std::string& path, const py::array& tokens, const std::
     py::gil_scoped_release nogil;
     std::unique_ptr<tms::IndexUpdater> u;
     check(tms::IndexUpdater::Open(path, progress, &u));
-    check(u->Add(v, lens, ids, replace, md.get()));
+    const tms::Status st = u->Add(v, lens, ids, replace, md.get());
+    if (st.code() == tms::Status::Code::kAlreadyExists) throw_id_error(st);
+    check(st);
     check(u->Commit());
 }
 
@@ -269,7 +311,9 @@ int64_t delete_documents(const std::string& path, const std::vector<std::string>
     std::unique_ptr<tms::IndexUpdater> u;
     check(tms::IndexUpdater::Open(path, false, &u));
     int64_t already = 0;
-    check(u->Delete(ids, &already));
+    const tms::Status st = u->Delete(ids, &already);
+    if (st.code() == tms::Status::Code::kNotFound) throw_id_error(st);
+    check(st);
     check(u->Commit());
     return already;
 }
@@ -349,6 +393,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"), py::arg("vectors"))
         .def("search", &PySearcher::search)
         .def("rerank", &PySearcher::rerank)
+        .def("document_vectors", &PySearcher::document_vectors)
         .def("info", &PySearcher::info)
         .def("device", &PySearcher::device);
 }

@@ -213,7 +213,8 @@ def estimate_recall(path, queries=0, device="auto", *, sample=None):
 def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False, metadata=None,
                   metadata_types=None):
     """Adds documents (as build_index takes them, metadata too) with their external ids to the
-    index at `path`, in one commit; replace=True replaces documents whose ids it already holds."""
+    index at `path`, in one commit; replace=True replaces documents whose ids it already holds
+    (without it, such an id is a ValueError and nothing is added)."""
     tokens, dtype, lens = _documents(documents, lengths)
     _core.add_documents(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)), replace, progress,
                         *_metadata(metadata, metadata_types))
@@ -221,7 +222,7 @@ def add_documents(path, documents, ids, lengths=None, *, replace=False, progress
 
 def delete_documents(path, ids):
     """Deletes documents by external id (an iterable of ids, or one id), in one commit; returns
-    how many were already deleted."""
+    how many were already deleted. An id the index never held is a KeyError (nothing deleted)."""
     return _core.delete_documents(str(path), _ids(ids, "ids"))
 
 
@@ -308,6 +309,14 @@ class Searcher:
         cands = [_ids(cs, f"candidate_ids[{i}]") for i, cs in enumerate(candidate_ids)]
         return self._batches(queries, lambda q, dt, l, q0: self._s.rerank(
             q, dt, l, cands[q0: q0 + q.shape[0]], k, skip_unknown))
+
+    def document_vectors(self, ids):
+        """The stored vectors of documents by external id (an iterable of ids, or one id): a list
+        of float16 [tokens, dim] arrays. KeyError for an id the index does not hold; needs an
+        index built with keep_vectors=True whose vectors this searcher holds on the host or reads
+        from disk (vectors="host" or "disk"; on a GPU searcher with vectors="gpu" they are only
+        on the device)."""
+        return [a.view(np.float16) for a in self._s.document_vectors(_ids(ids, "ids"))]
 
     def add(self, documents, ids, lengths=None, *, replace=False):
         """Adds documents to the index (add_documents), then reopens it."""
