@@ -66,6 +66,10 @@ const char* MetaTypeName(MetaType t) {
     return "unknown";
 }
 
-const char* VersionString() { return "0.1.0"; }
+#define TMS_STRINGIFY_(x) #x
+#define TMS_STRINGIFY(x) TMS_STRINGIFY_(x)
+const char* VersionString() {
+    return TMS_STRINGIFY(TMS_VERSION_MAJOR) "." TMS_STRINGIFY(TMS_VERSION_MINOR) "." TMS_STRINGIFY(TMS_VERSION_PATCH);
+}
 
 }  // namespace tms

@@ -1,4 +1,5 @@
-// Copyright TileMaxSim authors.
+// Copyright TileMaxSim authors. The version, written here only: CMake, the Python package and
+// the wheel read these three lines.
 #pragma once
 
 #define TMS_VERSION_MAJOR 0

@@ -322,6 +322,7 @@ int64_t delete_documents(const std::string& path, const std::vector<std::string>
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "TileMaxSim's engine (C++): use the tilemaxsim package, not this module";
+    m.attr("__version__") = tms::VersionString();
     py::register_exception<EngineError>(m, "Error", PyExc_RuntimeError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {

@@ -18,9 +18,9 @@ import json
 import numpy as np
 
 from . import _core
-from ._core import Error
+from ._core import Error, __version__
 
-__all__ = ["Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
+__all__ = ["__version__", "Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
            "search_defaults", "estimate_recall"]
 
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults

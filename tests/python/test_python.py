@@ -383,3 +383,21 @@ def test_metadata_filter_and_subset(corpus, tmp_path):
     s = tilemaxsim.Searcher(idx, "cpu")
     ids, _ = s.search(q[:1], k=10, filter="tenant = 9")
     assert sorted(ids[0]) == ["new0", "new1"]
+
+
+def test_one_version_everywhere():
+    """tms --version, tilemaxsim.__version__ and the wheel's metadata (pyproject's regex over
+    include/tilemaxsim/version.h) agree."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    with open(root / "python" / "pyproject.toml", "rb") as f:
+        rule = tomllib.load(f)["tool"]["scikit-build"]["metadata"]["version"]
+    m = re.search(rule["regex"], (root / "python" / rule["input"]).read_text(), re.MULTILINE)
+    assert rule["result"].format(**m.groupdict()) == tilemaxsim.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tilemaxsim.__version__)
+    if TMS:
+        out = subprocess.run([TMS, "--version"], capture_output=True, text=True, check=True).stdout
+        assert out.strip() == f"tms {tilemaxsim.__version__}"
