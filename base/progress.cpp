@@ -38,7 +38,8 @@ std::string human(double v) {
     if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.1fG", v / 1e9);
     else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
     else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-    else std::snprintf(buf, sizeof buf, "%.0f", v);
+    else if (v >= 100) std::snprintf(buf, sizeof buf, "%.0f", v);
+    else std::snprintf(buf, sizeof buf, v >= 10 ? "%.1f" : "%.2f", v);  // k-means: under 1 it/s
     return buf;
 }
 }  // namespace

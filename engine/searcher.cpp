@@ -653,6 +653,10 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     if (s->metadata_) s->metadata_->SetLimits(opts.filter_time_ms, opts.filter_max_bytes);
     trace.Mark("read (total)");
     s->info_ = index::SumShardInfos(data);
+    if (s->metadata_) {  // as ReadIndexInfo says it (the rows of the documents the stores hold)
+        s->info_.metadata_rows = s->metadata_->rows();
+        s->info_.metadata_columns = s->metadata_->columns();
+    }
     std::vector<int> numbers = opts.shards;  // the shards read, in shard order
     std::sort(numbers.begin(), numbers.end());
     numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());

@@ -48,6 +48,47 @@ std::string one_line(const std::string& s) {
 // The exit status of a failure: 3 for an internal error, 1 otherwise.
 int exit_code(const tms::Status& st) { return st.code() == tms::Status::Code::kInternal ? 3 : 1; }
 
+// Levenshtein distance (mistyped names are short).
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// " (did you mean --nprobe?)" for an argument the command line left unparsed that is near a name
+// the command takes (its options; the subcommands where none was given), else "".
+std::string did_you_mean(const CLI::App* app) {
+    const CLI::App* cmd = app;
+    for (bool deeper = true; deeper;) {  // the last subcommand given
+        deeper = false;
+        for (const CLI::App* sub : cmd->get_subcommands()) cmd = sub, deeper = true;
+    }
+    std::vector<std::string> names;
+    for (const CLI::App* sub : cmd->get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    for (const CLI::Option* o : cmd->get_options())
+        for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    for (const std::string& arg : app->remaining(true)) {
+        const std::string given = arg.substr(0, arg.find('='));
+        const std::string* best = nullptr;
+        size_t best_d = std::max<size_t>(2, given.size() / 3) + 1;
+        for (const std::string& n : names) {
+            const size_t d = edit_distance(given, n);
+            if (d < best_d) best = &n, best_d = d;
+        }
+        if (best) return " (did you mean " + *best + "?)";
+    }
+    return "";
+}
+
 int fail(const std::string& cmd, const tms::Status& st) {
     std::fprintf(stderr, "tms %s: error: %s\n", cmd.c_str(), one_line(st.message()).c_str());
     if (st.code() == tms::Status::Code::kResourceExhausted) g_shortage = true;
@@ -620,7 +661,8 @@ tms::Status estimate_index(const char* who, const std::string& path, const tms::
 // with `estimate`, measures its recall (rank 0).
 tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
                         const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr,
-                        const tms::DocMetadata* metadata = nullptr, const tms::EstimateOptions* estimate = nullptr) {
+                        const tms::DocMetadata* metadata = nullptr, const tms::EstimateOptions* estimate = nullptr,
+                        bool verbose = false) {
     std::unique_ptr<tms::IndexBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
     b->SetGroup(group);
@@ -631,10 +673,11 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     std::fprintf(stderr, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
                  (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
                  st.code_bytes_per_token, out.c_str());
-    std::string phases;
+    std::string phases;  // with --verbose: where the time went
     for (const auto& [name, s] : st.phase_seconds) phases += " " + name + " " + std::to_string(s).substr(0, 5) + "s";
-    std::fprintf(stderr, "tms index: %.2f s total (%.0f tokens/s):%s\n", st.seconds_total,
-                 st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, phases.c_str());
+    std::fprintf(stderr, "tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
+                 st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, verbose ? ":" : "",
+                 verbose ? phases.c_str() : "");
     if (estimate && o.keep_vectors) {
         // The index is complete and usable whatever happens here: a failed estimate is a warning.
         const tms::Status est = estimate_index("tms index", out, *estimate);
@@ -719,8 +762,9 @@ int run(int argc, char** argv) {
                  "Run `tms demo` for an end-to-end example on a synthetic corpus."};
     app.require_subcommand(1);
     // Usage errors in one line, like every other failure.
-    app.failure_message([](const CLI::App*, const CLI::Error& e) {
-        return "tms: error: " + std::string(e.what()) + " (see --help)\n";
+    app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+        const std::string hint = did_you_mean(a);
+        return "tms: error: " + std::string(e.what()) + (hint.empty() ? " (see --help)" : hint) + "\n";
     });
     app.set_version_flag("--version", std::string("tms ") + tms::VersionString());
 
@@ -750,19 +794,20 @@ int run(int argc, char** argv) {
     idx->add_option("--out", index_out, "Index directory to create")->required();
     idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
     idx->add_option("--codec", codec, "Token codec: pq or residual (default pq)");
-    idx->add_option("--centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
+    idx->add_option("--centroids,--n-centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
         ->check(CLI::Range(0, 1 << 24));
     idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
-    idx->add_option("--nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)")
+    idx->add_option("--nbits,--residual-nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)")
         ->check(CLI::IsMember({1, 2, 4}));
     idx->add_option("--shards", shards,
                     "Shards: document ranges with their own stores, loaded and searched in parallel (0 or "
                     "unset: one per 2^28 tokens, so that a corpus that needs several GPUs is spread over them)")
         ->check(CLI::Range(0, tms::kMaxShards));
-    bool keep_vectors = false, overwrite = false, no_progress = false;
+    bool keep_vectors = false, overwrite = false, no_progress = false, index_verbose = false;
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
+    idx->add_flag("--verbose,-v", index_verbose, "Also print each phase of the build and its seconds");
     std::string index_meta, index_meta_types;
     auto* index_meta_opt = idx->add_option("--metadata", index_meta, kMetadataHelp);
     idx->add_option("--metadata-types", index_meta_types, kMetadataTypesHelp)->needs(index_meta_opt);
@@ -1083,7 +1128,7 @@ int run(int argc, char** argv) {
                 const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
                 index_eo.device = io.device;
                 st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get(),
-                                 no_estimate ? nullptr : &index_eo);
+                                 no_estimate ? nullptr : &index_eo, index_verbose);
             }
             // Rank 0 says why before the job ends: once another rank has exited non-zero, mpirun
             // may end rank 0 at any moment after MPI_Finalize.
@@ -1094,7 +1139,8 @@ int run(int argc, char** argv) {
 #endif
         index_eo.device = io.device;
         tms::Status st =
-            build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(), no_estimate ? nullptr : &index_eo);
+            build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(), no_estimate ? nullptr : &index_eo,
+                        index_verbose);
         return st.ok() ? 0 : fail("index", st);
     }
     if (est->parsed()) {

@@ -25,6 +25,22 @@ __all__ = ["__version__", "Error", "Searcher", "build_index", "add_documents", "
 
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
 
+# The peers' names (fast-plaid, PyLate) for the same options, accepted as aliases.
+BUILD_ALIASES = {"nbits": "residual_nbits"}
+SEARCH_ALIASES = {"top_k": "k", "n_ivf_probe": "nprobe", "n_full_scores": "ncandidates"}
+
+
+def _unalias(given, aliases, what):
+    """Keywords with the peers' names renamed to ours; both names given is a TypeError."""
+    out, named_by = {}, {}
+    for name, value in given.items():
+        ours = aliases.get(name, name)
+        if ours in out:
+            raise TypeError(f"{what}: {named_by[ours]!r} and {name!r} name the same option; give one")
+        out[ours], named_by[ours] = value, name
+    return out
+
+
 # IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
 BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "train_tokens_per_centroid", "pq_m", "pq_nbits", "residual_nbits",
                  "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries")
@@ -184,7 +200,8 @@ def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, pro
     Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
     With keep_vectors, the build ends by measuring its recall (estimate_recall; on
     `estimate_sample`, queries of your own, when given) unless estimate=False. Returns the
-    build's counts."""
+    build's counts. fast-plaid's `nbits` is accepted for residual_nbits."""
+    options = _unalias(options, BUILD_ALIASES, "build_index")
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
@@ -222,8 +239,10 @@ def add_documents(path, documents, ids, lengths=None, *, replace=False, progress
 
 def delete_documents(path, ids):
     """Deletes documents by external id (an iterable of ids, or one id), in one commit; returns
-    how many were already deleted. An id the index never held is a KeyError (nothing deleted)."""
-    return _core.delete_documents(str(path), _ids(ids, "ids"))
+    how many it deleted (ids deleted before are skipped). An id the index never held is a
+    KeyError (nothing deleted)."""
+    ids = _ids(ids, "ids")
+    return len(set(ids)) - _core.delete_documents(str(path), ids)
 
 
 def index_info(path):
@@ -265,16 +284,23 @@ class Searcher:
             scores += s
         return ids, scores
 
-    def search(self, queries, k=10, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
-               pruning=None, filter=None, subset=None, target_recall=None):
-        """The k best documents of each query (the engine's SearchOptions as keywords; None: the
-        engine's default, search_defaults()). filter: an SQL boolean expression over the
-        metadata ("tenant = 7 AND year >= 2024"; values are bound, never pasted into SQL);
-        subset: the external ids a search may return, one iterable for every query or a list
-        of one per query. Both apply before scoring (not to the top-k). target_recall: with the
-        index's recall estimate (build_index(keep_vectors=True) measures it), nprobe,
-        ncandidates and rerank left at None come from the cheapest measured setting that
-        reaches it (0: the defaults as they are)."""
+    def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
+               pruning=None, filter=None, subset=None, target_recall=None, **aliases):
+        """The k best documents of each query (k: 10 by default; the engine's SearchOptions as
+        keywords; None: the engine's default, search_defaults()). filter: an SQL boolean
+        expression over the metadata ("tenant = 7 AND year >= 2024"; values are bound, never
+        pasted into SQL); subset: the external ids a search may return, one iterable for every
+        query or a list of one per query. Both apply before scoring (not to the top-k).
+        target_recall: with the index's recall estimate (build_index(keep_vectors=True) measures
+        it), nprobe, ncandidates and rerank left at None come from the cheapest measured setting
+        that reaches it (0: the defaults as they are). fast-plaid's names are accepted too: top_k
+        (k), n_ivf_probe (nprobe), n_full_scores (ncandidates)."""
+        unknown = sorted(set(aliases) - set(SEARCH_ALIASES))
+        if unknown:
+            raise TypeError(f"search() got an unexpected keyword argument {unknown[0]!r}")
+        named = {n: v for n, v in (("k", k), ("nprobe", nprobe), ("ncandidates", ncandidates)) if v is not None}
+        named = _unalias({**named, **aliases}, SEARCH_ALIASES, "search")
+        k, nprobe, ncandidates = named.get("k", 10), named.get("nprobe"), named.get("ncandidates")
         d = search_defaults()
         pick = lambda v, name: d[name] if v is None else v
         k = _count(k, "k", 1)
@@ -318,13 +344,15 @@ class Searcher:
         on the device)."""
         return [a.view(np.float16) for a in self._s.document_vectors(_ids(ids, "ids"))]
 
-    def add(self, documents, ids, lengths=None, *, replace=False):
-        """Adds documents to the index (add_documents), then reopens it."""
-        add_documents(self.path, documents, ids, lengths, replace=replace)
+    def add(self, documents, ids, lengths=None, *, replace=False, metadata=None, metadata_types=None):
+        """Adds documents (and their metadata) to the index (add_documents), then reopens it."""
+        add_documents(self.path, documents, ids, lengths, replace=replace, metadata=metadata,
+                      metadata_types=metadata_types)
         self._reopen()
 
     def delete(self, ids):
-        """Deletes documents by external id (delete_documents), then reopens the index."""
+        """Deletes documents by external id (delete_documents), then reopens the index; returns
+        how many it deleted."""
         n = delete_documents(self.path, ids)
         self._reopen()
         return n

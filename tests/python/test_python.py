@@ -258,7 +258,8 @@ def test_a_string_is_one_id_never_its_characters(corpus, tmp_path):
     with pytest.raises(TypeError, match="an id must be a str, bytes or an integer, got float"):
         s.search(q, k=5, subset=[1.5])
     # Deleting "17" deletes "17" only.
-    assert tilemaxsim.delete_documents(idx, "17") == 0
+    assert tilemaxsim.delete_documents(idx, "17") == 1
+    assert tilemaxsim.delete_documents(idx, ["17"]) == 0  # deleted before
     info = tilemaxsim.index_info(idx)
     assert info["n_deleted"] == 1
     s = tilemaxsim.Searcher(idx, "cpu")
@@ -401,3 +402,31 @@ def test_one_version_everywhere():
     if TMS:
         out = subprocess.run([TMS, "--version"], capture_output=True, text=True, check=True).stdout
         assert out.strip() == f"tms {tilemaxsim.__version__}"
+
+
+def test_peer_names_add_with_metadata_and_counts(corpus, tmp_path):
+    """fast-plaid's option names are aliases of ours; Searcher.add takes metadata; delete counts
+    what it deleted; Searcher.info agrees with index_info."""
+    idx = tmp_path / "names"
+    docs = corpus["docs"][:60]
+    tilemaxsim.build_index(idx, docs, [f"d{i}" for i in range(60)], nbits=4, codec="residual", n_centroids=8,
+                           keep_vectors=True, estimate=False, metadata=[{"g": i % 3} for i in range(60)])
+    assert tilemaxsim.index_info(idx)["build_config"] and '"residual_nbits":4' in \
+        tilemaxsim.index_info(idx)["build_config"].replace(" ", "")
+    with pytest.raises(TypeError, match="'nbits' and 'residual_nbits' name the same option"):
+        tilemaxsim.build_index(tmp_path / "x", docs, nbits=2, residual_nbits=4, codec="residual")
+    s = tilemaxsim.Searcher(idx, "cpu")
+    q = corpus["queries"][:3]
+    a, b = s.search(q, top_k=4, n_ivf_probe=4, n_full_scores=64), s.search(q, k=4, nprobe=4, ncandidates=64)
+    assert a[0] == b[0] and all(np.array_equal(x, y) for x, y in zip(a[1], b[1])) and len(a[0][0]) == 4
+    with pytest.raises(TypeError, match="'k' and 'top_k' name the same option"):
+        s.search(q, k=3, top_k=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'topk'"):
+        s.search(q, topk=4)
+    s.add(corpus["docs"][60:62], ["new0", "new1"], metadata=[{"g": 7}, {"g": 7}])
+    assert sorted(s.search(q, k=5, filter="g = 7")[0][0]) == ["new0", "new1"]
+    assert s.info["metadata_rows"] == tilemaxsim.index_info(idx)["metadata_rows"] == 62
+    assert s.delete(["new0", "new1", "new1"]) == 2
+    assert s.delete(["new0"]) == 0
+    with pytest.raises(KeyError, match="no document 'never'"):
+        s.delete(["never"])

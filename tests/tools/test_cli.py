@@ -620,3 +620,25 @@ def test_bfloat16_npy_equals_float32_of_the_same_values(corpus, tmp_path):
     np.save(tmp_path / "nan.npy", bad.view(np.dtype("V2")))
     expect_error(tms("index", "--docs", tmp_path / "nan.npy", "--doclens", corpus / "doclens.npy", "--out",
                      tmp_path / "nan_idx", "--device", "cpu"), "nan.npy", "NaN", "row 3")
+
+
+@pytest.mark.parametrize("args,hint", [
+    (("serach",), "(did you mean search?)"),
+    (("search", "--index", "x", "--queries", "q", "--out", "o", "--nprob", "4"), "(did you mean --nprobe?)"),
+    (("index", "--docs", "x", "--out", "y", "--centroid", "4"), "(did you mean --centroids?)"),
+    (("bench", "serch"), "(did you mean search?)"),
+])
+def test_mistyped_names_get_a_suggestion(args, hint):
+    expect_error(tms(*args), hint)
+
+
+def test_python_names_are_cli_aliases_and_phases_need_verbose(corpus, tmp_path):
+    p = tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", tmp_path / "i",
+            "--codec", "residual", "--residual-nbits", 4, "--n-centroids", 32, "--no-estimate", "--device", "cpu",
+            "--no-progress", check=True)
+    assert "kmeans" not in p.stderr and "tokens/s)" in p.stderr
+    info = tms("info", "--index", tmp_path / "i", check=True).stdout
+    assert "residual_nbits\t4" in info and "centroids\t32" in info
+    p = tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", tmp_path / "j",
+            "--centroids", 32, "--no-estimate", "--device", "cpu", "--no-progress", "--verbose", check=True)
+    assert "kmeans " in p.stderr and "encode+write " in p.stderr
