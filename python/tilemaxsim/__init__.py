@@ -14,6 +14,7 @@ long call releases the GIL; a search is split into batches, so Ctrl-C stops it b
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 
@@ -190,7 +191,12 @@ def _metadata(metadata, metadata_types):
     return objects, metadata_types or ""
 
 
-def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=False, device="auto",
+def _progress(progress):
+    """Progress bars: as asked, or (None) when standard error is a terminal."""
+    return sys.stderr.isatty() if progress is None else bool(progress)
+
+
+def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=None, device="auto",
                 metadata=None, metadata_types=None, estimate=True, estimate_sample=None, **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
     model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`).
@@ -200,14 +206,15 @@ def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, pro
     Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
     With keep_vectors, the build ends by measuring its recall (estimate_recall; on
     `estimate_sample`, queries of your own, when given) unless estimate=False. Returns the
-    build's counts. fast-plaid's `nbits` is accepted for residual_nbits."""
+    build's counts. fast-plaid's `nbits` is accepted for residual_nbits. progress: bars on
+    standard error (None: when it is a terminal)."""
     options = _unalias(options, BUILD_ALIASES, "build_index")
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
     tokens, dtype, lens = _documents(documents, lengths)
     counts = _core.build_index(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)) if ids is not None else [],
-                               json.dumps(options), overwrite, progress, device,
+                               json.dumps(options), overwrite, _progress(progress), device,
                                *_metadata(metadata, metadata_types))
     if estimate and options.get("keep_vectors"):
         estimate_recall(path, device=device, sample=estimate_sample)
@@ -227,13 +234,13 @@ def estimate_recall(path, queries=0, device="auto", *, sample=None):
     return _core.estimate_recall(str(path), queries, device, q, dtype, [] if lens is None else list(lens))
 
 
-def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=False, metadata=None,
+def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=None, metadata=None,
                   metadata_types=None):
     """Adds documents (as build_index takes them, metadata too) with their external ids to the
     index at `path`, in one commit; replace=True replaces documents whose ids it already holds
     (without it, such an id is a ValueError and nothing is added)."""
     tokens, dtype, lens = _documents(documents, lengths)
-    _core.add_documents(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)), replace, progress,
+    _core.add_documents(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)), replace, _progress(progress),
                         *_metadata(metadata, metadata_types))
 
 

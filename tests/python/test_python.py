@@ -430,3 +430,28 @@ def test_peer_names_add_with_metadata_and_counts(corpus, tmp_path):
     assert s.delete(["new0"]) == 0
     with pytest.raises(KeyError, match="no document 'never'"):
         s.delete(["never"])
+
+
+@pytest.mark.parametrize("progress,shown", [(None, True), (False, False)])
+def test_builds_show_progress_on_a_terminal_by_default(tmp_path, progress, shown):
+    import pty
+
+    code = ("import numpy as np, tilemaxsim; rng = np.random.default_rng(0); "
+            "docs = [rng.standard_normal((20, 64)).astype(np.float32) for _ in range(40)]; "
+            f"tilemaxsim.build_index({str(tmp_path / 'i')!r}, docs, n_centroids=8, codec='residual', "
+            f"progress={progress!r})")
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=slave, stdout=subprocess.DEVNULL)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=120) == 0, out
+    assert (b"k-means" in out) == shown, out
