@@ -128,8 +128,10 @@ tms::QueryBatch query_batch(const py::array& q, const std::string& dtype, const 
 class PySearcher {
 public:
     PySearcher(const std::string& path, const std::string& device, bool load_vectors, int threads, bool progress,
-               const std::string& vectors) {
+               const std::string& vectors, int64_t filter_time_ms, int64_t filter_max_bytes) {
         tms::SearcherOptions o;
+        o.filter_time_ms = filter_time_ms;
+        o.filter_max_bytes = filter_max_bytes;
         check(tms::ParseDeviceList(device, &o));
         check(tms::ParseVectorTier(vectors, &o.vectors));
         o.load_vectors = load_vectors;
@@ -341,6 +343,13 @@ PYBIND11_MODULE(_core, m) {
         d["target_recall"] = o.target_recall;
         return d;
     });
+    m.def("searcher_defaults", [] {  // SearcherOptions' defaults that Searcher's keywords expose
+        const tms::SearcherOptions o;
+        py::dict d;
+        d["filter_time_ms"] = o.filter_time_ms;
+        d["filter_max_bytes"] = o.filter_max_bytes;
+        return d;
+    });
     m.def(
         "estimate_recall",
         [](const std::string& path, int queries, const std::string& device, const py::object& sample,
@@ -390,8 +399,9 @@ PYBIND11_MODULE(_core, m) {
         return info_dict(i);
     });
     py::class_<PySearcher>(m, "Searcher")
-        .def(py::init<const std::string&, const std::string&, bool, int, bool, const std::string&>(), py::arg("path"),
-             py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"), py::arg("vectors"))
+        .def(py::init<const std::string&, const std::string&, bool, int, bool, const std::string&, int64_t, int64_t>(),
+             py::arg("path"), py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"),
+             py::arg("vectors"), py::arg("filter_time_ms"), py::arg("filter_max_bytes"))
         .def("search", &PySearcher::search)
         .def("rerank", &PySearcher::rerank)
         .def("document_vectors", &PySearcher::document_vectors)

@@ -260,16 +260,20 @@ def index_info(path):
 class Searcher:
     """An opened index. device: "auto" (GPUs when present), "cpu", "gpu" / "all", or GPUs "0,1".
     vectors: where the stored fp16 vectors live, "auto", "gpu", "host", "disk" or "none" (tms
-    search --vectors).
+    search --vectors). filter_time_ms, filter_max_bytes: the bounds of a filter's evaluation (None:
+    the engine's, 5 s and 16 MiB; past either a search with a filter raises ValueError).
 
     search() and rerank() return (ids, scores): per query a list of external ids and a float32
     array of their scores, best first."""
 
     def __init__(self, path, device="auto", *, load_vectors=True, threads=0, progress=False, batch=256,
-                 vectors="auto"):
+                 vectors="auto", filter_time_ms=None, filter_max_bytes=None):
         self.path = str(path)
+        d = _core.searcher_defaults()
+        limits = {name: _count(d[name] if v is None else v, name, 1, hi) for name, v, hi in
+                  (("filter_time_ms", filter_time_ms, 2**62), ("filter_max_bytes", filter_max_bytes, 2**31 - 1))}
         self._open = dict(device=device, load_vectors=load_vectors, threads=threads, progress=progress,
-                          vectors=vectors)
+                          vectors=vectors, **limits)
         self.batch = _count(batch, "batch", 1)
         self._reopen()
 
@@ -367,4 +371,4 @@ class Searcher:
     def _reopen(self):
         o = self._open
         self._s = _core.Searcher(self.path, o["device"], o["load_vectors"], o["threads"], o["progress"],
-                                 o["vectors"])
+                                 o["vectors"], o["filter_time_ms"], o["filter_max_bytes"])

@@ -455,3 +455,20 @@ def test_builds_show_progress_on_a_terminal_by_default(tmp_path, progress, shown
     os.close(master)
     assert p.wait(timeout=120) == 0, out
     assert (b"k-means" in out) == shown, out
+
+
+def test_filter_limits_are_settable(tmp_path, corpus):
+    idx = tmp_path / "f"
+    docs = corpus["docs"][:40]
+    tilemaxsim.build_index(idx, docs, n_centroids=8, codec="residual", estimate=False,
+                           metadata=[{"note": "a" * (1 << 20)} for _ in range(40)])
+    q = corpus["queries"][:2]
+    s = tilemaxsim.Searcher(idx, "cpu", filter_max_bytes=1 << 20)
+    with pytest.raises(ValueError, match="filter: a value longer than 1048576 bytes"):
+        s.search(q, k=3, filter="length(note || note) > 0")
+    s = tilemaxsim.Searcher(idx, "cpu", filter_time_ms=50)
+    with pytest.raises(ValueError, match="filter: ran longer than 50 ms"):
+        s.search(q, k=3, filter="note LIKE '%" + "a" * 3000 + "b%'")
+    assert len(tilemaxsim.Searcher(idx, "cpu").search(q, k=3, filter="note LIKE 'a%'")[0][0]) == 3
+    with pytest.raises(ValueError, match="filter_time_ms must be in"):
+        tilemaxsim.Searcher(idx, "cpu", filter_time_ms=0)
