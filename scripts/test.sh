@@ -9,5 +9,7 @@ scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES=90a "$@"
 # PyLate from PyPI, for the adapter's test against PyLate itself.
 scripts/pylate_env.sh
 ctest --test-dir build -L cpu --output-on-failure -j"$(nproc)" --timeout 1200
+# The CPU wheel, installed into a fresh environment that cannot see the libraries it bundles.
+scripts/wheel.sh --test
 # The parsers under libFuzzer, unit and CLI tests under ASan + UBSan (clang): a few minutes.
 scripts/fuzz.sh 10

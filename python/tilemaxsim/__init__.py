@@ -18,7 +18,10 @@ import sys
 
 import numpy as np
 
-from . import _core
+from . import _build_config, _libs
+
+_libs.preload_cuda_libraries(_build_config.CUDA)
+from . import _core  # noqa: E402  (after cuBLAS is loaded)
 from ._core import Error, __version__
 
 __all__ = ["__version__", "Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
