@@ -219,12 +219,17 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
     if (st.ok() && s->rank_ == 0) {
         const Status est = ReadRecallEstimate(path, &s->estimate_);
         if (!est.ok() && est.code() != Status::Code::kNotFound) st = est;
-        s->tune_ = est.ok() && opts.load_vectors && opts.vectors != VectorTier::kNone && !s->estimate_.points.empty();
+        s->vectors_ = s->local_ && !s->local_->placement().empty() &&
+                      s->local_->placement()[0].vectors != VectorTier::kNone;
+        s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
     }
     TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
     // The whole index's documents and centroids (they size the search's chunks on every rank).
     int64_t docs = s->local_ ? s->local_->info().n_docs : 0, cents = s->local_ ? s->local_->info().n_centroids : 0;
     s->ch_->AllReduce(&docs, 1, MPI_SUM, "summing the ranks' documents");
+    int64_t live = s->local_ ? s->local_->info().n_docs - s->local_->info().n_deleted : 0;
+    s->ch_->AllReduce(&live, 1, MPI_SUM, "summing the ranks' live documents");
+    s->live_docs_ = live;
     s->ch_->AllReduce(&cents, 1, MPI_MAX, "sharing the centroid count");
     s->n_docs_ = docs;
     s->n_centroids_ = int(cents);
@@ -237,7 +242,8 @@ Status MpiSearcher::SearchBatches(
     const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch) {
     Setup su;
     if (rank_ == 0) {
-        const SearchOptions t = tune_ ? ApplyTargetRecall(estimate_, opts) : opts;
+        const SearchOptions t =
+            PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_, opts);
         su.n_queries = q.n_queries;
         su.q_tokens = q.q_tokens;
         su.dim = q.dim;
@@ -265,6 +271,7 @@ Status MpiSearcher::SearchBatches(
                                     "metadata (SearchOptions::filter), which every rank evaluates alike");
     }
     SearchOptions o;
+    o.target_recall = 0;  // rank 0 planned the search for the whole index
     o.k = int(su.k);
     o.exhaustive = su.exhaustive != 0;
     o.nprobe = int(su.nprobe);

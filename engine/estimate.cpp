@@ -27,7 +27,9 @@
 namespace tms {
 namespace {
 
-// (nprobe, ncandidates, rerank) measured after SearchOptions' default setting, cheapest first.
+// (nprobe, ncandidates, rerank) measured before SearchOptions' default setting (for targets below
+// the default one) and after it, cheapest first.
+constexpr int kCheaper[][3] = {{2, 128, 32}, {4, 256, 64}, {6, 512, 128}};
 constexpr int kDeeper[][3] = {{12, 2048, 512}, {16, 4096, 1024}, {24, 8192, 2048}, {32, 16384, 4096}};
 
 // A recall past which the ladder stops (deeper points would cost more and measure the same).
@@ -189,9 +191,21 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
     return Status::OK();
 }
 
-const RecallPoint* RecallEstimate::For(double target) const {
+const RecallPoint* RecallEstimate::Default() const {
+    const SearchOptions d;
     for (const RecallPoint& p : points)
-        if (p.recall >= target) return &p;
+        if (p.nprobe == d.nprobe && p.ncandidates == d.ncandidates && p.rerank == d.rerank) return &p;
+    return nullptr;
+}
+
+const RecallPoint* RecallEstimate::For(double target) const {
+    // From the default target up, the defaults are the floor: pseudo-queries can rate a corpus
+    // easier than its real queries find it (BENCHMARKS.md, "Recall estimate"), and the default
+    // search does not trade recall for speed on that estimate alone; a lower target asks to.
+    const RecallPoint* d = Default();
+    const size_t first = d != nullptr && target >= SearchOptions().target_recall ? size_t(d - points.data()) : 0;
+    for (size_t i = first; i < points.size(); ++i)
+        if (points[i].recall >= target) return &points[i];
     return points.empty() ? nullptr : &points.back();
 }
 
@@ -233,7 +247,10 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     std::vector<std::vector<SearchHit>> truth, got;
     TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
     const SearchOptions defaults;
-    std::vector<std::array<int, 3>> ladder{{defaults.nprobe, defaults.ncandidates, defaults.rerank}};
+    std::vector<std::array<int, 3>> ladder;
+    for (const auto& l : kCheaper) ladder.push_back({l[0], l[1], l[2]});
+    ladder.push_back({defaults.nprobe, defaults.ncandidates, defaults.rerank});
+    const size_t n_first = ladder.size();  // measured whatever they reach: they include the defaults
     for (const auto& l : kDeeper) ladder.push_back({l[0], l[1], l[2]});
     for (const auto& l : ladder) {
         SearchOptions a;
@@ -255,7 +272,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
             ++counted;
         }
         e.points.push_back({l[0], l[1], l[2], counted ? sum / counted : 1.0});
-        if (e.points.back().recall >= kEnough) break;  // deeper settings cannot do better
+        if (e.points.size() >= n_first && e.points.back().recall >= kEnough) break;  // deeper cannot do better
     }
     nlohmann::json j;
     j["queries"] = e.queries;
@@ -309,6 +326,14 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
     }
     *out = std::move(e);
     return Status::OK();
+}
+
+SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, const SearchOptions& opts) {
+    if (opts.exhaustive || !(opts.target_recall > 0)) return opts;
+    SearchOptions o = est != nullptr && vectors ? ApplyTargetRecall(*est, opts) : opts;
+    // Reranking every live document exactly is exhaustive search plus the candidate stages' cost.
+    if (vectors && o.rerank > 0 && live_docs <= int64_t(o.rerank)) o.exhaustive = true;
+    return o;
 }
 
 SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts) {

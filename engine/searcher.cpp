@@ -65,8 +65,7 @@ public:
                   SearchTimings* timings) const override {
         kernels::SetThreads();  // the caller's thread runs the parallel regions
         TMS_RETURN_IF_ERROR(check_finite(q));
-        // The index's measured settings for the target recall (with the vectors it was measured with).
-        const SearchOptions opts = tune_ ? ApplyTargetRecall(estimate_, given) : given;
+        const SearchOptions opts = Plan(given);
         // Per-query sets name queries by their place in the caller's batch: they go alone.
         const bool per_query = opts.allow && opts.allow->rows > 1;
         if (gather_ && !per_query && q.n_queries > 0 && q.n_queries < kGatherMax) {
@@ -88,6 +87,11 @@ public:
     // callers arriving during it make the next batch; a lone caller starts at once. Each wait
     // is woken alone (a request's own condition, the leader's): with many callers a shared
     // condition would wake every waiter at every arrival.
+    SearchOptions Plan(const SearchOptions& given) const override {
+        // The index's measured settings for the target recall (with the vectors it was measured with).
+        return PlanSearch(tune_ ? &estimate_ : nullptr, info_.n_docs - info_.n_deleted, vectors_, given);
+    }
+
     static constexpr int kGatherMax = 256;  // requests of this many queries or more go alone
     struct Request {
         const QueryBatch* q;
@@ -422,6 +426,7 @@ public:
     std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
     RecallEstimate estimate_;  // the index's, when it has one
     bool tune_ = false;        // estimate_ applies: it has points and the vectors are loaded
+    bool vectors_ = false;     // the vectors are loaded (exhaustive search can run)
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
     bool gather_ = true;  // SearcherOptions::gather
@@ -735,7 +740,8 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     if (s->device_ == Device::kGpu) trace.Mark("gpu upload and warm-up");
     const Status est = ReadRecallEstimate(path, &s->estimate_);
     if (!est.ok() && est.code() != Status::Code::kNotFound) return est;
-    s->tune_ = est.ok() && tier != VectorTier::kNone && !s->estimate_.points.empty();
+    s->vectors_ = tier != VectorTier::kNone;
+    s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
     *out = std::move(s);
     return Status::OK();
 }

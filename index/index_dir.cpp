@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. Index directories: marker, locks, replacement, leftovers.
 #include "index/index_dir.h"
 #include "tilemaxsim/io.h"
+#include "base/log.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -345,13 +346,13 @@ void RecoverLeftovers(const fs::path& target) {
             fs::rename(dir, target, ec);
             if (!ec) {
                 SyncDir(parent);
-                std::fprintf(stderr, "tms: %s: restored from %s (an interrupted replacement)\n", target.c_str(),
+                Logf(LogLevel::kWarning, "tms: %s: restored from %s (an interrupted replacement)\n", target.c_str(),
                              dir.filename().c_str());
                 continue;
             }
         }
         if (RemoveIndexDir(dir)) {
-            std::fprintf(stderr, "tms: removed %s, left by an interrupted %s\n", dir.c_str(),
+            Logf(LogLevel::kWarning, "tms: removed %s, left by an interrupted %s\n", dir.c_str(),
                          kind == Leftover::kBuild ? "build" : "replacement");
         }
     }

@@ -24,6 +24,7 @@
 
 #include "index/gpu_assign.h"
 #include "index/index_data.h"
+#include "base/log.h"
 #include "base/progress.h"
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cpu/simd.h"
@@ -522,7 +523,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     if (gpu) (void)gpu->PinHost(train.get(), size_t(n_train) * dim * sizeof(float));  // read 5 times
     const bool say = opts.progress && StderrIsTerminal();
     if (say) {
-        std::fprintf(stderr, "k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
+        Logf(LogLevel::kInfo, "k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
                      static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
     }
     {
@@ -566,7 +567,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     // 3. Train the codec on the residuals of its sample.
     t0 = std::chrono::steady_clock::now();
     {
-        if (say) std::fprintf(stderr, "training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
+        if (say) Logf(LogLevel::kInfo, "training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
                               static_cast<long long>(n_codec));
         std::vector<uint32_t> ta(n_codec);
         if (gpu) {

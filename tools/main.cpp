@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <unordered_map>
 
+#include "base/log.h"
 #include "base/memory.h"
 #include "base/progress.h"
 #include "tilemaxsim/tilemaxsim.h"
@@ -253,11 +254,11 @@ tms::Status read_subset(const std::string& path, const tms::Searcher& s, const s
         else (*rows)[tabbed ? row[i] : 0].push_back(internal[i]);
     }
     if (!quiet && unknown > 0) {
-        std::fprintf(stderr, "tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
+        tms::Logf(tms::LogLevel::kWarning, "tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
                      path.c_str(), (long long)unknown, ids.size());
     }
     if (!quiet && unknown_queries > 0) {
-        std::fprintf(stderr, "tms search: %s: %lld lines name queries not among the queries: ignored\n", path.c_str(),
+        tms::Logf(tms::LogLevel::kWarning, "tms search: %s: %lld lines name queries not among the queries: ignored\n", path.c_str(),
                      (long long)unknown_queries);
     }
     return tms::Status::OK();
@@ -316,31 +317,35 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     *qps = secs > 0 ? nq / secs : 0;
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
     if (!quiet) {
-        std::fprintf(stderr, "tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
+        tms::Logf(tms::LogLevel::kInfo, "tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
-        std::fprintf(stderr, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
+        tms::Logf(tms::LogLevel::kInfo, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
                      phase.scoring, phase.rerank);
-        tms::RecallEstimate est;
-        if (!a.opts.exhaustive && a.vectors != "none" && tms::ReadRecallEstimate(a.index, &est).ok() &&
-            !est.points.empty()) {
-            const tms::SearchOptions t = tms::ApplyTargetRecall(est, a.opts);
-            std::fprintf(stderr,
-                         "tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d (the index's "
-                         "estimate)\n",
-                         a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank);
+        if (!a.opts.exhaustive) {
+            const tms::SearchOptions t = searcher->Plan(a.opts);
+            if (t.exhaustive) {
+                tms::Logf(tms::LogLevel::kInfo, "tms search: exhaustive: the index's %lld live documents are within the %d "
+                                     "reranked exactly (--target-recall 0 searches approximately)\n",
+                             (long long)(searcher->info().n_docs - searcher->info().n_deleted), t.rerank);
+            } else if (a.opts.target_recall > 0) {
+                tms::Logf(tms::LogLevel::kInfo, "tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s\n",
+                             a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank,
+                             t.nprobe != a.opts.nprobe || t.ncandidates != a.opts.ncandidates || t.rerank != a.opts.rerank
+                                 ? " (the index's estimate)" : "");
+            }
         }
         int64_t vbytes = 0;
         for (const tms::ShardPlacement& p : searcher->placement()) vbytes += p.vector_bytes;
         const tms::VectorTier tier =
             searcher->placement().empty() ? tms::VectorTier::kNone : searcher->placement()[0].vectors;
-        std::fprintf(stderr, "tms search: vectors %s (%.2f GB)\n", tms::VectorTierName(tier), double(vbytes) / 1e9);
+        tms::Logf(tms::LogLevel::kInfo, "tms search: vectors %s (%.2f GB)\n", tms::VectorTierName(tier), double(vbytes) / 1e9);
         if (searcher->placement().size() > 1) {
             std::string where;
             for (const tms::ShardPlacement& p : searcher->placement()) {
                 where += (where.empty() ? "" : ", ") + std::to_string(p.shard) + ":" +
                          (p.device == tms::Device::kGpu ? "gpu " + std::to_string(p.gpu) : std::string("cpu"));
             }
-            std::fprintf(stderr, "tms search: %zu shards (%s)\n", searcher->placement().size(), where.c_str());
+            tms::Logf(tms::LogLevel::kInfo, "tms search: %zu shards (%s)\n", searcher->placement().size(), where.c_str());
         }
     }
     return tms::Status::OK();
@@ -389,14 +394,14 @@ tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
     prog.Done();
     const double secs = tms::SecondsSince(t0);
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
-    std::fprintf(stderr, "tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched,
+    tms::Logf(tms::LogLevel::kInfo, "tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched,
                  nq, (long long)n_cand, secs, tms::DeviceName(searcher->device()), a.out.c_str());
     if (unknown > 0) {
-        std::fprintf(stderr, "tms rerank: %lld candidates are not in the index (or deleted): dropped\n",
+        tms::Logf(tms::LogLevel::kWarning, "tms rerank: %lld candidates are not in the index (or deleted): dropped\n",
                      (long long)unknown);
     }
     if (matched < run.size()) {
-        std::fprintf(stderr, "tms rerank: %zu queries of the run are not among the queries: ignored\n",
+        tms::Logf(tms::LogLevel::kWarning, "tms rerank: %zu queries of the run are not among the queries: ignored\n",
                      run.size() - matched);
     }
     return tms::Status::OK();
@@ -453,10 +458,10 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
     const tms::MpiSearchStats& m = ms->stats();
     const double per = m.batches ? 1e6 / double(m.batches) : 0;
-    std::fprintf(stderr, "tms search: %d queries in %.3f s (%.1f queries/s, %d ranks, %d shards%s) -> %s\n", nq, secs,
+    tms::Logf(tms::LogLevel::kInfo, "tms search: %d queries in %.3f s (%.1f queries/s, %d ranks, %d shards%s) -> %s\n", nq, secs,
                  secs > 0 ? nq / secs : 0.0, size, ms->n_shards(), a.opts.exhaustive ? ", exhaustive" : "",
                  a.out.c_str());
-    std::fprintf(stderr,
+    tms::Logf(tms::LogLevel::kInfo,
                  "tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us (cuts %.0f us), gather %.0f us, "
                  "merge %.0f us (%lld batches)\n",
                  m.broadcast_s * per, m.search_s * per, m.cut_s * per, m.gather_s * per, m.merge_s * per,
@@ -487,9 +492,11 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--vectors", a->vectors, kVectorsHelp)->capture_default_str();
     c->add_option("--stream-mib", a->stream_mib, kStreamHelp)->capture_default_str()->check(CLI::Range(1, 1 << 20));
     c->add_option("--target-recall", a->opts.target_recall,
-                  "With the index's recall estimate (tms index --keep-vectors): --nprobe, --ncandidates and "
-                  "--rerank, where not given, from the cheapest measured setting whose estimated recall@10 "
-                  "reaches this (0: the defaults as they are)")
+                  "The speed/recall knob. With the index's recall estimate (tms index --keep-vectors): --nprobe, "
+                  "--ncandidates and --rerank, where not given, from the cheapest measured setting whose "
+                  "estimated recall@10 reaches this (below the default target also settings cheaper than the "
+                  "defaults, e.g. 0.9); an index of no more live documents than --rerank is searched "
+                  "exhaustively (cheaper and exact). 0: the settings exactly as given")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
     c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
@@ -563,7 +570,8 @@ tms::Status print_info(const std::string& path) {
     const tms::Status est = tms::ReadRecallEstimate(path, &e);
     if (!est.ok() && est.code() != tms::Status::Code::kNotFound) return est;
     if (est.ok() && !e.points.empty()) {
-        std::printf("estimated_recall@%d\t%.4f\n", e.k, e.points[0].recall);
+        const tms::RecallPoint* d = e.Default() ? e.Default() : &e.points[0];
+        std::printf("estimated_recall@%d\t%.4f\n", e.k, d->recall);
         std::printf("estimate_queries\t%d %s\n", e.queries, e.sampled ? "sample" : "pseudo");
         for (const tms::RecallPoint& p : e.points) {
             std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates,
@@ -635,13 +643,13 @@ tms::Status eval_files(const std::string& run_path, const std::string& qrels_pat
 void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) {
     const tms::RecallPoint* t = e.For(tms::SearchOptions().target_recall);
     if (e.points.empty() || t == nullptr) return;
-    std::fprintf(stderr,
+    tms::Logf(tms::LogLevel::kInfo,
                  "%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
                  "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
-                 who, e.k, e.points[0].recall, e.queries, e.sampled ? "sample queries" : "pseudo-queries", secs,
+                 who, e.k, (e.Default() ? e.Default() : &e.points[0])->recall, e.queries, e.sampled ? "sample queries" : "pseudo-queries", secs,
                  tms::SearchOptions().target_recall, t->nprobe, t->ncandidates, t->rerank, t->recall);
     if (e.points.back().recall < 0.95) {
-        std::fprintf(stderr,
+        tms::Logf(tms::LogLevel::kWarning,
                      "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits (--nbits 4), "
                      "PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
                      who, e.points.back().recall);
@@ -661,28 +669,28 @@ tms::Status estimate_index(const char* who, const std::string& path, const tms::
 // with `estimate`, measures its recall (rank 0).
 tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
                         const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr,
-                        const tms::DocMetadata* metadata = nullptr, const tms::EstimateOptions* estimate = nullptr,
-                        bool verbose = false) {
+                        const tms::DocMetadata* metadata = nullptr, const tms::EstimateOptions* estimate = nullptr) {
     std::unique_ptr<tms::IndexBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
     b->SetGroup(group);
     tms::BuildStats st;
     TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
     if (group && group->rank() != 0) return tms::Status::OK();
-    if (group) std::fprintf(stderr, "tms index: %d ranks\n", group->size());
-    std::fprintf(stderr, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
+    if (group) tms::Logf(tms::LogLevel::kInfo, "tms index: %d ranks\n", group->size());
+    tms::Logf(tms::LogLevel::kInfo, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
                  (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
                  st.code_bytes_per_token, out.c_str());
-    std::string phases;  // with --verbose: where the time went
+    const bool verbose = tms::LogEnabled(tms::LogLevel::kDebug);
+    std::string phases;  // at --log-level debug (tms -v): where the time went
     for (const auto& [name, s] : st.phase_seconds) phases += " " + name + " " + std::to_string(s).substr(0, 5) + "s";
-    std::fprintf(stderr, "tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
+    tms::Logf(tms::LogLevel::kInfo, "tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
                  st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, verbose ? ":" : "",
                  verbose ? phases.c_str() : "");
     if (estimate && o.keep_vectors) {
         // The index is complete and usable whatever happens here: a failed estimate is a warning.
         const tms::Status est = estimate_index("tms index", out, *estimate);
         if (!est.ok()) {
-            std::fprintf(stderr, "tms index: warning: no recall estimate (%s); `tms estimate` measures it later\n",
+            tms::Logf(tms::LogLevel::kWarning, "tms index: warning: no recall estimate (%s); `tms estimate` measures it later\n",
                          est.ToString().c_str());
         }
     }
@@ -767,6 +775,16 @@ int run(int argc, char** argv) {
         return "tms: error: " + std::string(e.what()) + (hint.empty() ? " (see --help)" : hint) + "\n";
     });
     app.set_version_flag("--version", std::string("tms ") + tms::VersionString());
+    // What tms prints on stderr, given before or after the command (fallthrough).
+    std::string log_level;
+    bool quiet = false, verbose = false;
+    app.add_option("--log-level", log_level,
+                   "What tms prints on stderr: error, warning, info (default: summaries, progress bars) or debug "
+                   "(also where a build's time went); the environment's TMS_LOG_LEVEL too")
+        ->check(CLI::IsMember({"error", "warning", "warn", "info", "debug"}));
+    app.add_flag("-q,--quiet", quiet, "Print only warnings and errors (--log-level warning)");
+    app.add_flag("-v,--verbose", verbose, "Print everything (--log-level debug)");
+    app.fallthrough();
 
     // synth
     tms::SynthOptions so;
@@ -797,17 +815,16 @@ int run(int argc, char** argv) {
     idx->add_option("--centroids,--n-centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
         ->check(CLI::Range(0, 1 << 24));
     idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
-    idx->add_option("--nbits,--residual-nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2)")
+    idx->add_option("--nbits,--residual-nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2); implies --codec residual")
         ->check(CLI::IsMember({1, 2, 4}));
     idx->add_option("--shards", shards,
                     "Shards: document ranges with their own stores, loaded and searched in parallel (0 or "
                     "unset: one per 2^28 tokens, so that a corpus that needs several GPUs is spread over them)")
         ->check(CLI::Range(0, tms::kMaxShards));
-    bool keep_vectors = false, overwrite = false, no_progress = false, index_verbose = false;
+    bool keep_vectors = false, overwrite = false, no_progress = false;
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
-    idx->add_flag("--verbose,-v", index_verbose, "Also print each phase of the build and its seconds");
     std::string index_meta, index_meta_types;
     auto* index_meta_opt = idx->add_option("--metadata", index_meta, kMetadataHelp);
     idx->add_option("--metadata-types", index_meta_types, kMetadataTypesHelp)->needs(index_meta_opt);
@@ -1065,6 +1082,17 @@ int run(int argc, char** argv) {
     demo->add_option("--device", demo_device, "auto, cpu or gpu")->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
+    if (quiet + verbose + !log_level.empty() > 1) {
+        std::fprintf(stderr, "tms: error: give one of --log-level, --quiet and --verbose\n");
+        return 2;
+    }
+    if (quiet) tms::SetLogLevel(tms::LogLevel::kWarning);
+    if (verbose) tms::SetLogLevel(tms::LogLevel::kDebug);
+    if (!log_level.empty()) {
+        tms::LogLevel level;
+        (void)tms::ParseLogLevel(log_level, &level);  // checked by IsMember
+        tms::SetLogLevel(level);
+    }
     // Under an address-space limit (ulimit -v) every thread maps a stack, a malloc arena and,
     // at its first product, a BLAS buffer (128 MB in Debian's OpenBLAS), RocksDB starts four
     // threads of its own, and OpenBLAS's workers (one a core but one, started with the library)
@@ -1085,7 +1113,7 @@ int run(int argc, char** argv) {
         tms::Status st = tms::CheckOutputPath(synth_out, tms::OutputKind::kDirectory).WithContext("--out");
         if (st.ok()) st = tms::WriteSynthCorpus(so, synth_out);
         if (!st.ok()) return fail("synth", st);
-        std::fprintf(stderr, "tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
+        tms::Logf(tms::LogLevel::kInfo, "tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
                      so.n_queries, so.dim, tms::SecondsSince(t0), synth_out.c_str());
         return 0;
     }
@@ -1105,7 +1133,14 @@ int run(int argc, char** argv) {
         if (!codec.empty()) io.codec = codec;
         if (n_centroids >= 0) io.n_centroids = n_centroids;
         if (pq_m >= 0) io.pq_m = pq_m;
-        if (nbits >= 0) io.residual_nbits = nbits;
+        if (nbits >= 0) {  // the residual codec's bits: --nbits alone means that codec (fast-plaid's nbits)
+            if (codec == "pq") {
+                return fail("index", tms::Status::InvalidArgument(
+                                         "--nbits is the residual codec's bits per dimension; --codec pq takes --pq-m"));
+            }
+            io.codec = "residual";
+            io.residual_nbits = nbits;
+        }
         if (shards >= 0) io.shards = shards;
         if (keep_vectors) io.keep_vectors = true;
         io.overwrite = overwrite;
@@ -1128,7 +1163,7 @@ int run(int argc, char** argv) {
                 const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
                 index_eo.device = io.device;
                 st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get(),
-                                 no_estimate ? nullptr : &index_eo, index_verbose);
+                                 no_estimate ? nullptr : &index_eo);
             }
             // Rank 0 says why before the job ends: once another rank has exited non-zero, mpirun
             // may end rank 0 at any moment after MPI_Finalize.
@@ -1139,8 +1174,7 @@ int run(int argc, char** argv) {
 #endif
         index_eo.device = io.device;
         tms::Status st =
-            build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(), no_estimate ? nullptr : &index_eo,
-                        index_verbose);
+            build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(), no_estimate ? nullptr : &index_eo);
         return st.ok() ? 0 : fail("index", st);
     }
     if (est->parsed()) {
@@ -1231,7 +1265,7 @@ int run(int argc, char** argv) {
                                                (removed ? " (" + std::to_string(removed) + " replaced)" : "")
                                          : std::to_string(removed) + " deleted";
         if (already_deleted) what += ", " + std::to_string(already_deleted) + " already deleted (skipped)";
-        std::fprintf(stderr, "tms %s: %s in %.2f s; index has %lld live documents -> %s\n", cmd.c_str(), what.c_str(),
+        tms::Logf(tms::LogLevel::kInfo, "tms %s: %s in %.2f s; index has %lld live documents -> %s\n", cmd.c_str(), what.c_str(),
                      tms::SecondsSince(t0), (long long)(u->info().n_docs - u->info().n_deleted), upd_index.c_str());
         return 0;
     }
@@ -1239,7 +1273,7 @@ int run(int argc, char** argv) {
         const auto t0 = Clock::now();
         tms::Status st = tms::CompactIndex(upd_index, true);
         if (!st.ok()) return fail("compact", st);
-        std::fprintf(stderr, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), tms::SecondsSince(t0));
+        tms::Logf(tms::LogLevel::kInfo, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), tms::SecondsSince(t0));
         return 0;
     }
     if (bi->parsed()) {

@@ -22,8 +22,8 @@ struct RecallPoint {
 };
 
 /// The measurement: pseudo-queries (token sets drawn from the index's documents, perturbed)
-/// searched exactly and at a ladder of settings, cheapest first; points[0] is SearchOptions'
-/// default setting. Stored beside the index (estimate.json; `tms compact` keeps it).
+/// searched exactly and at a ladder of settings, cheapest first: a few cheaper than
+/// SearchOptions' default setting, the default (Default()), then deeper ones. Stored beside the index (estimate.json; `tms compact` keeps it).
 struct RecallEstimate {
     int queries = 0;
     /// The queries were EstimateOptions::sample, not pseudo-queries.
@@ -31,8 +31,11 @@ struct RecallEstimate {
     int k = 10;
     std::vector<RecallPoint> points;
     /// The cheapest point whose recall reaches `target`, or the last (the deepest) when none
-    /// does; null without points.
+    /// does; null without points. For targets at or above SearchOptions' default one, only
+    /// points from the default setting on (the defaults are the floor of the default search).
     const RecallPoint* For(double target) const;
+    /// The point of SearchOptions' default setting; null when it was not measured.
+    const RecallPoint* Default() const;
 };
 
 struct EstimateOptions {
@@ -77,5 +80,11 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out);
 /// where it holds SearchOptions' default (a value set otherwise is kept); `opts` as given when
 /// target_recall is 0, when the search is exhaustive or when `est` has no points.
 SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts);
+/// The search a call runs (Searcher::Plan): with target_recall > 0 and not exhaustive, `opts`
+/// with the estimate's setting for the target (ApplyTargetRecall; `est` may be null) when the
+/// vectors are loaded, and then exhaustive when the index's `live_docs` are at most the
+/// documents that setting reranks (exhaustive search scores them all exactly, for less); else
+/// `opts` as given.
+SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, const SearchOptions& opts);
 
 }  // namespace tms

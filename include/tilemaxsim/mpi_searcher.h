@@ -71,11 +71,11 @@ private:
     MpiSearcher() = default;
     std::unique_ptr<dist::Channel> ch_;
     int rank_ = 0, size_ = 1, n_shards_ = 0, n_centroids_ = 0;
-    int64_t n_docs_ = 0;  // of the whole index
+    int64_t n_docs_ = 0, live_docs_ = 0;  // of the whole index (live: not deleted)
     std::vector<int> mine_;
     std::unique_ptr<Searcher> local_;
     RecallEstimate estimate_;  // rank 0 resolves SearchOptions::target_recall with it
-    bool tune_ = false;
+    bool tune_ = false, vectors_ = false;  // vectors_: loaded (exhaustive search can run)
     MpiSearchStats stats_;
 };
 

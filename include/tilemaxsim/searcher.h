@@ -69,6 +69,10 @@ public:
     /// has fewer than k documents (or its candidates, in approximate mode).
     virtual Status Search(const QueryBatch& queries, const SearchOptions& opts,
                           std::vector<std::vector<SearchHit>>* results, SearchTimings* timings = nullptr) const = 0;
+    /// The settings Search runs with `opts` (PlanSearch in estimate.h): target_recall resolved
+    /// against the index's recall estimate, and exhaustive where the index is small enough that
+    /// it is the cheaper search.
+    virtual SearchOptions Plan(const SearchOptions& opts) const = 0;
 
     /// Rerank-only scoring: exact MaxSim (stored vectors, on the device the shards are on) of
     /// each query's given candidates, internal ids (candidates[q]: query q's; duplicates count

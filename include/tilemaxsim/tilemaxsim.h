@@ -6,6 +6,7 @@
 #include "tilemaxsim/index_builder.h"
 #include "tilemaxsim/index_updater.h"
 #include "tilemaxsim/io.h"
+#include "tilemaxsim/log.h"
 #include "tilemaxsim/metadata.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/searcher.h"

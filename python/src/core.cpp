@@ -141,12 +141,9 @@ public:
         check(tms::Searcher::Open(o, path, &s_));
     }
 
-    // subset: allowed external ids, none (no subset), one list (every query) or one per query.
-    py::tuple search(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens, int k,
-                     bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning,
-                     const std::string& filter, double target_recall,
-                     const std::vector<std::vector<std::string>>& subset) {
-        tms::QueryBatch b = query_batch(q, dtype, lens);
+    static tms::SearchOptions search_options(int k, bool exhaustive, int nprobe, int ncandidates, int rerank,
+                                             const std::string& pruning, const std::string& filter,
+                                             double target_recall) {
         tms::SearchOptions o;
         o.k = k;
         o.exhaustive = exhaustive;
@@ -162,6 +159,31 @@ public:
             throw py::value_error("pruning must be probe or interaction, got " + pruning);
         }
         o.pruning = pruning == "probe" ? tms::Pruning::kProbe : tms::Pruning::kInteraction;
+        return o;
+    }
+
+    // The settings a search with these options runs (Searcher::Plan).
+    py::dict plan(int k, bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning,
+                  double target_recall) {
+        const tms::SearchOptions p =
+            s_->Plan(search_options(k, exhaustive, nprobe, ncandidates, rerank, pruning, "", target_recall));
+        py::dict d;
+        d["exhaustive"] = p.exhaustive;
+        d["nprobe"] = p.nprobe;
+        d["ncandidates"] = p.ncandidates;
+        d["rerank"] = p.rerank;
+        d["target_recall"] = p.target_recall;
+        return d;
+    }
+
+    // subset: allowed external ids, none (no subset), one list (every query) or one per query.
+    py::tuple search(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens, int k,
+                     bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning,
+                     const std::string& filter, double target_recall,
+                     const std::vector<std::vector<std::string>>& subset) {
+        tms::QueryBatch b = query_batch(q, dtype, lens);
+        tms::SearchOptions o =
+            search_options(k, exhaustive, nprobe, ncandidates, rerank, pruning, filter, target_recall);
         if (subset.size() > 1 && int64_t(subset.size()) != b.n_queries) {
             throw py::value_error("subset: " + std::to_string(subset.size()) + " lists for " +
                                   std::to_string(b.n_queries) + " queries (one list, or one per query)");
@@ -343,6 +365,12 @@ PYBIND11_MODULE(_core, m) {
         d["target_recall"] = o.target_recall;
         return d;
     });
+    m.def("set_log_level", [](const std::string& level) {
+        tms::LogLevel l;
+        const tms::Status st = tms::ParseLogLevel(level, &l);
+        if (!st.ok()) throw py::value_error(st.message());
+        tms::SetLogLevel(l);
+    });
     m.def("searcher_defaults", [] {  // SearcherOptions' defaults that Searcher's keywords expose
         const tms::SearcherOptions o;
         py::dict d;
@@ -403,6 +431,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("path"), py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"),
              py::arg("vectors"), py::arg("filter_time_ms"), py::arg("filter_max_bytes"))
         .def("search", &PySearcher::search)
+        .def("plan", &PySearcher::plan)
         .def("rerank", &PySearcher::rerank)
         .def("document_vectors", &PySearcher::document_vectors)
         .def("info", &PySearcher::info)

@@ -5,6 +5,9 @@
     s = tilemaxsim.Searcher("idx")
     ids, scores = s.search(queries, k=10)                              # [n_queries, tokens, dim]
     ids, scores = s.rerank(queries, [["doc3", "doc9"], ...])          # exact MaxSim of given candidates
+    # or text, through any encoder with PyLate's encode(texts, is_query=...):
+    tilemaxsim.build_index("idx", texts=passages, ids=ids, model=model, keep_vectors=True)
+    ids, scores = tilemaxsim.Searcher("idx").search_text(["what is maxsim?"], model, k=10)
 
 Documents and queries may be numpy arrays (float32, float16; bfloat16 as ml_dtypes'), torch
 tensors (CPU or CUDA; bfloat16 too) or nested lists. Errors raise ValueError (bad input),
@@ -25,9 +28,16 @@ from . import _core  # noqa: E402  (after cuBLAS is loaded)
 from ._core import Error, __version__
 
 __all__ = ["__version__", "Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
-           "search_defaults", "estimate_recall"]
+           "search_defaults", "estimate_recall", "encode", "set_log_level"]
 
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
+
+
+def set_log_level(level):
+    """What the engine prints on stderr: "error", "warning", "info" (the default: summaries and,
+    on a terminal, progress bars) or "debug" (also where a build's time went). The environment's
+    TMS_LOG_LEVEL sets it at import."""
+    _core.set_log_level(str(level))
 
 # The peers' names (fast-plaid, PyLate) for the same options, accepted as aliases.
 BUILD_ALIASES = {"nbits": "residual_nbits"}
@@ -194,27 +204,80 @@ def _metadata(metadata, metadata_types):
     return objects, metadata_types or ""
 
 
+def _texts(texts, what):
+    """Texts as a list of str: a single str is one text, never its characters."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__"):
+        raise TypeError(f"{what}: expected a str or an iterable of str, got {type(texts).__name__}")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{what}[{i}]: expected a str, got {type(t).__name__}")
+    if not texts:
+        raise ValueError(f"{what}: no texts")
+    return texts
+
+
+def encode(model, texts, is_query):
+    """Token embeddings of `texts` from `model`: any object with PyLate's
+    `encode(texts, is_query=...)` (pylate.models.ColBERT, or an encoder of your own) returning one
+    [tokens, dim] array or tensor per text (a padded [n, tokens, dim] batch is split by text)."""
+    if not callable(getattr(model, "encode", None)):
+        raise TypeError(f"model: expected an encoder with encode(texts, is_query=...) (e.g. pylate.models.ColBERT), "
+                        f"got {type(model).__name__}")
+    texts = _texts(texts, "queries" if is_query else "texts")
+    out = model.encode(texts, is_query=is_query)
+    if _is_torch(out) or isinstance(out, np.ndarray):
+        out = [out[i] for i in range(out.shape[0])] if getattr(out, "ndim", 0) == 3 and out.dtype != object else list(out)
+    out = list(out)
+    if len(out) != len(texts):
+        raise ValueError(f"model.encode returned {len(out)} embeddings for {len(texts)} texts")
+    return out
+
+
+def _documents_or_texts(documents, texts, model, what):
+    """The documents' embeddings: given, or encoded from `texts` by `model` (one of the two)."""
+    if texts is None and model is None:
+        if documents is None:
+            raise TypeError(f"{what}: give documents (embeddings), or texts= and model=")
+        return documents
+    if documents is not None:
+        raise TypeError(f"{what}: give documents or texts=, not both")
+    if texts is None or model is None:
+        raise TypeError(f"{what}: texts= needs model= (an encoder with encode(texts, is_query=...)) and the other way round")
+    return encode(model, texts, is_query=False)
+
+
 def _progress(progress):
     """Progress bars: as asked, or (None) when standard error is a terminal."""
     return sys.stderr.isatty() if progress is None else bool(progress)
 
 
-def build_index(path, documents, ids=None, lengths=None, *, overwrite=False, progress=None, device="auto",
-                metadata=None, metadata_types=None, estimate=True, estimate_sample=None, **options):
+def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, model=None, overwrite=False,
+                progress=None, device="auto", metadata=None, metadata_types=None, estimate=True, estimate_sample=None,
+                **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
-    model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`).
+    model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`), or
+    from `texts` encoded by `model` (anything with PyLate's encode(texts, is_query=...)).
     `ids`: external ids (default "0".."n-1"). `metadata`: a dict of attributes per document (in
     document order, or each naming its document by "id"), which Searcher.search(filter=...)
     filters by; `metadata_types`: declared column types ({"year": "integer"}; others inferred).
     Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
     With keep_vectors, the build ends by measuring its recall (estimate_recall; on
     `estimate_sample`, queries of your own, when given) unless estimate=False. Returns the
-    build's counts. fast-plaid's `nbits` is accepted for residual_nbits. progress: bars on
+    build's counts. fast-plaid's `nbits` is accepted for residual_nbits (either chooses the residual
+    codec). progress: bars on
     standard error (None: when it is a terminal)."""
     options = _unalias(options, BUILD_ALIASES, "build_index")
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
+    if "residual_nbits" in options:  # the residual codec's bits: alone, they choose that codec (fast-plaid's nbits)
+        if options.setdefault("codec", "residual") != "residual":
+            raise ValueError(f"residual_nbits (nbits) is the residual codec's bits per dimension; codec={options['codec']!r} "
+                             "takes pq_m and pq_nbits")
+    documents = _documents_or_texts(documents, texts, model, "build_index")
     tokens, dtype, lens = _documents(documents, lengths)
     counts = _core.build_index(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)) if ids is not None else [],
                                json.dumps(options), overwrite, _progress(progress), device,
@@ -237,11 +300,15 @@ def estimate_recall(path, queries=0, device="auto", *, sample=None):
     return _core.estimate_recall(str(path), queries, device, q, dtype, [] if lens is None else list(lens))
 
 
-def add_documents(path, documents, ids, lengths=None, *, replace=False, progress=None, metadata=None,
-                  metadata_types=None):
-    """Adds documents (as build_index takes them, metadata too) with their external ids to the
-    index at `path`, in one commit; replace=True replaces documents whose ids it already holds
-    (without it, such an id is a ValueError and nothing is added)."""
+def add_documents(path, documents=None, ids=None, lengths=None, *, texts=None, model=None, replace=False, progress=None,
+                  metadata=None, metadata_types=None):
+    """Adds documents (as build_index takes them: embeddings, or texts= with model=; metadata
+    too) with their external ids to the index at `path`, in one commit; replace=True replaces
+    documents whose ids it already holds (without it, such an id is a ValueError and nothing is
+    added)."""
+    if ids is None:
+        raise TypeError("add_documents: ids= is required (one external id per document)")
+    documents = _documents_or_texts(documents, texts, model, "add_documents")
     tokens, dtype, lens = _documents(documents, lengths)
     _core.add_documents(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)), replace, _progress(progress),
                         *_metadata(metadata, metadata_types))
@@ -305,22 +372,14 @@ class Searcher:
         expression over the metadata ("tenant = 7 AND year >= 2024"; values are bound, never
         pasted into SQL); subset: the external ids a search may return, one iterable for every
         query or a list of one per query. Both apply before scoring (not to the top-k).
-        target_recall: with the index's recall estimate (build_index(keep_vectors=True) measures
-        it), nprobe, ncandidates and rerank left at None come from the cheapest measured setting
-        that reaches it (0: the defaults as they are). fast-plaid's names are accepted too: top_k
-        (k), n_ivf_probe (nprobe), n_full_scores (ncandidates)."""
-        unknown = sorted(set(aliases) - set(SEARCH_ALIASES))
-        if unknown:
-            raise TypeError(f"search() got an unexpected keyword argument {unknown[0]!r}")
-        named = {n: v for n, v in (("k", k), ("nprobe", nprobe), ("ncandidates", ncandidates)) if v is not None}
-        named = _unalias({**named, **aliases}, SEARCH_ALIASES, "search")
-        k, nprobe, ncandidates = named.get("k", 10), named.get("nprobe"), named.get("ncandidates")
-        d = search_defaults()
-        pick = lambda v, name: d[name] if v is None else v
-        k = _count(k, "k", 1)
-        args = (_count(pick(nprobe, "nprobe"), "nprobe", 1), _count(pick(ncandidates, "ncandidates"), "ncandidates"),
-                _count(pick(rerank, "rerank"), "rerank"), pick(pruning, "pruning"), filter or "",
-                pick(target_recall, "target_recall"))
+        target_recall: the speed/recall knob; with the index's recall estimate
+        (build_index(keep_vectors=True) measures it), nprobe, ncandidates and rerank left at None
+        come from the cheapest measured setting that reaches it (below the default 0.99 also
+        settings cheaper than the defaults); an index of no more documents than the setting
+        reranks is searched exhaustively; plan() returns the setting. 0: as given. fast-plaid's
+        names are accepted too: top_k (k), n_ivf_probe (nprobe), n_full_scores (ncandidates)."""
+        k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
+        args = args[:4] + (filter or "",) + args[4:]
         # subset: one collection of ids (a str is one id), or one collection per query.
         if isinstance(subset, np.ndarray) and subset.ndim == 2:
             subset = list(subset)
@@ -341,6 +400,37 @@ class Searcher:
         return self._batches(queries, lambda q, dt, l, q0: self._s.search(
             q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0])))
 
+    def _options(self, what, k, nprobe, ncandidates, rerank, pruning, target_recall, aliases):
+        """k and the engine's search settings (nprobe, ncandidates, rerank, pruning, target_recall),
+        peers' names resolved and None taken from search_defaults()."""
+        unknown = sorted(set(aliases) - set(SEARCH_ALIASES))
+        if unknown:
+            raise TypeError(f"{what}() got an unexpected keyword argument {unknown[0]!r}")
+        named = {n: v for n, v in (("k", k), ("nprobe", nprobe), ("ncandidates", ncandidates)) if v is not None}
+        named = _unalias({**named, **aliases}, SEARCH_ALIASES, what)
+        k, nprobe, ncandidates = named.get("k", 10), named.get("nprobe"), named.get("ncandidates")
+        d = search_defaults()
+        pick = lambda v, name: d[name] if v is None else v
+        return _count(k, "k", 1), (_count(pick(nprobe, "nprobe"), "nprobe", 1),
+                                   _count(pick(ncandidates, "ncandidates"), "ncandidates"),
+                                   _count(pick(rerank, "rerank"), "rerank"), pick(pruning, "pruning"),
+                                   pick(target_recall, "target_recall"))
+
+    def plan(self, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None, pruning=None,
+             target_recall=None, **aliases):
+        """The settings search() runs with these keywords: {"exhaustive", "nprobe", "ncandidates",
+        "rerank", "target_recall"}, target_recall resolved against the index's recall estimate
+        (a target below the default 0.99 may choose settings cheaper than the defaults), and
+        exhaustive where the index holds no more documents than the setting reranks."""
+        k, (nprobe, ncandidates, rerank, pruning, target_recall) = self._options(
+            "plan", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
+        return self._s.plan(k, exhaustive, nprobe, ncandidates, rerank, pruning, target_recall)
+
+    def search_text(self, queries, model, k=None, **options):
+        """search() of query texts (a str is one query) encoded by `model` (anything with PyLate's
+        encode(texts, is_query=...), e.g. pylate.models.ColBERT); options as search() takes."""
+        return self.search(encode(model, queries, is_query=True), k, **options)
+
     def rerank(self, queries, candidate_ids, k=0, *, skip_unknown=False):
         """Exact MaxSim of each query's candidates (external ids), best first (the best k when
         k > 0): a first stage's (BM25's) results reranked. An id the index does not hold is a
@@ -358,9 +448,11 @@ class Searcher:
         on the device)."""
         return [a.view(np.float16) for a in self._s.document_vectors(_ids(ids, "ids"))]
 
-    def add(self, documents, ids, lengths=None, *, replace=False, metadata=None, metadata_types=None):
-        """Adds documents (and their metadata) to the index (add_documents), then reopens it."""
-        add_documents(self.path, documents, ids, lengths, replace=replace, metadata=metadata,
+    def add(self, documents=None, ids=None, lengths=None, *, texts=None, model=None, replace=False, metadata=None,
+            metadata_types=None):
+        """Adds documents (embeddings, or texts= with model=; and their metadata) to the index
+        (add_documents), then reopens it."""
+        add_documents(self.path, documents, ids, lengths, texts=texts, model=model, replace=replace, metadata=metadata,
                       metadata_types=metadata_types)
         self._reopen()
 

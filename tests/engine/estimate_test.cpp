@@ -38,9 +38,8 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     EXPECT_EQ(e.queries, 64);
     ASSERT_FALSE(e.points.empty());
     const SearchOptions d;
-    EXPECT_EQ(e.points[0].nprobe, d.nprobe);
-    EXPECT_EQ(e.points[0].ncandidates, d.ncandidates);
-    EXPECT_EQ(e.points[0].rerank, d.rerank);
+    ASSERT_NE(e.Default(), nullptr);  // the default setting is measured, cheaper ones before it
+    EXPECT_GT(e.Default() - e.points.data(), 0);
     for (const RecallPoint& p : e.points) EXPECT_TRUE(p.recall >= 0 && p.recall <= 1);
     RecallEstimate back;
     ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
@@ -139,7 +138,8 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
             for (const SearchHit& t : truth[q]) hit += int(h.internal_id == t.internal_id);
         sum += double(hit) / double(truth[q].size());
     }
-    EXPECT_DOUBLE_EQ(e.points[0].recall, sum / double(truth.size()));
+    ASSERT_NE(e.Default(), nullptr);
+    EXPECT_DOUBLE_EQ(e.Default()->recall, sum / double(truth.size()));
     ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
     EXPECT_TRUE(back.sampled);
     s.reset();
@@ -162,6 +162,76 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     st = EstimateRecall((dir2 / "index").string(), eo, &e);
     EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
     EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos);
+}
+
+// One knob: a target below the default one may choose settings cheaper than the defaults, the
+// default target and above never do; a small index is searched exhaustively (PlanSearch).
+TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
+    const SearchOptions d;
+    RecallEstimate e;
+    e.points = {{2, 128, 32, 0.95}, {4, 256, 64, 0.995}, {d.nprobe, d.ncandidates, d.rerank, 0.996},
+                {16, 4096, 1024, 0.999}};
+    ASSERT_EQ(e.Default(), &e.points[2]);
+    EXPECT_EQ(e.For(0.9), &e.points[0]);
+    EXPECT_EQ(e.For(0.98), &e.points[1]);   // below the default target: the curve below the defaults
+    EXPECT_EQ(e.For(d.target_recall), &e.points[2]);  // the default target: the defaults at least
+    EXPECT_EQ(e.For(0.9985), &e.points[3]);
+    EXPECT_EQ(e.For(0.99999), &e.points[3]);  // none reaches it: the deepest
+    SearchOptions o;
+    o.target_recall = 0.9;
+    SearchOptions p = PlanSearch(&e, 1000000, true, o);
+    EXPECT_EQ(p.nprobe, 2);
+    EXPECT_EQ(p.rerank, 32);
+    EXPECT_FALSE(p.exhaustive);
+    EXPECT_EQ(PlanSearch(&e, 1000000, false, o).nprobe, d.nprobe);  // no vectors: the estimate does not apply
+    // At most as many live documents as the plan reranks: exhaustive (with the vectors loaded).
+    EXPECT_TRUE(PlanSearch(&e, 32, true, o).exhaustive);
+    EXPECT_FALSE(PlanSearch(&e, 33, true, o).exhaustive);
+    EXPECT_TRUE(PlanSearch(nullptr, d.rerank, true, d).exhaustive);
+    EXPECT_FALSE(PlanSearch(nullptr, d.rerank, false, d).exhaustive);
+    o.target_recall = 0;  // the settings as given
+    EXPECT_FALSE(PlanSearch(&e, 10, true, o).exhaustive);
+    EXPECT_EQ(PlanSearch(&e, 10, true, o).nprobe, d.nprobe);
+
+    // A small index searched at the defaults returns the exhaustive search's results.
+    SynthOptions so;
+    so.n_docs = 200;
+    so.n_queries = 8;
+    so.dim = 32;
+    IndexBuildOptions bo;
+    bo.progress = false;
+    bo.keep_vectors = true;
+    bo.n_centroids = 16;
+    const fs::path dir = testing::BuildSynthIndex("tms_estimate_small", so, bo);
+    HostArray qa;
+    ASSERT_TRUE(LoadNpy((dir / "queries.npy").string(), &qa).ok());
+    const QueryBatch qb{qa.bytes.data(), DType::kF16, int(qa.shape[0]), int(qa.shape[1]), int(qa.shape[2]), nullptr};
+    SearcherOptions sopt;
+    sopt.device = Device::kCpu;
+    sopt.progress = false;
+    std::unique_ptr<Searcher> s;
+    ASSERT_TRUE(Searcher::Open(sopt, (dir / "index").string(), &s).ok());
+    EXPECT_TRUE(s->Plan(SearchOptions()).exhaustive);
+    SearchOptions ex, approx;
+    ex.exhaustive = true;
+    approx.target_recall = 0;
+    approx.ncandidates = 16;
+    approx.rerank = 10;
+    EXPECT_FALSE(s->Plan(approx).exhaustive);
+    std::vector<std::vector<SearchHit>> by_default, exact, cheap;
+    ASSERT_TRUE(s->Search(qb, SearchOptions(), &by_default).ok());
+    ASSERT_TRUE(s->Search(qb, ex, &exact).ok());
+    ASSERT_TRUE(s->Search(qb, approx, &cheap).ok());
+    bool cheap_differs = false;
+    for (size_t q = 0; q < exact.size(); ++q) {
+        ASSERT_EQ(by_default[q].size(), exact[q].size());
+        for (size_t j = 0; j < exact[q].size(); ++j) {
+            EXPECT_EQ(by_default[q][j].internal_id, exact[q][j].internal_id);
+            EXPECT_EQ(by_default[q][j].score, exact[q][j].score);
+            cheap_differs = cheap_differs || j >= cheap[q].size() || cheap[q][j].score != exact[q][j].score;
+        }
+    }
+    EXPECT_TRUE(cheap_differs) << "16 candidates and no rerank beyond k should not be exact";
 }
 
 // The pseudo-queries' recipes, checked against the corpus they come from: each token a unit

@@ -150,3 +150,21 @@ def test_against_pylates_plaid_on_the_same_embeddings(index, data, tmp_path):
         rows[name] = (recall(got, data["exact"]), len(data["queries"]) / (time.perf_counter() - t0))
     print("\nrecall@5 vs exact, queries/s:", {n: (round(r, 3), round(q, 1)) for n, (r, q) in rows.items()})
     assert rows["tilemaxsim"][0] >= rows["plaid"][0]
+
+
+def test_text_in_through_the_pylate_model(model, data, tmp_path):
+    """build_index(texts=, model=) and Searcher.search_text with PyLate's model give what the
+    embeddings it encodes give."""
+    rng = np.random.default_rng(7)  # the texts of the data fixture
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 9)))) for _ in range(N_DOCS)]
+    queries = [" ".join(rng.choice(WORDS, size=2)) for _ in range(8)]
+    tilemaxsim.build_index(tmp_path / "t", texts=texts, ids=data["ids"], model=model, keep_vectors=True,
+                           n_centroids=16, progress=False)
+    tilemaxsim.build_index(tmp_path / "e", data["docs"], data["ids"], keep_vectors=True, n_centroids=16,
+                           progress=False)
+    by_text = tilemaxsim.Searcher(tmp_path / "t", "cpu").search_text(queries, model, k=K, exhaustive=True)
+    by_emb = tilemaxsim.Searcher(tmp_path / "e", "cpu").search(data["queries"], k=K, exhaustive=True)
+    assert by_text[0] == by_emb[0]
+    np.testing.assert_allclose(np.array(by_text[1]), np.array(by_emb[1]), rtol=1e-5)
+    one = tilemaxsim.Searcher(tmp_path / "t", "cpu").search_text(queries[0], model, k=K, exhaustive=True)
+    assert one[0] == by_emb[0][:1]  # a str is one query

@@ -163,7 +163,10 @@ def test_recall_estimate_is_measured_and_used(corpus):
     assert (corpus["index"] / "estimate.json").exists()  # build_index(keep_vectors=True) measured it
     e = tilemaxsim.estimate_recall(corpus["index"], queries=16, device="cpu")
     assert e["queries"] == 16 and e["k"] == 10
-    assert e["points"][0]["nprobe"] == tilemaxsim.search_defaults()["nprobe"]
+    d = tilemaxsim.search_defaults()
+    default = lambda e: next(p for p in e["points"] if (p["nprobe"], p["ncandidates"], p["rerank"]) ==
+                             (d["nprobe"], d["ncandidates"], d["rerank"]))
+    assert e["points"][0]["nprobe"] < d["nprobe"]  # cheaper settings first, for targets below the default
     assert all(0 <= p["recall"] <= 1 for p in e["points"]) and not e["sample"]
     # A sample of one's own queries: the default point is their recall against exhaustive search.
     e = tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=corpus["queries"])
@@ -171,7 +174,7 @@ def test_recall_estimate_is_measured_and_used(corpus):
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     truth = s.search(corpus["queries"], k=10, exhaustive=True)[0]
     got = s.search(corpus["queries"], k=10, target_recall=0)[0]
-    assert e["points"][0]["recall"] == pytest.approx(np.mean([len(set(t) & set(g)) / len(t) for t, g in zip(truth, got)]))
+    assert default(e)["recall"] == pytest.approx(np.mean([len(set(t) & set(g)) / len(t) for t, g in zip(truth, got)]))
     with pytest.raises(Exception, match="dimension"):
         tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=np.zeros((2, 4, 8), np.float32))
     # The build's own estimate of a sample.
@@ -415,6 +418,10 @@ def test_peer_names_add_with_metadata_and_counts(corpus, tmp_path):
         tilemaxsim.index_info(idx)["build_config"].replace(" ", "")
     with pytest.raises(TypeError, match="'nbits' and 'residual_nbits' name the same option"):
         tilemaxsim.build_index(tmp_path / "x", docs, nbits=2, residual_nbits=4, codec="residual")
+    tilemaxsim.build_index(tmp_path / "nb", docs, nbits=2, n_centroids=8, estimate=False)  # as fast-plaid's create
+    assert tilemaxsim.index_info(tmp_path / "nb")["codec"] == "residual"
+    with pytest.raises(ValueError, match="residual_nbits .nbits. is the residual codec's bits"):
+        tilemaxsim.build_index(tmp_path / "y", docs, nbits=2, codec="pq")
     s = tilemaxsim.Searcher(idx, "cpu")
     q = corpus["queries"][:3]
     a, b = s.search(q, top_k=4, n_ivf_probe=4, n_full_scores=64), s.search(q, k=4, nprobe=4, ncandidates=64)
@@ -472,3 +479,85 @@ def test_filter_limits_are_settable(tmp_path, corpus):
     assert len(tilemaxsim.Searcher(idx, "cpu").search(q, k=3, filter="note LIKE 'a%'")[0][0]) == 3
     with pytest.raises(ValueError, match="filter_time_ms must be in"):
         tilemaxsim.Searcher(idx, "cpu", filter_time_ms=0)
+
+
+class HashEncoder:
+    """An encoder of our own with PyLate's call shape: each word a fixed random unit vector, queries
+    padded with zeros to 8 tokens, returned as one [n, 8, dim] array (what the text path must accept
+    from any model)."""
+
+    def __init__(self, dim=32):
+        self.dim = dim
+
+    def _vec(self, word):
+        v = np.random.default_rng(abs(hash(word)) % 2**32).standard_normal(self.dim).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    def encode(self, texts, is_query=True):
+        out = []
+        for t in texts:
+            vecs = [self._vec(w) for w in t.split()]
+            if is_query:
+                vecs = (vecs + [np.zeros(self.dim, np.float32)] * 8)[:8]
+            out.append(np.stack(vecs))
+        return np.stack(out) if is_query else out
+
+
+def test_text_in_through_any_encoder(tmp_path):
+    words = "red green blue cat dog fish car road train sea sky sun moon star rain snow".split()
+    rng = np.random.default_rng(3)
+    texts = [" ".join([f"word{i}"] + list(rng.choice(words, size=int(rng.integers(3, 8))))) for i in range(80)]
+    model = HashEncoder()
+    path = tmp_path / "idx"
+    tilemaxsim.build_index(path, texts=texts, ids=[f"t{i}" for i in range(80)], model=model, keep_vectors=True,
+                           n_centroids=16, progress=False)
+    s = tilemaxsim.Searcher(path, "cpu")
+    queries = [texts[5], texts[40]]
+    got = s.search_text(queries, model, k=3, exhaustive=True)
+    want = s.search(model.encode(queries, is_query=True), k=3, exhaustive=True)
+    assert got[0] == want[0] and got[0][0][0] == "t5" and got[0][1][0] == "t40"
+    assert s.search_text(texts[5], model, k=1)[0] == [["t5"]]  # a str is one query, not its characters
+    s.add(texts=["zebra zebra zebra"], ids=["z"], model=model)
+    assert s.search_text("zebra", model, k=1, exhaustive=True)[0] == [["z"]]
+    with pytest.raises(TypeError, match="texts= needs model="):
+        tilemaxsim.build_index(tmp_path / "x", texts=texts)
+    with pytest.raises(TypeError, match="not both"):
+        tilemaxsim.build_index(tmp_path / "x", [np.ones((2, 32), np.float32)], texts=texts, model=model)
+    with pytest.raises(TypeError, match="encode"):
+        s.search_text(["a"], object())
+    with pytest.raises(TypeError, match=r"queries\[1\]: expected a str"):
+        s.search_text(["a", 7], model)
+
+
+def test_one_knob_plans_the_search(corpus, tmp_path):
+    """target_recall spans the measured curve (below the default target, settings cheaper than the
+    defaults); plan() returns what search() runs; a small index is searched exhaustively."""
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    d = tilemaxsim.search_defaults()
+    default = s.plan()
+    assert default["exhaustive"] is False and default["nprobe"] >= d["nprobe"]  # 400 documents > rerank 256
+    low = s.plan(target_recall=0.5)
+    assert (low["nprobe"], low["ncandidates"], low["rerank"]) < (d["nprobe"], d["ncandidates"], d["rerank"])
+    q = corpus["queries"]
+    got = s.search(q, k=5, target_recall=0.5)
+    same = s.search(q, k=5, nprobe=low["nprobe"], ncandidates=low["ncandidates"], rerank=low["rerank"],
+                    target_recall=0)
+    assert got[0] == same[0]
+    assert s.plan(nprobe=3, target_recall=0) == {"exhaustive": False, "nprobe": 3, "ncandidates": d["ncandidates"],
+                                                  "rerank": d["rerank"], "target_recall": 0.0}
+    small = tmp_path / "small"
+    tilemaxsim.build_index(small, corpus["docs"][:100], corpus["ids"][:100], keep_vectors=True, n_centroids=16)
+    t = tilemaxsim.Searcher(small, "cpu")
+    assert t.plan()["exhaustive"] is True and t.plan(target_recall=0)["exhaustive"] is False
+    a, b = t.search(q, k=5), t.search(q, k=5, exhaustive=True)
+    assert a[0] == b[0] and all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+
+
+def test_log_level():
+    """The level itself is tested through tms (test_cli.py::test_log_levels); here its setter."""
+    tilemaxsim.set_log_level("warning")
+    try:
+        with pytest.raises(ValueError, match="error, warning, info or debug"):
+            tilemaxsim.set_log_level("loud")
+    finally:
+        tilemaxsim.set_log_level("info")

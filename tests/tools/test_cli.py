@@ -200,6 +200,12 @@ def test_residual_codec_and_float32(corpus, tmp_path):
     assert "codec\tresidual" in info and "residual_nbits\t2" in info
     assert "code_bytes_per_token\t20.00" in info  # 4 (centroid) + 64 dims * 2 bits / 8
     assert "decoded_tokens\tunit" in info  # synth tokens are unit vectors
+    # --nbits alone chooses the residual codec (fast-plaid's nbits); beside --codec pq it is refused
+    tms("index", "--docs", docs32, "--doclens", corpus / "doclens.npy", "--out", tmp_path / "nb", "--nbits", 4,
+        "--centroids", 32, "--no-estimate", check=True)
+    assert "codec\tresidual" in tms("info", "--index", tmp_path / "nb", check=True).stdout
+    expect_error(tms("index", "--docs", docs32, "--doclens", corpus / "doclens.npy", "--out", tmp_path / "pq",
+                     "--codec", "pq", "--nbits", 2), "--nbits", "--codec pq")
     # Tokens that are not: compressed scores take the decoded tokens as they are.
     docs2 = save_npy(tmp_path / "d2.npy", np.load(docs32) * 2)
     tms("index", "--docs", docs2, "--doclens", corpus / "doclens.npy", "--out", tmp_path / "res2x", "--codec",
@@ -642,3 +648,22 @@ def test_python_names_are_cli_aliases_and_phases_need_verbose(corpus, tmp_path):
     p = tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--out", tmp_path / "j",
             "--centroids", 32, "--no-estimate", "--device", "cpu", "--no-progress", "--verbose", check=True)
     assert "kmeans " in p.stderr and "encode+write " in p.stderr
+
+
+def test_log_levels(corpus, index, tmp_path):
+    """--log-level (or -q / -v, before or after the command, or TMS_LOG_LEVEL): info prints the
+    summaries, warning and error nothing on success, debug also the build's phases."""
+    build = ["index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--centroids", 32,
+             "--no-estimate", "--overwrite", "--out", tmp_path / "i"]
+    info = tms(*build, check=True).stderr
+    assert "tms index: 300 documents" in info and "kmeans" not in info
+    assert "kmeans" in tms(*build, "-v", check=True).stderr  # the phases, at debug
+    assert "kmeans" in tms("--log-level", "debug", *build, check=True).stderr
+    assert tms("-q", *build, check=True).stderr == ""
+    assert tms(*build, "--log-level", "error", check=True).stderr == ""
+    assert tms(*build, env={"TMS_LOG_LEVEL": "warning"}, check=True).stderr == ""
+    search = ["search", "--index", index, "--queries", corpus / "queries.npy", "--out", tmp_path / "run"]
+    assert "queries/s" in tms(*search, check=True).stderr
+    assert tms("-q", *search, check=True).stderr == ""
+    expect_error(tms("--log-level", "loud", *search), "--log-level")
+    expect_error(tms("-q", "-v", *search), "one of --log-level, --quiet and --verbose")
