@@ -243,7 +243,7 @@ Status MpiSearcher::SearchBatches(
     Setup su;
     if (rank_ == 0) {
         const SearchOptions t =
-            PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_, opts);
+            PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_, local_ ? local_->device() : Device::kCpu, opts);
         su.n_queries = q.n_queries;
         su.q_tokens = q.q_tokens;
         su.dim = q.dim;

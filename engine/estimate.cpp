@@ -328,11 +328,20 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
     return Status::OK();
 }
 
-SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, const SearchOptions& opts) {
+int64_t SmallIndexDocs(Device device, const SearchOptions& o) {
+    // Exhaustive search scores every live document exactly; the approximate pipeline's fixed costs
+    // (centroid scores, probing, pruning, gathering candidates) make it the slower of the two on a
+    // small index: on a CPU up to about the documents it reranks exactly, on a GPU up to about
+    // twice the candidates it keeps (tools/bench/small_corpus_crossover.sh; BENCHMARKS.md,
+    // "Small indexes").
+    return device == Device::kGpu ? 2 * int64_t(o.ncandidates) : int64_t(o.rerank);
+}
+
+SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
+                         const SearchOptions& opts) {
     if (opts.exhaustive || !(opts.target_recall > 0)) return opts;
     SearchOptions o = est != nullptr && vectors ? ApplyTargetRecall(*est, opts) : opts;
-    // Reranking every live document exactly is exhaustive search plus the candidate stages' cost.
-    if (vectors && o.rerank > 0 && live_docs <= int64_t(o.rerank)) o.exhaustive = true;
+    if (vectors && o.rerank > 0 && live_docs <= SmallIndexDocs(device, o)) o.exhaustive = true;
     return o;
 }
 

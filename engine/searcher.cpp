@@ -89,7 +89,7 @@ public:
     // condition would wake every waiter at every arrival.
     SearchOptions Plan(const SearchOptions& given) const override {
         // The index's measured settings for the target recall (with the vectors it was measured with).
-        return PlanSearch(tune_ ? &estimate_ : nullptr, info_.n_docs - info_.n_deleted, vectors_, given);
+        return PlanSearch(tune_ ? &estimate_ : nullptr, info_.n_docs - info_.n_deleted, vectors_, device_, given);
     }
 
     static constexpr int kGatherMax = 256;  // requests of this many queries or more go alone

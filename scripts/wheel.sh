@@ -62,16 +62,27 @@ fi
 raw=$root/build/wheel-raw/$name
 rm -rf "$raw" && mkdir -p "$raw" "$out"
 echo "wheel.sh: building $name (the engine, the Python module and tms; build/wheel-build/$name)"
-python3 -m pip wheel -v --no-deps --no-build-isolation -w "$raw" "$src" \
-  -C "build-dir=$root/build/wheel-build/$name" "${defs[@]}" \
-  | grep -E --line-buffered '^\[ *[0-9]+%\]|Successfully|ERROR|rror:' || true
+log=$root/build/wheel-raw/$name.log
+# The build's steps as they run ([n/N] target), its whole output in $log.
+if ! python3 -m pip wheel -v --no-deps --no-build-isolation -w "$raw" "$src" \
+       -C "build-dir=$root/build/wheel-build/$name" "${defs[@]}" > >(tee "$log" \
+       | sed -nuE 's/^ *(\[[0-9]+\/[0-9]+\]).* -o ([^ ]+).*/  \1 \2/p') 2>&1; then
+  grep -E "rror|undefined reference" "$log" | tail -20 >&2
+  echo "wheel.sh: the build failed; its output: $log" >&2
+  exit 1
+fi
 whl=$(ls "$raw"/*.whl 2>/dev/null | head -1)
 [[ -n $whl ]] || { echo "wheel.sh: the build produced no wheel (rerun with pip wheel -v to see why)" >&2; exit 1; }
 
 # Bundle the shared libraries (auditwheel picks the oldest manylinux tag the symbols allow).
 repaired=$root/build/wheel-repaired/$name
 rm -rf "$repaired" && mkdir -p "$repaired"
-PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair "${exclude[@]}" -w "$repaired" "$whl"
+if ! PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair "${exclude[@]}" -w "$repaired" "$whl" > "$log.repair" 2>&1; then
+  cat "$log.repair" >&2
+  echo "wheel.sh: auditwheel repair failed" >&2
+  exit 1
+fi
+grep -E "manylinux|Fixed-up" "$log.repair" | grep -v "Previous" | sed 's/^INFO:[^:]*:/  /' || true
 fixed=$(ls "$repaired"/*.whl)
 
 # The licences of what it bundles (Debian's copyright file of each library's package) beside

@@ -324,9 +324,10 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         if (!a.opts.exhaustive) {
             const tms::SearchOptions t = searcher->Plan(a.opts);
             if (t.exhaustive) {
-                tms::Logf(tms::LogLevel::kInfo, "tms search: exhaustive: the index's %lld live documents are within the %d "
-                                     "reranked exactly (--target-recall 0 searches approximately)\n",
-                             (long long)(searcher->info().n_docs - searcher->info().n_deleted), t.rerank);
+                tms::Logf(tms::LogLevel::kInfo, "tms search: exhaustive: cheaper than the approximate search on %lld "
+                          "live documents (at most %lld on the %s; --target-recall 0 searches approximately)\n",
+                          (long long)(searcher->info().n_docs - searcher->info().n_deleted),
+                          (long long)tms::SmallIndexDocs(searcher->device(), t), tms::DeviceName(searcher->device()));
             } else if (a.opts.target_recall > 0) {
                 tms::Logf(tms::LogLevel::kInfo, "tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s\n",
                              a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank,
@@ -495,8 +496,9 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "The speed/recall knob. With the index's recall estimate (tms index --keep-vectors): --nprobe, "
                   "--ncandidates and --rerank, where not given, from the cheapest measured setting whose "
                   "estimated recall@10 reaches this (below the default target also settings cheaper than the "
-                  "defaults, e.g. 0.9); an index of no more live documents than --rerank is searched "
-                  "exhaustively (cheaper and exact). 0: the settings exactly as given")
+                  "defaults, e.g. 0.9); a small index is searched exhaustively, exact and cheaper (at most "
+                  "--rerank live documents on a CPU, 2 x --ncandidates on a GPU). 0: the settings exactly as "
+                  "given")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
     c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
@@ -1034,6 +1036,10 @@ int run(int argc, char** argv) {
                    "Only documents whose metadata match this SQL WHERE expression (recall is within it)");
     bs->add_option("--batch", sbo.batch, "Queries per call in the batch rows")->capture_default_str();
     bs->add_option("--passes", sbo.passes, "Batch passes (the best is reported)")->capture_default_str();
+    bs->add_option("--exhaustive-passes", sbo.exhaustive_passes,
+                   "Exhaustive searches for the truth, timed (the best is reported: the first one is cold)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
     bs->add_option("--single", sbo.single, "One-query calls for p50 / p99 (0: none)")->capture_default_str();
     bs->add_option("--concurrency", sbo.concurrency, "Concurrent callers, one query per call")
         ->delimiter(',')

@@ -82,9 +82,13 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out);
 SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts);
 /// The search a call runs (Searcher::Plan): with target_recall > 0 and not exhaustive, `opts`
 /// with the estimate's setting for the target (ApplyTargetRecall; `est` may be null) when the
-/// vectors are loaded, and then exhaustive when the index's `live_docs` are at most the
-/// documents that setting reranks (exhaustive search scores them all exactly, for less); else
-/// `opts` as given.
-SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, const SearchOptions& opts);
+/// vectors are loaded, and then exhaustive when the index's `live_docs` are at most
+/// SmallIndexDocs (exhaustive search scores them all exactly, for less); else `opts` as given.
+/// `device`: where the search runs (kCpu or kGpu).
+SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
+                         const SearchOptions& opts);
+/// The live documents up to which exhaustive search is cheaper than `o`'s approximate search on
+/// `device`: o.rerank on a CPU, 2 * o.ncandidates on a GPU.
+int64_t SmallIndexDocs(Device device, const SearchOptions& o);
 
 }  // namespace tms

@@ -371,6 +371,10 @@ PYBIND11_MODULE(_core, m) {
         if (!st.ok()) throw py::value_error(st.message());
         tms::SetLogLevel(l);
     });
+    m.def("log_level", [] {
+        static const char* const names[] = {"error", "warning", "info", "debug"};
+        return std::string(names[int(tms::GetLogLevel())]);
+    });
     m.def("searcher_defaults", [] {  // SearcherOptions' defaults that Searcher's keywords expose
         const tms::SearcherOptions o;
         py::dict d;

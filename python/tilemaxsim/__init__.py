@@ -33,6 +33,18 @@ __all__ = ["__version__", "Error", "Searcher", "build_index", "add_documents", "
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
 
 
+_told_no_gpu = False
+
+
+def _say_no_gpu():
+    """A build with CUDA (the GPU wheel) on a machine without a visible GPU: one line, once."""
+    global _told_no_gpu
+    if not _told_no_gpu and _core.log_level() in ("info", "debug"):
+        print("tilemaxsim: no CUDA GPU is visible (no NVIDIA driver, or no device): running on the CPU",
+              file=sys.stderr)
+    _told_no_gpu = True
+
+
 def set_log_level(level):
     """What the engine prints on stderr: "error", "warning", "info" (the default: summaries and,
     on a terminal, progress bars) or "debug" (also where a build's time went). The environment's
@@ -375,8 +387,8 @@ class Searcher:
         target_recall: the speed/recall knob; with the index's recall estimate
         (build_index(keep_vectors=True) measures it), nprobe, ncandidates and rerank left at None
         come from the cheapest measured setting that reaches it (below the default 0.99 also
-        settings cheaper than the defaults); an index of no more documents than the setting
-        reranks is searched exhaustively; plan() returns the setting. 0: as given. fast-plaid's
+        settings cheaper than the defaults); a small index is searched exhaustively (cheaper
+        and exact); plan() returns the setting. 0: as given. fast-plaid's
         names are accepted too: top_k (k), n_ivf_probe (nprobe), n_full_scores (ncandidates)."""
         k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
         args = args[:4] + (filter or "",) + args[4:]
@@ -421,7 +433,8 @@ class Searcher:
         """The settings search() runs with these keywords: {"exhaustive", "nprobe", "ncandidates",
         "rerank", "target_recall"}, target_recall resolved against the index's recall estimate
         (a target below the default 0.99 may choose settings cheaper than the defaults), and
-        exhaustive where the index holds no more documents than the setting reranks."""
+        exhaustive where the index is small enough for it to be the cheaper (at most `rerank`
+        live documents on a CPU, 2 x `ncandidates` on a GPU)."""
         k, (nprobe, ncandidates, rerank, pruning, target_recall) = self._options(
             "plan", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
         return self._s.plan(k, exhaustive, nprobe, ncandidates, rerank, pruning, target_recall)
@@ -467,3 +480,5 @@ class Searcher:
         o = self._open
         self._s = _core.Searcher(self.path, o["device"], o["load_vectors"], o["threads"], o["progress"],
                                  o["vectors"], o["filter_time_ms"], o["filter_max_bytes"])
+        if _build_config.CUDA and o["device"] == "auto" and self._s.device() == "cpu":
+            _say_no_gpu()

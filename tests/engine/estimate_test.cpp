@@ -179,19 +179,24 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_EQ(e.For(0.99999), &e.points[3]);  // none reaches it: the deepest
     SearchOptions o;
     o.target_recall = 0.9;
-    SearchOptions p = PlanSearch(&e, 1000000, true, o);
+    SearchOptions p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
     EXPECT_EQ(p.nprobe, 2);
     EXPECT_EQ(p.rerank, 32);
     EXPECT_FALSE(p.exhaustive);
-    EXPECT_EQ(PlanSearch(&e, 1000000, false, o).nprobe, d.nprobe);  // no vectors: the estimate does not apply
+    EXPECT_EQ(PlanSearch(&e, 1000000, false, Device::kCpu, o).nprobe, d.nprobe);  // no vectors: the estimate does not apply
     // At most as many live documents as the plan reranks: exhaustive (with the vectors loaded).
-    EXPECT_TRUE(PlanSearch(&e, 32, true, o).exhaustive);
-    EXPECT_FALSE(PlanSearch(&e, 33, true, o).exhaustive);
-    EXPECT_TRUE(PlanSearch(nullptr, d.rerank, true, d).exhaustive);
-    EXPECT_FALSE(PlanSearch(nullptr, d.rerank, false, d).exhaustive);
+    // On a CPU up to the documents the plan reranks, on a GPU up to twice its candidates.
+    EXPECT_TRUE(PlanSearch(&e, 32, true, Device::kCpu, o).exhaustive);
+    EXPECT_FALSE(PlanSearch(&e, 33, true, Device::kCpu, o).exhaustive);
+    EXPECT_TRUE(PlanSearch(&e, 256, true, Device::kGpu, o).exhaustive);
+    EXPECT_FALSE(PlanSearch(&e, 257, true, Device::kGpu, o).exhaustive);
+    EXPECT_TRUE(PlanSearch(nullptr, d.rerank, true, Device::kCpu, d).exhaustive);
+    EXPECT_TRUE(PlanSearch(nullptr, 2 * d.ncandidates, true, Device::kGpu, d).exhaustive);
+    EXPECT_FALSE(PlanSearch(nullptr, 2 * d.ncandidates + 1, true, Device::kGpu, d).exhaustive);
+    EXPECT_FALSE(PlanSearch(nullptr, d.rerank, false, Device::kCpu, d).exhaustive);
     o.target_recall = 0;  // the settings as given
-    EXPECT_FALSE(PlanSearch(&e, 10, true, o).exhaustive);
-    EXPECT_EQ(PlanSearch(&e, 10, true, o).nprobe, d.nprobe);
+    EXPECT_FALSE(PlanSearch(&e, 10, true, Device::kCpu, o).exhaustive);
+    EXPECT_EQ(PlanSearch(&e, 10, true, Device::kCpu, o).nprobe, d.nprobe);
 
     // A small index searched at the defaults returns the exhaustive search's results.
     SynthOptions so;

@@ -40,7 +40,8 @@ TEST(FaultCuda, FailedAllocationMidBatchFailsOnlyThatCall) {
     q.n_queries = int(qa.shape[0]);
     q.q_tokens = int(qa.shape[1]);
     q.dim = so.dim;
-    const SearchOptions opts;
+    SearchOptions opts;
+    opts.target_recall = 0;  // the approximate pipeline as given: this index would plan exhaustive search
     std::vector<std::vector<SearchHit>> want, got;
     st = s->Search(q, opts, &want);
     ASSERT_TRUE(st.ok()) << st.ToString();

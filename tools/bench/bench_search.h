@@ -15,6 +15,7 @@ struct SearchBenchOptions {
     SearchOptions search;             ///< the first row's parameters (the defaults)
     int batch = 256;                  ///< queries per call in the batch rows
     int passes = 3;                   ///< batch passes over the queries (the best is reported)
+    int exhaustive_passes = 1;        ///< exhaustive passes (the best is reported; the first is cold)
     int single = 200;                 ///< one-query calls for the latency percentiles (0: none)
     std::vector<int> concurrency{1, 16, 64};  ///< caller threads, one query per call
     /// Further rows, batch queries/s and recall only: every combination of these lists (empty: the
