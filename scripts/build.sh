@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --preset default "$@" >/dev/null  # CMakePresets.json: build/, Release
 cmake --build build -j"$(nproc)"

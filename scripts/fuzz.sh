@@ -9,8 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTMS_ENABLE_CUDA=OFF -DTMS_FUZZ=ON \
-  -DTMS_BUILD_TOOLS=ON >/dev/null
+cmake --preset asan >/dev/null  # CMakePresets.json: build-fuzz/, clang, TMS_FUZZ
 # Only what runs below (not the Python module or the examples).
 cmake --build build-fuzz -j"$(nproc)" --target tms_tests tms fuzz_npy fuzz_safetensors fuzz_text fuzz_config fuzz_metadata
 # Leaks are checked; ODR reports are off (FAISS and its BLAS define symbols twice in Debian).
