@@ -41,12 +41,17 @@ Status ParseLogLevel(const std::string& name, LogLevel* out) {
 
 bool LogEnabled(LogLevel level) { return int(level) <= level_store().load(std::memory_order_relaxed); }
 
-void Logf(LogLevel level, const char* format, ...) {
-    if (!LogEnabled(level)) return;
-    va_list args;
-    va_start(args, format);
-    std::vfprintf(stderr, format, args);
-    va_end(args);
-}
+#define TMS_VLOG(level)                      \
+    do {                                     \
+        if (!LogEnabled(level)) return;      \
+        va_list args;                        \
+        va_start(args, format);              \
+        std::vfprintf(stderr, format, args); \
+        va_end(args);                        \
+    } while (0)
+
+void Logf(LogLevel level, const char* format, ...) { TMS_VLOG(level); }
+void LogInfo(const char* format, ...) { TMS_VLOG(LogLevel::kInfo); }
+void LogWarning(const char* format, ...) { TMS_VLOG(LogLevel::kWarning); }
 
 }  // namespace tms

@@ -10,5 +10,8 @@ bool LogEnabled(LogLevel level);
 
 /// printf to stderr when `level` is enabled (one message a call; the caller ends it with '\n').
 void Logf(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+/// Logf at kInfo (summaries) and kWarning (what was recovered from or ignored).
+void LogInfo(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void LogWarning(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace tms

@@ -13,7 +13,10 @@ namespace tms {
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
 Progress::Progress(std::string label, int64_t total, bool enabled, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled && StderrIsTerminal() && LogEnabled(LogLevel::kInfo)) {
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      enabled_(enabled && StderrIsTerminal() && LogEnabled(LogLevel::kInfo)) {
     start_ = last_ = std::chrono::steady_clock::now();
 }
 

@@ -8,7 +8,8 @@
 namespace tms {
 
 /// Prints "\r<label> [=====>    ]  45%  1.2M/s  ETA 3s" to stderr at most 10 times a second,
-/// only when enabled, stderr is a terminal and the log level is info or debug. Thread-compatible (call from one thread).
+/// only when enabled, stderr is a terminal and the log level is info or debug. Thread-compatible
+/// (call from one thread).
 class Progress {
 public:
     Progress(std::string label, int64_t total, bool enabled, std::string unit = "");

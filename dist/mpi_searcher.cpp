@@ -242,8 +242,8 @@ Status MpiSearcher::SearchBatches(
     const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch) {
     Setup su;
     if (rank_ == 0) {
-        const SearchOptions t =
-            PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_, local_ ? local_->device() : Device::kCpu, opts);
+        const SearchOptions t = PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_,
+                                           local_ ? local_->device() : Device::kCpu, opts);
         su.n_queries = q.n_queries;
         su.q_tokens = q.q_tokens;
         su.dim = q.dim;

@@ -80,6 +80,11 @@ public:
         return Status::OK();
     }
 
+    SearchOptions Plan(const SearchOptions& given) const override {
+        // The index's measured settings for the target recall (with the vectors it was measured with).
+        return PlanSearch(tune_ ? &estimate_ : nullptr, info_.n_docs - info_.n_deleted, vectors_, device_, given);
+    }
+
     // Concurrent callers' small batches, gathered (SearcherOptions::gather): each request waits
     // in `pending_`; the first one not served leads: it waits its window (gather_us), then for
     // the gathered search in flight to end (or the batch to fill), takes the requests of its
@@ -87,11 +92,6 @@ public:
     // callers arriving during it make the next batch; a lone caller starts at once. Each wait
     // is woken alone (a request's own condition, the leader's): with many callers a shared
     // condition would wake every waiter at every arrival.
-    SearchOptions Plan(const SearchOptions& given) const override {
-        // The index's measured settings for the target recall (with the vectors it was measured with).
-        return PlanSearch(tune_ ? &estimate_ : nullptr, info_.n_docs - info_.n_deleted, vectors_, device_, given);
-    }
-
     static constexpr int kGatherMax = 256;  // requests of this many queries or more go alone
     struct Request {
         const QueryBatch* q;

@@ -346,14 +346,14 @@ void RecoverLeftovers(const fs::path& target) {
             fs::rename(dir, target, ec);
             if (!ec) {
                 SyncDir(parent);
-                Logf(LogLevel::kWarning, "tms: %s: restored from %s (an interrupted replacement)\n", target.c_str(),
-                             dir.filename().c_str());
+                LogWarning("tms: %s: restored from %s (an interrupted replacement)\n", target.c_str(),
+                           dir.filename().c_str());
                 continue;
             }
         }
         if (RemoveIndexDir(dir)) {
-            Logf(LogLevel::kWarning, "tms: removed %s, left by an interrupted %s\n", dir.c_str(),
-                         kind == Leftover::kBuild ? "build" : "replacement");
+            LogWarning("tms: removed %s, left by an interrupted %s\n", dir.c_str(),
+                       kind == Leftover::kBuild ? "build" : "replacement");
         }
     }
 }

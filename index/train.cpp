@@ -523,8 +523,8 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     if (gpu) (void)gpu->PinHost(train.get(), size_t(n_train) * dim * sizeof(float));  // read 5 times
     const bool say = opts.progress && StderrIsTerminal();
     if (say) {
-        Logf(LogLevel::kInfo, "k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
-                     static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
+        LogInfo("k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
+                static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
     }
     {
         // Every iteration in one FAISS call (one call per iteration would check the whole sample
@@ -567,8 +567,8 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     // 3. Train the codec on the residuals of its sample.
     t0 = std::chrono::steady_clock::now();
     {
-        if (say) Logf(LogLevel::kInfo, "training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
-                              static_cast<long long>(n_codec));
+        if (say) LogInfo("training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
+                         static_cast<long long>(n_codec));
         std::vector<uint32_t> ta(n_codec);
         if (gpu) {
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));

@@ -254,12 +254,12 @@ tms::Status read_subset(const std::string& path, const tms::Searcher& s, const s
         else (*rows)[tabbed ? row[i] : 0].push_back(internal[i]);
     }
     if (!quiet && unknown > 0) {
-        tms::Logf(tms::LogLevel::kWarning, "tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
-                     path.c_str(), (long long)unknown, ids.size());
+        tms::LogWarning("tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
+                        path.c_str(), (long long)unknown, ids.size());
     }
     if (!quiet && unknown_queries > 0) {
-        tms::Logf(tms::LogLevel::kWarning, "tms search: %s: %lld lines name queries not among the queries: ignored\n", path.c_str(),
-                     (long long)unknown_queries);
+        tms::LogWarning("tms search: %s: %lld lines name queries not among the queries: ignored\n", path.c_str(),
+                        (long long)unknown_queries);
     }
     return tms::Status::OK();
 }
@@ -317,36 +317,39 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     *qps = secs > 0 ? nq / secs : 0;
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
     if (!quiet) {
-        tms::Logf(tms::LogLevel::kInfo, "tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
+        tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
-        tms::Logf(tms::LogLevel::kInfo, "tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
+        tms::LogInfo("tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
                      phase.scoring, phase.rerank);
         if (!a.opts.exhaustive) {
             const tms::SearchOptions t = searcher->Plan(a.opts);
             if (t.exhaustive) {
-                tms::Logf(tms::LogLevel::kInfo, "tms search: exhaustive: cheaper than the approximate search on %lld "
-                          "live documents (at most %lld on the %s; --target-recall 0 searches approximately)\n",
-                          (long long)(searcher->info().n_docs - searcher->info().n_deleted),
-                          (long long)tms::SmallIndexDocs(searcher->device(), t), tms::DeviceName(searcher->device()));
+                const tms::IndexInfo& info = searcher->info();
+                tms::LogInfo("tms search: exhaustive: cheaper than the approximate search on %lld "
+                             "live documents (at most %lld on the %s; --target-recall 0 searches approximately)\n",
+                             (long long)(info.n_docs - info.n_deleted),
+                             (long long)tms::SmallIndexDocs(searcher->device(), t),
+                             tms::DeviceName(searcher->device()));
             } else if (a.opts.target_recall > 0) {
-                tms::Logf(tms::LogLevel::kInfo, "tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s\n",
+                const bool moved =
+                    t.nprobe != a.opts.nprobe || t.ncandidates != a.opts.ncandidates || t.rerank != a.opts.rerank;
+                tms::LogInfo("tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s\n",
                              a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank,
-                             t.nprobe != a.opts.nprobe || t.ncandidates != a.opts.ncandidates || t.rerank != a.opts.rerank
-                                 ? " (the index's estimate)" : "");
+                             moved ? " (the index's estimate)" : "");
             }
         }
         int64_t vbytes = 0;
         for (const tms::ShardPlacement& p : searcher->placement()) vbytes += p.vector_bytes;
         const tms::VectorTier tier =
             searcher->placement().empty() ? tms::VectorTier::kNone : searcher->placement()[0].vectors;
-        tms::Logf(tms::LogLevel::kInfo, "tms search: vectors %s (%.2f GB)\n", tms::VectorTierName(tier), double(vbytes) / 1e9);
+        tms::LogInfo("tms search: vectors %s (%.2f GB)\n", tms::VectorTierName(tier), double(vbytes) / 1e9);
         if (searcher->placement().size() > 1) {
             std::string where;
             for (const tms::ShardPlacement& p : searcher->placement()) {
                 where += (where.empty() ? "" : ", ") + std::to_string(p.shard) + ":" +
                          (p.device == tms::Device::kGpu ? "gpu " + std::to_string(p.gpu) : std::string("cpu"));
             }
-            tms::Logf(tms::LogLevel::kInfo, "tms search: %zu shards (%s)\n", searcher->placement().size(), where.c_str());
+            tms::LogInfo("tms search: %zu shards (%s)\n", searcher->placement().size(), where.c_str());
         }
     }
     return tms::Status::OK();
@@ -395,15 +398,15 @@ tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
     prog.Done();
     const double secs = tms::SecondsSince(t0);
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
-    tms::Logf(tms::LogLevel::kInfo, "tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched,
+    tms::LogInfo("tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched,
                  nq, (long long)n_cand, secs, tms::DeviceName(searcher->device()), a.out.c_str());
     if (unknown > 0) {
-        tms::Logf(tms::LogLevel::kWarning, "tms rerank: %lld candidates are not in the index (or deleted): dropped\n",
-                     (long long)unknown);
+        tms::LogWarning("tms rerank: %lld candidates are not in the index (or deleted): dropped\n",
+                        (long long)unknown);
     }
     if (matched < run.size()) {
-        tms::Logf(tms::LogLevel::kWarning, "tms rerank: %zu queries of the run are not among the queries: ignored\n",
-                     run.size() - matched);
+        tms::LogWarning("tms rerank: %zu queries of the run are not among the queries: ignored\n",
+                        run.size() - matched);
     }
     return tms::Status::OK();
 }
@@ -459,12 +462,11 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
     const tms::MpiSearchStats& m = ms->stats();
     const double per = m.batches ? 1e6 / double(m.batches) : 0;
-    tms::Logf(tms::LogLevel::kInfo, "tms search: %d queries in %.3f s (%.1f queries/s, %d ranks, %d shards%s) -> %s\n", nq, secs,
+    tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %d ranks, %d shards%s) -> %s\n", nq, secs,
                  secs > 0 ? nq / secs : 0.0, size, ms->n_shards(), a.opts.exhaustive ? ", exhaustive" : "",
                  a.out.c_str());
-    tms::Logf(tms::LogLevel::kInfo,
-                 "tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us (cuts %.0f us), gather %.0f us, "
-                 "merge %.0f us (%lld batches)\n",
+    tms::LogInfo("tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us (cuts %.0f us), gather "
+                 "%.0f us, merge %.0f us (%lld batches)\n",
                  m.broadcast_s * per, m.search_s * per, m.cut_s * per, m.gather_s * per, m.merge_s * per,
                  (long long)m.batches);
     return tms::Status::OK();
@@ -645,16 +647,15 @@ tms::Status eval_files(const std::string& run_path, const std::string& qrels_pat
 void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) {
     const tms::RecallPoint* t = e.For(tms::SearchOptions().target_recall);
     if (e.points.empty() || t == nullptr) return;
-    tms::Logf(tms::LogLevel::kInfo,
-                 "%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
+    tms::LogInfo("%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
                  "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
-                 who, e.k, (e.Default() ? e.Default() : &e.points[0])->recall, e.queries, e.sampled ? "sample queries" : "pseudo-queries", secs,
-                 tms::SearchOptions().target_recall, t->nprobe, t->ncandidates, t->rerank, t->recall);
+                 who, e.k, (e.Default() ? e.Default() : &e.points[0])->recall, e.queries,
+                 e.sampled ? "sample queries" : "pseudo-queries", secs, tms::SearchOptions().target_recall,
+                 t->nprobe, t->ncandidates, t->rerank, t->recall);
     if (e.points.back().recall < 0.95) {
-        tms::Logf(tms::LogLevel::kWarning,
-                     "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits (--nbits 4), "
-                     "PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
-                     who, e.points.back().recall);
+        tms::LogWarning("%s: hint: even the deepest setting measured reaches only %.4f; more codec bits "
+                        "(--nbits 4), PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
+                        who, e.points.back().recall);
     }
 }
 
@@ -678,22 +679,22 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     tms::BuildStats st;
     TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
     if (group && group->rank() != 0) return tms::Status::OK();
-    if (group) tms::Logf(tms::LogLevel::kInfo, "tms index: %d ranks\n", group->size());
-    tms::Logf(tms::LogLevel::kInfo, "tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
+    if (group) tms::LogInfo("tms index: %d ranks\n", group->size());
+    tms::LogInfo("tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
                  (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
                  st.code_bytes_per_token, out.c_str());
     const bool verbose = tms::LogEnabled(tms::LogLevel::kDebug);
     std::string phases;  // at --log-level debug (tms -v): where the time went
     for (const auto& [name, s] : st.phase_seconds) phases += " " + name + " " + std::to_string(s).substr(0, 5) + "s";
-    tms::Logf(tms::LogLevel::kInfo, "tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
+    tms::LogInfo("tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
                  st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, verbose ? ":" : "",
                  verbose ? phases.c_str() : "");
     if (estimate && o.keep_vectors) {
         // The index is complete and usable whatever happens here: a failed estimate is a warning.
         const tms::Status est = estimate_index("tms index", out, *estimate);
         if (!est.ok()) {
-            tms::Logf(tms::LogLevel::kWarning, "tms index: warning: no recall estimate (%s); `tms estimate` measures it later\n",
-                         est.ToString().c_str());
+            tms::LogWarning("tms index: warning: no recall estimate (%s); `tms estimate` measures it later\n",
+                            est.ToString().c_str());
         }
     }
     return tms::Status::OK();
@@ -817,7 +818,8 @@ int run(int argc, char** argv) {
     idx->add_option("--centroids,--n-centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
         ->check(CLI::Range(0, 1 << 24));
     idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
-    idx->add_option("--nbits,--residual-nbits", nbits, "Residual codec bits per dimension: 1, 2 or 4 (default 2); implies --codec residual")
+    idx->add_option("--nbits,--residual-nbits", nbits,
+                    "Residual codec bits per dimension: 1, 2 or 4 (default 2); implies --codec residual")
         ->check(CLI::IsMember({1, 2, 4}));
     idx->add_option("--shards", shards,
                     "Shards: document ranges with their own stores, loaded and searched in parallel (0 or "
@@ -1119,7 +1121,7 @@ int run(int argc, char** argv) {
         tms::Status st = tms::CheckOutputPath(synth_out, tms::OutputKind::kDirectory).WithContext("--out");
         if (st.ok()) st = tms::WriteSynthCorpus(so, synth_out);
         if (!st.ok()) return fail("synth", st);
-        tms::Logf(tms::LogLevel::kInfo, "tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
+        tms::LogInfo("tms synth: %lld documents, %d queries, dim %d in %.2f s -> %s\n", (long long)so.n_docs,
                      so.n_queries, so.dim, tms::SecondsSince(t0), synth_out.c_str());
         return 0;
     }
@@ -1141,8 +1143,8 @@ int run(int argc, char** argv) {
         if (pq_m >= 0) io.pq_m = pq_m;
         if (nbits >= 0) {  // the residual codec's bits: --nbits alone means that codec (fast-plaid's nbits)
             if (codec == "pq") {
-                return fail("index", tms::Status::InvalidArgument(
-                                         "--nbits is the residual codec's bits per dimension; --codec pq takes --pq-m"));
+                return fail("index", tms::Status::InvalidArgument("--nbits is the residual codec's bits per "
+                                                                  "dimension; --codec pq takes --pq-m"));
             }
             io.codec = "residual";
             io.residual_nbits = nbits;
@@ -1179,8 +1181,8 @@ int run(int argc, char** argv) {
         }
 #endif
         index_eo.device = io.device;
-        tms::Status st =
-            build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(), no_estimate ? nullptr : &index_eo);
+        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
+                                     no_estimate ? nullptr : &index_eo);
         return st.ok() ? 0 : fail("index", st);
     }
     if (est->parsed()) {
@@ -1271,7 +1273,7 @@ int run(int argc, char** argv) {
                                                (removed ? " (" + std::to_string(removed) + " replaced)" : "")
                                          : std::to_string(removed) + " deleted";
         if (already_deleted) what += ", " + std::to_string(already_deleted) + " already deleted (skipped)";
-        tms::Logf(tms::LogLevel::kInfo, "tms %s: %s in %.2f s; index has %lld live documents -> %s\n", cmd.c_str(), what.c_str(),
+        tms::LogInfo("tms %s: %s in %.2f s; index has %lld live documents -> %s\n", cmd.c_str(), what.c_str(),
                      tms::SecondsSince(t0), (long long)(u->info().n_docs - u->info().n_deleted), upd_index.c_str());
         return 0;
     }
@@ -1279,7 +1281,7 @@ int run(int argc, char** argv) {
         const auto t0 = Clock::now();
         tms::Status st = tms::CompactIndex(upd_index, true);
         if (!st.ok()) return fail("compact", st);
-        tms::Logf(tms::LogLevel::kInfo, "tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), tms::SecondsSince(t0));
+        tms::LogInfo("tms compact: %s rewritten in %.2f s\n", upd_index.c_str(), tms::SecondsSince(t0));
         return 0;
     }
     if (bi->parsed()) {

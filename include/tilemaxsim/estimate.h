@@ -23,7 +23,8 @@ struct RecallPoint {
 
 /// The measurement: pseudo-queries (token sets drawn from the index's documents, perturbed)
 /// searched exactly and at a ladder of settings, cheapest first: a few cheaper than
-/// SearchOptions' default setting, the default (Default()), then deeper ones. Stored beside the index (estimate.json; `tms compact` keeps it).
+/// SearchOptions' default setting, the default (Default()), then deeper ones. Stored beside the
+/// index (estimate.json; `tms compact` keeps it).
 struct RecallEstimate {
     int queries = 0;
     /// The queries were EstimateOptions::sample, not pseudo-queries.

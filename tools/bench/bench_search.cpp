@@ -345,7 +345,8 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                      r.ncandidates, r.rerank, qps, rs, p50, p99, qps64);
         char b[1536];
         std::snprintf(b, sizeof(b),
-                      "%s{\"system\": \"tms\", \"index\": \"%s\", \"exhaustive\": %s, \"pruning\": \"%s\", \"nprobe\": %d, "
+                      "%s{\"system\": \"tms\", \"index\": \"%s\", \"exhaustive\": %s, \"pruning\": \"%s\", "
+                      "\"nprobe\": %d, "
                       "\"ncandidates\": %d, \"rerank\": %d, \"k\": %d, \"batch\": %d, \"batch_qps\": %.1f, "
                       "\"recall_at_10\": %s, \"recall_at_10_within_1e-3\": %s, \"ms_per_batch\": {\"candidates\": %.3f, \"scoring\": %.3f, "
                       "\"rerank\": %.3f}",
