@@ -1,0 +1,212 @@
+// Copyright TileMaxSim authors. `tms index`: an on-disk index from token embeddings (under mpirun, a
+// distributed build), then its recall estimate.
+#include "tools/tms/common.h"
+#include "base/log.h"
+
+#include "tools/tms/query.h"
+#if TMS_WITH_MPI
+#include "tilemaxsim/mpi_searcher.h"
+#endif
+
+namespace tms::cli {
+
+// Builds the index (as one rank of `group` when given: only rank 0 prints the summary), then,
+// with `estimate`, measures its recall (rank 0).
+tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
+                        const tms::IndexBuildOptions& o, tms::BuildGroup* group,
+                        const tms::DocMetadata* metadata, const tms::EstimateOptions* estimate) {
+    std::unique_ptr<tms::IndexBuilder> b;
+    TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
+    b->SetGroup(group);
+    tms::BuildStats st;
+    TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
+    if (group && group->rank() != 0) return tms::Status::OK();
+    if (group) tms::LogInfo("tms index: %d ranks\n", group->size());
+    tms::LogInfo("tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
+                 (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
+                 st.code_bytes_per_token, out.c_str());
+    const bool verbose = tms::LogEnabled(tms::LogLevel::kDebug);
+    std::string phases;  // at --log-level debug (tms -v): where the time went
+    for (const auto& [name, s] : st.phase_seconds) phases += " " + name + " " + std::to_string(s).substr(0, 5) + "s";
+    tms::LogInfo("tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
+                 st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, verbose ? ":" : "",
+                 verbose ? phases.c_str() : "");
+    if (estimate && o.keep_vectors) {
+        // The index is complete and usable whatever happens here: a failed estimate is a warning.
+        const tms::Status est = estimate_index("tms index", out, *estimate);
+        if (!est.ok()) {
+            tms::LogWarning("tms index: warning: no recall estimate (%s); `tms estimate` measures it later\n",
+                            est.ToString().c_str());
+        }
+    }
+    return tms::Status::OK();
+}
+
+Command AddIndex(CLI::App& app, const Context& ctx) {
+    struct State {
+        tms::IndexBuildOptions io;
+        std::string docs, doclens, doc_ids, index_out, config;
+        int n_centroids = -1, pq_m = -1, nbits = -1, shards = -1;
+        std::string codec;
+        bool keep_vectors = false, overwrite = false, no_progress = false;
+        std::string index_meta, index_meta_types;
+        [[maybe_unused]] double index_mpi_timeout = 86400;  // read under mpirun only
+        std::string index_device = "auto";
+        bool no_estimate = false;
+        tms::EstimateOptions index_eo;
+        std::string index_sample;
+    };
+    auto s = std::make_shared<State>();
+    auto& io = s->io;
+    auto& docs = s->docs;
+    auto& doclens = s->doclens;
+    auto& doc_ids = s->doc_ids;
+    auto& index_out = s->index_out;
+    auto& config = s->config;
+    auto& n_centroids = s->n_centroids;
+    auto& pq_m = s->pq_m;
+    auto& nbits = s->nbits;
+    auto& shards = s->shards;
+    auto& codec = s->codec;
+    auto& keep_vectors = s->keep_vectors;
+    auto& overwrite = s->overwrite;
+    auto& no_progress = s->no_progress;
+    auto& index_meta = s->index_meta;
+    auto& index_meta_types = s->index_meta_types;
+    auto& index_mpi_timeout = s->index_mpi_timeout;
+    auto& index_device = s->index_device;
+    auto& no_estimate = s->no_estimate;
+    auto& index_eo = s->index_eo;
+    auto& index_sample = s->index_sample;
+    auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
+    idx->add_option("--docs", docs,
+                    "Token embeddings: .npy [n_tokens, dim] (float16/bfloat16/float32), a directory of shards "
+                    "docs_*.npy + doclens_*.npy, or .safetensors (tensors 'embeddings', 'doclens')")->required();
+    idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64 (with a .npy --docs)");
+    idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");
+    idx->add_option("--out", index_out, "Index directory to create")->required();
+    idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
+    idx->add_option("--codec", codec, "Token codec: pq or residual (default pq)");
+    idx->add_option("--centroids,--n-centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
+        ->check(CLI::Range(0, 1 << 24));
+    idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
+    idx->add_option("--nbits,--residual-nbits", nbits,
+                    "Residual codec bits per dimension: 1, 2 or 4 (default 2); implies --codec residual")
+        ->check(CLI::IsMember({1, 2, 4}));
+    idx->add_option("--shards", shards,
+                    "Shards: document ranges with their own stores, loaded and searched in parallel (0 or "
+                    "unset: one per 2^28 tokens, so that a corpus that needs several GPUs is spread over them)")
+        ->check(CLI::Range(0, tms::kMaxShards));
+    idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
+    idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
+    idx->add_flag("--no-progress", no_progress, "No progress bars");
+    auto* index_meta_opt = idx->add_option("--metadata", index_meta, kMetadataHelp);
+    idx->add_option("--metadata-types", index_meta_types, kMetadataTypesHelp)->needs(index_meta_opt);
+#if TMS_WITH_MPI
+    idx->add_option("--mpi-timeout", index_mpi_timeout,
+                    "Under mpirun: seconds any rank waits for the others (training, the slowest rank's shards) "
+                    "before ending the job")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+#endif
+    idx->add_option("--threads", io.threads, "Threads (0: all cores)")->check(CLI::Range(0, tms::kMaxThreads));
+    idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
+    auto* no_estimate_flag = idx->add_flag("--no-estimate", no_estimate,
+                  "Skip the recall estimate (with --keep-vectors the build ends by measuring its approximate search "
+                  "against exhaustive search on pseudo-queries; searches take their defaults from it)");
+    idx->add_option("--estimate-queries", index_eo.queries,
+                    "Pseudo-queries of the recall estimate (0: 256 on a GPU, 64 on the CPU)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    idx->add_option("--estimate-sample", index_sample,
+                    "The recall estimate measures these queries of your own (.npy [n, tokens, dim], e.g. a sample of "
+                    "real ones) instead of pseudo-queries")
+        ->check(CLI::ExistingFile)
+        ->excludes(no_estimate_flag);
+    auto run = [s, &ctx]() -> int {
+        auto& io = s->io;
+        auto& docs = s->docs;
+        auto& doclens = s->doclens;
+        auto& doc_ids = s->doc_ids;
+        auto& index_out = s->index_out;
+        auto& config = s->config;
+        auto& n_centroids = s->n_centroids;
+        auto& pq_m = s->pq_m;
+        auto& nbits = s->nbits;
+        auto& shards = s->shards;
+        auto& codec = s->codec;
+        auto& keep_vectors = s->keep_vectors;
+        auto& overwrite = s->overwrite;
+        auto& no_progress = s->no_progress;
+        auto& index_meta = s->index_meta;
+        auto& index_meta_types = s->index_meta_types;
+        auto& index_mpi_timeout = s->index_mpi_timeout;
+        auto& index_device = s->index_device;
+        auto& no_estimate = s->no_estimate;
+        auto& index_eo = s->index_eo;
+        auto& index_sample = s->index_sample;
+        int& argc = *ctx.argc;
+        char**& argv = *ctx.argv;
+        if (tms::Status st = tms::CheckOutputPath(index_out, tms::OutputKind::kIndex,
+                                                  {{"--docs", docs}, {"--doclens", doclens}, {"--doc-ids", doc_ids},
+                                                   {"--metadata", index_meta}, {"--config", config},
+                                                   {"--estimate-sample", index_sample}})
+                                  .WithContext("--out");
+            !st.ok()) {
+            return fail("index", st);
+        }
+        if (!config.empty()) {
+            tms::Status st = tms::LoadBuildOptionsJson(config, &io);
+            if (!st.ok()) return fail("index", st);
+        }
+        if (!codec.empty()) io.codec = codec;
+        if (n_centroids >= 0) io.n_centroids = n_centroids;
+        if (pq_m >= 0) io.pq_m = pq_m;
+        if (nbits >= 0) {  // the residual codec's bits: --nbits alone means that codec (fast-plaid's nbits)
+            if (codec == "pq") {
+                return fail("index", tms::Status::InvalidArgument("--nbits is the residual codec's bits per "
+                                                                  "dimension; --codec pq takes --pq-m"));
+            }
+            io.codec = "residual";
+            io.residual_nbits = nbits;
+        }
+        if (shards >= 0) io.shards = shards;
+        if (keep_vectors) io.keep_vectors = true;
+        io.overwrite = overwrite;
+        io.progress = !no_progress;
+        if (tms::Status st = parse_device(index_device, &io.device); !st.ok()) return fail("index", st);
+        std::unique_ptr<tms::DocMetadata> metadata;
+        if (tms::Status st = load_metadata(index_meta, index_meta_types, &metadata); !st.ok()) return fail("index", st);
+        EstimateSample index_sample_q;
+        if (tms::Status st = load_estimate_sample(index_sample, &index_sample_q, &index_eo); !st.ok()) {
+            return fail("index", st);
+        }
+#if TMS_WITH_MPI
+        if (under_mpirun()) {
+            int provided = 0, rank = 0;
+            MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+            if (rank != 0) io.progress = false;
+            tms::Status st;
+            {
+                const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
+                index_eo.device = io.device;
+                st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get(),
+                                 no_estimate ? nullptr : &index_eo);
+            }
+            // Rank 0 says why before the job ends: once another rank has exited non-zero, mpirun
+            // may end rank 0 at any moment after MPI_Finalize.
+            const int rc = st.ok() ? 0 : rank != 0 ? exit_code(st) : fail("index", st);
+            MPI_Finalize();
+            return rc;
+        }
+#endif
+        index_eo.device = io.device;
+        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
+                                     no_estimate ? nullptr : &index_eo);
+        return st.ok() ? 0 : fail("index", st);
+    };
+    return {idx, run};
+}
+
+}  // namespace tms::cli

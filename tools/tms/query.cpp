@@ -1,0 +1,294 @@
+// Copyright TileMaxSim authors. 
+#include "tools/tms/query.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <unordered_map>
+
+#include "base/log.h"
+#include "base/progress.h"
+
+namespace tms::cli {
+
+tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBatch* all, std::vector<std::string>* ids) {
+    TMS_RETURN_IF_ERROR(tms::LoadNpy(a.queries, arr));
+    tms::EmbeddingView view;
+    TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(*arr, 3, a.queries, &view));
+    const int nq = static_cast<int>(arr->shape[0]), qt = static_cast<int>(arr->shape[1]);
+    if (qt <= 0) return tms::Status::InvalidArgument(a.queries + ": queries have 0 tokens");
+    all->data = view.data;
+    all->dtype = view.dtype;
+    all->n_queries = nq;
+    all->q_tokens = qt;
+    all->dim = view.dim;
+    std::vector<std::string>& qids = *ids;
+    if (!a.query_ids.empty()) {
+        TMS_RETURN_IF_ERROR(tms::ReadLines(a.query_ids, &qids));
+        if (static_cast<int>(qids.size()) != nq) {
+            return tms::Status::InvalidArgument(a.query_ids + ": " + std::to_string(qids.size()) + " ids for " +
+                                                std::to_string(nq) + " queries in " + a.queries);
+        }
+        for (size_t i = 0; i < qids.size(); ++i) {
+            const bool bad = std::any_of(qids[i].begin(), qids[i].end(), [](char c) {
+                return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
+            });
+            if (bad) {
+                return tms::Status::InvalidArgument(a.query_ids + ":" + std::to_string(i + 1) +
+                                                    ": id contains whitespace or a control character");
+            }
+        }
+    } else {
+        for (int i = 0; i < nq; ++i) qids.push_back(std::to_string(i));
+    }
+    return tms::Status::OK();
+}
+
+tms::Status load_estimate_sample(const std::string& path, EstimateSample* s, tms::EstimateOptions* eo) {
+    if (path.empty()) return tms::Status::OK();
+    SearchArgs a;
+    a.queries = path;
+    std::vector<std::string> unused_ids;
+    TMS_RETURN_IF_ERROR(load_queries(a, &s->arr, &s->batch, &unused_ids));
+    eo->sample = &s->batch;
+    return tms::Status::OK();
+}
+
+tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
+    *opts = a.opts;
+    opts->pruning = parse_pruning(a.pruning);
+    TMS_RETURN_IF_ERROR(parse_device(a.device, &so->device));
+    if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, so).WithContext("--devices"));
+    so->load_vectors = true;
+    TMS_RETURN_IF_ERROR(tms::ParseVectorTier(a.vectors, &so->vectors).WithContext("--vectors"));
+    so->stream_bytes = a.stream_mib << 20;
+    so->filter_time_ms = a.filter_time_ms;
+    so->filter_max_bytes = a.filter_max_bytes;
+    so->progress = !quiet && !a.no_progress;
+    return tms::Status::OK();
+}
+
+tms::Status check_query_dim(const SearchArgs& a, const tms::QueryBatch& all, const tms::IndexInfo& info) {
+    if (all.dim == info.dim) return tms::Status::OK();
+    return tms::Status::InvalidArgument(a.queries + ": query dimension " + std::to_string(all.dim) +
+                                        " differs from the index's " + std::to_string(info.dim));
+}
+
+tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j) {
+    TMS_RETURN_IF_ERROR(load_queries(a, &j->arr, &j->whole, &j->qids));
+    tms::SearcherOptions so;
+    TMS_RETURN_IF_ERROR(search_options(a, quiet, &j->opts, &so));
+    TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &j->searcher));
+    return check_query_dim(a, j->whole, j->searcher->info());
+}
+
+// nothing). Ids the index does not hold allow nothing; a note on stderr counts them.
+tms::Status read_subset(const std::string& path, const tms::Searcher& s, const std::vector<std::string>& qids,
+                        bool quiet, std::vector<std::vector<int64_t>>* rows) {
+    std::vector<std::string> lines;
+    TMS_RETURN_IF_ERROR(tms::ReadLines(path, &lines));
+    std::vector<std::string> ids;
+    std::vector<size_t> row;  // per query: the query of each id
+    std::unordered_map<std::string, size_t> qindex;
+    for (size_t i = 0; i < qids.size(); ++i) qindex.emplace(qids[i], i);
+    int64_t unknown_queries = 0, n_lines = 0;
+    bool tabbed = false;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        std::string l = lines[i];
+        if (!l.empty() && l.back() == '\r') l.pop_back();
+        if (l.empty()) continue;
+        const size_t tab = l.find('\t');
+        if (n_lines++ == 0) tabbed = tab != std::string::npos;
+        if (tabbed != (tab != std::string::npos) || (tabbed && l.find('\t', tab + 1) != std::string::npos)) {
+            return tms::Status::InvalidArgument(path + ":" + std::to_string(i + 1) + ": want " +
+                                                (tabbed ? "QUERY_ID<TAB>DOC_ID" : "one DOC_ID") +
+                                                " per line, as the first line has");
+        }
+        if (!tabbed) {
+            ids.push_back(std::move(l));
+            continue;
+        }
+        const auto q = qindex.find(l.substr(0, tab));
+        if (q == qindex.end()) {
+            ++unknown_queries;
+            continue;
+        }
+        row.push_back(q->second);
+        ids.push_back(l.substr(tab + 1));
+    }
+    std::vector<int64_t> internal;
+    s.FindDocs(ids, &internal);
+    int64_t unknown = 0;
+    rows->assign(tabbed ? qids.size() : 1, {});
+    for (size_t i = 0; i < internal.size(); ++i) {
+        if (internal[i] < 0) ++unknown;
+        else (*rows)[tabbed ? row[i] : 0].push_back(internal[i]);
+    }
+    if (!quiet && unknown > 0) {
+        tms::LogWarning("tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
+                        path.c_str(), (long long)unknown, ids.size());
+    }
+    if (!quiet && unknown_queries > 0) {
+        tms::LogWarning("tms search: %s: %lld lines name queries not among the queries: ignored\n", path.c_str(),
+                        (long long)unknown_queries);
+    }
+    return tms::Status::OK();
+}
+
+tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage) {
+    return tms::CheckOutputPath(a.out, tms::OutputKind::kFile,
+                                {{"--queries", a.queries}, {"--query-ids", a.query_ids}, {"--subset", a.subset},
+                                 {"--run", first_stage}, {"--index", a.index}})
+        .WithContext("--out");
+}
+
+tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
+    if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
+    TMS_RETURN_IF_ERROR(check_run_output(a));
+    QueryJob job;
+    TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
+    const tms::QueryBatch& whole = job.whole;
+    const std::vector<std::string>& qids = job.qids;
+    tms::SearchOptions& opts = job.opts;
+    const tms::Searcher* searcher = job.searcher.get();
+    const int nq = whole.n_queries;
+    const int64_t n_docs = searcher->info().n_docs;
+    // --subset's rows: one for every query (1 row), or one per query (each batch's slice of them).
+    std::vector<std::vector<int64_t>> subset;
+    if (!a.subset.empty()) TMS_RETURN_IF_ERROR(read_subset(a.subset, *searcher, qids, quiet, &subset));
+    const auto allow = [&](int q0, int n) {
+        auto set = std::make_shared<tms::DocSet>(n_docs, n);
+        for (int i = 0; i < n; ++i)
+            for (int64_t d : subset[size_t(q0 + i)]) set->Add(i, d);
+        opts.allow = std::move(set);
+    };
+    if (subset.size() == 1) allow(0, 1);
+    std::vector<std::vector<std::pair<std::string, float>>> all(nq);
+    tms::SearchTimings phase;
+    tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
+    const auto t0 = Clock::now();
+    for (int q0 = 0; q0 < nq; q0 += a.batch) {
+        const tms::QueryBatch b = whole.Slice(q0, std::min(a.batch, nq - q0));
+        std::vector<std::vector<tms::SearchHit>> res;
+        tms::SearchTimings t;
+        if (subset.size() > 1) allow(q0, b.n_queries);
+        TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
+        phase.candidates += t.candidates;
+        phase.scoring += t.scoring;
+        phase.rerank += t.rerank;
+        for (int i = 0; i < b.n_queries; ++i) {
+            for (auto& h : res[i]) all[q0 + i].emplace_back(std::move(h.doc_id), h.score);
+        }
+        prog.Add(b.n_queries);
+    }
+    prog.Done();
+    const double secs = tms::SecondsSince(t0);
+    *qps = secs > 0 ? nq / secs : 0;
+    TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
+    if (!quiet) {
+        tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
+                     tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
+        tms::LogInfo("tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
+                     phase.scoring, phase.rerank);
+        if (!a.opts.exhaustive) {
+            const tms::SearchOptions t = searcher->Plan(a.opts);
+            if (t.exhaustive) {
+                const tms::IndexInfo& info = searcher->info();
+                tms::LogInfo("tms search: exhaustive: cheaper than the approximate search on %lld "
+                             "live documents (at most %lld on the %s; --target-recall 0 searches approximately)\n",
+                             (long long)(info.n_docs - info.n_deleted),
+                             (long long)tms::SmallIndexDocs(searcher->device(), t),
+                             tms::DeviceName(searcher->device()));
+            } else if (a.opts.target_recall > 0) {
+                const bool moved =
+                    t.nprobe != a.opts.nprobe || t.ncandidates != a.opts.ncandidates || t.rerank != a.opts.rerank;
+                tms::LogInfo("tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s\n",
+                             a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank,
+                             moved ? " (the index's estimate)" : "");
+            }
+        }
+        int64_t vbytes = 0;
+        for (const tms::ShardPlacement& p : searcher->placement()) vbytes += p.vector_bytes;
+        const tms::VectorTier tier =
+            searcher->placement().empty() ? tms::VectorTier::kNone : searcher->placement()[0].vectors;
+        tms::LogInfo("tms search: vectors %s (%.2f GB)\n", tms::VectorTierName(tier), double(vbytes) / 1e9);
+        if (searcher->placement().size() > 1) {
+            std::string where;
+            for (const tms::ShardPlacement& p : searcher->placement()) {
+                where += (where.empty() ? "" : ", ") + std::to_string(p.shard) + ":" +
+                         (p.device == tms::Device::kGpu ? "gpu " + std::to_string(p.gpu) : std::string("cpu"));
+            }
+            tms::LogInfo("tms search: %zu shards (%s)\n", searcher->placement().size(), where.c_str());
+        }
+    }
+    return tms::Status::OK();
+}
+
+void add_search_options(CLI::App* c, SearchArgs* a) {
+    c->add_option("--k", a->opts.k, "Results per query (more than the index's documents: all of them)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000000));
+    c->add_flag("--exhaustive", a->opts.exhaustive,
+                "Exact MaxSim over every document (needs an index built with --keep-vectors)");
+    c->add_option("--device", a->device, "Where to score: auto, cpu or gpu")->capture_default_str();
+    c->add_option("--devices", a->devices,
+                  "Where the shards go: cpu, all (every GPU), or GPUs like 0 or 0,1 (shards placed by size; "
+                  "default: every GPU present, else cpu); overrides --device");
+    c->add_option("--vectors", a->vectors, kVectorsHelp)->capture_default_str();
+    c->add_option("--stream-mib", a->stream_mib, kStreamHelp)->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    c->add_option("--target-recall", a->opts.target_recall,
+                  "The speed/recall knob. With the index's recall estimate (tms index --keep-vectors): --nprobe, "
+                  "--ncandidates and --rerank, where not given, from the cheapest measured setting whose "
+                  "estimated recall@10 reaches this (below the default target also settings cheaper than the "
+                  "defaults, e.g. 0.9); a small index is searched exhaustively, exact and cheaper (at most "
+                  "--rerank live documents on a CPU, 2 x --ncandidates on a GPU). 0: the settings exactly as "
+                  "given")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    c->add_option("--nprobe", a->opts.nprobe, "Centroids probed per query token")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 24));
+    c->add_option("--ncandidates", a->opts.ncandidates, "Candidates kept after pruning (0: all the probes reach)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    c->add_option("--pruning", a->pruning,
+                  "How candidates are pruned to --ncandidates: probe (scored by the probed centroids that hold "
+                  "them) or interaction (PLAID's centroid interaction over every candidate token)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"interaction", "probe"}));
+    c->add_option("--rerank", a->opts.rerank,
+                  "Top compressed candidates rescored exactly when vectors are stored (0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    c->add_option("--batch", a->batch, "Queries per search call")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+    c->add_option("--filter", a->opts.filter,
+                  "Only documents whose metadata match this SQL WHERE expression, e.g. \"tenant = 7 AND year >= "
+                  "2024\" (columns as `tms info` lists them; applied during candidate generation)");
+    c->add_option("--filter-time-ms", a->filter_time_ms,
+                  "A --filter's evaluation may take this many milliseconds; past it the search fails")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(1), int64_t(86400000)));
+    c->add_option("--filter-max-bytes", a->filter_max_bytes,
+                  "No value a --filter computes may be longer than this many bytes (bounds its memory); "
+                  "past it the search fails")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
+    c->add_option("--subset", a->subset,
+                  "Only these documents: a file of external ids, one per line (every query), or QUERY_ID<TAB>DOC_ID "
+                  "lines (per query; a query with no line gets no results); with --filter, both must hold");
+    c->add_option("--direct-max", a->opts.direct_max,
+                  "With --filter or --subset: a query allowed at most this many documents scores all of them "
+                  "instead of probing (-1: as many as the widest probing visits, at least 65,536)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+#if TMS_WITH_MPI
+    c->add_option("--mpi-timeout", a->mpi_timeout,
+                  "Under mpirun: seconds any rank waits for the others before ending the job")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+#endif
+    c->add_flag("--no-progress", a->no_progress, "No progress bars");
+}
+
+}  // namespace tms::cli
