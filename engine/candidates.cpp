@@ -20,7 +20,8 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
     const int nprobe = std::min(opts.nprobe, K);
     const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
     cs->resize(size_t(nq) * qt * K);
-    index::CentroidScores(qf, int64_t(nq) * qt, data_.model, cs->data());
+    kernels::inner_products_cpu(qf, int64_t(nq) * qt, data_.model.centroids.data(), data_.model.n_centroids,
+                               data_.model.dim, cs->data());
     // Probe-score pruning also needs each row's best unprobed centroid (its floor): the rows'
     // take-th best, then each row's first nprobe moved together (in place).
     const int64_t rows = int64_t(nq) * qt;
@@ -102,7 +103,8 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
         c->ticket = 0;
         if (!c->on_gpu) {
             c->cs.resize(size_t(nq) * q.q_tokens * data_.model.n_centroids);
-            index::CentroidScores(HostF32(q, &c->qconv), int64_t(nq) * q.q_tokens, data_.model, c->cs.data());
+            kernels::inner_products_cpu(HostF32(q, &c->qconv), int64_t(nq) * q.q_tokens, data_.model.centroids.data(),
+                                           data_.model.n_centroids, data_.model.dim, c->cs.data());
         }
         c->lists.off.assign(size_t(nq) + 1, 0);
         c->lists.docs.clear();

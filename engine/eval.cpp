@@ -28,6 +28,7 @@
 
 #include "base/json_escape.h"
 #include "index/index_data.h"
+#include "index/ingest/files.h"
 
 namespace tms {
 namespace {

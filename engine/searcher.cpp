@@ -28,7 +28,9 @@
 #include "engine/vector_rows.h"
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
-#include "index/metadata.h"
+#include "index/store/index_reader.h"
+#include "index/store/shards.h"
+#include "index/metadata/metadata.h"
 #include "base/memory.h"
 #include "base/progress.h"
 #include "kernels/candidates.h"
@@ -638,7 +640,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     s->gather_ = opts.gather;
     s->gather_us_ = opts.gather_us;
     kernels::SetThreads(opts.threads);
-    index::SingleThreadedBlas();
+    kernels::SingleThreadedBlas();
     Trace trace = LoadTrace();
     TMS_RETURN_IF_ERROR(engine::ResolveDevice(opts.device, &s->device_));
     std::vector<int> gpus;

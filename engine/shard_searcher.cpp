@@ -8,6 +8,7 @@
 
 #include "base/progress.h"
 #include "engine/backend.h"
+#include "index/ingest/input_checks.h"
 #include "kernels/maxsim.h"
 
 namespace tms::engine {

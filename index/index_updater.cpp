@@ -1,7 +1,9 @@
 // Copyright TileMaxSim authors. The public IndexUpdater over the store's updater.
 #include "tilemaxsim/index_updater.h"
 
-#include "index/index_data.h"
+#include "index/ingest/npy.h"
+#include "index/store/compaction.h"
+#include "index/store/updater.h"
 #include "kernels/threads.h"
 #include "tilemaxsim/io.h"
 

@@ -11,6 +11,9 @@
 #include "kernels/threads.h"
 #include "tilemaxsim/options.h"
 
+// Weak: absent when the BLAS is not OpenBLAS.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
 namespace tms::kernels {
 
 float half_to_float(uint16_t h) {
@@ -256,6 +259,10 @@ Status topk_validate(const TopKParams& p) {
 }  // namespace tms::kernels
 
 namespace tms::kernels {
+
+void SingleThreadedBlas() {
+    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+}
 
 void SetThreads(int threads) {
     if (threads > 0) omp_set_num_threads(std::min(threads, kMaxThreads));

@@ -9,4 +9,9 @@ namespace tms::kernels {
 /// entry point that may start a parallel region on a caller's thread calls it.
 void SetThreads(int threads = 0);
 
+/// Makes BLAS single-threaded: OpenBLAS's pthread build fights OpenMP for the cores (seen: 3x
+/// slower PQ training, most of the time in the kernel); the engine parallelises with OpenMP. A
+/// no-op for other BLAS.
+void SingleThreadedBlas();
+
 }  // namespace tms::kernels

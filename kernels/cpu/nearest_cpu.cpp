@@ -10,7 +10,7 @@
 #include "base/memory.h"
 
 // The BLAS FAISS links (OpenBLAS on Debian), called single-threaded: the engine parallelises
-// with OpenMP (index::SingleThreadedBlas).
+// with OpenMP (SingleThreadedBlas).
 extern "C" int sgemm_(const char* transa, const char* transb, int* m, int* n, int* k, const float* alpha,
                       const float* a, int* lda, const float* b, int* ldb, float* beta, float* c, int* ldc);
 

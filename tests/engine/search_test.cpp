@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "index/index_data.h"
+#include "index/store/index_reader.h"
 #include "kernels/maxsim.h"
 #include "tests/engine/degenerate_corpora.h"
 #include "tests/engine/synth_index.h"

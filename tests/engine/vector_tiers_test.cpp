@@ -9,6 +9,7 @@
 #include "base/memory.h"
 #include "engine/vector_rows.h"
 #include "index/index_data.h"
+#include "index/store/index_reader.h"
 
 namespace tms {
 namespace {

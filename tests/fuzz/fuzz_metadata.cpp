@@ -1,6 +1,6 @@
 // Copyright TileMaxSim authors. Document metadata: a JSONL file resolved against documents
 // "0".."n-1" (in order, or by id), and the same bytes as a filter expression.
-#include "index/metadata.h"
+#include "index/metadata/metadata.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

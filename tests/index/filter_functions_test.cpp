@@ -1,6 +1,6 @@
 // Copyright TileMaxSim authors. The filter's LIKE, GLOB and instr(): the same answers as SQLite's
 // own on one table of random cases, bounded time on hostile ones, and the snapshot's limits.
-#include "index/filter_functions.h"
+#include "index/metadata/filter_functions.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-#include "index/metadata.h"
+#include "index/metadata/metadata.h"
 #include "tests/scratch_dir.h"
 
 namespace tms::index {

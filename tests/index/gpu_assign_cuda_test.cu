@@ -4,8 +4,10 @@
 #include <cmath>
 #include <random>
 
-#include "index/gpu_assign.h"
+#include "index/encode/gpu_assign.h"
+#include "index/encode/encoder.h"
 #include "index/index_data.h"
+#include "index/train/train.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/maxsim.h"
 #include "tests/kernels/cuda_test_util.h"

@@ -15,7 +15,13 @@
 
 #include <faiss/impl/ProductQuantizer.h>
 
+#include "index/encode/encoder.h"
 #include "index/index_data.h"
+#include "index/store/crc32c.h"
+#include "index/store/index_reader.h"
+#include "index/store/index_writer.h"
+#include "index/store/shards.h"
+#include "index/train/train.h"
 #include "kernels/maxsim.h"
 #include "kernels/nearest.h"
 #include "tests/scratch_dir.h"
@@ -117,6 +123,17 @@ Built random_docs(int n_docs, int dim, uint32_t seed) {
 
 class BuildAndLoad : public ::testing::TestWithParam<std::string> {};
 
+// `b` indexed by the engine's builder (at DIR/built), read back whole: a model, codes and IVF
+// lists as production builds them.
+void build_data(const EmbeddingView& v, const Built& b, const IndexBuildOptions& bo, const std::string& dir,
+                index::IndexData* out) {
+    std::unique_ptr<IndexBuilder> builder;
+    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/built", &builder).ok());
+    const Status st = builder->Build(v, b.lens, b.ids);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(index::ReadIndex(dir + "/built", bo.keep_vectors, false, out).ok());
+}
+
 TEST_P(BuildAndLoad, RoundTripsEverything) {
     const int dim = 64;
     const Built b = random_docs(500, dim, 3);
@@ -129,8 +146,7 @@ TEST_P(BuildAndLoad, RoundTripsEverything) {
     bo.progress = false;
     bo.ivf_memory_entries = 97;  // spill many IVF runs and merge them
     index::IndexData built;
-    std::vector<std::pair<std::string, double>> phases;
-    ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
+    ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, temp_dir("rt_" + bo.codec), &built));
     const std::string path = temp_dir("rt_" + bo.codec) + "/idx";
     ASSERT_TRUE(index::WriteIndex(path, built, bo).ok());
     index::IndexData got;
@@ -198,8 +214,7 @@ TEST(IndexCpu, UnitNormIsDetectedAndStored) {
         bo.n_centroids = 16;
         bo.progress = false;
         index::IndexData built;
-        std::vector<std::pair<std::string, double>> phases;
-        ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
+        ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, temp_dir("unit_norm"), &built));
         EXPECT_EQ(built.model.unit_norm, norm == 1.0f);
         const std::string path = temp_dir("unit_norm") + "/idx";
         ASSERT_TRUE(index::WriteIndex(path, built, bo).ok());
@@ -306,8 +321,7 @@ TEST(IndexCpu, VectorsWrittenAheadStayWithinTheirLead) {
     bo.chunk_docs = 9;
     bo.progress = false;
     index::IndexData built;
-    std::vector<std::pair<std::string, double>> phases;
-    ASSERT_TRUE(index::BuildIndexData(v, b.lens, b.ids, bo, &built, &phases).ok());
+    ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, temp_dir("ahead_lead"), &built));
     const std::string path = temp_dir("ahead_lead") + "/idx";
     std::unique_ptr<index::IndexWriter> w;
     const std::vector<int64_t> shard_docs = index::SplitShards(b.lens, 2);

@@ -1,7 +1,7 @@
 // Copyright TileMaxSim authors. Document metadata: JSONL input, the filter language, the
 // snapshot's filters against a brute-force evaluation, and the metadata file following its
 // documents through build, add, replace, delete and compaction (sharded too).
-#include "index/metadata.h"
+#include "index/metadata/metadata.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "index/index_data.h"
+#include "index/store/index_reader.h"
 #include "tests/scratch_dir.h"
 #include "tilemaxsim/tilemaxsim.h"
 

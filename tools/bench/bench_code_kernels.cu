@@ -18,6 +18,7 @@
 
 #include "tools/bench/bench_kernels.h"
 #include "tools/bench/bench_common.cuh"
+#include "index/encode/encoder.h"
 #include "index/index_data.h"
 #include "kernels/cuda/code_maxsim_cuda.h"
 #include "kernels/cuda/cuda_check.h"

@@ -1,4 +1,4 @@
-// Copyright TileMaxSim authors. .npy reading/writing and input validation.
+// Copyright TileMaxSim authors. .npy files: reading (whole or mapped), writing, viewing as embeddings.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -14,7 +14,9 @@
 #include <sstream>
 
 #include "kernels/maxsim.h"
-#include "index/index_data.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
+#include "index/ingest/input_checks.h"
 #include "tilemaxsim/io.h"
 
 namespace tms {
@@ -163,14 +165,6 @@ MappedNpy::~MappedNpy() {
     if (map_ != nullptr) munmap(map_, map_len_);
 }
 
-void* AllocLarge(size_t bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    (void)madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused where huge pages are off
-    return p;
-}
-
-void FreeLarge(void* p, size_t bytes) { munmap(p, bytes); }
 
 void MappedNpy::Release(size_t from, size_t upto) const {
     if (map_ == nullptr) return;
@@ -212,44 +206,6 @@ Status MappedNpy::Open(const std::string& path, std::unique_ptr<MappedNpy>* out)
 }
 
 }  // namespace index
-
-Status index::WriteFileAtomically(const std::string& path, const std::function<bool(std::FILE*)>& fill) {
-    namespace fs = std::filesystem;
-    if (path == "-") {  // standard output, as written
-        if (!fill(stdout) || std::fflush(stdout) != 0) return Status::IOError("standard output: write failed");
-        return Status::OK();
-    }
-    // A device, a FIFO or a pipe (/dev/stdout, /proc/self/fd/N: links the kernel resolves, not
-    // paths) is written in place, through the path as given.
-    std::error_code ec;
-    const fs::file_status given = fs::status(path, ec);
-    if (fs::is_directory(given)) return Status::InvalidArgument(path + ": is a directory");
-    const bool in_place = fs::exists(given) && !fs::is_regular_file(given);
-    fs::path target = path;
-    if (!in_place) TMS_RETURN_IF_ERROR(ResolveTargetPath(path, &target).WithContext("output"));
-    const std::string out = in_place ? path : target.string() + ".tmp-" + std::to_string(::getpid());
-    std::FILE* f = std::fopen(out.c_str(), in_place ? "ab" : "wb");
-    if (f == nullptr) return Status::IOError(out + ": cannot open for writing: " + std::strerror(errno));
-    const auto fail = [&](const std::string& what, int err) {
-        std::fclose(f);
-        if (!in_place) std::remove(out.c_str());
-        return Status::IOError(out + ": " + what + ": " + std::strerror(err));
-    };
-    if (!fill(f) || std::fflush(f) != 0) return fail("write failed", errno);
-    if (!in_place && ::fsync(::fileno(f)) != 0) return fail("fsync failed", errno);
-    if (std::fclose(f) != 0) {
-        const int err = errno;
-        if (!in_place) std::remove(out.c_str());
-        return Status::IOError(out + ": close failed: " + std::strerror(err));
-    }
-    if (in_place) return Status::OK();
-    if (std::rename(out.c_str(), target.c_str()) != 0) {
-        const int err = errno;
-        std::remove(out.c_str());
-        return Status::IOError(path + ": cannot rename " + out + " to it: " + std::strerror(err));
-    }
-    return Status::OK();
-}
 
 std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape) {
     std::string shp = "(";
@@ -352,67 +308,6 @@ Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vec
     else if (d == "<i8") get(int64_t{});
     else return Status::InvalidArgument(what + ": dtype '" + d + "' not supported (expected int32 or int64)");
     return Status::OK();
-}
-
-Status index::CheckDocLens(const std::vector<int64_t>& lens, int64_t rows, const std::string& lens_what,
-                           const std::string& rows_what) {
-    if (lens.empty()) return Status::InvalidArgument(lens_what + ": no documents");
-    int64_t sum = 0;
-    for (size_t i = 0; i < lens.size(); ++i) {
-        if (lens[i] <= 0) {
-            return Status::InvalidArgument(lens_what + ": document " + std::to_string(i) + " has " +
-                                           std::to_string(lens[i]) + " tokens (must be >= 1)");
-        }
-        if (lens[i] > rows - sum) {  // sum <= rows throughout: no overflow
-            return Status::InvalidArgument(lens_what + ": lengths sum to more than the " + std::to_string(rows) +
-                                           " rows of " + rows_what + " (at document " + std::to_string(i) + ")");
-        }
-        sum += lens[i];
-    }
-    if (sum != rows) {
-        return Status::InvalidArgument(lens_what + ": lengths sum to " + std::to_string(sum) + " tokens but " +
-                                       rows_what + " has " + std::to_string(rows) + " rows");
-    }
-    return Status::OK();
-}
-
-Status index::CheckId(const std::string& id, const std::string& what) {
-    if (id.empty()) return Status::InvalidArgument(what + ": empty id");
-    if (id.size() > 1024) return Status::InvalidArgument(what + ": id longer than 1024 bytes");
-    for (const char ch : id) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c <= 0x20 || c == 0x7f) {
-            return Status::InvalidArgument(what + ": id contains " + (c == ' ' || c == '\t' ? "whitespace" :
-                                           "a control character (byte " + std::to_string(c) + ")"));
-        }
-    }
-    return Status::OK();
-}
-
-Status ReadLines(const std::string& path, std::vector<std::string>* lines, bool allow_empty) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
-    std::ifstream f(path);
-    if (!f) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-    lines->clear();
-    std::string line;
-    int64_t no = 0;
-    while (std::getline(f, line)) {
-        ++no;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() && !allow_empty) return Status::InvalidArgument(path + ":" + std::to_string(no) + ": empty line");
-        lines->push_back(line);
-    }
-    return Status::OK();
-}
-
-Status WriteLines(const std::string& path, const std::vector<std::string>& lines) {
-    return index::WriteFileAtomically(path, [&](std::FILE* f) {
-        for (const auto& l : lines) {
-            if (std::fwrite(l.data(), 1, l.size(), f) != l.size() || std::fputc('\n', f) == EOF) return false;
-        }
-        return true;
-    });
 }
 
 }  // namespace tms

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "index/gpu_assign.h"
+#include "index/encode/gpu_assign.h"
+#include "index/encode/encoder.h"
 #include "index/index_data.h"
+#include "index/ingest/input_checks.h"
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gpu_context.h"

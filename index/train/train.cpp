@@ -1,49 +1,36 @@
-// Copyright TileMaxSim authors. Index construction: sampling, k-means (FAISS), assignment,
-// codec training (FAISS ProductQuantizer / PLAID residual buckets), encoding, IVF lists.
-// The only FAISS adapter of the project: FAISS exceptions become Status here.
+// Copyright TileMaxSim authors. Training an index's model: sampling, k-means (FAISS), codec training (FAISS
+// ProductQuantizer / PLAID residual buckets). The only FAISS adapter of the project: FAISS
+// exceptions become Status here.
+
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
 #include <faiss/impl/FaissAssert.h>
 #include <faiss/impl/FaissException.h>
 #include <faiss/impl/ProductQuantizer.h>
 #include <omp.h>
-
 #include <algorithm>
-#include <climits>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #if __has_include(<parallel/algorithm>)
 #include <parallel/algorithm>  // libstdc++'s OpenMP sort
 #endif
 #include <random>
-#include <unordered_set>
 
-#include "index/gpu_assign.h"
-#include "index/index_data.h"
 #include "base/log.h"
 #include "base/progress.h"
-#include "kernels/cpu/parallel_copy.h"
-#include "kernels/cpu/simd.h"
-#include "kernels/maxsim.h"
+#include "index/encode/encoder.h"
+#include "index/encode/gpu_assign.h"
+#include "index/ingest/input_checks.h"
+#include "index/train/train.h"
 #include "kernels/nearest.h"
 #include "kernels/threads.h"
 
-// OpenBLAS's pthread build fights OpenMP for the cores (seen: 3x slower PQ training and most of
-// the time in the kernel); the engine parallelises with OpenMP, so BLAS runs single-threaded.
-// Weak: absent when the BLAS is not OpenBLAS.
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
-
 namespace tms::index {
+
 namespace {
-
-constexpr int64_t kBatch = 16384;  // tokens per assignment / encoding batch
-
-// Rows per CPU assignment batch: its score tile [rows, K] stays under 256 MB.
-int64_t cpu_batch(int n_centroids) { return std::clamp<int64_t>((int64_t(1) << 26) / n_centroids, 256, kBatch); }
 
 // fn() as a Status, with the exceptions FAISS and the allocator throw turned into one:
 // FAISS errors and other std::exceptions Internal, exhausted memory "out of host memory while <doing>".
@@ -58,37 +45,6 @@ Status status_of(const char* doing, Fn&& fn) {
     } catch (const std::exception& e) {
         return Status::Internal(e.what());
     }
-}
-
-void rows_to_float(const EmbeddingView& v, int64_t row0, int64_t n, float* out) {
-    kernels::load_as_float_parallel(v.data, v.dtype, row0 * v.dim, n * v.dim, out);
-}
-
-}  // namespace
-
-std::string BadValueText(float v) {
-    if (!std::isfinite(v)) return std::string("non-finite value (") + (std::isnan(v) ? "NaN" : "Inf") + ")";
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", double(v));
-    return std::string("value ") + buf + " beyond fp16's range (|x| <= 65504; the index stores and scores fp16)";
-}
-
-Status NonFiniteError(const std::string& what, int64_t row, int col, float v) {
-    return Status::InvalidArgument(what + ": " + BadValueText(v) + " at row " + std::to_string(row) + ", column " +
-                                   std::to_string(col));
-}
-
-namespace {
-
-// Rows x [n, dim] (rows row0.. of `what`) are all storable, or the first offender's error.
-Status check_finite_rows(const float* x, int64_t n, int dim, int64_t row0, const std::string& what) {
-    const int64_t cnt = n * dim;
-    int64_t first_bad = cnt;
-#pragma omp parallel for reduction(min : first_bad) schedule(static) if (cnt > 65536)
-    for (int64_t i = 0; i < cnt; ++i)
-        if (!(std::abs(x[i]) <= kMaxEmbeddingValue) && i < first_bad) first_bad = i;
-    if (first_bad == cnt) return Status::OK();
-    return NonFiniteError(what, row0 + first_bad / dim, static_cast<int>(first_bad % dim), x[first_bad]);
 }
 
 // FAISS's flat index runs one BLAS call at a time; k-means assignment (k = 1) here runs
@@ -218,90 +174,6 @@ int auto_pq_m(int dim) {
     return m;
 }
 
-
-Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
-                      std::vector<std::string>* doc_ids) {
-    if (tokens.dim < 32 || tokens.dim > 1024) {
-        return Status::InvalidArgument("docs: dimension " + std::to_string(tokens.dim) +
-                                       " outside the supported range [32, 1024]");
-    }
-    if (doclens.empty()) return Status::InvalidArgument("doclens: no documents");
-    if (doclens.size() > size_t(INT32_MAX)) {
-        return Status::NotSupported("doclens: " + std::to_string(doclens.size()) +
-                                    " documents; one index holds at most 2^31 - 1 (split the corpus into shards)");
-    }
-    TMS_RETURN_IF_ERROR(CheckDocLens(doclens, tokens.rows, "doclens", "docs"));
-    if (doc_ids->empty()) {
-        doc_ids->resize(doclens.size());
-        for (size_t i = 0; i < doclens.size(); ++i) (*doc_ids)[i] = std::to_string(i);
-    }
-    if (doc_ids->size() != doclens.size()) {
-        return Status::InvalidArgument("doc-ids: " + std::to_string(doc_ids->size()) + " ids for " +
-                                       std::to_string(doclens.size()) + " documents");
-    }
-    std::unordered_set<std::string> seen;
-    seen.reserve(doc_ids->size());
-    for (size_t i = 0; i < doc_ids->size(); ++i) {
-        const std::string& id = (*doc_ids)[i];
-        TMS_RETURN_IF_ERROR(CheckId(id, "doc-ids: line " + std::to_string(i + 1)));
-        if (!seen.insert(id).second) {
-            return Status::InvalidArgument("doc-ids: line " + std::to_string(i + 1) + ": duplicate id '" + id + "'");
-        }
-    }
-    return Status::OK();
-}
-
-// Nearest centroid (max inner product; centroids have unit norm) of each row.
-Status assign(const float* x, int64_t n, const IndexModel& m, uint32_t* out) {
-    return kernels::nearest_cpu(
-        {.x = x, .n = n, .dim = m.dim, .centroids = m.centroids.data(), .n_centroids = m.n_centroids, .labels = out});
-}
-
-// Nearest PQ code per sub-vector (the same choice as faiss::ProductQuantizer::compute_codes up to
-// float rounding of near ties), OpenMP over tokens, vectorised over the 256 codes.
-TMS_TARGET_CLONES void pq_encode_one(const float* x, int M, int dsub, const float* book_t, const float* norms,
-                                     uint8_t* code) {
-    float dist[256];
-    for (int sq = 0; sq < M; ++sq) {
-        const float* xs = x + sq * dsub;
-        const float* nb = norms + size_t(sq) * 256;
-        for (int c = 0; c < 256; ++c) dist[c] = nb[c];
-        for (int j = 0; j < dsub; ++j) {
-            const float xj = -2.0f * xs[j];
-            const float* bt = book_t + (size_t(sq) * dsub + j) * 256;
-            for (int c = 0; c < 256; ++c) dist[c] += xj * bt[c];
-        }
-        int best = 0;
-        for (int c = 1; c < 256; ++c) best = dist[c] < dist[best] ? c : best;
-        code[sq] = static_cast<uint8_t>(best);
-    }
-}
-
-void pq_encode(const float* r, int64_t n, const IndexModel& m, const float* book_t, const float* norms, uint8_t* codes) {
-    const int M = m.pq_m, dsub = m.dim / M;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < n; ++t) pq_encode_one(r + t * m.dim, M, dsub, book_t, norms, codes + t * M);
-}
-
-void residual_encode(const float* r, int64_t n, const IndexModel& m, uint8_t* codes) {
-    const int nbits = m.residual_nbits, per_byte = 8 / nbits;
-    const float* cut = m.residual_cutoffs.data();
-    const int ncut = static_cast<int>(m.residual_cutoffs.size());
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < n; ++t) {
-        uint8_t* out = codes + t * m.n_code_bytes;
-        for (int b = 0; b < m.n_code_bytes; ++b) {
-            uint32_t byte = 0;
-            for (int j = 0; j < per_byte; ++j) {
-                const float v = r[t * m.dim + b * per_byte + j];
-                const uint32_t bucket = static_cast<uint32_t>(std::upper_bound(cut, cut + ncut, v) - cut);
-                byte |= bucket << (nbits * j);
-            }
-            out[b] = static_cast<uint8_t>(byte);
-        }
-    }
-}
-
 Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& opts, IndexModel* m,
                    std::unique_ptr<faiss::ProductQuantizer>* pq) {
     const int dim = m->dim;
@@ -393,10 +265,6 @@ Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& o
 
 }  // namespace
 
-Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids) {
-    return validate_input(tokens, doclens, doc_ids);
-}
-
 namespace {
 Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
                    std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
@@ -414,7 +282,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                    std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
                    const ReleaseFn& release) {
     kernels::SetThreads(opts.threads);
-    SingleThreadedBlas();
+    kernels::SingleThreadedBlas();
     if (shards.empty()) return Status::InvalidArgument("no token embeddings");
     const int dim = shards[0].dim;
     int64_t n_tokens = 0;
@@ -489,7 +357,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                 const Read& r = reads[i];
                 const size_t sh = shard_of(r.row);
                 float* row = r.dst;
-                rows_to_float(shards[sh], r.row - starts[sh], 1, row);
+                RowsToFloat(shards[sh], r.row - starts[sh], 1, row);
                 double ss = 0;
                 bool finite = true;
                 for (int j = 0; j < dim; ++j) {
@@ -574,7 +442,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));
             TMS_RETURN_IF_ERROR(gpu->Assign(codec.get(), n_codec, ta.data(), nullptr));
         } else {
-            TMS_RETURN_IF_ERROR(assign(codec.get(), n_codec, m, ta.data()));
+            TMS_RETURN_IF_ERROR(AssignNearest(codec.get(), n_codec, m, ta.data()));
         }
         for (int64_t i = 0; i < n_codec; ++i) {
             const float* c = m.centroids.data() + size_t(ta[i]) * dim;
@@ -589,217 +457,9 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
 }
 }  // namespace
 
-struct Encoder::Impl {
-    const IndexModel* model;
-    bool pq = false;
-    // PQ encoding tables: codebook transposed to [M, dsub, 256] and squared norms [M, 256], so
-    // that ||r - c||^2 - ||r||^2 = |c|^2 - 2 r.c vectorises over the 256 codes.
-    std::vector<float> book_t, norms;
-    std::unique_ptr<GpuEncoder> genc;  // the whole encoding on the GPU when present
-    std::unique_ptr<GpuAssigner> gpu;  // else assignment on the GPU when present (codes on the CPU)
-    std::vector<float> x;
-};
-
-Status MaybeGpuAssigner(Device device, int gpu, std::unique_ptr<GpuAssigner>* out) {
-    out->reset();
-    if (device == Device::kCpu) return Status::OK();
-    Status st = GpuAssigner::Create(gpu, out);
-    if (st.ok() || (device == Device::kAuto && st.code() == Status::Code::kNotSupported)) return Status::OK();
-    return st.WithContext("device gpu");
-}
-
-Encoder::Encoder() : impl_(std::make_unique<Impl>()) {}
-Encoder::~Encoder() = default;
-
-Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::unique_ptr<Encoder>* out) {
-    std::unique_ptr<Encoder> e(new Encoder());
-    e->impl_->model = &model;
-    if (device != Device::kCpu) {
-        Status st = GpuEncoder::Create(model, gpu, &e->impl_->genc);
-        if (!st.ok()) {
-            e->impl_->genc.reset();
-            if (st.code() != Status::Code::kNotSupported) return st.WithContext("device gpu");
-        }
-    }
-    if (e->impl_->genc) {
-        *out = std::move(e);
-        return Status::OK();
-    }
-    TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, gpu, &e->impl_->gpu));
-    if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
-    else TMS_RETURN_IF_ERROR(kernels::check_blas_room(omp_get_max_threads(), 0, "encoding on the CPU"));
-    if (model.codec == "pq") {
-        const int M = model.pq_m, dsub = model.dim / std::max(1, M);
-        if (model.pq_nbits != 8 || model.codebook.size() != size_t(M) * 256 * dsub) {
-            return Status::Corruption("PQ codebook size mismatch");
-        }
-        e->impl_->pq = true;
-        e->impl_->book_t.resize(model.codebook.size());
-        for (int m = 0; m < M; ++m)
-            for (int c = 0; c < 256; ++c)
-                for (int j = 0; j < dsub; ++j)
-                    e->impl_->book_t[(size_t(m) * dsub + j) * 256 + c] = model.codebook[(size_t(m) * 256 + c) * dsub + j];
-        e->impl_->norms = PqCodeNorms(model);
-    } else if (model.codec != "residual") {
-        return Status::Corruption("unknown codec '" + model.codec + "'");
-    }
-    *out = std::move(e);
-    return Status::OK();
-}
-
-Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes) {
-    const IndexModel& m = *impl_->model;
-    const int dim = m.dim;
-    if (tokens.dim != dim) return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " + std::to_string(dim));
-    if (impl_->genc) return impl_->genc->Encode(tokens, row0, n, cids, codes);
-    try {
-        const int64_t batch = impl_->gpu ? 4 * kBatch : cpu_batch(m.n_centroids);
-        for (int64_t b = 0; b < n; b += batch) {
-            const int64_t nb = std::min(batch, n - b);
-            impl_->x.resize(size_t(nb) * dim);
-            float* x = impl_->x.data();
-            rows_to_float(tokens, row0 + b, nb, x);
-            TMS_RETURN_IF_ERROR(check_finite_rows(x, nb, dim, row0 + b, "docs"));
-            if (impl_->gpu) {
-                TMS_RETURN_IF_ERROR(impl_->gpu->Assign(x, nb, cids + b, nullptr));
-            } else {
-                TMS_RETURN_IF_ERROR(assign(x, nb, m, cids + b));
-            }
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nb; ++i) {
-                const float* c = m.centroids.data() + size_t(cids[b + i]) * dim;
-                for (int j = 0; j < dim; ++j) x[i * dim + j] -= c[j];
-            }
-            uint8_t* out = codes + b * m.n_code_bytes;
-            if (impl_->pq) {
-                pq_encode(x, nb, m, impl_->book_t.data(), impl_->norms.data(), out);
-            } else {
-                residual_encode(x, nb, m, out);
-            }
-        }
-    } catch (const faiss::FaissException& e) {
-        return Status::Internal(std::string("FAISS: ") + e.what());
-    } catch (const std::bad_alloc&) {
-        return Status::ResourceExhausted("out of host memory while encoding");
-    }
-    return Status::OK();
-}
-
-std::vector<float> ResidualCodebook(const std::vector<float>& weights, int nbits, int n_code_bytes) {
-    const int per_byte = 8 / nbits, mask = (1 << nbits) - 1;
-    std::vector<float> book(size_t(n_code_bytes) * 256 * per_byte);
-    for (int b = 0; b < n_code_bytes; ++b)
-        for (int v = 0; v < 256; ++v)
-            for (int j = 0; j < per_byte; ++j) book[(size_t(b) * 256 + v) * per_byte + j] = weights[(v >> (nbits * j)) & mask];
-    return book;
-}
-
-std::vector<float> PqCodeNorms(const IndexModel& m) {
-    const int M = m.pq_m, dsub = m.dim / std::max(1, M);
-    std::vector<float> norms(size_t(M) * 256, 0.0f);
-    for (int s = 0; s < M; ++s)
-        for (int c = 0; c < 256; ++c)
-            for (int j = 0; j < dsub; ++j) {
-                const float v = m.codebook[(size_t(s) * 256 + c) * dsub + j];
-                norms[size_t(s) * 256 + c] += v * v;
-            }
-    return norms;
-}
-
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed) {
     std::mt19937_64 rng(seed);
     return sorted_sample_impl(n, k, rng);
-}
-
-void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out, bool parallel) {
-    const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;
-    if (tokens.dtype == DType::kF16) {
-        const uint16_t* from = static_cast<const uint16_t*>(tokens.data) + base;
-        if (parallel) kernels::ParallelMemcpy(out, from, size_t(cnt) * sizeof(uint16_t));
-        else std::memcpy(out, from, size_t(cnt) * sizeof(uint16_t));
-    } else {
-#pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::float_to_half(kernels::load_as_float(tokens.data, tokens.dtype, base + i));
-    }
-}
-
-namespace {
-
-Status build_impl(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
-                  const IndexBuildOptions& opts, IndexData* out, std::vector<std::pair<std::string, double>>* phases) {
-    TMS_RETURN_IF_ERROR(validate_input(tokens, doclens, &doc_ids));
-    TMS_RETURN_IF_ERROR(TrainModel({tokens}, opts, &out->model, phases));
-    const IndexModel& m = out->model;
-    const int dim = tokens.dim;
-    const int64_t n_tokens = tokens.rows;
-    const int64_t n_docs = static_cast<int64_t>(doclens.size());
-    auto t0 = std::chrono::steady_clock::now();
-    out->token_centroids.resize(n_tokens);
-    out->codes.resize(size_t(n_tokens) * m.n_code_bytes);
-    std::unique_ptr<Encoder> enc;
-    TMS_RETURN_IF_ERROR(Encoder::Create(m, opts.device, opts.gpu, &enc));
-    TMS_RETURN_IF_ERROR(enc->Encode(tokens, 0, n_tokens, out->token_centroids.data(), out->codes.data()));
-    phases->emplace_back("encode", SecondsSince(t0));
-    t0 = std::chrono::steady_clock::now();
-    out->doc_offsets.assign(n_docs + 1, 0);
-    for (int64_t d = 0; d < n_docs; ++d) out->doc_offsets[d + 1] = out->doc_offsets[d] + doclens[d];
-    {
-        std::vector<std::vector<int32_t>> lists(m.n_centroids);
-        for (int64_t d = 0; d < n_docs; ++d) {
-            for (int64_t t = out->doc_offsets[d]; t < out->doc_offsets[d + 1]; ++t) {
-                auto& l = lists[out->token_centroids[t]];
-                if (l.empty() || l.back() != d) l.push_back(static_cast<int32_t>(d));
-            }
-        }
-        out->ivf_offsets.assign(m.n_centroids + 1, 0);
-        for (int k = 0; k < m.n_centroids; ++k) out->ivf_offsets[k + 1] = out->ivf_offsets[k] + int64_t(lists[k].size());
-        out->ivf_docs.clear();
-        out->ivf_docs.reserve(out->ivf_offsets.back());
-        for (auto& l : lists) out->ivf_docs.insert(out->ivf_docs.end(), l.begin(), l.end());
-    }
-    if (opts.keep_vectors) {
-        out->vectors.resize(size_t(n_tokens) * dim);
-        ToHalf(tokens, 0, n_tokens, out->vectors.data());
-    } else {
-        out->vectors.clear();
-    }
-    out->doc_ids = std::move(doc_ids);
-    phases->emplace_back("ivf", SecondsSince(t0));
-    FillInfo(m, n_docs, n_tokens, opts, &out->info);
-    return Status::OK();
-}
-
-}  // namespace
-
-void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info) {
-    *info = IndexInfo{};
-    info->n_docs = n_docs;
-    info->n_tokens = n_tokens;
-    info->dim = m.dim;
-    info->n_centroids = m.n_centroids;
-    info->codec = m.codec;
-    info->pq_m = m.pq_m;
-    info->pq_nbits = m.pq_nbits;
-    info->residual_nbits = m.residual_nbits;
-    info->has_vectors = opts.keep_vectors;
-    info->code_bytes_per_token = 4.0 + m.n_code_bytes;  // u32 centroid id + codes
-    info->vector_bytes_per_token = opts.keep_vectors ? 2.0 * m.dim : 0.0;
-    info->build_config_json = BuildOptionsToJson(opts);
-}
-
-void SingleThreadedBlas() {
-    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
-}
-
-void CentroidScores(const float* x, int64_t n, const IndexModel& model, float* out) {
-    kernels::inner_products_cpu(x, n, model.centroids.data(), model.n_centroids, model.dim, out);
-}
-
-Status BuildIndexData(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string> doc_ids,
-                      const IndexBuildOptions& opts, IndexData* out,
-                      std::vector<std::pair<std::string, double>>* phase_seconds) {
-    return status_of("building the index",
-                     [&] { return build_impl(tokens, doclens, std::move(doc_ids), opts, out, phase_seconds); });
 }
 
 }  // namespace tms::index

@@ -2,7 +2,9 @@
 // trained to the other ranks; same machine type, so native byte order).
 #include <cstring>
 
-#include "index/index_data.h"
+#include "index/model.h"
+#include "tilemaxsim/options.h"
+#include "index/store/crc32c.h"
 
 namespace tms::index {
 namespace {
@@ -56,6 +58,29 @@ Status ModelFromBytes(const std::string& b, IndexModel* m) {
         at += size_t(len) * sizeof(float);
     }
     return at == b.size() ? Status::OK() : bad;
+}
+
+uint32_t ModelCrc(const IndexModel& m) {
+    uint32_t c = Crc32(m.centroids.data(), m.centroids.size() * sizeof(float));
+    c = Crc32(m.codebook.data(), m.codebook.size() * sizeof(float), c);
+    c = Crc32(m.residual_cutoffs.data(), m.residual_cutoffs.size() * sizeof(float), c);
+    return Crc32(m.residual_weights.data(), m.residual_weights.size() * sizeof(float), c);
+}
+
+void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info) {
+    *info = IndexInfo{};
+    info->n_docs = n_docs;
+    info->n_tokens = n_tokens;
+    info->dim = m.dim;
+    info->n_centroids = m.n_centroids;
+    info->codec = m.codec;
+    info->pq_m = m.pq_m;
+    info->pq_nbits = m.pq_nbits;
+    info->residual_nbits = m.residual_nbits;
+    info->has_vectors = opts.keep_vectors;
+    info->code_bytes_per_token = 4.0 + m.n_code_bytes;  // u32 centroid id + codes
+    info->vector_bytes_per_token = opts.keep_vectors ? 2.0 * m.dim : 0.0;
+    info->build_config_json = BuildOptionsToJson(opts);
 }
 
 }  // namespace tms::index

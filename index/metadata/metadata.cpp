@@ -1,6 +1,6 @@
 // Copyright TileMaxSim authors. Document metadata: JSONL input, the SQLite file, the snapshot
 // and the filter language. The only user of SQLite.
-#include "index/metadata.h"
+#include "index/metadata/metadata.h"
 
 #include <sqlite3.h>
 
@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "index/filter_functions.h"
-#include "index/index_dir.h"
+#include "index/metadata/filter_functions.h"
+#include "index/store/index_dir.h"
 #include "tilemaxsim/options.h"
 
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // Copyright TileMaxSim authors. LIKE, GLOB and instr() for filters, with bounded cost.
-#include "index/filter_functions.h"
+#include "index/metadata/filter_functions.h"
 
 #include <sqlite3.h>
 

@@ -1,5 +1,5 @@
 // Copyright TileMaxSim authors. CPU-only builds: no GPU assignment.
-#include "index/gpu_assign.h"
+#include "index/encode/gpu_assign.h"
 
 namespace tms::index {
 

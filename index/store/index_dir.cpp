@@ -1,5 +1,5 @@
 // Copyright TileMaxSim authors. Index directories: marker, locks, replacement, leftovers.
-#include "index/index_dir.h"
+#include "index/store/index_dir.h"
 #include "tilemaxsim/io.h"
 #include "base/log.h"
 

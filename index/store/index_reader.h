@@ -1,0 +1,47 @@
+// Copyright TileMaxSim authors. Reading an index: whole, or shard by shard, with its metadata.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+#include "index/index_data.h"
+#include "index/store/db.h"
+#include "tilemaxsim/status.h"
+
+namespace tms::index {
+
+class MetadataSnapshot;
+
+/// Read an index as one IndexData (the shards of a sharded index concatenated). Fails with a
+/// one-line message on anything that is not a complete index of a supported format, or on a
+/// checksum mismatch.
+Status ReadIndex(const std::string& path, bool load_vectors, bool progress, IndexData* data);
+/// Read an index shard by shard (in parallel), the vectors as `vectors` says: one IndexData
+/// each, ids local to the shard (first_doc its global offset), info its own counts (info.shards
+/// its one entry), every shard's tombstones applied. An unsharded index reads as one shard. `want`: only these shards
+/// (numbers, any order; empty: all), in shard order; only their stores and the last shard's
+/// (which holds every shard's tombstones) need exist. `metadata`: when given, the index's
+/// metadata (null when it has none), loaded under the same reader lock as the stores, for
+/// the whole index's documents whatever `want` selects.
+Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progress, std::vector<IndexData>* shards,
+                       const std::vector<int>& want = {}, std::unique_ptr<MetadataSnapshot>* metadata = nullptr);
+/// The number of shards of the index at `path` (1 unsharded), from its manifest alone.
+Status ReadShardCount(const std::string& path, int* n);
+
+/// Read only the metadata.
+Status ReadIndexInfo(const std::string& path, IndexInfo* info);
+
+/// Internal to the store: the reading steps the updater and compaction share.
+Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,
+                        std::vector<IndexInfo>* infos, std::vector<nlohmann::json>* stats);
+Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string& path, VectorLoad vectors,
+                   bool progress, const std::vector<int>& want, std::vector<IndexData>* shards,
+                   int64_t* index_docs = nullptr);
+Status read_layout(const fs::path& dir, const std::string& path, Layout* out, const std::vector<int>& want = {},
+                   bool count_only = false);
+IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& infos,
+                        const std::vector<nlohmann::json>& stats);
+
+}  // namespace tms::index
