@@ -22,6 +22,7 @@
 #include "index/index_data.h"
 #include "index/ingest/input_checks.h"
 #include "index/ingest/npy.h"
+#include "index/ingest/metadata_jsonl.h"
 #include "index/metadata/metadata.h"
 #include "index/store/index_dir.h"
 #include "index/store/index_reader.h"

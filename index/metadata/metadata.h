@@ -42,20 +42,6 @@ using FilterParam = MetaValue;
 /// The attributes of one document: (column index, value); columns not named are NULL.
 using MetaCells = std::vector<std::pair<int, MetaValue>>;
 
-/// A batch's metadata resolved to its documents.
-struct MetaRows {
-    /// The columns the rows may name: the existing ones first (as given, in order), then the
-    /// new ones in order of first appearance (declared ones before inferred ones).
-    std::vector<MetaColumn> columns;
-    size_t n_existing = 0;
-    std::vector<MetaCells> cells;  ///< [n documents of the batch], column indexes into `columns`
-};
-
-/// Parses `md` and assigns its objects to the batch's documents (`ids`: their external ids).
-/// `existing`: the index's columns (matched ignoring case, their types kept; declaring another
-/// type for one is an error). Every failure is one line naming md.source and the line.
-Status ResolveMetadata(const DocMetadata& md, const std::vector<std::string>& ids,
-                       const std::vector<MetaColumn>& existing, MetaRows* out);
 /// A column name as the file and filters accept it; messages start with `what`.
 Status CheckMetaColumnName(const std::string& name, const std::string& what);
 

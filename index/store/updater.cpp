@@ -8,6 +8,7 @@
 
 #include "base/progress.h"
 #include "index/ingest/input_checks.h"
+#include "index/ingest/metadata_jsonl.h"
 #include "index/encode/encoder.h"
 #include "index/store/crc32c.h"
 #include "index/store/format.h"

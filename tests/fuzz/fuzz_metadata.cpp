@@ -1,5 +1,6 @@
 // Copyright TileMaxSim authors. Document metadata: a JSONL file resolved against documents
 // "0".."n-1" (in order, or by id), and the same bytes as a filter expression.
+#include "index/ingest/metadata_jsonl.h"
 #include "index/metadata/metadata.h"
 #include "tests/fuzz/fuzz_input.h"
 

@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. Document metadata: JSONL input, the filter language, the
 // snapshot's filters against a brute-force evaluation, and the metadata file following its
 // documents through build, add, replace, delete and compaction (sharded too).
+#include "index/ingest/metadata_jsonl.h"
 #include "index/metadata/metadata.h"
 
 #include <gtest/gtest.h>
@@ -72,7 +73,7 @@ TEST(MetadataCpu, OrderModeInfersTypes) {
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(names_types(rows.columns), (std::vector<std::string>{"tenant:integer", "score:real", "lang:text",
                                                                    "ok:integer", "tags:text", "n:text"}));
-    EXPECT_EQ(repr(rows.cells[0], rows.columns), "tenant=i:3;score=i:1;lang=t:en;ok=i:1;tags=t:[1, {\"a\": [2]}];");
+    EXPECT_EQ(repr(rows.cells[0], rows.columns), "tenant=i:3;score=i:1;lang=t:en;ok=i:1;tags=t:[1,{\"a\":[2]}];");
     EXPECT_EQ(repr(rows.cells[1], rows.columns), "tenant=i:4;score=r:2.500000;lang=i:7;ok=i:0;");
     EXPECT_EQ(repr(rows.cells[2], rows.columns), "");
 }
@@ -127,7 +128,7 @@ TEST(MetadataCpu, ValuesMustFitTheirColumnsType) {
         {R"({"id": "a", "tenant": 1.5})", "add.jsonl: line 2: column 'tenant' is integer in the index, got a real number"},
         {R"({"id": "a", "Score": "9"})", "add.jsonl: line 2: column 'score' is real in the index, got a string \"9\""},
         {R"({"id": "a", "tenant": [7]})", "add.jsonl: line 2: column 'tenant' is integer in the index, got an array \"[7]\""},
-        {R"({"id": "a", "score": {"x": 1}})", "add.jsonl: line 2: column 'score' is real in the index, got an object \"{\"x\": 1}\""},
+        {R"({"id": "a", "score": {"x": 1}})", "add.jsonl: line 2: column 'score' is real in the index, got an object \"{\"x\":1}\""},
     };
     for (const auto& c : cases) {
         md.objects = {R"({"id": "b"})", c.object};
@@ -157,17 +158,24 @@ TEST(MetadataCpu, JsonlLinesAndEveryError) {
     // Each bad line: one line naming the file and the line.
     const std::vector<std::pair<std::string, std::string>> bad_lines = {
         {"[1, 2]", "line 2: expected a JSON object"},
-        {"{\"a\": 1", "line 2: bad JSON: expected ',' or '}' at character 8"},
-        {"{\"a\": 01}", "line 2: bad JSON: expected ',' or '}' at character 8"},
-        {"{\"a\": tru}", "line 2: bad JSON: bad literal"},
-        {"{\"a\": \"x\\q\"}", "line 2: bad JSON: bad escape"},
-        {"{\"a\": \"\xff\"}", "line 2: bad JSON: invalid UTF-8"},
-        {"{\"a\": \"\\ud800\"}", "line 2: bad JSON: unpaired surrogate"},
-        {"{\"a\": 1e999}", "line 2: bad JSON: number out of range"},
-        {"{\"a\": 1} x", "line 2: bad JSON: unexpected text after the object"},
+        {"{\"a\": 1", "line 2: bad JSON: syntax error while parsing object - unexpected end of input; expected '}' "
+                     "at character 8"},
+        {"{\"a\": 01}", "line 2: bad JSON: syntax error while parsing object - unexpected number literal; "
+                       "expected '}' at character 8"},
+        {"{\"a\": tru}", "line 2: bad JSON: syntax error while parsing value - invalid literal at character 10"},
+        {"{\"a\": \"x\\q\"}", "line 2: bad JSON: syntax error while parsing value - invalid string: forbidden "
+                              "character after backslash at character 10"},
+        {"{\"a\": \"\xff\"}", "line 2: bad JSON: syntax error while parsing value - invalid string: ill-formed "
+                             "UTF-8 byte at character 8"},
+        {"{\"a\": \"\\ud800\"}", "line 2: bad JSON: syntax error while parsing value - invalid string: surrogate "
+                                "U+D800..U+DBFF must be followed by U+DC00..U+DFFF at character 14"},
+        {"{\"a\": 1e999}", "line 2: bad JSON: number overflow parsing '1e999' at character 11"},
+        {"{\"a\": 1} x", "line 2: bad JSON: syntax error while parsing value - invalid literal; expected end of "
+                        "input at character 10"},
         {"{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}",
          "line 2: bad JSON: nested more than 64 deep"},
-        {"{a: 1}", "line 2: bad JSON: expected a key (a string) at character 2"},
+        {"{a: 1}", "line 2: bad JSON: syntax error while parsing object key - invalid literal; expected string "
+                   "literal at character 2"},
     };
     for (const auto& [line, want] : bad_lines) {
         const std::string f = write_file(dir / "bad.jsonl", "{\"a\": 1}\n" + line + "\n");
