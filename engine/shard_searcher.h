@@ -21,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/cuts.h"
 #include "tilemaxsim/searcher.h"
 
 #include "engine/gpu_shard.h"

@@ -31,7 +31,8 @@
 #include "index/train/train.h"
 #include "kernels/nearest.h"
 #include "kernels/threads.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,8 @@
 #include "index/store/compaction.h"
 #include "index/store/updater.h"
 #include "kernels/threads.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 namespace tms {
 

@@ -24,7 +24,7 @@ struct BuildStats {
     std::vector<std::pair<std::string, double>> phase_seconds;  ///< "load", "kmeans", "encode", ...
 };
 
-/// The ranks of a distributed build (MakeMpiBuildGroup in tilemaxsim/mpi_searcher.h, over MPI).
+/// The ranks of a distributed build (MakeMpiBuildGroup in mpi/mpi_searcher.h, over MPI).
 /// Rank 0 trains the model and sends it to every rank, each rank encodes and writes its shards
 /// (r, r + R, ... of IndexBuildOptions::shards) into the build directory rank 0 made (so every
 /// rank must see the index's parent directory: a shared filesystem), and rank 0 puts the index

@@ -2,15 +2,12 @@
 #pragma once
 
 #include "tilemaxsim/estimate.h"
-#include "tilemaxsim/eval.h"
 #include "tilemaxsim/index_builder.h"
 #include "tilemaxsim/index_updater.h"
-#include "tilemaxsim/io.h"
 #include "tilemaxsim/log.h"
 #include "tilemaxsim/metadata.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/searcher.h"
 #include "tilemaxsim/status.h"
-#include "tilemaxsim/synth.h"
 #include "tilemaxsim/types.h"
 #include "tilemaxsim/version.h"

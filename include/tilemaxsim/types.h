@@ -58,19 +58,6 @@ struct EmbeddingView {
     int dim = 0;
 };
 
-/// An owning host array as read from a .npy file (C order only).
-struct HostArray {
-    std::string descr;           ///< numpy descr, e.g. "<f2", "<f4", "<i4", "<i8"
-    std::vector<int64_t> shape;  ///< numpy shape
-    std::vector<uint8_t> bytes;  ///< raw little-endian payload
-
-    int64_t numel() const {
-        int64_t n = 1;
-        for (int64_t s : shape) n *= s;
-        return n;
-    }
-};
-
 /// One search result.
 struct SearchHit {
     std::string doc_id;   ///< external document id

@@ -11,7 +11,8 @@
 
 #include "index/ingest/files.h"
 #include "index/store/index_dir.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 namespace tms {
 

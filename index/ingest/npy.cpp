@@ -17,7 +17,8 @@
 #include "index/ingest/files.h"
 #include "index/ingest/npy.h"
 #include "index/ingest/input_checks.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 namespace tms {
 namespace {

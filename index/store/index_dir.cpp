@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. Index directories: marker, locks, replacement, leftovers.
 #include "index/store/index_dir.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 #include "base/log.h"
 
 #include <fcntl.h>

@@ -9,6 +9,8 @@
 
 #include "kernels/maxsim.h"
 #include "tests/engine/synth_index.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {

@@ -3,7 +3,7 @@
 //
 // Expected metric values are computed by hand; the comments give the arithmetic. Each was
 // also checked against pytrec_eval (trec_eval 9) when the test was written.
-#include "tilemaxsim/eval.h"
+#include "tools/lib/eval.h"
 
 #include <gtest/gtest.h>
 

@@ -7,6 +7,8 @@
 #include "base/fault.h"
 #include "tests/engine/synth_index.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {

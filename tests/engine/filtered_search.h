@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "tests/engine/synth_index.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms::testing {

@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <limits>
 
+#include "engine/cuts.h"
 #include "tests/engine/synth_index.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {

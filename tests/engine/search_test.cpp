@@ -14,11 +14,14 @@
 #include <thread>
 #include <unistd.h>
 
+#include "engine/cuts.h"
 #include "index/index_data.h"
 #include "index/store/index_reader.h"
 #include "kernels/maxsim.h"
 #include "tests/engine/degenerate_corpora.h"
 #include "tests/engine/synth_index.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {

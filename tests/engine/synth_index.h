@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/scratch_dir.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms::testing {

@@ -1,7 +1,8 @@
 // Copyright TileMaxSim authors. .npy: header, dtype, shape, payload size; as embeddings
 // (rank 2 and 3) and as document lengths.
 #include "tests/fuzz/fuzz_input.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = tms::fuzz::AsFile(data, size, "x.npy");

@@ -1,8 +1,9 @@
 // Copyright TileMaxSim authors. The text inputs: id files (one per line), TREC runs, TREC and
 // BEIR qrels, and an evaluation of whatever run and qrels parse.
 #include "tests/fuzz/fuzz_input.h"
-#include "tilemaxsim/eval.h"
-#include "tilemaxsim/io.h"
+#include "tools/lib/eval.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = tms::fuzz::AsFile(data, size, "x.txt");

@@ -25,6 +25,7 @@
 #include "kernels/maxsim.h"
 #include "kernels/nearest.h"
 #include "tests/scratch_dir.h"
+#include "index/ingest/npy.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {

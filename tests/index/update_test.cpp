@@ -8,6 +8,9 @@
 #include <set>
 
 #include "tests/scratch_dir.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <sstream>
 
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 #include "base/json_escape.h"
 

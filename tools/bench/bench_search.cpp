@@ -21,6 +21,8 @@
 
 #include "base/json_escape.h"
 #include "base/progress.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/eval.h"
 #include "tilemaxsim/tilemaxsim.h"
 #include "tools/bench/bench_kernels.h"
 

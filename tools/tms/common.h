@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
+#include "tools/lib/eval.h"
+#include "tools/lib/synth.h"
 #include "tilemaxsim/tilemaxsim.h"
 
 namespace tms::cli {

@@ -5,7 +5,7 @@
 
 #include "tools/tms/query.h"
 #if TMS_WITH_MPI
-#include "tilemaxsim/mpi_searcher.h"
+#include "mpi/mpi_searcher.h"
 #endif
 
 namespace tms::cli {

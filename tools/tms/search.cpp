@@ -6,14 +6,14 @@
 
 #include "tools/tms/query.h"
 #if TMS_WITH_MPI
-#include "tilemaxsim/mpi_searcher.h"
+#include "mpi/mpi_searcher.h"
 #endif
 
 namespace tms::cli {
 namespace {
 
 #if TMS_WITH_MPI
-// The distributed search (tilemaxsim/mpi_searcher.h): rank r opens its run of shards; rank 0
+// The distributed search (mpi/mpi_searcher.h): rank r opens its run of shards; rank 0
 // reads the queries, writes the run and prints the summary (and any rank's failure). The other
 // ranks print nothing: *quiet_failure tells the caller so.
 tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {

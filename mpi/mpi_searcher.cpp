@@ -3,7 +3,7 @@
 // (broadcast from rank 0, prefixed by a go / stop word), each rank searches its shards and encodes
 // its hits (or its error) as bytes, the sizes then the bytes are gathered on rank 0, which posts
 // the next batch's broadcast before it decodes and merges this one.
-#include "tilemaxsim/mpi_searcher.h"
+#include "mpi/mpi_searcher.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,8 @@
 #include <limits>
 
 #include "base/progress.h"
-#include "dist/mpi_channel.h"
+#include "mpi/mpi_channel.h"
+#include "engine/cuts.h"
 #include "tilemaxsim/index_builder.h"
 
 namespace tms {
@@ -95,7 +96,7 @@ Status decode(const char* p, size_t n, int nq, std::vector<std::vector<SearchHit
 // failed ranks' first error, "rank R: ...").
 class MpiCuts final : public SearchCuts {
 public:
-    MpiCuts(dist::Channel* ch, int64_t n_docs, int n_centroids) : ch_(ch), n_docs_(n_docs), n_centroids_(n_centroids) {}
+    MpiCuts(mpi::Channel* ch, int64_t n_docs, int n_centroids) : ch_(ch), n_docs_(n_docs), n_centroids_(n_centroids) {}
     int64_t n_docs() const override { return n_docs_; }
     int n_centroids() const override { return n_centroids_; }
     /// A cut failed (on some rank): its status is already every rank's, worded.
@@ -184,7 +185,7 @@ private:
         return Status::OK();
     }
 
-    dist::Channel* ch_;
+    mpi::Channel* ch_;
     int64_t n_docs_;
     int n_centroids_;
     bool failed_ = false;
@@ -199,7 +200,7 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
                          std::unique_ptr<MpiSearcher>* out, double timeout_s) {
     if (!(timeout_s > 0)) return Status::InvalidArgument("MpiSearcher: timeout must be > 0");
     std::unique_ptr<MpiSearcher> s(new MpiSearcher());
-    s->ch_ = std::make_unique<dist::Channel>(comm, timeout_s);
+    s->ch_ = std::make_unique<mpi::Channel>(comm, timeout_s);
     s->rank_ = s->ch_->rank();
     s->size_ = s->ch_->size();
     Status st = ReadIndexShardCount(path, &s->n_shards_);
@@ -399,7 +400,7 @@ public:
     Status Agree(const Status& mine) override { return ch_.Agree(mine); }
 
 private:
-    dist::Channel ch_;
+    mpi::Channel ch_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Copyright TileMaxSim authors. The MPI plumbing of the distributed search and build: bounded
 // waits on non-blocking collectives, and agreement on every rank's status.
-#include "dist/mpi_channel.h"
+#include "mpi/mpi_channel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-namespace tms::dist {
+namespace tms::mpi {
 
 using Clock = std::chrono::steady_clock;
 
@@ -120,4 +120,4 @@ Status Channel::ShareRoot(const Status& st) {
     return head[0] == 0 ? Status::OK() : Status(Status::Code(head[0]), msg);
 }
 
-}  // namespace tms::dist
+}  // namespace tms::mpi

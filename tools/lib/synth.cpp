@@ -1,5 +1,5 @@
 // Copyright TileMaxSim authors. Synthetic ColBERT-like corpus generator.
-#include "tilemaxsim/synth.h"
+#include "tools/lib/synth.h"
 
 #include <cmath>
 #include <filesystem>
@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "kernels/maxsim.h"
-#include "tilemaxsim/io.h"
+#include "index/ingest/files.h"
+#include "index/ingest/npy.h"
 
 namespace tms {
 namespace {

@@ -1,5 +1,5 @@
 // Copyright TileMaxSim authors. Distributed search and builds over an MPI communicator (built and
-// installed only with TMS_ENABLE_MPI; the one public header that needs mpi.h; link tms_dist).
+// installed only with TMS_ENABLE_MPI; the one public header that needs mpi.h; link tms_mpi).
 #pragma once
 
 #include <mpi.h>
@@ -15,7 +15,7 @@
 #include "tilemaxsim/searcher.h"
 
 namespace tms {
-namespace dist {
+namespace mpi {
 class Channel;
 }
 
@@ -69,7 +69,7 @@ public:
 
 private:
     MpiSearcher() = default;
-    std::unique_ptr<dist::Channel> ch_;
+    std::unique_ptr<mpi::Channel> ch_;
     int rank_ = 0, size_ = 1, n_shards_ = 0, n_centroids_ = 0;
     int64_t n_docs_ = 0, live_docs_ = 0;  // of the whole index (live: not deleted)
     std::vector<int> mine_;

@@ -7,7 +7,7 @@
 //   - a result's grade is its qrels grade, or "not judged" when absent or negative;
 //     relevant = grade >= 1, nDCG gain = grade when > 0;
 //   - the ideal DCG walks the query's judged grades >= 1 from the highest down.
-#include "tilemaxsim/eval.h"
+#include "tools/lib/eval.h"
 
 #include <algorithm>
 #include <array>

@@ -8,7 +8,7 @@
 
 #include "tilemaxsim/status.h"
 
-namespace tms::dist {
+namespace tms::mpi {
 
 /// A duplicate of a communicator whose every wait has a deadline: a rank that stops answering
 /// ends the job (MPI_Abort) with a message naming what did not arrive. Every call collective.
@@ -41,4 +41,4 @@ private:
     double timeout_s_;
 };
 
-}  // namespace tms::dist
+}  // namespace tms::mpi
