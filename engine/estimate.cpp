@@ -1,6 +1,6 @@
 // Copyright TileMaxSim authors. The index's recall estimate: pseudo-queries drawn from its own
 // documents, searched exhaustively (the truth) and at a ladder of settings.
-#include "tilemaxsim/estimate.h"
+#include "engine/estimate.h"
 
 #include <algorithm>
 #include <array>

@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "engine/backend.h"
+#include "engine/estimate.h"
 #include "engine/gpu_shard.h"
 #include "engine/vector_rows.h"
 #include "kernels/cuda/gpu_context.h"
@@ -41,6 +42,13 @@
 
 namespace tms {
 namespace {
+
+// VectorTier::kAuto's shares: an index goes on the GPU when codes, lists and vectors take at
+// most kGpuShare of each GPU's free memory (the rest is left to per-search buffers); vectors
+// stay in host memory when they take at most kHostShare of the host's available memory.
+constexpr double kGpuShare = 0.80;
+constexpr double kHostShare = 0.60;
+
 
 using engine::Allowed;
 using engine::chunk_queries;

@@ -117,7 +117,7 @@ struct SearcherOptions {
     bool join_shards = true;
     /// On a GPU, run one search of a synthetic batch (256 queries x 32 tokens) at open, so
     /// that the first real search does not pay for loading kernels (CUDA loads them on first
-    /// use, and cuBLAS chooses its GEMM kernel by shape: ~45 ms measured on an H200).
+    /// use, and cuBLAS chooses its GEMM kernel by shape: tens of milliseconds).
     /// Default: true
     bool warm_up = true;
     /// A filter's evaluation (SearchOptions::filter) may take this many milliseconds at most;
@@ -161,9 +161,8 @@ struct SearchOptions {
     /// probes reach). Default: 1024
     int ncandidates = 1024;
     /// How the documents the probes reach are pruned to ncandidates (Pruning's comment). kProbe
-    /// costs the probed lists' entries, kInteraction the candidates' tokens: at 1M documents on
-    /// an H200, 5.5 against 124 ms a batch of 256 queries, recall@10 0.995 against 0.991 at 1,024
-    /// candidates (BENCHMARKS.md). Default: kProbe
+    /// costs the probed lists' entries, kInteraction the candidates' tokens: kProbe is the faster
+    /// by an order of magnitude at a similar recall (BENCHMARKS.md). Default: kProbe
     Pruning pruning = Pruning::kProbe;
     /// Top compressed-scored documents rescored exactly when vectors are loaded
     /// (0: no rerank; always at least k when enabled). Default: 256
@@ -210,7 +209,7 @@ struct SearchOptions {
 };
 
 /// The automatic shard count: one shard per this many tokens (2^28: 64 GiB of fp16 vectors at
-/// d = 128, about half of one H200), so that a corpus that needs several GPUs is spread over
+/// d = 128), so that a corpus that needs several GPUs is spread over
 /// them and one that fits one GPU stays one store: on a single GPU shards do not search faster
 /// (each prunes and reranks its own candidates) and, read in parallel, do not open faster.
 inline constexpr int64_t kTokensPerShard = int64_t(1) << 28;
@@ -219,12 +218,6 @@ inline constexpr int kMaxShards = 256;
 
 /// Threads any option may ask for (OpenMP aborts far above a machine's cores).
 inline constexpr int kMaxThreads = 1024;
-
-/// VectorTier::kAuto's shares: an index goes on the GPU when codes, lists and vectors take at
-/// most kGpuShare of each GPU's free memory (the rest is left to per-search buffers); vectors
-/// stay in host memory when they take at most kHostShare of the host's available memory.
-inline constexpr double kGpuShare = 0.80;
-inline constexpr double kHostShare = 0.60;
 
 /// The inverse of VectorTierName ("auto", "gpu", "host", "disk", "none"); InvalidArgument
 /// naming the accepted words otherwise.

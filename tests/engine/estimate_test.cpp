@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kernels/maxsim.h"
+#include "engine/estimate.h"
 #include "tests/engine/synth_index.h"
 #include "index/ingest/npy.h"
 #include "tools/lib/synth.h"

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "base/progress.h"
+#include "engine/estimate.h"
 
 namespace tms::cli {
 
