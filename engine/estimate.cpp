@@ -334,7 +334,7 @@ int64_t SmallIndexDocs(Device device, const SearchOptions& o) {
     // Exhaustive search scores every live document exactly; the approximate pipeline's fixed costs
     // (centroid scores, probing, pruning, gathering candidates) make it the slower of the two on a
     // small index: on a CPU up to about the documents it reranks exactly, on a GPU up to about
-    // twice the candidates it keeps (tools/bench/small_corpus_crossover.sh; BENCHMARKS.md,
+    // twice the candidates it keeps (tools/experiments/small_corpus_crossover.sh; BENCHMARKS.md,
     // "Small indexes").
     return device == Device::kGpu ? 2 * int64_t(o.ncandidates) : int64_t(o.rerank);
 }

@@ -31,7 +31,7 @@ struct SearchBenchOptions {
     /// "fast-plaid" (peer_script, Python, fast-plaid importable) or empty. Its row follows ours.
     std::string peer;
     std::string peer_corpus;  ///< its embeddings (`tms synth`'s layout); empty: --queries' directory
-    std::string peer_script = "tools/bench/fast_plaid_peer.py";
+    std::string peer_script = "tools/experiments/fast_plaid_peer.py";
     int peer_nbits = 2;
     std::string command;              ///< recorded in the JSON
 };

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The cost of cutting candidates across segments and ranks at 1M documents on one GPU (issues
-# #23, #24): a 2-shard PQ-16 + fp16 index, then
+# The cost of cutting candidates across segments and ranks at 1M documents on one GPU: a 2-shard PQ-16 + fp16 index, then
 #   tms bench search                      the two shards as one segment (no cut: the baseline)
 #   tms bench search --separate-shards    each shard a segment, cut on the host (what 2 GPUs do)
 #   tms search --batch B                  one process, B = 256 and 1

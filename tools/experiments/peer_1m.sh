@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue #28's table in one device call: on the 1M corpus, tms (PQ-16 + vectors: reranked and
+# The peer comparison in one device call: on the 1M corpus, tms (PQ-16 + vectors: reranked and
 # compressed-only rows; 2-bit residual without vectors) at the fixed defaults, and fast-plaid
 # (nbits 2) beside the 2-bit row through `tms bench search --peer fast-plaid`; recall@10 of each
 # against the exhaustive run of the PQ + vectors index. fast-plaid's wheels must be importable,
-# and this runs from the repository root (the peer's runner is tools/bench/fast_plaid_peer.py).
+# and this runs from the repository root (the peer's runner is tools/experiments/fast_plaid_peer.py).
 # Usage: peer_1m.sh OUTDIR [DOCS]
 set -euo pipefail
 out=${1:?OUTDIR}

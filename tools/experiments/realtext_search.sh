@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Search on the real-text corpus (issue #28): man pages encoded by all-MiniLM-L6-v2 (realtext_prep.py
+# Search on the real-text corpus: man pages encoded by all-MiniLM-L6-v2 (realtext_prep.py
 # here, realtext_encode.py on the GPU machine), then PQ-16 + vectors and 2-bit residual indexes,
 # `tms bench search` at the defaults with sweeps (recall@10 against exhaustive search), and MRR@10
 # of the default and exhaustive runs against the qrels. Also the disk's write bandwidth (the bound

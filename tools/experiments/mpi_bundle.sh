@@ -2,7 +2,7 @@
 # Build a relocatable Open MPI runtime (the Debian 12 openmpi 4.1.4 installed here,
 # i.e. exactly the libmpi.so.40 that `tms` links against) for a machine without MPI.
 #
-#   tools/bench/mpi_bundle.sh OUTDIR   ->  OUTDIR/ompi.tar.xz  + OUTDIR/mpi_env.sh
+#   tools/experiments/mpi_bundle.sh OUTDIR   ->  OUTDIR/ompi.tar.xz  + OUTDIR/mpi_env.sh
 #
 # On the target:  mkdir -p D && tar -xJf OUTDIR/ompi.tar.xz -C D && source D/mpi_env.sh
 # The tree mirrors the Debian layout under D (D/usr/..., D/etc/openmpi); mpi_env.sh

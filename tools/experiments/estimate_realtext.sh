@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recall estimate's recipes against real queries (issue #29), one device call: the man pages
+# The recall estimate's recipes against real queries, one device call: the man pages
 # alone (9,139 documents) and with the other sections' passages (50,002), both encoded by
 # all-MiniLM-L6-v2 (realtext_encode.py, torch on the GPU), and `tms synth` 200K; PQ-16 + vectors
 # indexes at the defaults; then estimate_check.sh on each (RECIPES as there).

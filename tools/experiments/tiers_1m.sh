@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Vector tiers at 1M documents on one GPU (issue #29): the corpus of the search-speed issue, a
+# Vector tiers at 1M documents on one GPU: the corpus of the search-speed issue, a
 # PQ-16 + fp16 index, then `tms bench search` with the vectors on the GPU, in host memory and on
 # disk (through the page cache); each row's recall@10 is against exhaustive search on the same
 # tier, which streams every vector (GB/s against the host-to-device copy rate of the same run).

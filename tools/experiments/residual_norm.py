@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does normalising decoded 2-bit residual vectors rank better? (issues #28 and #29)
+"""Does normalising decoded 2-bit residual vectors rank better?
 
 PLAID decodes a token as centroid + bucket weights and L2-normalises the result before MaxSim;
 TileMaxSim's compressed scoring uses centroid + residual as decoded, unnormalised. This scores
@@ -9,7 +9,7 @@ residual values' quartiles, weights at the octiles between them), and prints rec
 against exact MaxSim on the stored vectors.
 
   tms synth --out /tmp/syn5k --docs 5000 --queries 200 --min-doc-len 50 --max-doc-len 150
-  python3 tools/bench/residual_norm.py /tmp/syn5k [--centroids 2048]
+  python3 tools/experiments/residual_norm.py /tmp/syn5k [--centroids 2048]
 
 Meant for small corpora (it holds every score in memory and runs on the CPU).
 """

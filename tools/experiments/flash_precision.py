@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Accuracy of Flash-MaxSim 0.3.0 (PyPI `flash-maxsim`) against an fp64 reference, beside a naive
-implementation in the inputs' own precision (torch matmul with TF32 off, max, sum): the rule of
-issue #3 (error <= 2x the naive one), which `tms`'s CUDA tests check for our kernel
+implementation in the inputs' own precision (torch matmul with TF32 off, max, sum): the precision rule
+(error <= 2x the naive one), which `tms`'s CUDA tests check for our kernel
 (tests/kernels/maxsim_cuda_test.cu). One JSON line per dtype:
 {"dtype", "naive_max_err", "flash_max_err", "ratio"}.
 
-    python3 tools/bench/flash_precision.py [--docs 2000] [--nd 128]
+    python3 tools/experiments/flash_precision.py [--docs 2000] [--nd 128]
 """
 import argparse
 import json

@@ -4,7 +4,7 @@
 # search, warm, best of 5): batch queries/s (batches of 256) of the default search (which plans
 # exhaustive search on small indexes), of the approximate pipeline forced (--target-recall 0) and
 # of exhaustive search. One JSON line per size into OUT/crossover.jsonl.
-#   tools/bench/small_corpus_crossover.sh OUT DEVICE [SIZES...]     (DEVICE: cpu or gpu)
+#   tools/experiments/small_corpus_crossover.sh OUT DEVICE [SIZES...]     (DEVICE: cpu or gpu)
 set -euo pipefail
 out=$(mkdir -p "${1:?usage: $0 OUT DEVICE [SIZES...]}" && cd "$1" && pwd)
 dev=${2:?DEVICE: cpu or gpu}

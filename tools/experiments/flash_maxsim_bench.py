@@ -6,7 +6,7 @@ times are medians of 15 CUDA-event samples after warm-up (and --cooldown seconds
 before each, as `tms bench kernels --cooldown`). Ragged: one launch per query (the
 package has no per-query candidate lists), over the gathered candidates of that query.
 
-    python3 tools/bench/flash_maxsim_bench.py --json out.json [--ceiling GBPS] [--filter SUBSTR] [--cooldown S]
+    python3 tools/experiments/flash_maxsim_bench.py --json out.json [--ceiling GBPS] [--filter SUBSTR] [--cooldown S]
 """
 import argparse
 import json

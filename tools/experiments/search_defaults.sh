@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #28 at the defaults on one GPU, one device call: the GPU search tests, 20K and 1M documents
+# Search at the defaults on one GPU, one device call: the GPU search tests, 20K and 1M documents
 # (PQ-16 + vectors with sweeps, gathered and not; then 2-bit residual against the exhaustive run).
 # Usage: search_defaults.sh OUTDIR   (binaries packed by shared/tools/device-pack.sh)
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sharded search at 1M documents on one GPU (issue #23's measurement): for each shard count,
+# Sharded search at 1M documents on one GPU: for each shard count,
 # build PQ-16 + fp16 vectors, then `tms search` once (the run, and the open time: TMS_TRACE_LOAD)
 # and `tms bench search` (batch queries/s best of 3, one-query p50/p99, 64 callers, recall@10
 # against the exhaustive run of the first count's index). Indexes are built one at a time (27 GB

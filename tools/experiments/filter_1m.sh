@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Filtered search at 1M documents on one GPU (issue #26): the corpus of the search-speed issue
+# Filtered search at 1M documents on one GPU: the synthetic 1M corpus of search_1m.sh
 # with metadata (tenant = d % 200, g = d % 100000), a PQ-16 + fp16 index built with --metadata,
 # then `tms bench search` unfiltered and with filters allowing 80%, 50%, 20%, 5%, 0.5% of the
 # documents and 10 documents; each row's recall@10 is against exhaustive search restricted to the

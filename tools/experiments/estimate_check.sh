@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Is the recall estimate honest? (issue #29) For each index: the recall curve that the corpus's real
+# Is the recall estimate honest? For each index: the recall curve that the corpus's real
 # queries measure against exhaustive search (`tms estimate --sample`), beside the curves that
 # pseudo-queries of each recipe predict, at the same ladder of settings.
 # Usage: estimate_check.sh OUTDIR INDEX:QUERIES.npy ...   (binaries packed by device-pack.sh)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Search at 1M documents on one GPU (issue #28's table) in one device call: synthesize the corpus,
+# Search at 1M documents on one GPU in one device call: synthesize the corpus,
 # build PQ-16 + fp16 vectors, `tms bench search` over both prunings and a few candidate depths,
 # then 2-bit residual without vectors (no vectors: no exhaustive search in that process, so its
 # rows have no recall; compare its runs with the first index's exhaustive run separately).
