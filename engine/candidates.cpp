@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/plan.h"
 #include "kernels/candidates.h"
 #include "kernels/maxsim.h"
 #include "kernels/nearest.h"
@@ -17,7 +18,7 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
                                      int64_t allow_stride) const {
     const int nq = q.n_queries, qt = q.q_tokens;
     const int K = data_.model.n_centroids;
-    const int nprobe = std::min(opts.nprobe, K);
+    const int nprobe = engine::ProbesPerToken(opts, K);
     const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
     cs->resize(size_t(nq) * qt * K);
     kernels::inner_products_cpu(qf, int64_t(nq) * qt, data_.model.centroids.data(), data_.model.n_centroids,
@@ -80,7 +81,7 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     SearchOptions o = opts;  // more candidates than documents would only size buffers
     if (o.ncandidates > 0) o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
-    const int nprobe = std::min(o.nprobe, data_.info.n_centroids);
+    const int nprobe = engine::ProbesPerToken(o, data_.info.n_centroids);
     const int nq = q.n_queries;
     c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
     std::vector<uint32_t> local;

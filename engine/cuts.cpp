@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/progress.h"
+#include "engine/plan.h"
 #include "kernels/maxsim.h"
 
 namespace tms::engine {
@@ -55,12 +56,10 @@ Status agree_cut(SearchCuts* cuts, int keep, const Status& st, std::vector<std::
 // did not rank among its best kTrustedPerHit * k candidates (at most half of them) is searched
 // again: its pruning scores did not tell its best documents from the rest (a filter that leaves
 // a query few documents of its topic reaches down to where documents all score alike, and the
-// cut to ncandidates drops some of its best), so the second search probes kDeepenProbes times
-// as many lists (at most kMaxWidenedProbes) and scores every allowed document they reach,
-// without the cut. Documents of one topic rank in any order within its first few k, which is
+// cut to ncandidates drops some of its best), so it is searched again deeper (DeepenedSearch).
+// Documents of one topic rank in any order within its first few k, which is
 // not a reason to search again.
 constexpr int kTrustedPerHit = 4;
-constexpr int kDeepenProbes = 2;
 
 }  // namespace
 
@@ -72,7 +71,7 @@ constexpr int kDeepenProbes = 2;
 // n_docs, n_centroids: of the whole (they size the chunks, which must be the same everywhere).
 // st: the caller's error so far, still taken through the cuts (the other participants wait
 // in them). With a filter (opts.allow or opts.filter: the same on every participant), the
-// queries the pruning ranked poorly are searched again (kDeepenProbes).
+// queries the pruning ranked poorly are searched again (DeepenedSearch).
 Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vector<std::vector<size_t>>& groups,
                   int64_t n_docs, int n_centroids, const QueryBatch& q, const SearchOptions& opts, Status st,
                   SearchCuts* cuts, std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
@@ -271,9 +270,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 ga.narrow_rows = std::move(nr);
                 ga.row0 = 0;
             }
-            SearchOptions wide = opts;
-            wide.ncandidates = 0;
-            wide.nprobe = std::min(kMaxWidenedProbes, std::max(opts.nprobe, opts.nprobe * kDeepenProbes));
+            const SearchOptions wide = engine::DeepenedSearch(opts);
             std::vector<std::vector<SearchHit>> again_out;
             pass(g.batch(), allowed ? &ga : nullptr, wide, &again_out, nullptr);
             TMS_RETURN_IF_ERROR(st);

@@ -330,32 +330,5 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
     return Status::OK();
 }
 
-int64_t SmallIndexDocs(Device device, const SearchOptions& o) {
-    // Exhaustive search scores every live document exactly; the approximate pipeline's fixed costs
-    // (centroid scores, probing, pruning, gathering candidates) make it the slower of the two on a
-    // small index: on a CPU up to about the documents it reranks exactly, on a GPU up to about
-    // twice the candidates it keeps (tools/experiments/small_corpus_crossover.sh; BENCHMARKS.md,
-    // "Small indexes").
-    return device == Device::kGpu ? 2 * int64_t(o.ncandidates) : int64_t(o.rerank);
-}
-
-SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
-                         const SearchOptions& opts) {
-    if (opts.exhaustive || !(opts.target_recall > 0)) return opts;
-    SearchOptions o = est != nullptr && vectors ? ApplyTargetRecall(*est, opts) : opts;
-    if (vectors && o.rerank > 0 && live_docs <= SmallIndexDocs(device, o)) o.exhaustive = true;
-    return o;
-}
-
-SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts) {
-    const RecallPoint* p = est.For(opts.target_recall);
-    if (opts.exhaustive || !(opts.target_recall > 0) || p == nullptr) return opts;
-    const SearchOptions d;
-    SearchOptions o = opts;
-    if (o.nprobe == d.nprobe) o.nprobe = p->nprobe;
-    if (o.ncandidates == d.ncandidates) o.ncandidates = p->ncandidates;
-    if (o.rerank == d.rerank) o.rerank = p->rerank;
-    return o;
-}
 
 }  // namespace tms

@@ -24,7 +24,7 @@
 #include <unordered_map>
 
 #include "engine/backend.h"
-#include "engine/estimate.h"
+#include "engine/plan.h"
 #include "engine/gpu_shard.h"
 #include "engine/vector_rows.h"
 #include "kernels/cuda/gpu_context.h"
@@ -252,12 +252,8 @@ public:
             }
         }
         // Per row: a query allowed no more than direct_max documents (SearchOptions) scores
-        // them all. Otherwise, allowed a share f of the documents, it finds about f of its usual
-        // candidates in the lists it probes, so it probes nprobe / sqrt(f) lists (at most
-        // kMaxWidenedProbes, the most the GPU's candidate generation takes). Either way its best
-        // documents score closer to the rest than an unfiltered query's, so it reranks
-        // rerank / sqrt(f) of them (at most kMaxWidenedRerank). The batch runs as its widest
-        // row needs.
+        // them all; every row widens its probing and rerank for its share (WidenForAllowed). The
+        // batch runs as its widest row needs.
         const int64_t n = std::max<int64_t>(1, set->n_docs);
         const int64_t keeps = std::max<int64_t>({opts.ncandidates, opts.rerank, opts.k});
         const double widest = double(q.q_tokens) * kMaxWidenedProbes * double(n) / std::max(1, n_centroids());
@@ -267,14 +263,8 @@ public:
         for (int r = 0; r < set->rows; ++r) {
             const int64_t c = set->Count(r);
             (*narrow)[size_t(r)] = 2 * c <= n;
-            const double widen = 1.0 / std::sqrt(std::max(double(c), 1.0) / double(n));
-            if (opts.rerank > 0) {
-                const double wide = std::min<double>({std::ceil(opts.rerank * widen), double(c), kMaxWidenedRerank});
-                o->rerank = std::max(o->rerank, int(wide));
-            }
             (*direct)[size_t(r)] = c <= keeps || double(c) <= direct_max;
-            if ((*direct)[size_t(r)] || opts.nprobe >= kMaxWidenedProbes) continue;
-            o->nprobe = std::max(o->nprobe, int(std::min<double>(kMaxWidenedProbes, std::ceil(opts.nprobe * widen))));
+            engine::WidenForAllowed(opts, c, n, (*direct)[size_t(r)], o);
         }
         Allowed al;
         al.set = set;
@@ -283,7 +273,6 @@ public:
         *out = std::move(al);
         return Status::OK();
     }
-    static constexpr int kMaxWidenedRerank = 4096;
     // Scoring this many allowed documents for every query of a batch of 256 takes ~65 ms on
     // one GPU, and probing finds a narrow filter's documents poorly where they cluster in topics
     // (a 5% filter of 1M synthetic documents, 131,072 centroids: recall@10 0.36 probing, above

@@ -8,6 +8,7 @@
 
 #include "base/progress.h"
 #include "engine/backend.h"
+#include "engine/plan.h"
 #include "index/ingest/input_checks.h"
 #include "kernels/maxsim.h"
 
@@ -120,7 +121,7 @@ Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts
     } else {
         // 1-3. Centroid scores, probing and pruning.
         auto t0 = Clock::now();
-        const int nprobe = std::min(opts.nprobe, info.n_centroids);
+        const int nprobe = engine::ProbesPerToken(opts, info.n_centroids);
         Lists l;
         std::vector<float> cs;
         // With the codes and IVF lists on the GPU, probing, the union and the pruning run there;

@@ -314,10 +314,6 @@ int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, 
 // `file_vectors`, those still in their files, which the GPU tier uploads).
 int64_t shard_bytes(const index::IndexData& d, bool file_vectors);
 
-// The most lists a query token probes, the most the GPU's candidate generation takes: a filter
-// widens probing up to it (searcher.cpp), and so does a second search (cuts.cpp).
-constexpr int kMaxWidenedProbes = 64;
-
 // step(i) for every segment i of `groups` (segment indices per device, n in all), the devices at
 // once (cuts.cpp).
 std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& groups, size_t n,

@@ -14,7 +14,7 @@
 
 #include "base/progress.h"
 #include "mpi/mpi_channel.h"
-#include "engine/estimate.h"
+#include "engine/plan.h"
 #include "engine/cuts.h"
 #include "tilemaxsim/index_builder.h"
 

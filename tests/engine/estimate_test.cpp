@@ -9,6 +9,7 @@
 
 #include "kernels/maxsim.h"
 #include "engine/estimate.h"
+#include "engine/plan.h"
 #include "tests/engine/synth_index.h"
 #include "index/ingest/npy.h"
 #include "tools/lib/synth.h"

@@ -22,6 +22,8 @@ struct UnionCase {
     int allow = 0;    // documents allowed (a filter): 0 every one, 1 one bitmap for every query, 2 one per query
 };
 
+// One case a line reads as a table.
+// clang-format off
 inline std::vector<UnionCase> UnionCases() {
     return {
         {"tiny", 5, 3, 2, 2, 2, false, 0.0, 4},
@@ -37,6 +39,7 @@ inline std::vector<UnionCase> UnionCases() {
         {"filtered_one_query_many_tokens", 70000, 1024, 1, 64, 8, false, 0.0, 600, 1},
     };
 }
+// clang-format on
 
 /// Random IVF lists (sorted, unique) and probes of a case, with its parameters pointing at them.
 struct UnionData {

@@ -60,6 +60,8 @@ std::vector<int> lens(int n, int lo, int hi, uint32_t seed) {
     return v;
 }
 
+// One case a line reads as a table.
+// clang-format off
 std::vector<CodeCase> code_cases() {
     std::vector<CodeCase> c;
     const std::vector<int> mixed = {0, 1, 2, 5, 17, 31, 32, 33, 64, 127, 128, 129, 300, 0, 1};
@@ -96,6 +98,7 @@ std::vector<CodeCase> code_cases() {
     c.push_back({"pq4_d128_dsub32", 128, 4, 0, 30, 2, 32, {}, lens(20, 1, 100, 13), true, {20, 20}, 510});
     return c;
 }
+// clang-format on
 
 /// Host data of one case (float values exactly as the kernels see them).
 struct CodeData {

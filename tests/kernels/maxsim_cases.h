@@ -35,6 +35,8 @@ inline std::vector<int> ragged_lens(int n, int lo, int hi, uint32_t seed) {
     return v;
 }
 
+// One case a line reads as a table.
+// clang-format off
 /// Every case the kernels must pass. Dims: every specialised dim of the CUDA path.
 inline std::vector<MaxSimCase> maxsim_cases() {
     std::vector<MaxSimCase> c;
@@ -99,6 +101,7 @@ inline std::vector<MaxSimCase> maxsim_cases() {
                  14});
     return c;
 }
+// clang-format on
 
 /// Host data of one case. Values are L2-normalised rows (like ColBERT output), rounded to
 /// the case's dtypes; `qf`/`df` hold the exact float values the kernels see.

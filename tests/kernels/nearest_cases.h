@@ -22,6 +22,8 @@ struct NearestCase {
     enum Kind { kGauss, kUnit, kDuplicates, kHuge, kTiny } kind;
 };
 
+// One case a line reads as a table.
+// clang-format off
 inline std::vector<NearestCase> NearestCases() {
     using C = NearestCase;
     return {
@@ -38,6 +40,7 @@ inline std::vector<NearestCase> NearestCases() {
         {"wide_rows", 300, 50, 200, C::kGauss},  // past the fused CUDA kernel: NotSupported there
     };
 }
+// clang-format on
 
 struct NearestData {
     std::vector<float> x, c;

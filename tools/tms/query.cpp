@@ -9,7 +9,7 @@
 
 #include "base/log.h"
 #include "base/progress.h"
-#include "engine/estimate.h"
+#include "engine/plan.h"
 
 namespace tms::cli {
 

@@ -1,0 +1,57 @@
+// Copyright TileMaxSim authors. The search plan (plan.h).
+#include "engine/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tms {
+
+int64_t SmallIndexDocs(Device device, const SearchOptions& o) {
+    // Exhaustive search scores every live document exactly; the approximate pipeline's fixed costs
+    // (centroid scores, probing, pruning, gathering candidates) make it the slower of the two on a
+    // small index: on a CPU up to about the documents it reranks exactly, on a GPU up to about
+    // twice the candidates it keeps (tools/experiments/small_corpus_crossover.sh; BENCHMARKS.md,
+    // "Small indexes").
+    return device == Device::kGpu ? 2 * int64_t(o.ncandidates) : int64_t(o.rerank);
+}
+
+SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
+                         const SearchOptions& opts) {
+    if (opts.exhaustive || !(opts.target_recall > 0)) return opts;
+    SearchOptions o = est != nullptr && vectors ? ApplyTargetRecall(*est, opts) : opts;
+    if (vectors && o.rerank > 0 && live_docs <= SmallIndexDocs(device, o)) o.exhaustive = true;
+    return o;
+}
+
+SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts) {
+    const RecallPoint* p = est.For(opts.target_recall);
+    if (opts.exhaustive || !(opts.target_recall > 0) || p == nullptr) return opts;
+    const SearchOptions d;
+    SearchOptions o = opts;
+    if (o.nprobe == d.nprobe) o.nprobe = p->nprobe;
+    if (o.ncandidates == d.ncandidates) o.ncandidates = p->ncandidates;
+    if (o.rerank == d.rerank) o.rerank = p->rerank;
+    return o;
+}
+
+namespace engine {
+
+void WidenForAllowed(const SearchOptions& given, int64_t allowed, int64_t n_docs, bool direct, SearchOptions* o) {
+    const double widen = 1.0 / std::sqrt(std::max(double(allowed), 1.0) / double(n_docs));
+    if (given.rerank > 0) {
+        const double wide = std::min<double>({std::ceil(given.rerank * widen), double(allowed), kMaxWidenedRerank});
+        o->rerank = std::max(o->rerank, int(wide));
+    }
+    if (direct || given.nprobe >= kMaxWidenedProbes) return;
+    o->nprobe = std::max(o->nprobe, int(std::min<double>(kMaxWidenedProbes, std::ceil(given.nprobe * widen))));
+}
+
+SearchOptions DeepenedSearch(const SearchOptions& opts) {
+    SearchOptions wide = opts;
+    wide.ncandidates = 0;
+    wide.nprobe = std::min(kMaxWidenedProbes, std::max(opts.nprobe, opts.nprobe * kDeepenProbes));
+    return wide;
+}
+
+}  // namespace engine
+}  // namespace tms

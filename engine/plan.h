@@ -1,0 +1,62 @@
+// Copyright TileMaxSim authors. The search plan: every rule that turns the options a caller gave
+// into the nprobe, ncandidates, rerank and exhaustiveness a search runs with, in one place.
+// Internal to the engine (Searcher::Plan is the public view).
+//
+//   PlanSearch         the index's recall estimate for target_recall; small indexes exhaustive
+//   WidenForAllowed    a filter or subset: more lists probed, more candidates reranked
+//   DeepenedSearch     the second search of filtered queries whose pruning was not trusted
+//   ProbesPerToken     the lists a query token probes on an index
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "tilemaxsim/estimate.h"
+#include "tilemaxsim/options.h"
+#include "tilemaxsim/types.h"
+
+namespace tms {
+
+/// `opts` with nprobe, ncandidates and rerank taken from est.For(opts.target_recall), each only
+/// where it holds SearchOptions' default (a value set otherwise is kept); `opts` as given when
+/// target_recall is 0, when the search is exhaustive or when `est` has no points.
+SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts);
+/// The search a call runs (Searcher::Plan): with target_recall > 0 and not exhaustive, `opts`
+/// with the estimate's setting for the target (ApplyTargetRecall; `est` may be null) when the
+/// vectors are loaded, and then exhaustive when the index's `live_docs` are at most
+/// SmallIndexDocs (exhaustive search scores them all exactly, for less); else `opts` as given.
+/// `device`: where the search runs (kCpu or kGpu).
+SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
+                         const SearchOptions& opts);
+/// The live documents up to which exhaustive search is cheaper than `o`'s approximate search on
+/// `device`: o.rerank on a CPU, 2 * o.ncandidates on a GPU.
+int64_t SmallIndexDocs(Device device, const SearchOptions& o);
+
+namespace engine {
+
+/// The most lists a query token probes, the most the GPU's candidate generation takes: a filter
+/// widens probing up to it (WidenForAllowed), and so does a second search (DeepenedSearch).
+constexpr int kMaxWidenedProbes = 64;
+/// The most documents a filtered query reranks (WidenForAllowed).
+constexpr int kMaxWidenedRerank = 4096;
+/// A second search probes this many times the lists of the first (DeepenedSearch).
+constexpr int kDeepenProbes = 2;
+
+/// A query allowed `allowed` of the `n_docs` documents (a share f) finds about f of its usual
+/// candidates in the lists it probes, so it probes given.nprobe / sqrt(f) lists (at most
+/// kMaxWidenedProbes; not when `direct`: it scores every allowed document), and its best
+/// documents score closer to the rest than an unfiltered query's, so it reranks
+/// given.rerank / sqrt(f) of them (at most kMaxWidenedRerank and `allowed`). *o keeps the widest
+/// of its rows (a batch runs as its widest row needs).
+void WidenForAllowed(const SearchOptions& given, int64_t allowed, int64_t n_docs, bool direct, SearchOptions* o);
+
+/// The second search of a filtered query whose pruning did not rank its best documents
+/// (cuts.cpp): kDeepenProbes times the lists (at most kMaxWidenedProbes), every document they
+/// reach scored (ncandidates 0).
+SearchOptions DeepenedSearch(const SearchOptions& opts);
+
+/// The lists each query token probes on an index of `n_centroids`.
+inline int ProbesPerToken(const SearchOptions& o, int n_centroids) { return std::min(o.nprobe, n_centroids); }
+
+}  // namespace engine
+}  // namespace tms
