@@ -46,7 +46,7 @@ queries=$W/c/queries.npy
 index() {  # NAME FLAGS...
   local name=$1
   shift
-  "$TMS" index --docs "$docs" --doclens "$doclens" --doc-ids "$W/c/doc_ids.txt" --out "$W/$name" --threads 2 --device cpu \
+  "$TMS" index --docs "$docs" --doclens "$doclens" --doc-ids "$W/c/doc_ids.txt" --out "$W/$name" --threads 2 --device "$DEVICE" \
     --no-progress --metadata "$W/meta.jsonl" "$@" > "$R/$name.index.txt" 2>&1
   "$TMS" info --index "$W/$name" | grep -v -e $'^index\t' -e '^path' -e 'bytes' -e 'MiB' -e 'GiB' \
     > "$R/$name.info.txt" || true
@@ -88,13 +88,33 @@ for name in pq1 res3; do
 done
 # Re-add the deleted documents (their rows of the corpus) to the compacted index.
 python3 - "$W" <<'EOF'
-import sys, numpy as np
+# Without numpy (the GPU machine may lack it): .npy headers read and written by hand.
+import ast, struct, sys
 w = sys.argv[1]
-docs = np.load(f"{w}/c/docs.npy"); lens = np.load(f"{w}/c/doclens.npy")
-off = np.concatenate([[0], np.cumsum(lens)])
+def load(path):
+    b = open(path, "rb").read()
+    n = 2 if b[6] == 1 else 4
+    hl = int.from_bytes(b[8:8 + n], "little")
+    start = 8 + n + hl
+    h = ast.literal_eval(b[8 + n:start].decode("latin1"))
+    return h["descr"], h["shape"], b[start:]
+def save(path, descr, shape, payload):
+    dims = ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "")
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
+    h += " " * ((64 - (10 + len(h) + 1) % 64) % 64) + "\n"
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode("latin1") + payload)
+ld, lshape, lb = load(f"{w}/c/doclens.npy")
+size = int(ld[-1])
+lens = [int.from_bytes(lb[i * size:(i + 1) * size], "little") for i in range(lshape[0])]
+dd, dshape, db = load(f"{w}/c/docs.npy")
+row = dshape[1] * int(dd[-1])
+off = [0]
+for n in lens:
+    off.append(off[-1] + n)
 pick = list(range(0, len(lens), 11))
-np.save(f"{w}/add_docs.npy", np.concatenate([docs[off[i]:off[i + 1]] for i in pick]))
-np.save(f"{w}/add_lens.npy", lens[pick])
+save(f"{w}/add_docs.npy", dd, (sum(lens[i] for i in pick), dshape[1]),
+     b"".join(db[off[i] * row:off[i + 1] * row] for i in pick))
+save(f"{w}/add_lens.npy", ld, (len(pick),), b"".join(lb[i * size:(i + 1) * size] for i in pick))
 EOF
 "$TMS" add --index "$W/pq1" --docs "$W/add_docs.npy" --doclens "$W/add_lens.npy" \
   --doc-ids "$W/delete.txt" > "$R/pq1.add.txt" 2>&1
