@@ -54,8 +54,8 @@ index() {  # NAME FLAGS...
 search() {  # NAME TAG FLAGS...
   local name=$1 tag=$2
   shift 2
-  "$TMS" search --index "$W/$name" --queries "$queries" --out "$R/$name.$tag.run" --k 20 \
-    --device "$DEVICE" --no-progress "$@" > /dev/null 2>&1 || echo "exit $?" > "$R/$name.$tag.err"
+  "$TMS" search --index "$W/$name" --queries "$queries" --out "$R/$name.${PHASE:-}$tag.run" --k 20 \
+    --device "$DEVICE" --no-progress "$@" > /dev/null 2>&1 || echo "exit $?" > "$R/$name.${PHASE:-}$tag.err"
 }
 searches() {  # NAME [exhaustive]
   local name=$1
@@ -80,8 +80,7 @@ searches pq3c
 
 for name in pq1 res3; do
   "$TMS" delete --index "$W/$name" --doc-ids "$W/delete.txt" > "$R/$name.delete.txt" 2>&1
-  searches "$name" exhaustive
-  mv "$R/$name.approx.run" "$R/$name.after-delete.run"
+  PHASE=after-delete. searches "$name" exhaustive
   "$TMS" compact --index "$W/$name" > "$R/$name.compact.txt" 2>&1
   search "$name" after-compact
   search "$name" after-compact-exhaustive --exhaustive
