@@ -31,11 +31,16 @@ void SetLogLevel(LogLevel level) { level_store().store(int(level), std::memory_o
 LogLevel GetLogLevel() { return LogLevel(level_store().load(std::memory_order_relaxed)); }
 
 Status ParseLogLevel(const std::string& name, LogLevel* out) {
-    if (name == "error") *out = LogLevel::kError;
-    else if (name == "warning" || name == "warn") *out = LogLevel::kWarning;
-    else if (name == "info") *out = LogLevel::kInfo;
-    else if (name == "debug") *out = LogLevel::kDebug;
-    else return Status::InvalidArgument("log level must be error, warning, info or debug, got '" + name + "'");
+    if (name == "error")
+        *out = LogLevel::kError;
+    else if (name == "warning" || name == "warn")
+        *out = LogLevel::kWarning;
+    else if (name == "info")
+        *out = LogLevel::kInfo;
+    else if (name == "debug")
+        *out = LogLevel::kDebug;
+    else
+        return Status::InvalidArgument("log level must be error, warning, info or debug, got '" + name + "'");
     return Status::OK();
 }
 

@@ -48,7 +48,8 @@ int64_t HostAvailableMemory() {
         limit = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
         used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
     }
-    if (limit > 0 && used >= 0 && limit < (int64_t(1) << 60)) avail = std::min(avail, std::max<int64_t>(0, limit - used));
+    if (limit > 0 && used >= 0 && limit < (int64_t(1) << 60))
+        avail = std::min(avail, std::max<int64_t>(0, limit - used));
     return std::min(avail, AddressSpaceRoom());
 }
 

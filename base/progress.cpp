@@ -40,11 +40,16 @@ void Progress::Done() {
 namespace {
 std::string human(double v) {
     char buf[32];
-    if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.1fG", v / 1e9);
-    else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
-    else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-    else if (v >= 100) std::snprintf(buf, sizeof buf, "%.0f", v);
-    else std::snprintf(buf, sizeof buf, v >= 10 ? "%.1f" : "%.2f", v);  // k-means: under 1 it/s
+    if (v >= 1e9)
+        std::snprintf(buf, sizeof buf, "%.1fG", v / 1e9);
+    else if (v >= 1e6)
+        std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
+    else if (v >= 1e3)
+        std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+    else if (v >= 100)
+        std::snprintf(buf, sizeof buf, "%.0f", v);
+    else
+        std::snprintf(buf, sizeof buf, v >= 10 ? "%.1f" : "%.2f", v);  // k-means: under 1 it/s
     return buf;
 }
 }  // namespace
@@ -69,8 +74,10 @@ Trace::Trace(const char* env, const char* prefix, Unit unit)
 void Trace::Mark(const char* phase) {
     if (!on_) return;
     const double s = SecondsSince(last_);
-    if (unit_ == Unit::kSeconds) std::fprintf(stderr, "%s %s: %.3f s\n", prefix_, phase, s);
-    else std::fprintf(stderr, "%s %s: %.3f ms\n", prefix_, phase, s * 1e3);
+    if (unit_ == Unit::kSeconds)
+        std::fprintf(stderr, "%s %s: %.3f s\n", prefix_, phase, s);
+    else
+        std::fprintf(stderr, "%s %s: %.3f ms\n", prefix_, phase, s * 1e3);
     last_ = std::chrono::steady_clock::now();
 }
 

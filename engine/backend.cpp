@@ -70,7 +70,8 @@ Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out) {
 #else
     (void)device;
     (void)out;
-    return Status::NotSupported("GPU " + std::to_string(device) + ": this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
+    return Status::NotSupported("GPU " + std::to_string(device) +
+                                ": this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON)");
 #endif
 }
 
@@ -79,7 +80,8 @@ Status MakeGpuContext(int device, std::shared_ptr<kernels::GpuContext>* out) {
 namespace tms {
 
 Status ParseVectorTier(const std::string& word, VectorTier* out) {
-    for (VectorTier t : {VectorTier::kAuto, VectorTier::kGpu, VectorTier::kHost, VectorTier::kDisk, VectorTier::kNone}) {
+    for (VectorTier t :
+         {VectorTier::kAuto, VectorTier::kGpu, VectorTier::kHost, VectorTier::kDisk, VectorTier::kNone}) {
         if (word == VectorTierName(t)) {
             *out = t;
             return Status::OK();
@@ -90,9 +92,12 @@ Status ParseVectorTier(const std::string& word, VectorTier* out) {
 
 Status ParseDeviceList(const std::string& list, SearcherOptions* opts) {
     opts->gpus.clear();
-    if (list == "auto") opts->device = Device::kAuto;
-    else if (list == "cpu") opts->device = Device::kCpu;
-    else if (list == "gpu" || list == "all") opts->device = Device::kGpu;
+    if (list == "auto")
+        opts->device = Device::kAuto;
+    else if (list == "cpu")
+        opts->device = Device::kCpu;
+    else if (list == "gpu" || list == "all")
+        opts->device = Device::kGpu;
     else {
         opts->device = Device::kGpu;
         size_t p = 0;

@@ -22,7 +22,7 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
     const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
     cs->resize(size_t(nq) * qt * K);
     kernels::inner_products_cpu(qf, int64_t(nq) * qt, data_.model.centroids.data(), data_.model.n_centroids,
-                               data_.model.dim, cs->data());
+                                data_.model.dim, cs->data());
     // Probe-score pruning also needs each row's best unprobed centroid (its floor): the rows'
     // take-th best, then each row's first nprobe moved together (in place).
     const int64_t rows = int64_t(nq) * qt;
@@ -80,7 +80,8 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     std::unique_lock<std::mutex> gpu_lock;
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     SearchOptions o = opts;  // more candidates than documents would only size buffers
-    if (o.ncandidates > 0) o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
+    if (o.ncandidates > 0)
+        o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
     const int nprobe = engine::ProbesPerToken(o, data_.info.n_centroids);
     const int nq = q.n_queries;
     c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
@@ -94,8 +95,8 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     if (n_direct < nq) {  // some query probes
         if (c->on_gpu) {
             TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates,
-                                                 o.pruning, &c->lists.off, &c->lists.docs, &c->lists.scores,
-                                                 &c->ticket, allowed ? local.data() : nullptr, stride > 0));
+                                                 o.pruning, &c->lists.off, &c->lists.docs, &c->lists.scores, &c->ticket,
+                                                 allowed ? local.data() : nullptr, stride > 0));
         } else {
             TMS_RETURN_IF_ERROR(HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/true, &c->cs, &c->lists,
                                                allowed ? local.data() : nullptr, stride));
@@ -105,7 +106,7 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
         if (!c->on_gpu) {
             c->cs.resize(size_t(nq) * q.q_tokens * data_.model.n_centroids);
             kernels::inner_products_cpu(HostF32(q, &c->qconv), int64_t(nq) * q.q_tokens, data_.model.centroids.data(),
-                                           data_.model.n_centroids, data_.model.dim, c->cs.data());
+                                        data_.model.n_centroids, data_.model.dim, c->cs.data());
         }
         c->lists.off.assign(size_t(nq) + 1, 0);
         c->lists.docs.clear();

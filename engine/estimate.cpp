@@ -59,7 +59,8 @@ Status check_index(const std::string& path, const EstimateOptions& o, IndexInfo*
     if (o.queries < 0 || o.query_tokens < 1 || !(o.noise >= 0) || !(o.mix >= 0 && o.mix <= 1) || o.content_tokens < 0 ||
         !(o.pad_noise >= 0)) {
         return Status::InvalidArgument(
-            "estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1], content_tokens >= 0, pad_noise >= 0");
+            "estimate: queries >= 0, query_tokens >= 1, noise >= 0, mix in [0, 1], content_tokens >= 0, pad_noise >= "
+            "0");
     }
     TMS_RETURN_IF_ERROR(ReadIndexInfo(path, info));
     if (!info->has_vectors) {
@@ -291,14 +292,13 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     }
     j["documents"] = info.n_docs - info.n_deleted;
     for (const RecallPoint& p : e.points) {
-        j["points"].push_back({{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank},
-                               {"recall", p.recall}});
+        j["points"].push_back(
+            {{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank}, {"recall", p.recall}});
     }
     const std::string text = j.dump(1) + "\n";
     remove_dead_writers_files(path);
-    TMS_RETURN_IF_ERROR(index::WriteFileAtomically(estimate_path(path), [&](std::FILE* f) {
-        return std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    }));
+    TMS_RETURN_IF_ERROR(index::WriteFileAtomically(
+        estimate_path(path), [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); }));
     *out = std::move(e);
     return Status::OK();
 }
@@ -329,6 +329,5 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
     *out = std::move(e);
     return Status::OK();
 }
-
 
 }  // namespace tms

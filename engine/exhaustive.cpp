@@ -94,8 +94,8 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
         if (dense) {
             std::vector<int32_t> bi;
             std::vector<float> bs;
-            TMS_RETURN_IF_ERROR(dev_->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, nullptr, nullptr, k,
-                                                     &bi, &bs, &rows));
+            TMS_RETURN_IF_ERROR(
+                dev_->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, nullptr, nullptr, k, &bi, &bs, &rows));
             c_ids = std::move(bi);
             c_scores = std::move(bs);
         } else {
@@ -128,7 +128,7 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
 }
 
 Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
-                                std::vector<float>* scores, const Allowed* allowed) const {
+                                 std::vector<float>* scores, const Allowed* allowed) const {
     if (streamed()) return exhaustive_streamed(qf, q, k, ids, scores, allowed);
     const int64_t n_docs = data_.info.n_docs;
     const int64_t n_deleted = data_.info.n_deleted;
@@ -187,13 +187,14 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
     ids->assign(size_t(q.n_queries) * k, -1);
     scores->assign(size_t(q.n_queries) * k, -INFINITY);
     // Queries in blocks so that the dense score matrix stays under ~256 MB.
-    const int block = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(q.n_queries, (int64_t(64) << 20) / n_docs)));
+    const int block =
+        static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(q.n_queries, (int64_t(64) << 20) / n_docs)));
     std::vector<float> dense;
     for (int q0 = 0; q0 < q.n_queries; q0 += block) {
         const int nq = std::min(block, q.n_queries - q0);
         dense.resize(size_t(nq) * n_docs);
-        kernels::MaxSimParams p = exact_params(qf + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens,
-                                               q.lengths ? q.lengths + q0 : nullptr);
+        kernels::MaxSimParams p =
+            exact_params(qf + size_t(q0) * q.q_tokens * q.dim, nq, q.q_tokens, q.lengths ? q.lengths + q0 : nullptr);
         p.scores = dense.data();
         TMS_RETURN_IF_ERROR(kernels::maxsim_cpu(p));
         if (n_deleted > 0) {

@@ -102,7 +102,7 @@ unsigned stride_blocks(int64_t n) { return unsigned(std::min<int64_t>((n + 255) 
 /// What every compressed scorer on one GPU shares (GpuContext::Scratch): the per-call arenas,
 /// and what the last Candidates call left in them for ScoreCandidates.
 struct CodeScorerScratch {
-    kernels::DeviceScratch arena;  // per-call inputs and workspaces (grows with headroom)
+    kernels::DeviceScratch arena;    // per-call inputs and workspaces (grows with headroom)
     kernels::DeviceScratch g_rows3;  // CentroidScores: the query rows as hi, hi, lo
     // Candidates' second phase (sized once the candidate counts are known).
     kernels::DeviceScratch g_docs, g_scores, g_keys, g_vals, g_temp, g_table, g_heads, g_new_off;
@@ -123,8 +123,8 @@ struct CodeScorerScratch {
         const int64_t* d_off = nullptr;
         const int32_t* d_docs = nullptr;
         std::vector<int64_t> h_off;  // the offsets Candidates returned: [n_queries + 1], h_off.back() candidates
-        bool table_built = false;  // g_table holds these queries' centroid-score table
-        uint64_t ticket = 0;       // the Candidates call's ticket (ScoreLists reuses its state)
+        bool table_built = false;    // g_table holds these queries' centroid-score table
+        uint64_t ticket = 0;         // the Candidates call's ticket (ScoreLists reuses its state)
     } last;
     uint64_t tickets = 0;  // Candidates calls on the device so far
 };
@@ -168,7 +168,7 @@ struct GpuCodeScorer::Impl {
     float* d_scales = nullptr;  // NormalizeDecoded's, or null
     float* d_book = nullptr;
     void* d_book_image = nullptr;  // d_book in the kernel's fp16 layout (code_codebook_image_cuda)
-    float* d_cent3 = nullptr;  // the centroids [n_centroids, 3 * dim] as hi, lo, hi (split_tf32x3)
+    float* d_cent3 = nullptr;      // the centroids [n_centroids, 3 * dim] as hi, lo, hi (split_tf32x3)
     int64_t* d_offsets = nullptr;
     int64_t* d_ivf_off = nullptr;  // SetIvf
     int32_t* d_ivf_docs = nullptr;
@@ -254,7 +254,8 @@ struct GpuCodeScorer::Impl {
         const int nq = int(h_off.size()) - 1;
         const int64_t total = h_off.back();
         new_off->assign(size_t(nq) + 1, 0);
-        for (int q = 0; q < nq; ++q) (*new_off)[q + 1] = (*new_off)[q] + std::min<int64_t>(h_off[q + 1] - h_off[q], keep);
+        for (int q = 0; q < nq; ++q)
+            (*new_off)[q + 1] = (*new_off)[q] + std::min<int64_t>(h_off[q + 1] - h_off[q], keep);
         const int64_t kept = new_off->back();
         const size_t key_bytes = size_t(total) * sizeof(uint64_t), o_bytes = size_t(nq + 1) * sizeof(int64_t);
         TMS_RETURN_IF_ERROR(g_keys.Reserve(key_bytes, stream));
@@ -332,8 +333,8 @@ struct GpuCodeScorer::Impl {
         const int64_t rows = int64_t(nq) * u.q_stride;
         float* floors = dps + rows * nprobe;
         const int n = std::min(nprobe + 1, n_centroids);
-        row_top_n_scores<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
-            dcs, rows, n_centroids, n, nprobe, dp, dps, floors);
+        row_top_n_scores<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(dcs, rows, n_centroids, n, nprobe,
+                                                                                    dp, dps, floors);
         TMS_CUDA_CHECK_LAUNCH();
         trace("probe");
         kernels::ProbeScoreParams pp;
@@ -389,10 +390,10 @@ struct GpuCodeScorer::Impl {
 
 GpuCodeScorer::~GpuCodeScorer() = default;
 
-Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
-                             int n_code_bytes, const float* h_codebook, const float* h_centroids, int n_centroids,
-                             int dim, const int64_t* h_doc_offsets, int64_t n_docs,
-                             std::unique_ptr<GpuCodeScorer>* out) {
+Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uint32_t* h_token_centroids,
+                             const uint8_t* h_codes, int64_t n_tokens, int n_code_bytes, const float* h_codebook,
+                             const float* h_centroids, int n_centroids, int dim, const int64_t* h_doc_offsets,
+                             int64_t n_docs, std::unique_ptr<GpuCodeScorer>* out) {
     if (n_tokens < 0 || n_docs < 0 || dim <= 0 || n_centroids <= 0 || n_code_bytes < 0) {
         return Status::InvalidArgument("GpuCodeScorer: bad sizes");
     }
@@ -433,15 +434,16 @@ Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uin
     };
     TMS_RETURN_IF_ERROR(up(&im.d_tc, h_token_centroids, size_t(n_tokens) * sizeof(uint32_t)));
     TMS_RETURN_IF_ERROR(up(&im.d_codes, h_codes, size_t(n_tokens) * n_code_bytes));
-    TMS_RETURN_IF_ERROR(up(&im.d_book, h_codebook, size_t(n_code_bytes) * 256 * (n_code_bytes ? dim / n_code_bytes : 0) * sizeof(float)));
+    TMS_RETURN_IF_ERROR(up(&im.d_book, h_codebook,
+                           size_t(n_code_bytes) * 256 * (n_code_bytes ? dim / n_code_bytes : 0) * sizeof(float)));
     {  // the centroids, uploaded, then kept only as their TF32 parts (CentroidScores)
         const size_t c_bytes = size_t(n_centroids) * dim * sizeof(float);
         kernels::DeviceScratch cent;
         TMS_RETURN_IF_ERROR(cent.Reserve(c_bytes, im.stream));
         TMS_RETURN_IF_ERROR(uploader.Upload(cent.p, h_centroids, c_bytes));
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_cent3, 3 * std::max<size_t>(c_bytes, 256)));
-        TMS_RETURN_IF_ERROR(
-            kernels::split_tf32x3_cuda(static_cast<const float*>(cent.p), n_centroids, dim, 0b010u, im.d_cent3, im.stream));
+        TMS_RETURN_IF_ERROR(kernels::split_tf32x3_cuda(static_cast<const float*>(cent.p), n_centroids, dim, 0b010u,
+                                                       im.d_cent3, im.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // before cent is freed
     }
     TMS_RETURN_IF_ERROR(up(&im.d_offsets, h_doc_offsets, size_t(n_docs + 1) * sizeof(int64_t)));
@@ -454,11 +456,12 @@ Status GpuCodeScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const uin
     }
     // cuBLAS loads its kernels on the first GEMM (130 ms measured on an H200): pay that here,
     // at open, rather than in the first search.
-    TMS_RETURN_IF_ERROR(im.Reserve(align256(size_t(dim) * sizeof(float)) + align256(size_t(n_centroids) * sizeof(float))));
+    TMS_RETURN_IF_ERROR(
+        im.Reserve(align256(size_t(dim) * sizeof(float)) + align256(size_t(n_centroids) * sizeof(float))));
     TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(im.arena.p, 0, size_t(dim) * sizeof(float), im.stream));
-    TMS_RETURN_IF_ERROR(im.CentroidScores(static_cast<const float*>(im.arena.p), 1,
-                                          reinterpret_cast<float*>(static_cast<char*>(im.arena.p) +
-                                                                   align256(size_t(dim) * sizeof(float)))));
+    TMS_RETURN_IF_ERROR(im.CentroidScores(
+        static_cast<const float*>(im.arena.p), 1,
+        reinterpret_cast<float*>(static_cast<char*>(im.arena.p) + align256(size_t(dim) * sizeof(float)))));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     *out = std::move(s);
     return Status::OK();
@@ -500,7 +503,7 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     DeviceGuard g(im.device);
     int64_t n_cand = 0;
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer", n_queries, q_stride, h_queries, h_query_lens,
-                                                        h_cand_offsets, h_cand_docs, im.n_docs, &n_cand));
+                                                     h_cand_offsets, h_cand_docs, im.n_docs, &n_cand));
     const int64_t n_out = h_cand_offsets ? n_cand : int64_t(n_queries) * im.n_docs;
     kernels::CodeMaxSimParams p = im.ShardParams(n_queries, q_stride, centroids_only);
     const size_t q_bytes = size_t(n_queries) * q_stride * im.dim * sizeof(float);
@@ -530,22 +533,21 @@ Status GpuCodeScorer::Score(const float* h_queries, int n_queries, int q_stride,
     TMS_RETURN_IF_ERROR(put(nullptr, ws_bytes, &dws));
     if (h_centroid_scores == nullptr && cs_bytes > 0) {
         // cs[(q * q_stride + i) * K + k] = <query row, centroid k>.
-        TMS_RETURN_IF_ERROR(im.CentroidScores(static_cast<const float*>(dq), int64_t(n_queries) * q_stride,
-                                              static_cast<float*>(dcs)));
+        TMS_RETURN_IF_ERROR(
+            im.CentroidScores(static_cast<const float*>(dq), int64_t(n_queries) * q_stride, static_cast<float*>(dcs)));
     }
     p.queries = static_cast<const float*>(dq);
     p.query_lens = static_cast<const int32_t*>(dl);
     p.centroid_scores = static_cast<const float*>(dcs);
     p.cand_offsets = static_cast<const int64_t*>(dco);
     p.n_candidates = h_cand_offsets ? n_cand : 0;
-    p.cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
-                                 : nullptr;
+    p.cand_docs =
+        h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur)) : nullptr;
     p.scores = static_cast<float*>(ds);
     TMS_RETURN_IF_ERROR(kernels::code_maxsim_cuda(p, dws, ws_bytes, im.stream));
     scores->resize(size_t(n_out));
     if (n_out) {
-        TMS_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(scores->data(), p.scores, s_bytes, cudaMemcpyDeviceToHost, im.stream));
+        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scores->data(), p.scores, s_bytes, cudaMemcpyDeviceToHost, im.stream));
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
@@ -591,7 +593,8 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
         return Status::InvalidArgument("GpuCodeScorer::SetIvf: bad offsets");
     }
     for (int k = 0; k < im.n_centroids; ++k) {
-        if (h_ivf_offsets[k + 1] < h_ivf_offsets[k]) return Status::InvalidArgument("GpuCodeScorer::SetIvf: offsets decrease");
+        if (h_ivf_offsets[k + 1] < h_ivf_offsets[k])
+            return Status::InvalidArgument("GpuCodeScorer::SetIvf: offsets decrease");
     }
     for (int64_t e = 0; e < n; ++e) {
         if (h_ivf_docs[e] < 0 || h_ivf_docs[e] >= im.n_docs) {
@@ -630,7 +633,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     // With keys, every list is cut (and its scores kept) even where nothing needs pruning.
     kernels::DeviceScratch* kept_scores = keys && ncandidates > 0 ? &im.t_scores : nullptr;
     if (im.d_ivf_off == nullptr) return Status::InvalidArgument("GpuCodeScorer::Candidates: no IVF lists (SetIvf)");
-    if (n_queries < 0 || q_stride <= 0 || ncandidates < 0) return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
+    if (n_queries < 0 || q_stride <= 0 || ncandidates < 0)
+        return Status::InvalidArgument("GpuCodeScorer::Candidates: bad sizes");
     TMS_RETURN_IF_ERROR(im.CheckNprobe("GpuCodeScorer::Candidates", nprobe));
     off->assign(size_t(n_queries) + 1, 0);
     if (docs) docs->clear();
@@ -643,8 +647,9 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     }
     int64_t no_cand = 0;
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::Candidates", n_queries, q_stride, h_queries,
-                                                        h_query_lens, nullptr, nullptr, im.n_docs, &no_cand));
-    if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::Candidates: more than 65535 queries in one call");
+                                                     h_query_lens, nullptr, nullptr, im.n_docs, &no_cand));
+    if (n_queries > 65535)
+        return Status::InvalidArgument("GpuCodeScorer::Candidates: more than 65535 queries in one call");
     DeviceGuard g(im.device);
     const int64_t rows = int64_t(n_queries) * q_stride;
     const int64_t words = kernels::bitmap_words(im.n_docs);
@@ -662,8 +667,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     const size_t p_bytes = size_t(rows) * nprobe * sizeof(int32_t);
     // The probe-score path needs the probes' scores and floors instead of the union's bitmaps.
     const bool by_probes = ncandidates > 0 && pruning == Pruning::kProbe;
-    const size_t b_bytes =
-        by_probes ? 0 : size_t(n_queries) * size_t(std::max<int64_t>(words, 1)) * sizeof(uint32_t);
+    const size_t b_bytes = by_probes ? 0 : size_t(n_queries) * size_t(std::max<int64_t>(words, 1)) * sizeof(uint32_t);
     const size_t ps_bytes = by_probes ? size_t(rows) * (nprobe + 1) * sizeof(float) : 0;
     const size_t t_bytes = by_probes ? 2 * size_t(n_queries) * sizeof(uint32_t) : 0;
     const size_t c_bytes = size_t(n_queries) * sizeof(int64_t);
@@ -680,7 +684,7 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     float* dcs = reinterpret_cast<float*>(carve.take(cs_bytes));
     int32_t* dp = reinterpret_cast<int32_t*>(carve.take(p_bytes));
     uint32_t* dbits = reinterpret_cast<uint32_t*>(carve.take(b_bytes));
-    float* dps = reinterpret_cast<float*>(carve.take(ps_bytes));  // [rows, nprobe] scores, then [rows] floors
+    float* dps = reinterpret_cast<float*>(carve.take(ps_bytes));        // [rows, nprobe] scores, then [rows] floors
     uint32_t* dthr = reinterpret_cast<uint32_t*>(carve.take(t_bytes));  // [n_queries] thresholds, then cursors
     int64_t* dcount = reinterpret_cast<int64_t*>(carve.take(c_bytes));
     int64_t* doff = reinterpret_cast<int64_t*>(carve.take(o_bytes));
@@ -755,8 +759,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
             trace("table");
             TMS_RETURN_IF_ERROR(kernels::code_maxsim_table_cuda(p, im.g_table.p, im.stream));
             trace("centroid-only scores");
-            TMS_RETURN_IF_ERROR(im.KeepBest(p.scores, ddocs, doff, *off, ncandidates, &noff, im.g_new_off, im.g_heads,
-                                            kept_scores));
+            TMS_RETURN_IF_ERROR(
+                im.KeepBest(p.scores, ddocs, doff, *off, ncandidates, &noff, im.g_new_off, im.g_heads, kept_scores));
             trace("sort");
             *off = noff;
             result = static_cast<const int32_t*>(im.g_heads.p);
@@ -766,8 +770,8 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     }
     if (docs) docs->resize(size_t(off->back()));
     if (docs && !docs->empty()) {
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(docs->data(), result, docs->size() * sizeof(int32_t),
-                                                 cudaMemcpyDeviceToHost, im.stream));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(docs->data(), result, docs->size() * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
     }
     if (kept_scores) {
         keys->resize(size_t(off->back()));
@@ -818,8 +822,8 @@ Status GpuCodeScorer::ScoreCandidates(std::vector<float>* scores) {
     const int64_t total = im.last.h_off.back();
     scores->assign(size_t(total), 0.f);
     if (total == 0) return Status::OK();
-    TMS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(scores->data(), im.g_scores.p, size_t(total) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scores->data(), im.g_scores.p, size_t(total) * sizeof(float),
+                                             cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }
@@ -839,8 +843,8 @@ Status GpuCodeScorer::ScoreCandidatesTop(int keep, std::vector<int64_t>* off, st
     if (kept == 0) return Status::OK();
     TMS_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(docs->data(), im.t_docs.p, size_t(kept) * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
-    TMS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(scores->data(), im.t_scores.p, size_t(kept) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scores->data(), im.t_scores.p, size_t(kept) * sizeof(float),
+                                             cudaMemcpyDeviceToHost, im.stream));
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     return Status::OK();
 }
@@ -863,7 +867,7 @@ Status GpuCodeScorer::ScoreLists(const void* h_queries, DType q_dtype, int n_que
         }
         int64_t n_cand = 0;
         TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::ScoreLists", n_queries, q_stride, h_queries,
-                                                            h_query_lens, h_off, h_docs, im.n_docs, &n_cand));
+                                                         h_query_lens, h_off, h_docs, im.n_docs, &n_cand));
         DeviceGuard g(im.device);
         const size_t o_bytes = size_t(n_queries + 1) * sizeof(int64_t), d_bytes = size_t(n_cand) * sizeof(int32_t);
         TMS_RETURN_IF_ERROR(im.g_new_off.Reserve(o_bytes, im.stream));
@@ -876,10 +880,11 @@ Status GpuCodeScorer::ScoreLists(const void* h_queries, DType q_dtype, int n_que
         return ScoreCandidatesTop(keep, off, docs, scores);
     }
     im.last.valid = false;  // the arena is reused below
-    if (n_queries > 65535) return Status::InvalidArgument("GpuCodeScorer::ScoreLists: more than 65535 queries in one call");
+    if (n_queries > 65535)
+        return Status::InvalidArgument("GpuCodeScorer::ScoreLists: more than 65535 queries in one call");
     int64_t n_cand = 0;
     TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuCodeScorer::ScoreLists", n_queries, q_stride, h_queries,
-                                                        h_query_lens, h_off, h_docs, im.n_docs, &n_cand));
+                                                     h_query_lens, h_off, h_docs, im.n_docs, &n_cand));
     DeviceGuard g(im.device);
     const int64_t rows = int64_t(n_queries) * q_stride;
     const size_t q_bytes = size_t(rows) * im.dim * sizeof(float);

@@ -25,9 +25,10 @@ public:
     /// h_token_centroids [n_tokens]; h_codes [n_tokens, n_code_bytes] (null when
     /// n_code_bytes == 0); h_codebook [n_code_bytes, 256, dim / n_code_bytes] fp32;
     /// h_centroids [n_centroids, dim] fp32; h_doc_offsets [n_docs + 1], 0 .. n_tokens.
-    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint32_t* h_token_centroids, const uint8_t* h_codes, int64_t n_tokens,
-                         int n_code_bytes, const float* h_codebook, const float* h_centroids, int n_centroids,
-                         int dim, const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuCodeScorer>* out);
+    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint32_t* h_token_centroids,
+                         const uint8_t* h_codes, int64_t n_tokens, int n_code_bytes, const float* h_codebook,
+                         const float* h_centroids, int n_centroids, int dim, const int64_t* h_doc_offsets,
+                         int64_t n_docs, std::unique_ptr<GpuCodeScorer>* out);
     ~GpuCodeScorer();
     /// Scores the decoded tokens as unit vectors from now on (IndexModel::unit_norm): each
     /// token's 1 / ||centroid + residual||, computed on the device (kernels::decoded_scales_cuda)
@@ -77,8 +78,8 @@ public:
                       const uint32_t* h_allow = nullptr, bool allow_per_query = false);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
-        return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning,
-                          off, docs);
+        return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning, off,
+                          docs);
     }
 
     /// Compressed scores of the candidate lists the last Candidates call returned (scores[i]

@@ -69,7 +69,10 @@ struct ExactScorerScratch {
 
 struct GpuExactScorer::Impl {
     explicit Impl(std::shared_ptr<kernels::GpuContext> c)
-        : ctx(std::move(c)), device(ctx->device()), stream(ctx->stream()), arena(ctx->Scratch<ExactScorerScratch>().arena) {}
+        : ctx(std::move(c)),
+          device(ctx->device()),
+          stream(ctx->stream()),
+          arena(ctx->Scratch<ExactScorerScratch>().arena) {}
     std::shared_ptr<kernels::GpuContext> ctx;
     int device;
     cudaStream_t stream;
@@ -95,7 +98,8 @@ struct GpuExactScorer::Impl {
                   const int64_t* h_cand_offsets, const int32_t* h_cand_docs, const Rows* rows, size_t extra_bytes,
                   kernels::MaxSimParams* p, char** extra) {
         const int64_t docs = rows ? rows->n_docs : n_docs;
-        if (!rows && !d_offsets) return Status::InvalidArgument("GpuExactScorer: no documents (a call must bring rows)");
+        if (!rows && !d_offsets)
+            return Status::InvalidArgument("GpuExactScorer: no documents (a call must bring rows)");
         if (rows) {
             if (rows->n_docs < 0 ||
                 (rows->n_docs > 0 && (!rows->offsets || (!rows->tokens && !rows->sources && !rows->device_tokens))) ||
@@ -105,7 +109,7 @@ struct GpuExactScorer::Impl {
         }
         int64_t n_cand = 0;
         TMS_RETURN_IF_ERROR(kernels::validate_host_batch("GpuExactScorer", n_queries, q_stride, h_queries, h_query_lens,
-                                                            h_cand_offsets, h_cand_docs, docs, &n_cand));
+                                                         h_cand_offsets, h_cand_docs, docs, &n_cand));
         const int64_t row_tokens = rows && rows->n_docs > 0 ? rows->offsets[rows->n_docs] : 0;
         const size_t q_bytes = size_t(n_queries) * q_stride * dim * DTypeSize(q_dtype);
         const size_t l_bytes = h_query_lens ? size_t(n_queries) * sizeof(int32_t) : 0;
@@ -168,8 +172,8 @@ struct GpuExactScorer::Impl {
         p->n_tokens = rows ? row_tokens : n_tokens;
         p->docs_static = !rows;  // resident: uploaded and synchronised in Create
         p->cand_offsets = static_cast<const int64_t*>(dco);
-        p->cand_docs = h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur))
-                                      : nullptr;
+        p->cand_docs =
+            h_cand_offsets ? (dcd ? static_cast<const int32_t*>(dcd) : reinterpret_cast<const int32_t*>(cur)) : nullptr;
         return Status::OK();
     }
 };
@@ -228,7 +232,8 @@ Status GpuExactScorer::Create(std::shared_ptr<kernels::GpuContext> ctx, const st
         char* at = static_cast<char*>(im.d_tokens);
         for (const TokenPart& p : parts) {
             const size_t bytes = size_t(p.n_tokens) * dim * sizeof(uint16_t);
-            TMS_RETURN_IF_ERROR(p.rows ? UploadRows(device, im.stream, *p.rows, at) : uploader.Upload(at, p.data, bytes));
+            TMS_RETURN_IF_ERROR(p.rows ? UploadRows(device, im.stream, *p.rows, at)
+                                       : uploader.Upload(at, p.data, bytes));
             at += bytes;
         }
     }
@@ -262,9 +267,8 @@ Status GpuExactScorer::Score(const void* h_queries, DType q_dtype, int n_queries
 }
 
 Status GpuExactScorer::ScoreTopK(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
-                                 const int32_t* h_query_lens, const int64_t* h_cand_offsets,
-                                 const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
-                                 std::vector<float>* scores, const Rows* rows) {
+                                 const int32_t* h_query_lens, const int64_t* h_cand_offsets, const int32_t* h_cand_docs,
+                                 int k, std::vector<int32_t>* ids, std::vector<float>* scores, const Rows* rows) {
     Impl& im = *impl_;
     DeviceGuard g(im.device);
     if (k < 1 || k > kernels::kMaxTopKCuda) {

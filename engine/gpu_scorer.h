@@ -21,8 +21,8 @@ class VectorRows;
 /// hold the context's mutex).
 class GpuExactScorer {
 public:
-    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint16_t* h_tokens_f16, int64_t n_tokens, int dim,
-                         const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
+    static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const uint16_t* h_tokens_f16, int64_t n_tokens,
+                         int dim, const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out) {
         return Create(std::move(ctx), {{h_tokens_f16, n_tokens}}, dim, h_doc_offsets, n_docs, out);
     }
     /// Host tokens in consecutive parts (the shards of one device), uploaded in order into one
@@ -36,7 +36,8 @@ public:
     static Status Create(std::shared_ptr<kernels::GpuContext> ctx, const std::vector<TokenPart>& parts, int dim,
                          const int64_t* h_doc_offsets, int64_t n_docs, std::unique_ptr<GpuExactScorer>* out);
     /// A scorer that holds no documents: every call brings its own (Rows).
-    static Status CreateForRows(std::shared_ptr<kernels::GpuContext> ctx, int dim, std::unique_ptr<GpuExactScorer>* out);
+    static Status CreateForRows(std::shared_ptr<kernels::GpuContext> ctx, int dim,
+                                std::unique_ptr<GpuExactScorer>* out);
     ~GpuExactScorer();
     /// Documents a call brings, on the host (pinned memory uploads fastest): tokens
     /// [offsets[n_docs], dim] fp16, document d's rows [offsets[d], offsets[d + 1]). They are
@@ -62,8 +63,8 @@ public:
     Status ScoreTopK(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens,
                      const int64_t* h_cand_offsets, const int32_t* h_cand_docs, int k, std::vector<int32_t>* ids,
                      std::vector<float>* scores) {
-        return ScoreTopK(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs, k,
-                         ids, scores);
+        return ScoreTopK(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, h_cand_offsets, h_cand_docs, k, ids,
+                         scores);
     }
     /// Scores only, laid out like kernels::MaxSimParams::scores.
     Status Score(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,

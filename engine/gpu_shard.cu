@@ -83,8 +83,8 @@ public:
         return Status::OK();
     }
     Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
-                      Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs,
-                      std::vector<float>* keys, uint64_t* ticket, const uint32_t* allow, bool allow_per_query) override {
+                      Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
+                      uint64_t* ticket, const uint32_t* allow, bool allow_per_query) override {
         return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, pruning, off, docs, keys, ticket, allow,
                                  allow_per_query);
     }

@@ -11,7 +11,7 @@
 namespace tms::engine {
 
 Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
-                                      const std::vector<int32_t>& docs, std::vector<float>* scores) const {
+                                       const std::vector<int32_t>& docs, std::vector<float>* scores) const {
     if (gpu_exact()) {
         return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
     }
@@ -38,8 +38,7 @@ Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, con
     return kernels::maxsim_cpu(p);
 }
 
-Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_t d0, int64_t d1,
-                                RowBuffer* rb) const {
+Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_t d0, int64_t d1, RowBuffer* rb) const {
     const int dim = data_.info.dim;
     const int64_t* doff = data_.doc_offsets.data();
     // The documents' rows back to back: their offsets in the buffer.
@@ -47,7 +46,8 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
     const auto doc = [&](int64_t i) { return docs ? int64_t(docs[i]) : d0 + i; };
     rb->offsets.resize(size_t(m) + 1);
     rb->offsets[0] = 0;
-    for (int64_t i = 0; i < m; ++i) rb->offsets[size_t(i) + 1] = rb->offsets[size_t(i)] + doff[doc(i) + 1] - doff[doc(i)];
+    for (int64_t i = 0; i < m; ++i)
+        rb->offsets[size_t(i) + 1] = rb->offsets[size_t(i)] + doff[doc(i) + 1] - doff[doc(i)];
     const int64_t tokens = rb->offsets.back();
     if (mapped_) {  // the GPU reads the rows where they are
         rb->tokens = nullptr;

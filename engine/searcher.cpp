@@ -49,10 +49,9 @@ namespace {
 constexpr double kGpuShare = 0.80;
 constexpr double kHostShare = 0.60;
 
-
 using engine::Allowed;
-using engine::chunk_queries;
 using engine::check_finite;
+using engine::chunk_queries;
 using engine::Clock;
 using engine::kMaxWidenedProbes;
 using engine::Lists;
@@ -215,7 +214,8 @@ public:
 
     // The documents a search may return: opts.allow and opts.filter together (null when
     // neither is set), with *o the options the search runs with (nprobe widened for them).
-    Status Resolve(const QueryBatch& q, const SearchOptions& opts, SearchOptions* o, std::optional<Allowed>* out) const {
+    Status Resolve(const QueryBatch& q, const SearchOptions& opts, SearchOptions* o,
+                   std::optional<Allowed>* out) const {
         *o = opts;
         out->reset();
         if (!opts.allow && opts.filter.empty()) return Status::OK();
@@ -230,15 +230,15 @@ public:
             const DocSet& a = *opts.allow;
             if (a.n_docs < end || a.rows < 1 || (a.rows > 1 && a.rows != q.n_queries) ||
                 a.bits.size() != size_t(a.rows) * size_t(DocSet::Words(a.n_docs))) {
-                return Status::InvalidArgument("allow: a set of " + std::to_string(a.rows) + " rows over " +
-                                               std::to_string(a.n_docs) + " documents (" + std::to_string(a.bits.size()) +
-                                               " words) for " + std::to_string(q.n_queries) + " queries over " +
-                                               std::to_string(end) + " documents; want 1 or " +
-                                               std::to_string(q.n_queries) + " rows of Words(n_docs) words");
+                return Status::InvalidArgument(
+                    "allow: a set of " + std::to_string(a.rows) + " rows over " + std::to_string(a.n_docs) +
+                    " documents (" + std::to_string(a.bits.size()) + " words) for " + std::to_string(q.n_queries) +
+                    " queries over " + std::to_string(end) + " documents; want 1 or " + std::to_string(q.n_queries) +
+                    " rows of Words(n_docs) words");
             }
             if (!set) {
                 set = std::const_pointer_cast<DocSet>(opts.allow);  // read only below
-            } else {  // both: the filter's row and each of allow's
+            } else {                                                // both: the filter's row and each of allow's
                 auto both = std::make_shared<DocSet>(std::min(a.n_docs, set->n_docs), a.rows);
                 const int64_t words = DocSet::Words(both->n_docs);
                 for (int r = 0; r < a.rows; ++r)
@@ -286,7 +286,8 @@ public:
         std::optional<Allowed> allowed;
         TMS_RETURN_IF_ERROR(Resolve(q, opts_in, &opts, &allowed));
         const Allowed* al = allowed ? &*allowed : nullptr;
-        if (segments_.size() == 1 && (!al || opts.exhaustive)) return segments_[0]->Search(q, opts, results, timings, al);
+        if (segments_.size() == 1 && (!al || opts.exhaustive))
+            return segments_[0]->Search(q, opts, results, timings, al);
         if (!opts.exhaustive) {
             TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));
             // Capped by the index's size, as ShardSearcher::Search caps them.
@@ -423,9 +424,9 @@ public:
 
     IndexInfo info_;
     std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
-    RecallEstimate estimate_;  // the index's, when it has one
-    bool tune_ = false;        // estimate_ applies: it has points and the vectors are loaded
-    bool vectors_ = false;     // the vectors are loaded (exhaustive search can run)
+    RecallEstimate estimate_;                            // the index's, when it has one
+    bool tune_ = false;                                  // estimate_ applies: it has points and the vectors are loaded
+    bool vectors_ = false;                               // the vectors are loaded (exhaustive search can run)
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
     bool gather_ = true;  // SearcherOptions::gather
@@ -453,7 +454,8 @@ Status choose_gpus(const SearcherOptions& opts, std::vector<int>* gpus) {
     for (int g : opts.gpus) {
         if (g < 0 || g >= n) {
             return Status::InvalidArgument("GPU " + std::to_string(g) + " is not present (" + std::to_string(n) +
-                                           " visible: " + (n ? "0-" + std::to_string(n - 1) : std::string("none")) + ")");
+                                           " visible: " + (n ? "0-" + std::to_string(n - 1) : std::string("none")) +
+                                           ")");
         }
         if (std::find(gpus->begin(), gpus->end(), g) != gpus->end()) {
             return Status::InvalidArgument("GPU " + std::to_string(g) + " is listed twice");
@@ -474,7 +476,8 @@ std::vector<int> place_by_size(const std::vector<int64_t>& bytes, const std::vec
     int64_t before = 0;
     for (size_t s = 0; s < bytes.size(); ++s) {
         const double middle = double(before) + 0.5 * double(bytes[s]);
-        const int64_t at = total > 0 ? int64_t(middle * double(g) / double(total)) : int64_t(s) * g / int64_t(bytes.size());
+        const int64_t at =
+            total > 0 ? int64_t(middle * double(g) / double(total)) : int64_t(s) * g / int64_t(bytes.size());
         out[s] = gpus[size_t(std::clamp<int64_t>(at, 0, g - 1))];
         before += bytes[s];
     }
@@ -515,8 +518,8 @@ Status SearchWithCuts(const Searcher* searcher, const QueryBatch& q, const Searc
         segs = s->segment_ptrs();
         groups = s->by_device_;
     }
-    TMS_RETURN_IF_ERROR(search_cut(segs, groups, cuts->n_docs(), cuts->n_centroids(), q, o, st, cuts, results,
-                                   timings, allowed ? &*allowed : nullptr));
+    TMS_RETURN_IF_ERROR(search_cut(segs, groups, cuts->n_docs(), cuts->n_centroids(), q, o, st, cuts, results, timings,
+                                   allowed ? &*allowed : nullptr));
     for (int i = 0; q.lengths && i < q.n_queries; ++i)
         if (q.lengths[i] == 0) (*results)[size_t(i)].clear();  // a query of no tokens matches nothing
     return Status::OK();
@@ -597,8 +600,9 @@ Status choose_tier(const SearcherOptions& opts, const std::string& path, Device 
         return Status::OK();
     }
     if (want == VectorTier::kGpu && !gpu_fits(0.95)) {
-        return Status::ResourceExhausted("vectors gpu: " + gib(per_gpu) + " of vectors and codes per GPU do not fit in GPU " +
-                                         std::to_string(free_gpu) + "'s " + gib(gpu_free) + " free; --vectors " +
+        return Status::ResourceExhausted("vectors gpu: " + gib(per_gpu) +
+                                         " of vectors and codes per GPU do not fit in GPU " + std::to_string(free_gpu) +
+                                         "'s " + gib(gpu_free) + " free; --vectors " +
                                          (host_fits(0.9) ? "host" : "disk") + " would hold them");
     }
     if (want == VectorTier::kHost && !host_fits(0.9)) {
@@ -666,7 +670,8 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
     std::vector<int64_t> bytes;
     for (const auto& d : data) bytes.push_back(shard_bytes(d, tier == VectorTier::kGpu));
-    const std::vector<int> where = s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
+    const std::vector<int> where =
+        s->device_ == Device::kGpu ? place_by_size(bytes, gpus) : std::vector<int>(data.size(), -1);
     for (size_t i = 0; i < data.size(); ++i) {
         ShardPlacement p;
         p.shard = opts.shards.empty() ? int(i) : numbers[i];

@@ -25,8 +25,9 @@ Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchO
     if (q.lengths) {
         for (int i = 0; i < q.n_queries; ++i) {
             if (q.lengths[i] < 0 || q.lengths[i] > q.q_tokens) {
-                return Status::InvalidArgument("query " + std::to_string(i) + ": length " + std::to_string(q.lengths[i]) +
-                                               " outside [0, " + std::to_string(q.q_tokens) + "]");
+                return Status::InvalidArgument("query " + std::to_string(i) + ": length " +
+                                               std::to_string(q.lengths[i]) + " outside [0, " +
+                                               std::to_string(q.q_tokens) + "]");
             }
         }
     }
@@ -36,8 +37,9 @@ Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchO
     return Status::OK();
 }
 
-Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
-                            SearchTimings* timings, const Allowed* allowed) const {
+Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
+                             std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                             const Allowed* allowed) const {
     const IndexInfo& info = data_.info;
     TMS_RETURN_IF_ERROR(validate_search(info, q, opts));
     // No request asks for more than the index holds: k, rerank and candidates beyond the
@@ -63,8 +65,8 @@ int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, 
 }
 
 Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
-                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
-                                  const Allowed* allowed) const {
+                                   std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                   const Allowed* allowed) const {
     std::unique_lock<std::mutex> gpu_lock;
     if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     const IndexInfo& info = data_.info;
@@ -89,15 +91,16 @@ Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opt
 }
 
 Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
-                                 std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
-                                 const Allowed* allowed) const {
+                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                  const Allowed* allowed) const {
     const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
     const bool have_vectors = this->have_vectors();
     if (opts.exhaustive && !have_vectors) {
-        return Status::NotSupported(info.has_vectors
-                                        ? "exhaustive search needs the stored vectors, which were not loaded"
-                                        : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
+        return Status::NotSupported(
+            info.has_vectors
+                ? "exhaustive search needs the stored vectors, which were not loaded"
+                : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
     const int nq = q.n_queries, k = opts.k;
     // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
@@ -189,7 +192,8 @@ Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_
     ctx_ = ctx;
     const std::vector<index::PodVector<uint16_t>> none;
     const bool to_gpu = tier == VectorTier::kGpu;
-    TMS_RETURN_IF_ERROR(engine::MakeGpuShard(ctx, data_, to_gpu ? *vector_parts : none, to_gpu ? &rows_ : nullptr, &dev_));
+    TMS_RETURN_IF_ERROR(
+        engine::MakeGpuShard(ctx, data_, to_gpu ? *vector_parts : none, to_gpu ? &rows_ : nullptr, &dev_));
     // The device copy is the one used (MakeGpuShard uploads every vector it is given).
     if (dev_->has_vectors()) {
         index::PodVector<uint16_t>().swap(data_.vectors);
@@ -252,7 +256,8 @@ Status ShardSearcher::DocRows(int32_t doc, std::vector<uint16_t>* out) const {
         return Status::OK();
     }
     if (!rows_.empty()) return rows_.Range(t0, n, out->data());
-    return Status::NotSupported("the vectors are on the GPU only: open the index with vectors host or disk to read them");
+    return Status::NotSupported(
+        "the vectors are on the GPU only: open the index with vectors host or disk to read them");
 }
 
 // Values must be finite and within kMaxEmbeddingValue: fp16 by its exponent bits (every finite

@@ -90,8 +90,10 @@ inline const float* HostF32(const QueryBatch& q, std::vector<float>* conv) {
 class QueryCopy {
 public:
     QueryCopy(const QueryBatch& shape, int n)
-        : row_(size_t(shape.q_tokens) * size_t(shape.dim) * size_t(DTypeSize(shape.dtype))), data_(size_t(n) * row_),
-          lengths_(shape.lengths ? size_t(n) : 0), batch_(shape) {
+        : row_(size_t(shape.q_tokens) * size_t(shape.dim) * size_t(DTypeSize(shape.dtype))),
+          data_(size_t(n) * row_),
+          lengths_(shape.lengths ? size_t(n) : 0),
+          batch_(shape) {
         batch_.data = data_.data();
         batch_.n_queries = n;
         batch_.lengths = shape.lengths ? lengths_.data() : nullptr;
@@ -100,7 +102,8 @@ public:
     QueryCopy& operator=(const QueryCopy&) = delete;
     /// Queries [first, first + n) of src, after those appended before.
     void Append(const QueryBatch& src, int first, int n) {
-        std::memcpy(data_.data() + at_ * row_, static_cast<const char*>(src.data) + size_t(first) * row_, size_t(n) * row_);
+        std::memcpy(data_.data() + at_ * row_, static_cast<const char*>(src.data) + size_t(first) * row_,
+                    size_t(n) * row_);
         if (src.lengths) std::copy_n(src.lengths + first, n, lengths_.begin() + ptrdiff_t(at_));
         at_ += size_t(n);
     }
@@ -162,9 +165,9 @@ public:
     bool have_vectors() const { return gpu_exact() || !data_.vectors.empty() || !rows_.empty(); }
     Status CheckExact() const {
         if (have_vectors()) return Status::OK();
-        return Status::NotSupported(data_.info.has_vectors
-                                        ? "rerank needs the stored vectors, which were not loaded"
-                                        : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
+        return Status::NotSupported(
+            data_.info.has_vectors ? "rerank needs the stored vectors, which were not loaded"
+                                   : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
     /// Exact MaxSim of local candidate lists (off [n_queries + 1], docs): Rerank's step.
     Status ExactLocal(const QueryBatch& q, const std::vector<int64_t>& off, const std::vector<int32_t>& docs,
@@ -261,8 +264,9 @@ private:
         const uint16_t* device_tokens = nullptr;
         void* ready = nullptr;
         engine::GpuShard::Rows rows() const {
-            return {tokens, offsets.data(), int64_t(offsets.size()) - 1,
-                    sources.empty() ? nullptr : sources.data(), device_tokens, ready};
+            return {
+                tokens,        offsets.data(), int64_t(offsets.size()) - 1, sources.empty() ? nullptr : sources.data(),
+                device_tokens, ready};
         }
     };
     // The rows of docs[0..n) (ascending), or when docs is null of documents [d0, d1), into

@@ -28,7 +28,8 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
                   std::vector<float>* scores) {
     std::vector<int32_t> ids(size_t(n_queries) * keep);
     std::vector<float> top(size_t(n_queries) * keep);
-    TMS_RETURN_IF_ERROR(select_topk(scores->data(), off->data(), 0, n_queries, docs->data(), keep, ids.data(), top.data()));
+    TMS_RETURN_IF_ERROR(
+        select_topk(scores->data(), off->data(), 0, n_queries, docs->data(), keep, ids.data(), top.data()));
     std::vector<int64_t> noff(1, 0);
     std::vector<int32_t> ndocs;
     std::vector<float> nscores;
@@ -46,7 +47,9 @@ Status select_top(int n_queries, int keep, std::vector<int64_t>* off, std::vecto
     return Status::OK();
 }
 
-Status select_top(int n_queries, int keep, Lists* l) { return select_top(n_queries, keep, &l->off, &l->docs, &l->scores); }
+Status select_top(int n_queries, int keep, Lists* l) {
+    return select_top(n_queries, keep, &l->off, &l->docs, &l->scores);
+}
 
 void merge_top(int k, int32_t* ids, float* scores, const int32_t* c_ids, const float* c_scores, int32_t base) {
     std::vector<CutKey> all;

@@ -42,30 +42,48 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
             if constexpr (std::is_unsigned_v<T>) {
                 if (x < 0) return range;
             } else {
-                if (x < int64_t(std::numeric_limits<T>::min()) || x > int64_t(std::numeric_limits<T>::max())) return range;
+                if (x < int64_t(std::numeric_limits<T>::min()) || x > int64_t(std::numeric_limits<T>::max()))
+                    return range;
             }
             *field = T(x);
             return Status::OK();
         };
         try {
             Status st;
-            if (k == "codec") o->codec = v.get<std::string>();
-            else if (k == "n_centroids") st = integer(&o->n_centroids);
-            else if (k == "kmeans_iters") st = integer(&o->kmeans_iters);
-            else if (k == "max_train_tokens") st = integer(&o->max_train_tokens);
-            else if (k == "train_tokens_per_centroid") st = integer(&o->train_tokens_per_centroid);
-            else if (k == "pq_m") st = integer(&o->pq_m);
-            else if (k == "pq_nbits") st = integer(&o->pq_nbits);
-            else if (k == "residual_nbits") st = integer(&o->residual_nbits);
-            else if (k == "keep_vectors") o->keep_vectors = v.get<bool>();
-            else if (k == "chunk_docs") st = integer(&o->chunk_docs);
-            else if (k == "shards") st = integer(&o->shards);
-            else if (k == "gpu") st = integer(&o->gpu);
-            else if (k == "seed") st = integer(&o->seed);
-            else if (k == "threads") st = integer(&o->threads);
-            else if (k == "ivf_memory_entries") st = integer(&o->ivf_memory_entries);
-            else if (k == "search" || k == "description") continue;
-            else return Status::InvalidArgument("unknown key '" + k + "'");
+            if (k == "codec")
+                o->codec = v.get<std::string>();
+            else if (k == "n_centroids")
+                st = integer(&o->n_centroids);
+            else if (k == "kmeans_iters")
+                st = integer(&o->kmeans_iters);
+            else if (k == "max_train_tokens")
+                st = integer(&o->max_train_tokens);
+            else if (k == "train_tokens_per_centroid")
+                st = integer(&o->train_tokens_per_centroid);
+            else if (k == "pq_m")
+                st = integer(&o->pq_m);
+            else if (k == "pq_nbits")
+                st = integer(&o->pq_nbits);
+            else if (k == "residual_nbits")
+                st = integer(&o->residual_nbits);
+            else if (k == "keep_vectors")
+                o->keep_vectors = v.get<bool>();
+            else if (k == "chunk_docs")
+                st = integer(&o->chunk_docs);
+            else if (k == "shards")
+                st = integer(&o->shards);
+            else if (k == "gpu")
+                st = integer(&o->gpu);
+            else if (k == "seed")
+                st = integer(&o->seed);
+            else if (k == "threads")
+                st = integer(&o->threads);
+            else if (k == "ivf_memory_entries")
+                st = integer(&o->ivf_memory_entries);
+            else if (k == "search" || k == "description")
+                continue;
+            else
+                return Status::InvalidArgument("unknown key '" + k + "'");
             if (!st.ok()) return st;
         } catch (const nlohmann::json::exception&) {
             return Status::InvalidArgument("key '" + k + "' has the wrong type");

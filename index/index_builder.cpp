@@ -39,7 +39,6 @@ namespace fs = std::filesystem;
 namespace tms {
 namespace {
 
-
 // The streaming build over one or more shards (documents never straddle shards), named in
 // messages by `names`. `release(shard, rows)`: the first `rows` rows of a shard are done with
 // (drop their pages); `restart()`: a new pass over the input begins.
@@ -94,7 +93,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 const uint16_t* p = static_cast<const uint16_t*>(shards[s].data) + (t0 - row0[s]) * dim;
                 // Read ahead even where sampling asked the mapping for random access.
                 const uintptr_t a = reinterpret_cast<uintptr_t>(p) / uintptr_t(page) * uintptr_t(page);
-                (void)::madvise(reinterpret_cast<void*>(a), reinterpret_cast<uintptr_t>(p + n * dim) - a, MADV_WILLNEED);
+                (void)::madvise(reinterpret_cast<void*>(a), reinterpret_cast<uintptr_t>(p + n * dim) - a,
+                                MADV_WILLNEED);
                 return p;
             }
             buf->resize(size_t(n * dim));
@@ -112,12 +112,15 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         TMS_RETURN_IF_ERROR(writer->WriteVectorsAhead(all_lens, whole.dim, lead, source));
     }
     index::IndexModel model;
-    TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));
+    TMS_RETURN_IF_ERROR(
+        agree(rank == 0 ? index::TrainModel(shards, opts, &model, &phases, &names, release) : Status::OK()));
     if (parted) {
         std::string bytes = rank == 0 ? index::ModelToBytes(model) : std::string();
         TMS_RETURN_IF_ERROR(group->Broadcast(&bytes));
-        if (rank != 0) TMS_RETURN_IF_ERROR(agree(index::ModelFromBytes(bytes, &model)));
-        else TMS_RETURN_IF_ERROR(agree(Status::OK()));
+        if (rank != 0)
+            TMS_RETURN_IF_ERROR(agree(index::ModelFromBytes(bytes, &model)));
+        else
+            TMS_RETURN_IF_ERROR(agree(Status::OK()));
     }
     if (release) {  // the sample touched pages all over the input
         for (size_t s = 0; s < shards.size(); ++s) release(s, shards[s].rows);
@@ -131,12 +134,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         part.rank = rank;
         part.size = group->size();
         // Rank 0 makes the build directory, then the others join it.
-        TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs, &part)
-                                            : Status::OK()));
+        TMS_RETURN_IF_ERROR(
+            agree(rank == 0 ? index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs, &part)
+                            : Status::OK()));
         part.dir = rank == 0 ? writer->build_dir() : std::string();
         TMS_RETURN_IF_ERROR(group->Broadcast(&part.dir));
-        TMS_RETURN_IF_ERROR(agree(rank != 0 ? index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs, &part)
-                                            : Status::OK()));
+        TMS_RETURN_IF_ERROR(
+            agree(rank != 0 ? index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs, &part)
+                            : Status::OK()));
     } else {
         TMS_RETURN_IF_ERROR(index::IndexWriter::Create(path, opts, model, &writer, nullptr, shard_docs));
     }
@@ -175,7 +180,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         // fp16 input is written to the vectors file straight from its mapping; other types are
         // converted into the chunk buffer (unless written ahead).
         bool convert_vectors = false;
-        for (const auto& v : shards) convert_vectors = convert_vectors || (opts.keep_vectors && !ahead && v.dtype != DType::kF16);
+        for (const auto& v : shards)
+            convert_vectors = convert_vectors || (opts.keep_vectors && !ahead && v.dtype != DType::kF16);
         const int64_t token_bytes = 4 + model.n_code_bytes + (convert_vectors ? 2 * dim : 0);
         const int64_t want_tokens = std::min<int64_t>(int64_t(1) << 20, (int64_t(64) << 20) / token_bytes);
         const double avg_len = double(rows) / double(std::max<size_t>(1, all_lens.size()));
@@ -199,8 +205,9 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
             for (size_t d0 = 0; d0 < lens.size();) {
                 // A group never straddles index shards: it is all this rank's, or skipped.
                 const size_t g0 = doc + d0;
-                const size_t sh =
-                    size_t(std::upper_bound(shard_first.begin(), shard_first.end(), int64_t(g0)) - shard_first.begin()) - 1;
+                const size_t sh = size_t(std::upper_bound(shard_first.begin(), shard_first.end(), int64_t(g0)) -
+                                         shard_first.begin()) -
+                                  1;
                 const size_t d1 = std::min({lens.size(), size_t(d0 + group_docs), size_t(shard_first[sh + 1]) - doc});
                 int64_t n = 0;
                 for (size_t d = d0; d < d1; ++d) n += lens[d];
@@ -222,7 +229,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 const auto e0 = std::chrono::steady_clock::now();
                 Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
                 encode_s += SecondsSince(e0);
-                if (!st.ok() && st.message().rfind("docs:", 0) == 0) st = Status(st.code(), names[s] + st.message().substr(4));
+                if (!st.ok() && st.message().rfind("docs:", 0) == 0)
+                    st = Status(st.code(), names[s] + st.message().substr(4));
                 const uint16_t* vecs = nullptr;
                 if (st.ok() && opts.keep_vectors && !ahead) {
                     if (shards[s].dtype == DType::kF16) {
@@ -353,9 +361,11 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
     uint64_t n = 0;
     unsigned char b[8];
-    if (!f.read(reinterpret_cast<char*>(b), 8)) return Status::InvalidArgument(path + ": not a safetensors file (too short)");
+    if (!f.read(reinterpret_cast<char*>(b), 8))
+        return Status::InvalidArgument(path + ": not a safetensors file (too short)");
     for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
-    if (n > 100000000 || int64_t(8 + n) > size) return Status::InvalidArgument(path + ": not a safetensors file (bad header length)");
+    if (n > 100000000 || int64_t(8 + n) > size)
+        return Status::InvalidArgument(path + ": not a safetensors file (bad header length)");
     std::string header(n, '\0');
     f.read(header.data(), static_cast<std::streamsize>(n));
     nlohmann::json j;
@@ -365,8 +375,8 @@ Status add_safetensors(const std::string& path, Inputs* in) {
         return Status::InvalidArgument(path + ": bad safetensors header: " + e.what());
     }
     const int64_t base = 8 + static_cast<int64_t>(n);
-    auto tensor = [&](const std::vector<std::string>& names, std::string* dtype, std::vector<int64_t>* shape, int64_t* b0,
-                      int64_t* b1) -> Status {
+    auto tensor = [&](const std::vector<std::string>& names, std::string* dtype, std::vector<int64_t>* shape,
+                      int64_t* b0, int64_t* b1) -> Status {
         for (const auto& name : names) {
             if (!j.contains(name)) continue;
             // Integers only, each below 2^62: nlohmann converts 5724.0 or 2^63 + 5 to int64 silently.
@@ -383,7 +393,8 @@ Status add_safetensors(const std::string& path, Inputs* in) {
                 shape->clear();
                 for (const auto& v : t.at("shape")) {
                     int64_t d = 0;
-                    if (!uint_of(v, &d)) return Status::InvalidArgument(what + ": shape entries must be non-negative integers");
+                    if (!uint_of(v, &d))
+                        return Status::InvalidArgument(what + ": shape entries must be non-negative integers");
                     shape->push_back(d);
                 }
                 const auto& offs = t.at("data_offsets");
@@ -408,18 +419,27 @@ Status add_safetensors(const std::string& path, Inputs* in) {
     TMS_RETURN_IF_ERROR(tensor({"doclens"}, &lt, &ls, &l0, &l1));
     HostArray dh;
     dh.shape = ds;
-    if (dt == "F16") dh.descr = "<f2";
-    else if (dt == "BF16") dh.descr = "<V2";
-    else if (dt == "F32") dh.descr = "<f4";
-    else return Status::InvalidArgument(path + ": embeddings dtype " + dt + " not supported (F16, BF16 or F32)");
+    if (dt == "F16")
+        dh.descr = "<f2";
+    else if (dt == "BF16")
+        dh.descr = "<V2";
+    else if (dt == "F32")
+        dh.descr = "<f4";
+    else
+        return Status::InvalidArgument(path + ": embeddings dtype " + dt + " not supported (F16, BF16 or F32)");
     const int64_t esize = dt == "F32" ? 4 : 2;
-    if ((d1 - d0) != dh.numel() * esize) return Status::InvalidArgument(path + ": embeddings size does not match its shape");
+    if ((d1 - d0) != dh.numel() * esize)
+        return Status::InvalidArgument(path + ": embeddings size does not match its shape");
     HostArray lh;
     lh.shape = ls;
-    if (lt == "I32") lh.descr = "<i4";
-    else if (lt == "I64") lh.descr = "<i8";
-    else return Status::InvalidArgument(path + ": doclens dtype " + lt + " not supported (I32 or I64)");
-    if ((l1 - l0) != lh.numel() * (lt == "I32" ? 4 : 8)) return Status::InvalidArgument(path + ": doclens size does not match its shape");
+    if (lt == "I32")
+        lh.descr = "<i4";
+    else if (lt == "I64")
+        lh.descr = "<i8";
+    else
+        return Status::InvalidArgument(path + ": doclens dtype " + lt + " not supported (I32 or I64)");
+    if ((l1 - l0) != lh.numel() * (lt == "I32" ? 4 : 8))
+        return Status::InvalidArgument(path + ": doclens size does not match its shape");
     lh.bytes.resize(l1 - l0);
     f.seekg(l0);
     f.read(reinterpret_cast<char*>(lh.bytes.data()), l1 - l0);
@@ -446,7 +466,8 @@ Status add_safetensors(const std::string& path, Inputs* in) {
 IndexBuilder::IndexBuilder(IndexBuildOptions opts, std::string path) : opts_(std::move(opts)), path_(std::move(path)) {}
 IndexBuilder::~IndexBuilder() = default;
 
-Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& path, std::unique_ptr<IndexBuilder>* out) {
+Status IndexBuilder::Create(const IndexBuildOptions& opts, const std::string& path,
+                            std::unique_ptr<IndexBuilder>* out) {
     if (path.empty()) return Status::InvalidArgument("index path is empty");
     TMS_RETURN_IF_ERROR(ValidateBuildOptions(opts));
     // Refuse before training, not after it, when the index to replace is being written (the

@@ -67,15 +67,15 @@ enum class VectorLoad { kNone, kMemory, kFile, kFileOrMemory };
 struct IndexData {
     IndexInfo info;
     IndexModel model;
-    std::vector<int64_t> doc_offsets;       ///< [n_docs + 1] token offsets
-    PodVector<uint32_t> token_centroids;    ///< [n_tokens]
-    PodVector<uint8_t> codes;               ///< [n_tokens, n_code_bytes]
-    PodVector<uint16_t> vectors;            ///< fp16 [n_tokens, dim], empty unless kept/loaded
+    std::vector<int64_t> doc_offsets;          ///< [n_docs + 1] token offsets
+    PodVector<uint32_t> token_centroids;       ///< [n_tokens]
+    PodVector<uint8_t> codes;                  ///< [n_tokens, n_code_bytes]
+    PodVector<uint16_t> vectors;               ///< fp16 [n_tokens, dim], empty unless kept/loaded
     std::vector<VectorFileSpan> vector_files;  ///< VectorLoad::kFile: the vectors, on disk
-    std::vector<int64_t> ivf_offsets;       ///< [n_centroids + 1]
-    std::vector<int32_t> ivf_docs;          ///< doc ids per centroid, sorted, unique
-    std::vector<std::string> doc_ids;       ///< external ids [n_docs]
-    std::vector<char> deleted;              ///< [n_docs] tombstones (read only; IVF lists skip them)
+    std::vector<int64_t> ivf_offsets;          ///< [n_centroids + 1]
+    std::vector<int32_t> ivf_docs;             ///< doc ids per centroid, sorted, unique
+    std::vector<std::string> doc_ids;          ///< external ids [n_docs]
+    std::vector<char> deleted;                 ///< [n_docs] tombstones (read only; IVF lists skip them)
     /// Global internal id of document 0: ids above are local to this shard (0 unsharded).
     int64_t first_doc = 0;
 };

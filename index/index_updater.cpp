@@ -45,8 +45,10 @@ Status IndexUpdater::AddFromFiles(const std::string& docs_npy, const std::string
     std::vector<std::string> ids;
     TMS_RETURN_IF_ERROR(ReadLines(doc_ids_txt, &ids));
     Status st = Add(v, l, ids, replace, metadata);
-    if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0) return Status(st.code(), doc_ids_txt + st.message().substr(7));
-    if (!st.ok() && st.message().rfind("doclens:", 0) == 0) return Status(st.code(), doclens_npy + st.message().substr(7));
+    if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0)
+        return Status(st.code(), doc_ids_txt + st.message().substr(7));
+    if (!st.ok() && st.message().rfind("doclens:", 0) == 0)
+        return Status(st.code(), doclens_npy + st.message().substr(7));
     if (!st.ok() && st.message().rfind("docs:", 0) == 0) return Status(st.code(), docs_npy + st.message().substr(4));
     return st;
 }

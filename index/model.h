@@ -15,7 +15,7 @@ namespace tms::index {
 struct IndexModel {
     int dim = 0;
     int n_centroids = 0;
-    std::string codec;       ///< "pq" or "residual"
+    std::string codec;  ///< "pq" or "residual"
     int pq_m = 0, pq_nbits = 0, residual_nbits = 0;
     std::vector<float> centroids;  ///< [n_centroids, dim], unit rows
     int n_code_bytes = 0;          ///< bytes of code per token

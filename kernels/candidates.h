@@ -87,7 +87,7 @@ TMS_KERNELS_HD inline uint32_t probe_term(float s, float floor, float scale) {
 }
 /// A row's range: its best valid probe's score minus its floor, at least 0.
 TMS_KERNELS_HD inline float probe_row_range(const int32_t* probe, const float* scores, int nprobe, int n_centroids,
-                                           float floor) {
+                                            float floor) {
     float r = 0.f;
     for (int j = 0; j < nprobe; ++j) {
         if (probe[j] < 0 || probe[j] >= n_centroids) continue;

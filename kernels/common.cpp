@@ -49,7 +49,7 @@ uint16_t float_to_half(float f) {
         return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
     }
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> Inf
-    if (absx < 0x38800000u) {  // subnormal or zero in half
+    if (absx < 0x38800000u) {                                               // subnormal or zero in half
         if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
         const uint32_t e = absx >> 23;
         uint32_t m = (absx & 0x7fffffu) | 0x800000u;
@@ -88,8 +88,7 @@ float load_as_float(const void* data, DType t, int64_t i) {
 
 namespace {
 
-Status validate_candidates(const int64_t* cand_offsets, const int32_t* cand_docs, int n_queries,
-                           const char* op) {
+Status validate_candidates(const int64_t* cand_offsets, const int32_t* cand_docs, int n_queries, const char* op) {
     if (cand_offsets == nullptr) return Status::OK();
     if (cand_offsets[0] != 0) return Status::InvalidArgument(std::string(op) + ": cand_offsets[0] must be 0");
     for (int q = 0; q < n_queries; ++q) {
@@ -112,8 +111,8 @@ Status validate_common(int n_queries, int q_stride, int dim, const int32_t* quer
     if (query_lens != nullptr) {
         for (int q = 0; q < n_queries; ++q) {
             if (query_lens[q] < 0 || query_lens[q] > q_stride) {
-                return Status::InvalidArgument(o + ": query_lens[" + std::to_string(q) + "] = " +
-                                               std::to_string(query_lens[q]) + " outside [0, q_stride]");
+                return Status::InvalidArgument(o + ": query_lens[" + std::to_string(q) +
+                                               "] = " + std::to_string(query_lens[q]) + " outside [0, q_stride]");
             }
         }
     }
@@ -138,7 +137,8 @@ Status validate_shard(const char* who, const int64_t* doc_offsets, int64_t n_doc
         return Status::InvalidArgument(w + ": doc_offsets must run from 0 to n_tokens");
     }
     for (int64_t d = 0; d < n_docs; ++d) {
-        if (doc_offsets[d + 1] < doc_offsets[d]) return Status::InvalidArgument(w + ": doc_offsets must be non-decreasing");
+        if (doc_offsets[d + 1] < doc_offsets[d])
+            return Status::InvalidArgument(w + ": doc_offsets must be non-decreasing");
     }
     if (device < 0 || device >= n_devices) {
         return Status::InvalidArgument(w + ": device " + std::to_string(device) + " of " + std::to_string(n_devices));
@@ -146,17 +146,16 @@ Status validate_shard(const char* who, const int64_t* doc_offsets, int64_t n_doc
     return Status::OK();
 }
 
-Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries,
-                           const int32_t* query_lens, const int64_t* cand_offsets, const int32_t* cand_docs,
-                           int64_t n_docs, int64_t* n_cand) {
+Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries, const int32_t* query_lens,
+                           const int64_t* cand_offsets, const int32_t* cand_docs, int64_t n_docs, int64_t* n_cand) {
     const std::string w(who);
     if (n_queries < 0 || q_stride < 0) return Status::InvalidArgument(w + ": negative size");
     if (n_queries > 0 && q_stride > 0 && queries == nullptr) return Status::InvalidArgument(w + ": queries is null");
     if (query_lens != nullptr) {
         for (int q = 0; q < n_queries; ++q) {
             if (query_lens[q] < 0 || query_lens[q] > q_stride) {
-                return Status::InvalidArgument(w + ": query_lens[" + std::to_string(q) + "] = " +
-                                               std::to_string(query_lens[q]) + " outside [0, q_stride]");
+                return Status::InvalidArgument(w + ": query_lens[" + std::to_string(q) +
+                                               "] = " + std::to_string(query_lens[q]) + " outside [0, q_stride]");
             }
         }
     }
@@ -166,8 +165,8 @@ Status validate_host_batch(const char* who, int n_queries, int q_stride, const v
     *n_cand = cand_offsets[n_queries];
     for (int64_t i = 0; i < *n_cand; ++i) {
         if (cand_docs[i] < 0 || cand_docs[i] >= n_docs) {
-            return Status::InvalidArgument(w + ": candidate document " + std::to_string(cand_docs[i]) + " outside [0, " +
-                                           std::to_string(n_docs) + ")");
+            return Status::InvalidArgument(w + ": candidate document " + std::to_string(cand_docs[i]) +
+                                           " outside [0, " + std::to_string(n_docs) + ")");
         }
     }
     return Status::OK();
@@ -195,7 +194,8 @@ Status probe_scores_validate(const ProbeScoreParams& p) {
     TMS_RETURN_IF_ERROR(ivf_union_validate(p.lists));
     if (p.keep < 0) return Status::InvalidArgument("probe_scores: keep < 0");
     const IvfUnionParams& u = p.lists;
-    if (u.n_queries > 0 && u.q_stride > 0 && (p.floor_scores == nullptr || (u.nprobe > 0 && p.probe_scores == nullptr))) {
+    if (u.n_queries > 0 && u.q_stride > 0 &&
+        (p.floor_scores == nullptr || (u.nprobe > 0 && p.probe_scores == nullptr))) {
         return Status::InvalidArgument("probe_scores: null scores");
     }
     return Status::OK();
@@ -215,8 +215,8 @@ Status maxsim_validate(const MaxSimParams& p) {
 }
 
 Status code_maxsim_validate(const CodeMaxSimParams& p) {
-    TMS_RETURN_IF_ERROR(validate_common(p.n_queries, p.q_stride, p.dim, p.query_lens, p.n_docs, p.doc_offsets,
-                                        "code_maxsim"));
+    TMS_RETURN_IF_ERROR(
+        validate_common(p.n_queries, p.q_stride, p.dim, p.query_lens, p.n_docs, p.doc_offsets, "code_maxsim"));
     if (p.n_code_bytes < 0 || (p.n_code_bytes > 0 && p.dim % p.n_code_bytes != 0)) {
         return Status::NotSupported("code_maxsim: n_code_bytes " + std::to_string(p.n_code_bytes) +
                                     " must divide dim " + std::to_string(p.dim));
@@ -265,8 +265,10 @@ void SingleThreadedBlas() {
 }
 
 void SetThreads(int threads) {
-    if (threads > 0) omp_set_num_threads(std::min(threads, kMaxThreads));
-    else if (omp_get_max_threads() > kMaxThreads) omp_set_num_threads(kMaxThreads);
+    if (threads > 0)
+        omp_set_num_threads(std::min(threads, kMaxThreads));
+    else if (omp_get_max_threads() > kMaxThreads)
+        omp_set_num_threads(kMaxThreads);
 }
 
 }  // namespace tms::kernels

@@ -60,8 +60,8 @@ struct MaxSimParams {
 
 /// Number of scores a call writes.
 int64_t maxsim_num_scores(const MaxSimParams& p);
-/// Checks shapes and input pointers (does not read data, nor check the output pointer). Dimensions: [1, 4096] for ref/cpu;
-/// the CUDA path supports multiples of 32 in [32, 1024].
+/// Checks shapes and input pointers (does not read data, nor check the output pointer). Dimensions: [1, 4096] for
+/// ref/cpu; the CUDA path supports multiples of 32 in [32, 1024].
 Status maxsim_validate(const MaxSimParams& p);
 /// Scalar reference with fp64 accumulation; writes maxsim_num_scores(p) doubles.
 Status maxsim_ref(const MaxSimParams& p, double* scores);
@@ -161,9 +161,8 @@ Status decoded_scales_cpu(const DecodedScaleParams& p);
 /// them on the host (CPU kernels, GPU scorers before upload): sizes, query lengths in
 /// [0, q_stride], non-decreasing offsets from 0, candidate documents in [0, n_docs).
 /// `who` prefixes the messages. Sets *n_cand to the number of candidates (0 for dense).
-Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries,
-                           const int32_t* query_lens, const int64_t* cand_offsets, const int32_t* cand_docs,
-                           int64_t n_docs, int64_t* n_cand);
+Status validate_host_batch(const char* who, int n_queries, int q_stride, const void* queries, const int32_t* query_lens,
+                           const int64_t* cand_offsets, const int32_t* cand_docs, int64_t n_docs, int64_t* n_cand);
 
 /// Checks of a shard before it is uploaded to a device (the GPU scorers' Create): doc_offsets
 /// [n_docs + 1] non-null, running from 0 to n_tokens without decreasing; `device` one of the

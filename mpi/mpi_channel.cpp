@@ -44,8 +44,10 @@ void Channel::Wait(MPI_Request* req, const char* what) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
         if (Clock::now() > deadline) {
-            std::fprintf(stderr, "tms: rank %d: %s: no answer from the other ranks within %g s (a rank died or hangs); "
-                         "ending the job\n", rank_, what, timeout_s_);
+            std::fprintf(stderr,
+                         "tms: rank %d: %s: no answer from the other ranks within %g s (a rank died or hangs); "
+                         "ending the job\n",
+                         rank_, what, timeout_s_);
             std::fflush(stderr);
             MPI_Abort(comm_, 1);
         }

@@ -221,8 +221,8 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
     if (st.ok() && s->rank_ == 0) {
         const Status est = ReadRecallEstimate(path, &s->estimate_);
         if (!est.ok() && est.code() != Status::Code::kNotFound) st = est;
-        s->vectors_ = s->local_ && !s->local_->placement().empty() &&
-                      s->local_->placement()[0].vectors != VectorTier::kNone;
+        s->vectors_ =
+            s->local_ && !s->local_->placement().empty() && s->local_->placement()[0].vectors != VectorTier::kNone;
         s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
     }
     TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
@@ -269,8 +269,9 @@ Status MpiSearcher::SearchBatches(
     ch_->Wait(&r, "broadcasting the search");
     if (!su.ok) return Status::InvalidArgument("MpiSearcher: rank 0's queries or batch size are invalid");
     if (su.has_allow) {
-        return Status::NotSupported("MpiSearcher: an allow set (internal ids) is not sent to the ranks; filter by "
-                                    "metadata (SearchOptions::filter), which every rank evaluates alike");
+        return Status::NotSupported(
+            "MpiSearcher: an allow set (internal ids) is not sent to the ranks; filter by "
+            "metadata (SearchOptions::filter), which every rank evaluates alike");
     }
     SearchOptions o;
     o.target_recall = 0;  // rank 0 planned the search for the whole index
@@ -311,7 +312,9 @@ Status MpiSearcher::SearchBatches(
         const size_t bytes = size_t(batch_rows(i)) * row_bytes;
         if (rank_ == 0) {
             std::memcpy(b.data(), &word, sizeof(word));
-            if (word == kGo) std::memcpy(b.data() + sizeof(word), static_cast<const uint8_t*>(q.data) + size_t(i * su.batch) * row_bytes, bytes);
+            if (word == kGo)
+                std::memcpy(b.data() + sizeof(word),
+                            static_cast<const uint8_t*>(q.data) + size_t(i * su.batch) * row_bytes, bytes);
         }
         MPI_Ibcast(b.data(), int(sizeof(int64_t) + bytes), MPI_BYTE, 0, ch_->comm(), req);
     };
@@ -359,7 +362,8 @@ Status MpiSearcher::SearchBatches(
             parts.resize(size_t(size_));
             for (int k = 0; k < size_; ++k) {
                 Status dst = decode(answers[size_t(k)].data(), answers[size_t(k)].size(), n, &parts[size_t(k)]);
-                if (!dst.ok() && pending.ok()) pending = Status(dst.code(), "rank " + std::to_string(k) + ": " + dst.message());
+                if (!dst.ok() && pending.ok())
+                    pending = Status(dst.code(), "rank " + std::to_string(k) + ": " + dst.message());
             }
         }
         stats_.merge_s += SecondsSince(t);

@@ -74,7 +74,7 @@ private:
     int64_t n_docs_ = 0, live_docs_ = 0;  // of the whole index (live: not deleted)
     std::vector<int> mine_;
     std::unique_ptr<Searcher> local_;
-    RecallEstimate estimate_;  // rank 0 resolves SearchOptions::target_recall with it
+    RecallEstimate estimate_;              // rank 0 resolves SearchOptions::target_recall with it
     bool tune_ = false, vectors_ = false;  // vectors_: loaded (exhaustive search can run)
     MpiSearchStats stats_;
 };

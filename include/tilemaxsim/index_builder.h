@@ -57,8 +57,9 @@ public:
     /// n_tokens); `doc_ids`: external ids (no whitespace, unique), or empty for "0".."n-1".
     /// `metadata`: the documents' attributes (checked before anything is trained or written),
     /// stored in the index beside them; none: the index has no metadata.
-    Status Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, const std::vector<std::string>& doc_ids,
-                 BuildStats* stats = nullptr, const DocMetadata* metadata = nullptr);
+    Status Build(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+                 const std::vector<std::string>& doc_ids, BuildStats* stats = nullptr,
+                 const DocMetadata* metadata = nullptr);
 
     /// Build from files: docs .npy [n_tokens, dim] (float16/float32), doclens .npy (int32/int64)
     /// and an optional ids file (one id per line; "" for 0..n-1). Errors name the file.

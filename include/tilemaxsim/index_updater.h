@@ -26,8 +26,8 @@ public:
     /// `metadata`: the new documents' attributes (new columns are added to the index's). In an
     /// index with metadata, documents added without get a row of NULLs; an index without gets
     /// its metadata at the first add that brings some (NULLs for the documents it held).
-    Status Add(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, const std::vector<std::string>& doc_ids,
-               bool replace, const DocMetadata* metadata = nullptr);
+    Status Add(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+               const std::vector<std::string>& doc_ids, bool replace, const DocMetadata* metadata = nullptr);
     /// Add from files (docs .npy, doclens .npy, ids one per line).
     Status AddFromFiles(const std::string& docs_npy, const std::string& doclens_npy, const std::string& doc_ids_txt,
                         bool replace, const DocMetadata* metadata = nullptr);

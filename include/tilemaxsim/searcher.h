@@ -25,7 +25,8 @@ struct QueryBatch {
     QueryBatch Slice(int first, int n) const {
         QueryBatch b = *this;
         b.n_queries = n;
-        b.data = static_cast<const unsigned char*>(data) + size_t(first) * size_t(q_tokens) * size_t(dim) * size_t(DTypeSize(dtype));
+        b.data = static_cast<const unsigned char*>(data) +
+                 size_t(first) * size_t(q_tokens) * size_t(dim) * size_t(DTypeSize(dtype));
         b.lengths = lengths ? lengths + first : nullptr;
         return b;
     }
@@ -45,7 +46,7 @@ struct ShardPlacement {
     Device device = Device::kCpu;  ///< kCpu or kGpu
     int gpu = -1;                  ///< CUDA ordinal when on a GPU
     int64_t first_doc = 0, n_docs = 0;
-    int64_t bytes = 0;             ///< what it holds in memory (codes, lists, vectors)
+    int64_t bytes = 0;                       ///< what it holds in memory (codes, lists, vectors)
     VectorTier vectors = VectorTier::kNone;  ///< where its fp16 vectors are (never kAuto)
     int64_t vector_bytes = 0;                ///< their size, in that tier
 };
@@ -88,7 +89,8 @@ public:
     /// docs[i]'s tokens, [tokens, dim] row-major, as fp16 bits. InvalidArgument for an id outside
     /// [0, n_docs) or deleted; NotSupported when the index keeps no vectors, they were not
     /// loaded, or they are only on a GPU (open with VectorTier::kHost or kDisk to read them).
-    virtual Status DocumentVectors(const std::vector<int64_t>& docs, std::vector<std::vector<uint16_t>>* rows) const = 0;
+    virtual Status DocumentVectors(const std::vector<int64_t>& docs,
+                                   std::vector<std::vector<uint16_t>>* rows) const = 0;
     /// The documents whose metadata satisfies `where` (SearchOptions::filter's expression), as a
     /// one-row DocSet over the whole index's documents (deleted ones may be in it: no search
     /// returns them). Literals are bound as parameters, never pasted into SQL; every name must be

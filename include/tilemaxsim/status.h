@@ -13,14 +13,14 @@ class [[nodiscard]] Status {
 public:
     enum class Code {
         kOk = 0,
-        kInvalidArgument,   ///< bad input: a file, an option, a shape
-        kNotFound,          ///< missing file or index
-        kNotSupported,      ///< valid request this build or this index cannot serve
-        kIOError,           ///< the OS or RocksDB failed to read or write
-        kCorruption,        ///< stored data fails a check
-        kResourceExhausted, ///< out of memory (host or device)
-        kAlreadyExists,     ///< refusing to overwrite
-        kInternal,          ///< a bug: please report
+        kInvalidArgument,    ///< bad input: a file, an option, a shape
+        kNotFound,           ///< missing file or index
+        kNotSupported,       ///< valid request this build or this index cannot serve
+        kIOError,            ///< the OS or RocksDB failed to read or write
+        kCorruption,         ///< stored data fails a check
+        kResourceExhausted,  ///< out of memory (host or device)
+        kAlreadyExists,      ///< refusing to overwrite
+        kInternal,           ///< a bug: please report
     };
 
     Status() = default;
@@ -42,9 +42,7 @@ public:
     /// "InvalidArgument: docs.npy: ..." ; "OK" when ok().
     std::string ToString() const;
     /// Prefix the message with context ("path: "), keeping the code.
-    Status WithContext(const std::string& ctx) const {
-        return ok() ? *this : Status(code_, ctx + ": " + msg_);
-    }
+    Status WithContext(const std::string& ctx) const { return ok() ? *this : Status(code_, ctx + ": " + msg_); }
 
 private:
     Code code_ = Code::kOk;
@@ -56,8 +54,8 @@ const char* StatusCodeName(Status::Code code);
 }  // namespace tms
 
 /// Propagate a non-OK Status to the caller.
-#define TMS_RETURN_IF_ERROR(expr)                 \
-    do {                                          \
-        ::tms::Status _tms_st = (expr);           \
-        if (!_tms_st.ok()) return _tms_st;        \
+#define TMS_RETURN_IF_ERROR(expr)          \
+    do {                                   \
+        ::tms::Status _tms_st = (expr);    \
+        if (!_tms_st.ok()) return _tms_st; \
     } while (0)

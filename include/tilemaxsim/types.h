@@ -67,11 +67,11 @@ struct SearchHit {
 
 /// One shard of an index: a range of internal ids with its own store.
 struct ShardInfo {
-    std::string dir;         ///< its directory, relative to the index directory ("." unsharded)
-    int64_t first_doc = 0;   ///< internal id of its first document
+    std::string dir;        ///< its directory, relative to the index directory ("." unsharded)
+    int64_t first_doc = 0;  ///< internal id of its first document
     int64_t n_docs = 0;
     int64_t n_tokens = 0;
-    int64_t bytes = 0;       ///< on disk
+    int64_t bytes = 0;  ///< on disk
 };
 
 /// What an index holds (tms info).
@@ -81,11 +81,11 @@ struct IndexInfo {
     int64_t n_tokens = 0;
     int dim = 0;
     int n_centroids = 0;
-    std::string codec;          ///< "pq" or "residual"
-    int pq_m = 0;               ///< PQ sub-quantizers (codec pq)
-    int pq_nbits = 0;           ///< bits per PQ code (codec pq)
-    int residual_nbits = 0;     ///< bits per dimension (codec residual)
-    bool has_vectors = false;   ///< fp16 vectors stored (exact scoring, rerank)
+    std::string codec;         ///< "pq" or "residual"
+    int pq_m = 0;              ///< PQ sub-quantizers (codec pq)
+    int pq_nbits = 0;          ///< bits per PQ code (codec pq)
+    int residual_nbits = 0;    ///< bits per dimension (codec residual)
+    bool has_vectors = false;  ///< fp16 vectors stored (exact scoring, rerank)
     /// The training tokens were unit vectors: compressed scores treat each decoded token as one
     /// (its similarities divided by its decoded norm, as PLAID normalises). False for indexes
     /// written before this was recorded.
@@ -93,9 +93,9 @@ struct IndexInfo {
     double code_bytes_per_token = 0;    ///< centroid id + codes
     double vector_bytes_per_token = 0;  ///< fp16 vectors, 0 without
     int64_t n_chunks = 0;
-    int64_t n_deleted = 0;      ///< documents deleted (tombstoned) since the last compaction
+    int64_t n_deleted = 0;  ///< documents deleted (tombstoned) since the last compaction
     std::string build_config_json;
-    std::vector<ShardInfo> shards;  ///< in id order; one entry for an unsharded index
+    std::vector<ShardInfo> shards;             ///< in id order; one entry for an unsharded index
     std::vector<MetaColumn> metadata_columns;  ///< document metadata columns, in table order
     /// Metadata rows of documents below n_docs (deleted documents' rows count until compaction);
     /// -1: the index has no metadata.

@@ -57,7 +57,8 @@ TMS_TARGET_CLONES void pq_encode_one(const float* x, int M, int dsub, const floa
     }
 }
 
-void pq_encode(const float* r, int64_t n, const IndexModel& m, const float* book_t, const float* norms, uint8_t* codes) {
+void pq_encode(const float* r, int64_t n, const IndexModel& m, const float* book_t, const float* norms,
+               uint8_t* codes) {
     const int M = m.pq_m, dsub = m.dim / M;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; ++t) pq_encode_one(r + t * m.dim, M, dsub, book_t, norms, codes + t * M);
@@ -131,8 +132,10 @@ Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::uni
         return Status::OK();
     }
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(device, gpu, &e->impl_->gpu));
-    if (e->impl_->gpu) TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
-    else TMS_RETURN_IF_ERROR(kernels::check_blas_room(omp_get_max_threads(), 0, "encoding on the CPU"));
+    if (e->impl_->gpu)
+        TMS_RETURN_IF_ERROR(e->impl_->gpu->SetCentroids(model.centroids.data(), model.n_centroids, model.dim));
+    else
+        TMS_RETURN_IF_ERROR(kernels::check_blas_room(omp_get_max_threads(), 0, "encoding on the CPU"));
     if (model.codec == "pq") {
         const int M = model.pq_m, dsub = model.dim / std::max(1, M);
         if (model.pq_nbits != 8 || model.codebook.size() != size_t(M) * 256 * dsub) {
@@ -143,7 +146,8 @@ Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::uni
         for (int m = 0; m < M; ++m)
             for (int c = 0; c < 256; ++c)
                 for (int j = 0; j < dsub; ++j)
-                    e->impl_->book_t[(size_t(m) * dsub + j) * 256 + c] = model.codebook[(size_t(m) * 256 + c) * dsub + j];
+                    e->impl_->book_t[(size_t(m) * dsub + j) * 256 + c] =
+                        model.codebook[(size_t(m) * 256 + c) * dsub + j];
         e->impl_->norms = PqCodeNorms(model);
     } else if (model.codec != "residual") {
         return Status::Corruption("unknown codec '" + model.codec + "'");
@@ -155,7 +159,9 @@ Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::uni
 Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes) {
     const IndexModel& m = *impl_->model;
     const int dim = m.dim;
-    if (tokens.dim != dim) return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " + std::to_string(dim));
+    if (tokens.dim != dim)
+        return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " +
+                                       std::to_string(dim));
     if (impl_->genc) return impl_->genc->Encode(tokens, row0, n, cids, codes);
     try {
         const int64_t batch = impl_->gpu ? 4 * kBatch : cpu_batch(m.n_centroids);
@@ -195,7 +201,8 @@ std::vector<float> ResidualCodebook(const std::vector<float>& weights, int nbits
     std::vector<float> book(size_t(n_code_bytes) * 256 * per_byte);
     for (int b = 0; b < n_code_bytes; ++b)
         for (int v = 0; v < 256; ++v)
-            for (int j = 0; j < per_byte; ++j) book[(size_t(b) * 256 + v) * per_byte + j] = weights[(v >> (nbits * j)) & mask];
+            for (int j = 0; j < per_byte; ++j)
+                book[(size_t(b) * 256 + v) * per_byte + j] = weights[(v >> (nbits * j)) & mask];
     return book;
 }
 
@@ -215,11 +222,14 @@ void ToHalf(const EmbeddingView& tokens, int64_t row0, int64_t n, uint16_t* out,
     const int64_t base = row0 * tokens.dim, cnt = n * tokens.dim;
     if (tokens.dtype == DType::kF16) {
         const uint16_t* from = static_cast<const uint16_t*>(tokens.data) + base;
-        if (parallel) kernels::ParallelMemcpy(out, from, size_t(cnt) * sizeof(uint16_t));
-        else std::memcpy(out, from, size_t(cnt) * sizeof(uint16_t));
+        if (parallel)
+            kernels::ParallelMemcpy(out, from, size_t(cnt) * sizeof(uint16_t));
+        else
+            std::memcpy(out, from, size_t(cnt) * sizeof(uint16_t));
     } else {
 #pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t i = 0; i < cnt; ++i) out[i] = kernels::float_to_half(kernels::load_as_float(tokens.data, tokens.dtype, base + i));
+        for (int64_t i = 0; i < cnt; ++i)
+            out[i] = kernels::float_to_half(kernels::load_as_float(tokens.data, tokens.dtype, base + i));
     }
 }
 

@@ -36,14 +36,15 @@ __global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_
     if (row >= rows) return;
     kernels::warp_row_top_n(s + size_t(row) * K, K, 1, lane, [&](int, int bi, float bv) {
         if (lane != 0) return;
-        labels[row] = static_cast<uint32_t>(bi < K ? bi : 0);  // every score NaN: a non-finite row, reported by the caller
+        labels[row] =
+            static_cast<uint32_t>(bi < K ? bi : 0);  // every score NaN: a non-finite row, reported by the caller
         if (best) best[row] = bv;
     });
 }
 
 }  // namespace
 
-struct GpuAssigner::Impl {  // (public to this file's helpers)
+struct GpuAssigner::Impl {                     // (public to this file's helpers)
     std::shared_ptr<kernels::GpuContext> ctx;  // the device, its stream and cuBLAS handle
     int device = 0;
     cudaStream_t stream = nullptr;
@@ -150,8 +151,13 @@ int64_t pass_rows(const GpuAssigner::Impl& im) {
 // Enqueue (no sync) the assignment of device rows d_x [n, dim] -> d_labels [n] (d_best: optional).
 Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint32_t* d_labels, float* d_best) {
     if (im.fused()) {
-        return kernels::nearest_cuda({.x = d_x, .n = n, .dim = im.dim, .centroids = im.d_c, .n_centroids = im.K,
-                                      .labels = d_labels, .best = d_best},
+        return kernels::nearest_cuda({.x = d_x,
+                                      .n = n,
+                                      .dim = im.dim,
+                                      .centroids = im.d_c,
+                                      .n_centroids = im.K,
+                                      .labels = d_labels,
+                                      .best = d_best},
                                      im.d_c16, im.stream);
     }
     const int64_t rows = pass_rows(im);
@@ -164,7 +170,7 @@ Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint
                                                im.dim, d_x + r0 * im.dim, im.dim, &zero, im.d_s, im.K));
         const int warps = 8;
         row_argmax<<<(nr + warps - 1) / warps, warps * 32, 0, im.stream>>>(im.d_s, nr, im.K, d_labels + r0,
-                                                                          d_best ? d_best + r0 : nullptr);
+                                                                           d_best ? d_best + r0 : nullptr);
         TMS_CUDA_CHECK_LAUNCH();
     }
     return Status::OK();
@@ -200,8 +206,8 @@ Status GpuAssigner::Assign(const float* h_x, int64_t n, uint32_t* h_labels, floa
         TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_labels + r0, im.d_labels, size_t(nr) * sizeof(uint32_t),
                                                  cudaMemcpyDeviceToHost, im.stream));
         if (h_best) {
-            TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_best + r0, im.d_best, size_t(nr) * sizeof(float),
-                                                     cudaMemcpyDeviceToHost, im.stream));
+            TMS_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(h_best + r0, im.d_best, size_t(nr) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
         }
         TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     }
@@ -251,9 +257,10 @@ __global__ void residual_encode(const float* __restrict__ x, const uint32_t* __r
 // [256, dsub] and squared norms sit in shared memory; every thread reads the same code at the same
 // time (broadcast). dist = |c|^2 - 2 r.c, ties to the lower code, in the CPU encoder's order.
 template <int MAXDS>
-__global__ void pq_encode(const float* __restrict__ x, const uint32_t* __restrict__ lab, const float* __restrict__ cents,
-                          int64_t n, int dim, int M, int dsub, const float* __restrict__ book,
-                          const float* __restrict__ norms, uint8_t* __restrict__ codes) {
+__global__ void pq_encode(const float* __restrict__ x, const uint32_t* __restrict__ lab,
+                          const float* __restrict__ cents, int64_t n, int dim, int M, int dsub,
+                          const float* __restrict__ book, const float* __restrict__ norms,
+                          uint8_t* __restrict__ codes) {
     extern __shared__ float sm[];
     float* bs = sm;               // [256 * dsub]
     float* ns = sm + 256 * dsub;  // [256]
@@ -377,9 +384,10 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
         const std::vector<float> norms = PqCodeNorms(m);  // the CPU encoder's values
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_book, m.codebook.size() * sizeof(float)));
         TMS_CUDA_RETURN_IF_ERROR(cudaMalloc(&im.d_norms, norms.size() * sizeof(float)));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(im.d_book, m.codebook.data(), m.codebook.size() * sizeof(float),
-                                            cudaMemcpyHostToDevice));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpy(im.d_norms, norms.data(), norms.size() * sizeof(float), cudaMemcpyHostToDevice));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(im.d_book, m.codebook.data(), m.codebook.size() * sizeof(float), cudaMemcpyHostToDevice));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(im.d_norms, norms.data(), norms.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
     // Batches of up to 256K rows (a few waves of the fused assignment's 256-row CTAs), 128 MB of
     // fp32 rows at most.
@@ -399,7 +407,8 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
     }
     if (im.pq) {
         const int smem = (256 * im.dsub + 256) * int(sizeof(float));
-        TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(pq_encode<kMaxPqSub>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaFuncSetAttribute(pq_encode<kMaxPqSub>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     }
     *out = std::move(e);
     return Status::OK();
@@ -427,13 +436,16 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         TMS_RETURN_IF_ERROR(im.drain(s));  // its previous batch (two batches ago)
         const int64_t nb = std::min(im.batch, n - b);
         // Host staging of this batch overlaps the GPU work of the previous one.
-        kernels::ParallelMemcpy(s.in, static_cast<const char*>(tokens.data) + size_t(row0 + b) * row_bytes, size_t(nb) * row_bytes);
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(im.d_raw, s.in, size_t(nb) * row_bytes, cudaMemcpyHostToDevice, a.stream));
+        kernels::ParallelMemcpy(s.in, static_cast<const char*>(tokens.data) + size_t(row0 + b) * row_bytes,
+                                size_t(nb) * row_bytes);
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(im.d_raw, s.in, size_t(nb) * row_bytes, cudaMemcpyHostToDevice, a.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(im.d_bad, 0xff, sizeof(unsigned long long), a.stream));
         {
             const int64_t cnt = nb * m.dim;
             const int blocks = static_cast<int>(std::min<int64_t>((cnt + threads - 1) / threads, 8192));
-            kernels::raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt, im.d_x, im.d_bad);
+            kernels::raw_to_float<<<blocks, threads, 0, a.stream>>>(im.d_raw, static_cast<int>(tokens.dtype), cnt,
+                                                                    im.d_x, im.d_bad);
             TMS_CUDA_CHECK_LAUNCH();
         }
         const float* x = im.d_x;
@@ -442,17 +454,17 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
             const dim3 grid(static_cast<unsigned>((nb + threads - 1) / threads), static_cast<unsigned>(m.pq_m));
             const int smem = (256 * im.dsub + 256) * int(sizeof(float));
             if (im.dsub <= 8) {
-                pq_encode<8><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
-                                                               im.d_norms, im.d_codes);
+                pq_encode<8><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
+                                                                im.d_book, im.d_norms, im.d_codes);
             } else if (im.dsub <= 16) {
-                pq_encode<16><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
-                                                                im.d_norms, im.d_codes);
+                pq_encode<16><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
+                                                                 im.d_book, im.d_norms, im.d_codes);
             } else if (im.dsub <= 32) {
-                pq_encode<32><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
-                                                                im.d_norms, im.d_codes);
+                pq_encode<32><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
+                                                                 im.d_book, im.d_norms, im.d_codes);
             } else {
                 pq_encode<kMaxPqSub><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
-                                                                       im.d_book, im.d_norms, im.d_codes);
+                                                                        im.d_book, im.d_norms, im.d_codes);
             }
         } else {
             const int64_t total = nb * im.ncb;
@@ -463,8 +475,10 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         TMS_CUDA_CHECK_LAUNCH();
         TMS_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(s.cids, im.d_lab, size_t(nb) * sizeof(uint32_t), cudaMemcpyDeviceToHost, a.stream));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.codes, im.d_codes, size_t(nb) * im.ncb, cudaMemcpyDeviceToHost, a.stream));
-        TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.bad, im.d_bad, sizeof(unsigned long long), cudaMemcpyDeviceToHost, a.stream));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(s.codes, im.d_codes, size_t(nb) * im.ncb, cudaMemcpyDeviceToHost, a.stream));
+        TMS_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(s.bad, im.d_bad, sizeof(unsigned long long), cudaMemcpyDeviceToHost, a.stream));
         TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, a.stream));
         s.first_row = b;
         s.dst_cids = cids + b;

@@ -65,7 +65,8 @@ Status ReadLines(const std::string& path, std::vector<std::string>* lines, bool 
     while (std::getline(f, line)) {
         ++no;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() && !allow_empty) return Status::InvalidArgument(path + ":" + std::to_string(no) + ": empty line");
+        if (line.empty() && !allow_empty)
+            return Status::InvalidArgument(path + ":" + std::to_string(no) + ": empty line");
         lines->push_back(line);
     }
     return Status::OK();

@@ -10,7 +10,7 @@
 namespace tms::index {
 
 Status CheckDocLens(const std::vector<int64_t>& lens, int64_t rows, const std::string& lens_what,
-                           const std::string& rows_what) {
+                    const std::string& rows_what) {
     if (lens.empty()) return Status::InvalidArgument(lens_what + ": no documents");
     int64_t sum = 0;
     for (size_t i = 0; i < lens.size(); ++i) {
@@ -37,8 +37,9 @@ Status CheckId(const std::string& id, const std::string& what) {
     for (const char ch : id) {
         const auto c = static_cast<unsigned char>(ch);
         if (c <= 0x20 || c == 0x7f) {
-            return Status::InvalidArgument(what + ": id contains " + (c == ' ' || c == '\t' ? "whitespace" :
-                                           "a control character (byte " + std::to_string(c) + ")"));
+            return Status::InvalidArgument(
+                what + ": id contains " +
+                (c == ' ' || c == '\t' ? "whitespace" : "a control character (byte " + std::to_string(c) + ")"));
         }
     }
     return Status::OK();
@@ -55,7 +56,6 @@ Status NonFiniteError(const std::string& what, int64_t row, int col, float v) {
     return Status::InvalidArgument(what + ": " + BadValueText(v) + " at row " + std::to_string(row) + ", column " +
                                    std::to_string(col));
 }
-
 
 namespace {
 
@@ -93,7 +93,8 @@ Status validate_input(const EmbeddingView& tokens, const std::vector<int64_t>& d
 
 }  // namespace
 
-Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids) {
+Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+                     std::vector<std::string>* doc_ids) {
     return validate_input(tokens, doclens, doc_ids);
 }
 

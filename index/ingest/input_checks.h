@@ -12,7 +12,8 @@ namespace tms::index {
 
 /// Input checks shared by every build path: dim range, lengths >= 1 summing to the rows,
 /// ids unique and whitespace-free (filled with "0".."n-1" when empty).
-Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens, std::vector<std::string>* doc_ids);
+Status ValidateInput(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+                     std::vector<std::string>* doc_ids);
 
 /// A shape read from a file header: every dimension >= 0 and the byte count (with
 /// `elem_size`-byte elements) below 2^50, computed without overflow. Messages name `what`.

@@ -132,8 +132,10 @@ private:
             return true;
         }
         if (depth_ > kMaxJsonDepth) return fail("nested more than " + std::to_string(kMaxJsonDepth) + " deep");
-        if (depth_ == 1) out_->back().first = first;
-        else stack_key_.push_back(key_);
+        if (depth_ == 1)
+            out_->back().first = first;
+        else
+            stack_key_.push_back(key_);
         stack_.push_back(std::move(j));
         ++depth_;
         return true;
@@ -156,15 +158,17 @@ private:
     }
     void add(nlohmann::json j) {
         nlohmann::json& top = stack_.back();
-        if (top.is_array()) top.push_back(std::move(j));
-        else top[key_] = std::move(j);
+        if (top.is_array())
+            top.push_back(std::move(j));
+        else
+            top[key_] = std::move(j);
     }
 
     std::vector<JsonMember>* out_;
-    int depth_ = 0;                        // 1 inside the object, 2 inside a member's array or object...
-    std::vector<nlohmann::json> stack_;    // the nested values being built
-    std::vector<std::string> stack_key_;   // the key each one is under in its parent object
-    std::string key_;                      // the last key of the innermost nested object
+    int depth_ = 0;                       // 1 inside the object, 2 inside a member's array or object...
+    std::vector<nlohmann::json> stack_;   // the nested values being built
+    std::vector<std::string> stack_key_;  // the key each one is under in its parent object
+    std::string key_;                     // the last key of the innermost nested object
     std::string err_;
 };
 
@@ -318,10 +322,10 @@ Status ResolveMetadata(const DocMetadata& md, const std::vector<std::string>& id
                                       : m.first == '['            ? "an array"
                                       : m.first == '{'            ? "an object"
                                                                   : "a string";
-                    return Status::InvalidArgument(at + "column '" + col.name + "' is " + MetaTypeName(col.type) +
-                                                   (size_t(c) < out->n_existing ? " in the index" : " as declared") +
-                                                   ", got " + got +
-                                                   (k == MetaValue::Kind::kText ? " \"" + shown(m.value.s) + "\"" : ""));
+                    return Status::InvalidArgument(
+                        at + "column '" + col.name + "' is " + MetaTypeName(col.type) +
+                        (size_t(c) < out->n_existing ? " in the index" : " as declared") + ", got " + got +
+                        (k == MetaValue::Kind::kText ? " \"" + shown(m.value.s) + "\"" : ""));
                 }
             } else {
                 seen.resize(out->columns.size() - n_fixed);
@@ -388,9 +392,12 @@ Status ParseMetaColumns(const std::string& spec, std::vector<MetaColumn>* out) {
         std::string t = index::lower(item.substr(colon + 1));
         t.erase(0, std::min(t.size(), t.find_first_not_of(" \t")));
         TMS_RETURN_IF_ERROR(index::CheckMetaColumnName(c.name, "metadata types"));
-        if (t == "integer" || t == "int") c.type = MetaType::kInteger;
-        else if (t == "real" || t == "float") c.type = MetaType::kReal;
-        else if (t == "text" || t == "str") c.type = MetaType::kText;
+        if (t == "integer" || t == "int")
+            c.type = MetaType::kInteger;
+        else if (t == "real" || t == "float")
+            c.type = MetaType::kReal;
+        else if (t == "text" || t == "str")
+            c.type = MetaType::kText;
         else {
             return Status::InvalidArgument("metadata types: bad type '" + index::shown(t) + "' for column '" + c.name +
                                            "' (integer, real or text)");

@@ -24,7 +24,9 @@ namespace tms {
 namespace {
 
 Status parse_header(const std::string& path, const std::string& h, HostArray* out) {
-    auto bad = [&](const std::string& why) { return Status::InvalidArgument(path + ": malformed .npy header: " + why); };
+    auto bad = [&](const std::string& why) {
+        return Status::InvalidArgument(path + ": malformed .npy header: " + why);
+    };
     std::smatch m;
     static const std::regex descr_re(R"('descr'\s*:\s*'([^']*)')");
     static const std::regex fortran_re(R"('fortran_order'\s*:\s*(True|False))");
@@ -39,7 +41,8 @@ Status parse_header(const std::string& path, const std::string& h, HostArray* ou
     if (!std::regex_search(h, m, descr_re)) return bad("no 'descr'");
     out->descr = m[1];
     if (!std::regex_search(h, m, fortran_re)) return bad("no 'fortran_order'");
-    if (m[1] == "True") return Status::InvalidArgument(path + ": Fortran-order arrays are not supported (save with C order)");
+    if (m[1] == "True")
+        return Status::InvalidArgument(path + ": Fortran-order arrays are not supported (save with C order)");
     if (!std::regex_search(h, m, shape_re)) return bad("no 'shape'");
     out->shape.clear();
     std::stringstream ss(m[1]);
@@ -48,7 +51,8 @@ Status parse_header(const std::string& path, const std::string& h, HostArray* ou
         const auto b = tok.find_first_not_of(" \t"), e = tok.find_last_not_of(" \t");
         if (b == std::string::npos) continue;
         tok = tok.substr(b, e - b + 1);
-        if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos) return bad("shape '" + std::string(m[1]) + "'");
+        if (tok.empty() || tok.find_first_not_of("0123456789") != std::string::npos)
+            return bad("shape '" + std::string(m[1]) + "'");
         if (tok.size() > 15) return bad("dimension " + tok + " is too large");
         out->shape.push_back(std::stoll(tok));
     }
@@ -81,9 +85,11 @@ Status index::CheckShape(const std::vector<int64_t>& shape, int64_t elem_size, c
     constexpr int64_t kMaxBytes = int64_t(1) << 50;  // 1 PiB: larger is a corrupt header
     int64_t n = 1;
     for (const int64_t d : shape) {
-        if (d < 0 || d > kMaxBytes) return Status::InvalidArgument(what + ": dimension " + std::to_string(d) + " out of range");
+        if (d < 0 || d > kMaxBytes)
+            return Status::InvalidArgument(what + ": dimension " + std::to_string(d) + " out of range");
         if (d != 0 && n > kMaxBytes / elem_size / d) {
-            return Status::InvalidArgument(what + ": shape " + shape_str(shape) + " is larger than any file (corrupt header?)");
+            return Status::InvalidArgument(what + ": shape " + shape_str(shape) +
+                                           " is larger than any file (corrupt header?)");
         }
         n *= d;
     }
@@ -97,7 +103,8 @@ namespace {
 Status read_header(const std::string& path, HostArray* out, int64_t* data_offset, int64_t* elem_size) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
-    if (std::filesystem::is_directory(path, ec)) return Status::InvalidArgument(path + ": is a directory, expected a .npy file");
+    if (std::filesystem::is_directory(path, ec))
+        return Status::InvalidArgument(path + ": is a directory, expected a .npy file");
     std::ifstream f(path, std::ios::binary);
     if (!f) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
     const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
@@ -121,13 +128,16 @@ Status read_header(const std::string& path, HostArray* out, int64_t* data_offset
     } else {
         return Status::InvalidArgument(path + ": unsupported .npy version " + std::to_string(major));
     }
-    if (hlen > (1u << 20) || pre + int64_t(hlen) > file_size) return Status::InvalidArgument(path + ": truncated .npy header");
+    if (hlen > (1u << 20) || pre + int64_t(hlen) > file_size)
+        return Status::InvalidArgument(path + ": truncated .npy header");
     std::string header(hlen, '\0');
     if (!f.read(header.data(), hlen)) return Status::InvalidArgument(path + ": truncated .npy header");
     TMS_RETURN_IF_ERROR(parse_header(path, header, out));
     const int es = descr_size(out->descr);
     if (es < 0) return Status::InvalidArgument(path + ": big-endian dtype '" + out->descr + "' is not supported");
-    if (es == 0) return Status::InvalidArgument(path + ": unsupported dtype '" + out->descr + "' (expected float16, float32 or an integer type)");
+    if (es == 0)
+        return Status::InvalidArgument(path + ": unsupported dtype '" + out->descr +
+                                       "' (expected float16, float32 or an integer type)");
     TMS_RETURN_IF_ERROR(index::CheckShape(out->shape, es, path));
     const int64_t need = out->numel() * es;
     const int64_t have = file_size - pre - hlen;
@@ -165,7 +175,6 @@ namespace index {
 MappedNpy::~MappedNpy() {
     if (map_ != nullptr) munmap(map_, map_len_);
 }
-
 
 void MappedNpy::Release(size_t from, size_t upto) const {
     if (map_ == nullptr) return;
@@ -217,7 +226,15 @@ std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shap
     std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shp + ", }";
     header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
     header.push_back('\n');
-    const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header.size() & 0xff),
+    const char pre[10] = {'\x93',
+                          'N',
+                          'U',
+                          'M',
+                          'P',
+                          'Y',
+                          1,
+                          0,
+                          static_cast<char>(header.size() & 0xff),
                           static_cast<char>(header.size() >> 8)};
     return std::string(pre, 10) + header;
 }
@@ -239,17 +256,19 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
                                 EmbeddingView* out, bool check_finite) {
     const bool bf16 = arr.descr == "<V2" || arr.descr == "|V2";
     if (arr.descr != "<f2" && arr.descr != "<f4" && !bf16) {
-        return Status::InvalidArgument(what + ": dtype '" + arr.descr + "' not supported; expected float16 (<f2), "
+        return Status::InvalidArgument(what + ": dtype '" + arr.descr +
+                                       "' not supported; expected float16 (<f2), "
                                        "float32 (<f4) or bfloat16 (ml_dtypes, saved as <V2)");
     }
     if (static_cast<int>(arr.shape.size()) != rank) {
         return Status::InvalidArgument(what + ": expected a rank-" + std::to_string(rank) + " array (" +
-                                       (rank == 2 ? "[n_tokens, dim]" : "[n_queries, n_tokens, dim]") + "), got shape " +
-                                       shape_str(arr.shape));
+                                       (rank == 2 ? "[n_tokens, dim]" : "[n_queries, n_tokens, dim]") +
+                                       "), got shape " + shape_str(arr.shape));
     }
     const int64_t dim = arr.shape.back();
     if (dim < 32 || dim > 1024) {
-        return Status::InvalidArgument(what + ": dimension " + std::to_string(dim) + " outside the supported range [32, 1024]");
+        return Status::InvalidArgument(what + ": dimension " + std::to_string(dim) +
+                                       " outside the supported range [32, 1024]");
     }
     out->dtype = bf16 ? DType::kBF16 : arr.descr == "<f2" ? DType::kF16 : DType::kF32;
     out->data = data;
@@ -279,10 +298,9 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
         const float v = kernels::load_as_float(out->data, out->dtype, first_bad);
         if (rank == 3) {  // [n_queries, tokens, dim]
             const int64_t tokens = arr.shape[1];
-            return Status::InvalidArgument(what + ": " + BadValueText(v) + " at query " +
-                                           std::to_string(first_bad / dim / tokens) + ", token " +
-                                           std::to_string(first_bad / dim % tokens) + ", column " +
-                                           std::to_string(first_bad % dim));
+            return Status::InvalidArgument(
+                what + ": " + BadValueText(v) + " at query " + std::to_string(first_bad / dim / tokens) + ", token " +
+                std::to_string(first_bad / dim % tokens) + ", column " + std::to_string(first_bad % dim));
         }
         return NonFiniteError(what, first_bad / dim, static_cast<int>(first_bad % dim), v);
     }
@@ -305,9 +323,12 @@ Status IntegersFromArray(const HostArray& arr, const std::string& what, std::vec
         }
     };
     // int32 and int64 only (narrower types overflow on real corpora; uint64 wraps past 2^63).
-    if (d == "<i4") get(int32_t{});
-    else if (d == "<i8") get(int64_t{});
-    else return Status::InvalidArgument(what + ": dtype '" + d + "' not supported (expected int32 or int64)");
+    if (d == "<i4")
+        get(int32_t{});
+    else if (d == "<i8")
+        get(int64_t{});
+    else
+        return Status::InvalidArgument(what + ": dtype '" + d + "' not supported (expected int32 or int64)");
     return Status::OK();
 }
 

@@ -32,8 +32,8 @@ Status LoadNpy(const std::string& path, HostArray* out);
 /// write it, then the C-order payload.
 std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape);
 /// Write a .npy file (format 1.0) atomically (PATH.tmp, then rename).
-Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
-               const void* data, size_t nbytes);
+Status SaveNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
+               size_t nbytes);
 
 /// View a float16/bfloat16/float32 array (bfloat16: ml_dtypes's, which numpy saves as descr <V2)
 /// of rank `rank` (2: [rows, dim], 3: [n, tokens, dim]) as

@@ -172,8 +172,8 @@ bool RegisterFilterFunctions(sqlite3* db, FilterDeadline* deadline) {
     using Fn = void (*)(sqlite3_context*, int, sqlite3_value**);
     const Fn like = [](sqlite3_context* c, int n, sqlite3_value** v) { match_fn(c, n, v, false); };
     const Fn glob = [](sqlite3_context* c, int n, sqlite3_value** v) { match_fn(c, n, v, true); };
-    const std::tuple<const char*, int, Fn> fns[] = {{"like", 2, like}, {"like", 3, like}, {"glob", 2, glob},
-                                                    {"instr", 2, instr_fn}};
+    const std::tuple<const char*, int, Fn> fns[] = {
+        {"like", 2, like}, {"like", 3, like}, {"glob", 2, glob}, {"instr", 2, instr_fn}};
     for (const auto& [name, n, fn] : fns) {
         if (sqlite3_create_function_v2(db, name, n, kFlags, deadline, fn, nullptr, nullptr, nullptr) != SQLITE_OK) {
             return false;

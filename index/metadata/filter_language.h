@@ -9,8 +9,8 @@ inline constexpr size_t kMaxFilterChars = 100000;
 inline constexpr int kMaxFilterParams = 10000;
 
 inline const char* const kFilterKeywords[] = {"AND",  "OR",   "NOT",     "IN",     "IS",   "NULL",
-                                       "LIKE", "GLOB", "BETWEEN", "ESCAPE", "TRUE", "FALSE"};
+                                              "LIKE", "GLOB", "BETWEEN", "ESCAPE", "TRUE", "FALSE"};
 inline const char* const kFilterFunctions[] = {"abs",    "coalesce", "ifnull", "instr",  "json_extract",
-                                        "length", "lower",    "round",  "substr", "upper"};
+                                               "length", "lower",    "round",  "substr", "upper"};
 
 }  // namespace tms::index

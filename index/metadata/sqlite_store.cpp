@@ -160,7 +160,6 @@ MetaValue column_value(sqlite3_stmt* s, int c) {
     return v;
 }
 
-
 bool file_exists(const std::string& path) {
     std::error_code ec;
     return fs::exists(path, ec);
@@ -373,11 +372,13 @@ struct MetadataSnapshot::Impl {
             sqlite3_set_authorizer(mem.db, nullptr, nullptr);
             // Stored values of any length are indexed (the limit binds what filters compute).
             const int limit = sqlite3_limit(mem.db, SQLITE_LIMIT_LENGTH, INT32_MAX);
-            const std::string sql = "CREATE INDEX IF NOT EXISTS " + sql_name("tms_ix_" + c) + " ON docs(" + sql_name(c) + ")";
+            const std::string sql =
+                "CREATE INDEX IF NOT EXISTS " + sql_name("tms_ix_" + c) + " ON docs(" + sql_name(c) + ")";
             const int rc = sqlite3_exec(mem.db, sql.c_str(), nullptr, nullptr, nullptr);
             sqlite3_limit(mem.db, SQLITE_LIMIT_LENGTH, limit);
             sqlite3_set_authorizer(mem.db, filter_authorizer, nullptr);
-            if (rc != SQLITE_OK) return Status::Internal(std::string("filter: indexing ") + c + ": " + sqlite3_errmsg(mem.db));
+            if (rc != SQLITE_OK)
+                return Status::Internal(std::string("filter: indexing ") + c + ": " + sqlite3_errmsg(mem.db));
             indexed.insert(c);
         }
         return Status::OK();

@@ -28,8 +28,14 @@ public:
     static constexpr size_t kBuffer = size_t(8) << 20;  // a direct write; a multiple of kAlign
     ChunkWriter(int fd, int direct, uint64_t at, uint64_t n, const std::string& name, std::atomic<bool>* direct_ok,
                 char* buf)
-        : fd_(fd), direct_(direct), pos_(at), a0_((at + kAlign - 1) / kAlign * kAlign),
-          a1_((at + n) / kAlign * kAlign), name_(name), direct_ok_(direct_ok), buf_(buf) {
+        : fd_(fd),
+          direct_(direct),
+          pos_(at),
+          a0_((at + kAlign - 1) / kAlign * kAlign),
+          a1_((at + n) / kAlign * kAlign),
+          name_(name),
+          direct_ok_(direct_ok),
+          buf_(buf) {
         if (direct_ < 0 || !buf_ || a1_ <= a0_ || !direct_ok_->load()) a0_ = a1_ = at + n;  // all through fd
     }
     Status Put(const char* p, uint64_t n) {

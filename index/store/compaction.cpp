@@ -22,7 +22,8 @@ Status CompactIndex(const std::string& path, bool progress) {
     CrashPoint("compact:opened");
     const int chunk_docs = lock->chunk_docs;
     IndexBuildOptions opts;
-    TMS_RETURN_IF_ERROR(ParseBuildOptionsJson(lock->info.build_config_json, &opts).WithContext(path + ": stored config"));
+    TMS_RETURN_IF_ERROR(
+        ParseBuildOptionsJson(lock->info.build_config_json, &opts).WithContext(path + ": stored config"));
     IndexData d;
     {
         std::vector<IndexData> shards;
@@ -38,9 +39,11 @@ Status CompactIndex(const std::string& path, bool progress) {
         if (d.deleted[doc]) continue;
         const int64_t t0 = d.doc_offsets[doc], t1 = d.doc_offsets[doc + 1];
         c.doc_offsets.push_back(c.doc_offsets.back() + (t1 - t0));
-        c.token_centroids.insert(c.token_centroids.end(), d.token_centroids.begin() + t0, d.token_centroids.begin() + t1);
+        c.token_centroids.insert(c.token_centroids.end(), d.token_centroids.begin() + t0,
+                                 d.token_centroids.begin() + t1);
         c.codes.insert(c.codes.end(), d.codes.begin() + t0 * nb, d.codes.begin() + t1 * nb);
-        if (!d.vectors.empty()) c.vectors.insert(c.vectors.end(), d.vectors.begin() + t0 * dim, d.vectors.begin() + t1 * dim);
+        if (!d.vectors.empty())
+            c.vectors.insert(c.vectors.end(), d.vectors.begin() + t0 * dim, d.vectors.begin() + t1 * dim);
         c.doc_ids.push_back(d.doc_ids[doc]);
     }
     if (c.doc_ids.empty()) return Status::InvalidArgument(path + ": every document is deleted; nothing would remain");
@@ -66,16 +69,16 @@ Status CompactIndex(const std::string& path, bool progress) {
             TMS_RETURN_IF_ERROR(
                 MetadataWriter::Create((fs::path(build_dir) / kMetadataFile).string(), lock->meta_columns, &w));
             std::vector<MetaColumn> columns;
-            TMS_RETURN_IF_ERROR(ForEachMetadataRow(meta_path, n, &columns, [&](int64_t doc, const std::string& id,
-                                                                                const MetaCells& cells) {
-                const int64_t to = new_of[size_t(doc)];
-                if (to < 0) return Status::OK();
-                if (c.doc_ids[size_t(to)] != id) {
-                    return Status::Corruption(meta_path + ": the row of document " + std::to_string(doc) + " names '" +
-                                              id + "', the index '" + c.doc_ids[size_t(to)] + "'");
-                }
-                return w->Insert(to, id, cells);
-            }));
+            TMS_RETURN_IF_ERROR(ForEachMetadataRow(
+                meta_path, n, &columns, [&](int64_t doc, const std::string& id, const MetaCells& cells) {
+                    const int64_t to = new_of[size_t(doc)];
+                    if (to < 0) return Status::OK();
+                    if (c.doc_ids[size_t(to)] != id) {
+                        return Status::Corruption(meta_path + ": the row of document " + std::to_string(doc) +
+                                                  " names '" + id + "', the index '" + c.doc_ids[size_t(to)] + "'");
+                    }
+                    return w->Insert(to, id, cells);
+                }));
             if (columns.size() != lock->meta_columns.size()) return Status::Internal(meta_path + ": columns changed");
             TMS_RETURN_IF_ERROR(w->Commit());
             CrashPoint("meta:compacted");

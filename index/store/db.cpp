@@ -84,8 +84,8 @@ Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::jso
     const int fv = std::atoi(v.c_str());
     if (fv != kIndexFormatVersion && fv != kInlineVectorsFormat) {
         return Status::NotSupported(path + ": index format version " + v + " is not supported by this build (reads " +
-                                    std::to_string(kInlineVectorsFormat) + " and " + std::to_string(kIndexFormatVersion) +
-                                    "); rebuild the index");
+                                    std::to_string(kInlineVectorsFormat) + " and " +
+                                    std::to_string(kIndexFormatVersion) + "); rebuild the index");
     }
     std::string js, cfg;
     TMS_RETURN_IF_ERROR(from_rocks(db.db->Get(rocksdb::ReadOptions(), db.cf[kMeta], "stats", &js), path));
@@ -118,14 +118,15 @@ Status read_meta(Db& db, const std::string& path, IndexInfo* info, nlohmann::jso
 Status check_is_index_dir(const std::string& path) {
     std::error_code ec;
     if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such index");
-    if (!fs::is_directory(path, ec)) return Status::InvalidArgument(path + ": not a directory (expected an index directory)");
+    if (!fs::is_directory(path, ec))
+        return Status::InvalidArgument(path + ": not a directory (expected an index directory)");
     if (!IsIndexDir(path)) {
         fs::path self = fs::path(path).lexically_normal();
         if (self.filename().empty()) self = self.parent_path();  // "DIR/"
         const fs::path parent = self.parent_path().empty() ? fs::path(".") : self.parent_path();
         if (fs::exists(parent / kManifestFile, ec)) {
-            return Status::InvalidArgument(path + ": a shard of the index " + parent.string() + ", not an index (open " +
-                                           parent.string() + ")");
+            return Status::InvalidArgument(path + ": a shard of the index " + parent.string() +
+                                           ", not an index (open " + parent.string() + ")");
         }
         return Status::InvalidArgument(path + ": not a TileMaxSim index");
     }

@@ -15,8 +15,8 @@
 
 namespace tms::index {
 
-inline const std::vector<std::string> kColumnFamilies = {"default", "meta", "model", "ivf",
-                                                  "docs", "vectors", "ids", "deleted"};
+inline const std::vector<std::string> kColumnFamilies = {"default", "meta",    "model", "ivf",
+                                                         "docs",    "vectors", "ids",   "deleted"};
 enum Cf { kDefault = 0, kMeta, kModel, kIvf, kDocs, kVectors, kIds, kDeleted };
 constexpr uint32_t kChunkMagic = 0x544d5331;  // "TMS1"
 

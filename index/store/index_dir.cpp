@@ -35,7 +35,8 @@ std::string errno_text(int e) { return std::strerror(e); }
 bool renameat2_unsupported(int e) { return e == EINVAL || e == ENOSYS || e == ENOTSUP; }
 
 bool same_inode(int fd, const fs::path& file) {
-    struct stat a {}, b {};
+    struct stat a {
+    }, b{};
     if (::fstat(fd, &a) != 0 || ::stat(file.c_str(), &b) != 0) return false;
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
@@ -217,7 +218,8 @@ Status AcquireWriterLock(const fs::path& dir, std::unique_ptr<FileLock>* out) {
 }
 
 Status WriterBusyError(const fs::path& dir) {
-    return Status::IOError(dir.string() + ": another process is writing this index (index --overwrite, add, delete or "
+    return Status::IOError(dir.string() +
+                           ": another process is writing this index (index --overwrite, add, delete or "
                            "compact); try again when it has finished");
 }
 
@@ -306,7 +308,8 @@ Status ReplaceIndexDir(const fs::path& fresh, const fs::path& target) {
             return Status::OK();
         }
         if (!renameat2_unsupported(errno)) {
-            return Status::IOError(target.string() + ": cannot exchange the new index with the old: " + errno_text(errno));
+            return Status::IOError(target.string() +
+                                   ": cannot exchange the new index with the old: " + errno_text(errno));
         }
     }
     const fs::path old = parent / (target.filename().string() + ".old-" + std::to_string(::getpid()));
@@ -384,8 +387,8 @@ void CrashPoint(const char* name) {
             static volatile sig_atomic_t resumed = 0;
             std::signal(SIGUSR1, [](int) { resumed = 1; });
             std::fprintf(stderr, "paused-at %s\n", name);
-            const auto until = std::chrono::steady_clock::now() +
-                               std::chrono::duration<double>(std::atof(p.c_str() + colon + 1));
+            const auto until =
+                std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(p.c_str() + colon + 1));
             while (!resumed && std::chrono::steady_clock::now() < until) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
             }

@@ -30,7 +30,8 @@ Status read_layout(const fs::path& dir, const std::string& path, Layout* out, co
     const fs::path mf = dir / kManifestFile;
     if (!fs::exists(fs::symlink_status(mf, ec))) {
         for (int w : want) {
-            if (w != 0) return Status::InvalidArgument(path + ": has one shard; shard " + std::to_string(w) + " asked for");
+            if (w != 0)
+                return Status::InvalidArgument(path + ": has one shard; shard " + std::to_string(w) + " asked for");
         }
         out->stores.push_back(dir);
         out->numbers.push_back(0);
@@ -126,8 +127,10 @@ Status with_read_stores(const std::string& path, const std::function<Status(cons
             return st;
         }
         if (attempt == kAttempts) {
-            return Status::IOError(path + ": another process is updating the index and its files changed while it "
-                                   "was being opened; try again (" + st.message() + ")");
+            return Status::IOError(path +
+                                   ": another process is updating the index and its files changed while it "
+                                   "was being opened; try again (" +
+                                   st.message() + ")");
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20 << attempt));
     }
@@ -160,7 +163,8 @@ Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::s
         const IndexInfo& b = (*infos)[s];
         const int64_t first = (*stats)[s].value("first_doc", int64_t{0});
         if (!layout.sharded && first != 0) {
-            return Status::InvalidArgument(path + ": a shard of a sharded index, not an index (open its parent directory)");
+            return Status::InvalidArgument(path +
+                                           ": a shard of a sharded index, not an index (open its parent directory)");
         }
         // A partial open sees only some shards: their first documents cannot be checked against
         // the others'.
@@ -222,9 +226,9 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
     std::vector<Status> sts(n);
     const auto load = [&](size_t s, bool show) {
         const std::string sp = layout.sharded ? layout.stores[s].string() : path;
-        return wanted[s] ? read_store(dbs[s], sp, vectors, show, total.shards[s].first_doc, limit, &(*shards)[s],
-                                      &tomb[s])
-                         : read_tombstones(dbs[s], sp, limit, &tomb[s]);
+        return wanted[s]
+                   ? read_store(dbs[s], sp, vectors, show, total.shards[s].first_doc, limit, &(*shards)[s], &tomb[s])
+                   : read_tombstones(dbs[s], sp, limit, &tomb[s]);
     };
     if (n == 1) {
         sts[0] = load(0, progress);
@@ -247,7 +251,8 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
     for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
     for (size_t s = 0; layout.sharded && s < n; ++s) {  // one model: the manifest's
         if (wanted[s] && ModelCrc((*shards)[s].model) != layout.model_crc) {
-            return Status::Corruption(layout.stores[s].string() + ": its model differs from the manifest's (the index is damaged)");
+            return Status::Corruption(layout.stores[s].string() +
+                                      ": its model differs from the manifest's (the index is damaged)");
         }
     }
     // Deleted documents leave the IVF lists, so no search path sees them.

@@ -1,4 +1,5 @@
-// Copyright TileMaxSim authors. Writing a new index: its stores (sharded or not), the manifest, and putting it in place.
+// Copyright TileMaxSim authors. Writing a new index: its stores (sharded or not), the manifest, and putting it in
+// place.
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -30,7 +31,7 @@ struct IndexWriter::Impl {
     std::vector<std::unique_ptr<StoreWriter>> done;  // finished stores, in order
     std::unique_ptr<StoreWriter> cur;                // the shard being written
     int cur_shard = -1;
-    std::unique_ptr<VectorsAhead> ahead;             // WriteVectorsAhead's, until FinishShards
+    std::unique_ptr<VectorsAhead> ahead;  // WriteVectorsAhead's, until FinishShards
     int ahead_dim = 0;
     double ahead_seconds = 0;  // from WriteVectorsAhead until every vector was written
     bool sharded() const { return shard_docs.size() > 1; }
@@ -78,7 +79,8 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
                            std::unique_ptr<IndexWriter>* out, std::unique_ptr<FileLock> target_lock,
                            std::vector<int64_t> shard_docs, const WriterPart* part) {
     const bool parted = part && part->size > 1;
-    if (parted && (part->rank < 0 || part->rank >= part->size)) return Status::InvalidArgument(path + ": bad build part");
+    if (parted && (part->rank < 0 || part->rank >= part->size))
+        return Status::InvalidArgument(path + ": bad build part");
     if (parted && part->rank != 0) {  // join rank 0's build directory
         std::unique_ptr<IndexWriter> w(new IndexWriter());
         Impl& im = *w->impl_;
@@ -87,7 +89,8 @@ Status IndexWriter::Create(const std::string& path, const IndexBuildOptions& opt
         im.tmp = part->dir;
         std::error_code ec;
         if (!fs::is_directory(im.tmp, ec)) {
-            return Status::IOError(part->dir + ": the build directory of rank 0 is not visible here (a distributed "
+            return Status::IOError(part->dir +
+                                   ": the build directory of rank 0 is not visible here (a distributed "
                                    "build writes every shard into one directory: a shared filesystem)");
         }
         im.shard_docs = shard_docs.empty() ? std::vector<int64_t>{INT64_MAX} : std::move(shard_docs);
@@ -122,7 +125,8 @@ Status IndexWriter::Begin(const std::string& path, const IndexBuildOptions& opts
         // Only ever replace an index this project wrote, or an empty directory.
         const bool empty_dir = fs::is_directory(target, ec) && fs::is_empty(target, ec);
         if (!empty_dir && !IsIndexDir(target)) {
-            return Status::InvalidArgument(path + ": exists and is not an index written by tms; refusing to overwrite it");
+            return Status::InvalidArgument(path +
+                                           ": exists and is not an index written by tms; refusing to overwrite it");
         }
         // No other writer may change the old index while the new one is built: it would be lost.
         if (!target_lock && !empty_dir) TMS_RETURN_IF_ERROR(AcquireWriterLock(target, &target_lock));
@@ -144,7 +148,8 @@ Status IndexWriter::Begin(const std::string& path, const IndexBuildOptions& opts
     for (int s = 0; s < int(im.shard_docs.size()); s += parted ? part->size : 1) im.mine.push_back(s);
     TMS_RETURN_IF_ERROR(MakeBuildDir(target, &im.tmp));
     // Locked before it carries the marker: RecoverLeftovers never takes it for a dead build's.
-    TMS_RETURN_IF_ERROR(FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
+    TMS_RETURN_IF_ERROR(
+        FileLock::Acquire(im.tmp / kWriterLockFile, true, 0, true, im.tmp.string() + ": locked", &im.tmp_lock));
     TMS_RETURN_IF_ERROR(WriteMarker(im.tmp));
     im.opts = opts;
     CrashPoint("build:created");
@@ -166,7 +171,8 @@ Status IndexWriter::WriteVectorsAhead(const std::vector<int64_t>& doclens, int d
                                       VectorSource source) {
     Impl& im = *impl_;
     if (im.model || im.ahead || im.mine.size() != im.shard_docs.size() || !im.opts.keep_vectors) {
-        return Status::Internal(im.path + ": vectors are written ahead by a whole build with vectors, before its model");
+        return Status::Internal(im.path +
+                                ": vectors are written ahead by a whole build with vectors, before its model");
     }
     std::vector<VectorsAhead::Store> stores;
     int64_t first = 0;
@@ -210,8 +216,8 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
         }
         for (; i < i1; ++i) {
             const int64_t len = doclens[i];
-            TMS_RETURN_IF_ERROR(im.cur->Append(len, token_centroids + t, codes + t * nb,
-                                               vecs ? vectors + t * dim : nullptr, ids[i]));
+            TMS_RETURN_IF_ERROR(
+                im.cur->Append(len, token_centroids + t, codes + t * nb, vecs ? vectors + t * dim : nullptr, ids[i]));
             t += len;
         }
     }
@@ -224,7 +230,7 @@ Status IndexWriter::FinishShards() {
     im.cur.reset();
     if (im.done.size() != im.mine.size()) return Status::InvalidArgument(im.path + ": fewer documents than shards");
     if (im.ahead) im.ahead_seconds = im.ahead->seconds();
-    im.ahead.reset();  // every chunk of every store was waited for
+    im.ahead.reset();                   // every chunk of every store was waited for
     if (im.joined) im.finished = true;  // its part is done; rank 0 completes the index
     return Status::OK();
 }
@@ -246,8 +252,8 @@ Status IndexWriter::Complete() {
             }
             shards.push_back(ShardDirName(int(s)));
         }
-        const nlohmann::json manifest = {{"format_version", kShardedFormatVersion}, {"shards", shards},
-                                         {"model_crc", ModelCrc(*im.model)}};
+        const nlohmann::json manifest = {
+            {"format_version", kShardedFormatVersion}, {"shards", shards}, {"model_crc", ModelCrc(*im.model)}};
         const std::string text = manifest.dump(1) + "\n";
         CrashPoint("build:manifest");
         TMS_RETURN_IF_ERROR(WriteFileAtomically((im.tmp / kManifestFile).string(), [&](std::FILE* f) {

@@ -100,7 +100,8 @@ void ConcatShards(std::vector<IndexData>* shards, IndexData* d, std::vector<PodV
             append_parallel(s.vectors, at_vec, &d->vectors);
             at_vec += int64_t(s.vectors.size());
         }
-        d->doc_ids.insert(d->doc_ids.end(), std::make_move_iterator(s.doc_ids.begin()), std::make_move_iterator(s.doc_ids.end()));
+        d->doc_ids.insert(d->doc_ids.end(), std::make_move_iterator(s.doc_ids.begin()),
+                          std::make_move_iterator(s.doc_ids.end()));
         d->deleted.insert(d->deleted.end(), s.deleted.begin(), s.deleted.end());
         PodVector<uint32_t>().swap(s.token_centroids);
         PodVector<uint8_t>().swap(s.codes);

@@ -22,8 +22,8 @@ namespace fs = std::filesystem;
 // One store's documents (local ids 0..n_docs-1 in `d`; stored as global ids from `first_doc`)
 // and its raw tombstones (global ids below `limit`). `d->deleted` and the IVF filtering are the
 // caller's (read_shards: a tombstone may live in another shard's store).
-Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool progress, int64_t first_doc,
-                  int64_t limit, IndexData* d, std::vector<int64_t>* tombstones) {
+Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool progress, int64_t first_doc, int64_t limit,
+                  IndexData* d, std::vector<int64_t>* tombstones) {
     nlohmann::json stats;
     TMS_RETURN_IF_ERROR(read_meta(db, path, &d->info, &stats));
     IndexModel& m = d->model;
@@ -35,14 +35,14 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
     // vec: the vectors are read into d->vectors; vec_refs: their chunks' references are kept
     // (d->vector_files) and nothing is read.
     const bool inline_vectors = info.format_version == kInlineVectorsFormat;
-    const bool vec = info.has_vectors && (vectors == VectorLoad::kMemory ||
-                                          (vectors == VectorLoad::kFileOrMemory && inline_vectors));
-    const bool vec_refs = info.has_vectors && (vectors == VectorLoad::kFile ||
-                                               (vectors == VectorLoad::kFileOrMemory && !inline_vectors));
+    const bool vec = info.has_vectors &&
+                     (vectors == VectorLoad::kMemory || (vectors == VectorLoad::kFileOrMemory && inline_vectors));
+    const bool vec_refs =
+        info.has_vectors && (vectors == VectorLoad::kFile || (vectors == VectorLoad::kFileOrMemory && !inline_vectors));
     if (vec_refs && inline_vectors) {
-        return Status::NotSupported(path + ": this index keeps its vectors inside the store (format " +
-                                    std::to_string(kInlineVectorsFormat) +
-                                    "), which cannot be searched from disk; `tms compact` rewrites it in the current format");
+        return Status::NotSupported(
+            path + ": this index keeps its vectors inside the store (format " + std::to_string(kInlineVectorsFormat) +
+            "), which cannot be searched from disk; `tms compact` rewrites it in the current format");
     }
     // Format 5: the vectors file, at least as long as the store's tokens (an update that did not
     // commit may have left more).
@@ -73,7 +73,8 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
         advise_huge_pages(d->token_centroids.data(), d->token_centroids.size() * sizeof(uint32_t));
         d->doc_ids.assign(size_t(n_docs), std::string());
     } catch (const std::bad_alloc&) {
-        return Status::ResourceExhausted(path + ": not enough host memory to load " + std::to_string(n_tokens) + " tokens");
+        return Status::ResourceExhausted(path + ": not enough host memory to load " + std::to_string(n_tokens) +
+                                         " tokens");
     }
     // Chunk values carry their own CRC-32C (hardware instruction); RocksDB's block checksum of
     // the same bytes is a portable table-driven CRC in Debian's build, 5x slower, so chunk reads
@@ -180,16 +181,18 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
             if (vec && vec_in_file) {
                 const std::string vw = vec_path + ": chunk " + std::to_string(w0 + i);
                 vst = pread_all(vec_file.fd, vdst, p.vref.bytes, p.vref.offset, vw);
-                if (vst.ok() && Crc32(vdst, p.vref.bytes) != p.vref.crc) vst = Status::Corruption(vw + ": checksum mismatch");
+                if (vst.ok() && Crc32(vdst, p.vref.bytes) != p.vref.crc)
+                    vst = Status::Corruption(vw + ": checksum mismatch");
             } else if (vec) {
                 std::memcpy(vdst, vecs_v[i].data(), size_t(p.ntok) * m.dim * 2);
             }
             uint32_t bad = 0;
             for (int64_t t = 0; t < p.ntok; ++t) bad |= cid[t] >= uint32_t(m.n_centroids) ? 1u : 0u;
-            sts[i] = bad ? Status::Corruption(path + ": docs chunk " + std::to_string(w0 + i) + ": centroid id out of range")
-                         : !vst.ok() ? vst
-                                     : decode_ids(path + ": ids of chunk " + std::to_string(w0 + i), ids_v[i],
-                                                  size_t(p.ndocs), d->doc_ids.data() + p.d0);
+            sts[i] =
+                bad ? Status::Corruption(path + ": docs chunk " + std::to_string(w0 + i) + ": centroid id out of range")
+                : !vst.ok() ? vst
+                            : decode_ids(path + ": ids of chunk " + std::to_string(w0 + i), ids_v[i], size_t(p.ndocs),
+                                         d->doc_ids.data() + p.d0);
         }
         for (int64_t i = 0; i < nw; ++i) TMS_RETURN_IF_ERROR(sts[i]);
         prog.Add(next_doc - reported);

@@ -15,7 +15,7 @@ namespace tms::index {
 namespace fs = std::filesystem;
 
 Status StoreWriter::Open(const fs::path& dir, const IndexBuildOptions& o, const IndexModel& m, int64_t first,
-            VectorsAhead* vectors_ahead, size_t store) {
+                         VectorsAhead* vectors_ahead, size_t store) {
     path = dir.string();
     opts = o;
     model = &m;
@@ -137,7 +137,8 @@ Status StoreWriter::flush_chunk() {
             r.offset = chunk_vec_at;
             r.bytes = chunk_vec_bytes;
             r.crc = chunk_vec_crc;
-            if (r.offset + r.bytes > vec_written) return Status::Internal(path + ": vectors appended before they were written");
+            if (r.offset + r.bytes > vec_written)
+                return Status::Internal(path + ": vectors appended before they were written");
         }
         b.Put(db.cf[kVectors], be64(n_chunks), encode_vector_ref(r));
         chunk_vec_at += chunk_vec_bytes;
@@ -179,7 +180,8 @@ Status StoreWriter::WriteVectors(const uint16_t* v, int64_t n_tok) {
     return Status::OK();
 }
 
-Status StoreWriter::Append(int64_t len, const uint32_t* tc, const uint8_t* cd, const uint16_t* vec, const std::string& id) {
+Status StoreWriter::Append(int64_t len, const uint32_t* tc, const uint8_t* cd, const uint16_t* vec,
+                           const std::string& id) {
     const int nb = model->n_code_bytes, dim = model->dim;
     const int32_t doc = static_cast<int32_t>(first_doc + n_docs);
     for (int64_t j = 0; j < len; ++j) {

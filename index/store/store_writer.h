@@ -37,11 +37,11 @@ struct StoreWriter {
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;
     std::vector<std::string> ids;
-    Fd vec_file;                 // kVectorsFile, with keep_vectors
-    uint64_t vec_written = 0;    // bytes written to it (WriteVectors, ahead of Append)
-    uint64_t chunk_vec_at = 0;   // the chunk's first vector byte in it
+    Fd vec_file;                // kVectorsFile, with keep_vectors
+    uint64_t vec_written = 0;   // bytes written to it (WriteVectors, ahead of Append)
+    uint64_t chunk_vec_at = 0;  // the chunk's first vector byte in it
     uint64_t chunk_vec_bytes = 0;
-    uint32_t chunk_vec_crc = 0;  // CRC-32C of the chunk's vector bytes so far
+    uint32_t chunk_vec_crc = 0;     // CRC-32C of the chunk's vector bytes so far
     VectorsAhead* ahead = nullptr;  // when set, the vectors file is written by it (store ahead_store)
     size_t ahead_store = 0;
 

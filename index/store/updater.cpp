@@ -21,7 +21,6 @@ namespace tms::index {
 
 namespace fs = std::filesystem;
 
-
 // Closing a read-write database replaces files (a new MANIFEST, logs): not while a reader loads.
 void close_updating(Db* db, const fs::path& dir) {
     if (!db->db) return;
@@ -41,8 +40,9 @@ Status check_free_space(const IndexUpdaterImpl& u, int64_t need_bytes) {
     constexpr int64_t kMargin = int64_t(16) << 20;
     const int64_t free = FreeBytes(u.dir);
     if (free >= 0 && free < need_bytes + kMargin) {
-        return Status::IOError(u.path + ": disk full: " + std::to_string(free >> 20) + " MB free on its file system, the " +
-                               "update needs about " + std::to_string((need_bytes + kMargin + (1 << 20) - 1) >> 20) + " MB");
+        return Status::IOError(u.path + ": disk full: " + std::to_string(free >> 20) +
+                               " MB free on its file system, the " + "update needs about " +
+                               std::to_string((need_bytes + kMargin + (1 << 20) - 1) >> 20) + " MB");
     }
     return Status::OK();
 }
@@ -113,8 +113,10 @@ Status OpenUpdater(const std::string& path, UpdaterPtr* out) {
         const std::string sp = u->layout.sharded ? u->layout.stores[s].string() : path;
         TMS_RETURN_IF_ERROR(for_each_store_id(u->dbs[s], sp, infos[s], u->view.shards[s].first_doc,
                                               [&](std::string_view id, int64_t g) {
-                                                  if (!deleted[g]) u->ids.emplace(std::string(id), g);
-                                                  else u->deleted_ids.emplace(id);
+                                                  if (!deleted[g])
+                                                      u->ids.emplace(std::string(id), g);
+                                                  else
+                                                      u->deleted_ids.emplace(id);
                                               }));
     }
     for (const auto& [id, d] : u->ids) u->deleted_ids.erase(id);  // replaced: live again
@@ -157,7 +159,8 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
     }
     if (doc_ids.empty()) return Status::InvalidArgument("doc-ids: adding documents needs explicit ids (--doc-ids)");
     TMS_RETURN_IF_ERROR(ValidateInput(tokens, doclens, &doc_ids));
-    if (u->view.n_docs + int64_t(doclens.size()) > INT32_MAX) return Status::NotSupported("index would exceed 2^31 documents");
+    if (u->view.n_docs + int64_t(doclens.size()) > INT32_MAX)
+        return Status::NotSupported("index would exceed 2^31 documents");
     for (size_t i = 0; i < doc_ids.size(); ++i) {
         auto it = u->ids.find(doc_ids[i]);
         if (it != u->ids.end() && !replace) {
@@ -187,8 +190,8 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
     const int nb = u->model.n_code_bytes, dim = u->info.dim;
     // Chunks are written once to memtables and once flushed (blob files), and the commit
     // rewrites the IVF lists they touch.
-    TMS_RETURN_IF_ERROR(check_free_space(*u, 2 * tokens.rows * (4 + nb + (u->info.has_vectors ? 2 * dim : 0)) +
-                                                 8 * tokens.rows));
+    TMS_RETURN_IF_ERROR(
+        check_free_space(*u, 2 * tokens.rows * (4 + nb + (u->info.has_vectors ? 2 * dim : 0)) + 8 * tokens.rows));
     std::unique_ptr<Encoder> enc;
     IndexBuildOptions built;  // the GPU the index was built on encodes its additions
     (void)ParseBuildOptionsJson(u->info.build_config_json, &built);
@@ -208,8 +211,8 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         const int64_t first = u->first_doc + u->info.n_docs, chunk = u->info.n_chunks;
         // Chunks past meta's n_chunks are invisible to readers until Commit.
         rocksdb::WriteBatch b;
-        b.Put(u->db().cf[kDocs], be64(chunk), encode_chunk(first, doclens.data() + d0, int64_t(d1 - d0), cids.data(),
-                                                          codes.data(), n, nb));
+        b.Put(u->db().cf[kDocs], be64(chunk),
+              encode_chunk(first, doclens.data() + d0, int64_t(d1 - d0), cids.data(), codes.data(), n, nb));
         if (u->info.has_vectors) {
             vecs.resize(size_t(n) * dim);
             ToHalf(tokens, row, n, vecs.data());

@@ -49,15 +49,15 @@ struct IndexUpdaterImpl {
     Layout layout;
     std::vector<Db> dbs;  // every store; the head (back) read-write, the others read-only
     Db& db() { return dbs.back(); }
-    IndexInfo info;       // the head store's own metadata (its documents, chunks, tombstones)
-    IndexInfo view;       // the whole index as it will be after Commit (UpdaterInfo)
+    IndexInfo info;              // the head store's own metadata (its documents, chunks, tombstones)
+    IndexInfo view;              // the whole index as it will be after Commit (UpdaterInfo)
     int64_t first_doc = 0;       // global id of the head's first document
     int64_t others_deleted = 0;  // tombstones held by the other stores
     nlohmann::json stats;
     IndexModel model;
     int chunk_docs = 2048;
     std::unordered_map<std::string, int64_t> ids;  // live external id -> global internal id
-    std::unordered_set<std::string> deleted_ids;    // external ids with no live document
+    std::unordered_set<std::string> deleted_ids;   // external ids with no live document
     // IVF lists of the head (global ids) are read when an added token first touches them
     // (ivf_loaded), not at open: adding a few documents to a large index reads a few lists.
     std::vector<std::vector<int32_t>> ivf;
@@ -65,14 +65,14 @@ struct IndexUpdaterImpl {
     int64_t committed_docs = 0;  // head documents the stored lists may name
     Fd vec_file;                 // the head's vectors file (format 5 with vectors), appended to
     std::vector<char> ivf_dirty;
-    std::vector<int64_t> tombstones;  // global ids
+    std::vector<int64_t> tombstones;     // global ids
     std::vector<IndexInfo> store_infos;  // every store's metadata at open
     // Document metadata (index/metadata.h): the columns (the file's, then those added rows
     // bring) and a row for each added document, written at Commit before the stores' commit.
     bool meta_exists = false;  // the index has a metadata file
     bool meta_given = false;   // an add brought metadata: Commit creates the file if missing
     std::vector<MetaColumn> meta_columns;
-    int64_t meta_rows = 0;     // rows of the file below the committed documents
+    int64_t meta_rows = 0;  // rows of the file below the committed documents
     struct StagedRow {
         int64_t doc;
         std::string id;

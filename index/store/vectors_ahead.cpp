@@ -13,7 +13,7 @@ namespace tms::index {
 namespace fs = std::filesystem;
 
 Status VectorsAhead::Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs,
-                    int dim, int64_t max_lead, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
+                           int dim, int64_t max_lead, VectorSource source, std::unique_ptr<VectorsAhead>* out) {
     std::unique_ptr<VectorsAhead> a(new VectorsAhead());
     a->start_ = std::chrono::steady_clock::now();
     a->dim_ = dim;

@@ -35,8 +35,8 @@ public:
         fs::path dir;
         int64_t n_docs = 0;
     };
-    static Status Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs,
-                        int dim, int64_t max_lead, VectorSource source, std::unique_ptr<VectorsAhead>* out);
+    static Status Start(const std::vector<Store>& stores, const std::vector<int64_t>& doclens, int chunk_docs, int dim,
+                        int64_t max_lead, VectorSource source, std::unique_ptr<VectorsAhead>* out);
     ~VectorsAhead();
     // Chunk c of store s, once written; or the first error of any chunk.
     Status Wait(size_t s, int64_t c, VectorRef* ref);

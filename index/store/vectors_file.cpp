@@ -16,9 +16,8 @@ struct VectorFile::State {
         for (size_t i = 0; i < n; ++i) checked[i].store(0, std::memory_order_relaxed);
     }
     std::unique_ptr<std::atomic<uint8_t>[]> checked;  // 0 unchecked, 1 good, 2 bad
-    std::array<std::mutex, 64> mu;                     // one checker per chunk (striped)
+    std::array<std::mutex, 64> mu;                    // one checker per chunk (striped)
 };
-
 
 std::shared_ptr<VectorFile> VectorFileBuilder::Make(std::string path, Fd* fd, int dim, std::vector<int64_t> chunk_t0,
                                                     std::vector<uint32_t> crc) {

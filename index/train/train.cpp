@@ -52,13 +52,14 @@ Status status_of(const char* doing, Fn&& fn) {
 // With a GpuAssigner, the assignment runs on the GPU instead (centroids re-uploaded per call:
 // k-means replaces them every iteration).
 struct ParallelFlatIP : faiss::IndexFlatIP {
-    ParallelFlatIP(int d, GpuAssigner* gpu, Progress* iterations) : faiss::IndexFlatIP(d), gpu_(gpu), its_(iterations) {}
+    ParallelFlatIP(int d, GpuAssigner* gpu, Progress* iterations)
+        : faiss::IndexFlatIP(d), gpu_(gpu), its_(iterations) {}
     GpuAssigner* gpu_;
-    Progress* its_;               // advanced once a k = 1 search: k-means runs one an iteration
-    mutable double assign_s = 0;  // seconds in k = 1 searches (the assignments)
+    Progress* its_;                      // advanced once a k = 1 search: k-means runs one an iteration
+    mutable double assign_s = 0;         // seconds in k = 1 searches (the assignments)
     mutable std::vector<char> assigned;  // per centroid: whether the last assignment gave it a row
-    void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances, faiss::Index::idx_t* labels,
-                const faiss::SearchParameters* params = nullptr) const override {
+    void search(faiss::Index::idx_t n, const float* x, faiss::Index::idx_t k, float* distances,
+                faiss::Index::idx_t* labels, const faiss::SearchParameters* params = nullptr) const override {
         if (k != 1 || ntotal == 0) {
             faiss::IndexFlatIP::search(n, x, k, distances, labels, params);
             return;
@@ -72,8 +73,13 @@ struct ParallelFlatIP : faiss::IndexFlatIP {
             if (st.ok()) st = gpu_->Assign(x, n, lab.data(), distances);
             if (!st.ok()) FAISS_THROW_MSG("GPU assignment: " + st.ToString());
         } else {
-            st = kernels::nearest_cpu({.x = x, .n = n, .dim = static_cast<int>(d), .centroids = get_xb(),
-                                       .n_centroids = K, .labels = lab.data(), .best = distances});
+            st = kernels::nearest_cpu({.x = x,
+                                       .n = n,
+                                       .dim = static_cast<int>(d),
+                                       .centroids = get_xb(),
+                                       .n_centroids = K,
+                                       .labels = lab.data(),
+                                       .best = distances});
             if (!st.ok()) FAISS_THROW_MSG(st.ToString());
         }
         assigned.assign(size_t(K), 0);
@@ -180,9 +186,11 @@ Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& o
     if (m->codec == "pq") {
         m->pq_m = opts.pq_m > 0 ? opts.pq_m : auto_pq_m(dim);
         m->pq_nbits = opts.pq_nbits;
-        if (m->pq_nbits != 8) return Status::NotSupported("pq_nbits " + std::to_string(m->pq_nbits) + ": only 8 is supported");
+        if (m->pq_nbits != 8)
+            return Status::NotSupported("pq_nbits " + std::to_string(m->pq_nbits) + ": only 8 is supported");
         if (dim % m->pq_m != 0) {
-            return Status::InvalidArgument("pq_m " + std::to_string(m->pq_m) + " does not divide dim " + std::to_string(dim));
+            return Status::InvalidArgument("pq_m " + std::to_string(m->pq_m) + " does not divide dim " +
+                                           std::to_string(dim));
         }
         if (n < 256) {
             return Status::InvalidArgument("the pq codec needs at least 256 tokens to train, corpus has " +
@@ -238,7 +246,9 @@ Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& o
         for (int64_t i = 0; i < total; i += stride) vals.push_back(residuals[i]);
         std::sort(vals.begin(), vals.end());
         const int nb = 1 << nbits;
-        auto q = [&](double f) { return vals[std::min<size_t>(vals.size() - 1, static_cast<size_t>(f * vals.size()))]; };
+        auto q = [&](double f) {
+            return vals[std::min<size_t>(vals.size() - 1, static_cast<size_t>(f * vals.size()))];
+        };
         // Cutoffs at the quantiles (PLAID's equal-mass buckets); each bucket decodes to the mean of
         // its values, the reconstruction of least squared error for these cutoffs (PLAID takes
         // the bucket's median, the quantile between its cutoffs; an empty bucket still does).
@@ -248,9 +258,10 @@ Status train_codec(const float* residuals, int64_t n, const IndexBuildOptions& o
         size_t lo = 0;
         for (int i = 0; i < nb; ++i) {
             // Encoding puts v in the bucket of the cutoffs <= v: bucket i is [cutoff i-1, cutoff i).
-            const size_t hi = i + 1 < nb ? static_cast<size_t>(std::lower_bound(vals.begin(), vals.end(),
-                                                                                m->residual_cutoffs[i]) - vals.begin())
-                                         : vals.size();
+            const size_t hi =
+                i + 1 < nb ? static_cast<size_t>(std::lower_bound(vals.begin(), vals.end(), m->residual_cutoffs[i]) -
+                                                 vals.begin())
+                           : vals.size();
             double sum = 0;
             for (size_t k = lo; k < hi; ++k) sum += vals[k];
             m->residual_weights.push_back(hi > lo ? static_cast<float>(sum / double(hi - lo)) : q((i + 0.5) / nb));
@@ -274,7 +285,8 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
 Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
                   std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
                   const ReleaseFn& release) {
-    return status_of("training the index model", [&] { return train_model(shards, opts, out, phases, names, release); });
+    return status_of("training the index model",
+                     [&] { return train_model(shards, opts, out, phases, names, release); });
 }
 
 namespace {
@@ -422,7 +434,8 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
             int kept = 0;
             for (int c = 0; c < m.n_centroids; ++c) {
                 if (!ip.assigned[size_t(c)]) continue;
-                if (kept != c) std::copy_n(m.centroids.begin() + int64_t(c) * dim, dim, m.centroids.begin() + int64_t(kept) * dim);
+                if (kept != c)
+                    std::copy_n(m.centroids.begin() + int64_t(c) * dim, dim, m.centroids.begin() + int64_t(kept) * dim);
                 ++kept;
             }
             m.n_centroids = kept;
@@ -435,8 +448,9 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     // 3. Train the codec on the residuals of its sample.
     t0 = std::chrono::steady_clock::now();
     {
-        if (say) LogInfo("training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
-                         static_cast<long long>(n_codec));
+        if (say)
+            LogInfo("training the %s codec on %lld tokens' residuals...\n", m.codec.c_str(),
+                    static_cast<long long>(n_codec));
         std::vector<uint32_t> ta(n_codec);
         if (gpu) {
             TMS_RETURN_IF_ERROR(gpu->SetCentroids(m.centroids.data(), m.n_centroids, dim));

@@ -34,7 +34,6 @@ TMS_TARGET_CLONES void half_to_float_n(const uint16_t* src, int64_t n, float* ds
 #endif
 }
 
-
 // sum_i max_j <q_i, x_j> for q [ql, dim], x [n, dim], fp32.
 TMS_TARGET_CLONES float maxsim_block(const float* q, int ql, const float* x, int64_t n, int dim) {
     if (n == 0 || ql == 0) return 0.0f;
@@ -126,8 +125,8 @@ Status check_cands(const int64_t* cand_offsets, const int32_t* cand_docs, int n_
 // One document's code MaxSim from the per-query tables: cst [K, ql] centroid scores, lut
 // [nb, 256, ql]; acc/best are [ql] scratch.
 TMS_TARGET_CLONES float lut_doc_score(const float* cst, const float* lut, const uint32_t* token_centroids,
-                                      const uint8_t* codes, const float* scales, int nb, int ql, int64_t t0,
-                                      int64_t t1, float* acc, float* best) {
+                                      const uint8_t* codes, const float* scales, int nb, int ql, int64_t t0, int64_t t1,
+                                      float* acc, float* best) {
     for (int i = 0; i < ql; ++i) best[i] = kNegInf;
     for (int64_t t = t0; t < t1; ++t) {
         const float* base = cst + size_t(token_centroids[t]) * ql;
@@ -216,12 +215,13 @@ Status maxsim_cpu(const MaxSimParams& p) {
 Status code_maxsim_cpu(const CodeMaxSimParams& p) {
     TMS_RETURN_IF_ERROR(code_maxsim_validate(p));
     TMS_RETURN_IF_ERROR(check_cands(p.cand_offsets, p.cand_docs, p.n_queries, p.n_docs));
-    if (code_maxsim_num_scores(p) > 0 && p.scores == nullptr) return Status::InvalidArgument("code_maxsim: scores is null");
+    if (code_maxsim_num_scores(p) > 0 && p.scores == nullptr)
+        return Status::InvalidArgument("code_maxsim: scores is null");
     const int nb = p.n_code_bytes;
     const int dsub = nb ? p.dim / nb : 0;
     const int K = p.n_centroids;
-    std::vector<float> lut;  // [nb, 256, ql]
-    std::vector<float> cst;  // [K, ql]: centroid scores transposed
+    std::vector<float> lut;      // [nb, 256, ql]
+    std::vector<float> cst;      // [K, ql]: centroid scores transposed
     std::vector<float> scratch;  // per thread: acc [ql], best [ql]
     for (int q = 0; q < p.n_queries; ++q) {
         const int ql = p.query_lens ? p.query_lens[q] : p.q_stride;
@@ -271,8 +271,8 @@ Status code_maxsim_cpu(const CodeMaxSimParams& p) {
                 continue;
             }
             float* acc = scratch.data() + size_t(omp_get_thread_num()) * 2 * ql;
-            p.scores[c] = lut_doc_score(cst.data(), lut.data(), p.token_centroids, p.codes, nb ? p.token_scales : nullptr,
-                                        nb, ql, t0, t1, acc, acc + ql);
+            p.scores[c] = lut_doc_score(cst.data(), lut.data(), p.token_centroids, p.codes,
+                                        nb ? p.token_scales : nullptr, nb, ql, t0, t1, acc, acc + ql);
         }
     }
     return Status::OK();

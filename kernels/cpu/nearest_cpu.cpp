@@ -36,8 +36,8 @@ Status nearest_cpu(const NearestParams& p) {
     TMS_RETURN_IF_ERROR(nearest_validate(p));
     const int K = p.n_centroids;
     // Enough rows per pass to keep every thread busy (256-row blocks), at most ~256 MB of scores.
-    const int64_t rows = std::max<int64_t>(256, std::min<int64_t>(int64_t(1024) * omp_get_max_threads(),
-                                                                 (int64_t(1) << 26) / K));
+    const int64_t rows =
+        std::max<int64_t>(256, std::min<int64_t>(int64_t(1024) * omp_get_max_threads(), (int64_t(1) << 26) / K));
     std::vector<float> s;
     for (int64_t r0 = 0; r0 < p.n; r0 += rows) {
         const int64_t nr = std::min<int64_t>(rows, p.n - r0);

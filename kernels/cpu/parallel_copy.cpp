@@ -10,7 +10,7 @@
 namespace tms::kernels {
 
 void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads) {
-    if (bytes == 0) return;  // an empty vector's data() may be null: memcpy must not see it
+    if (bytes == 0) return;                            // an empty vector's data() may be null: memcpy must not see it
     constexpr size_t kMinPerThread = size_t(4) << 20;  // below this a thread costs more than it copies
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     int t = threads > 0 ? threads : std::min(16, hw);
@@ -24,7 +24,8 @@ void ParallelMemcpy(void* dst, const void* src, size_t bytes, int threads) {
     pool.reserve(t - 1);
     auto copy = [&](int i) {
         const size_t o = size_t(i) * piece;
-        if (o < bytes) std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(piece, bytes - o));
+        if (o < bytes)
+            std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(piece, bytes - o));
     };
     for (int i = 1; i < t; ++i) pool.emplace_back(copy, i);
     copy(0);

@@ -28,8 +28,8 @@ __global__ void ivf_mark(IvfUnionParams p, int64_t words, uint32_t* __restrict__
 constexpr int kScanThreads = 256;
 
 // One block per query: the number of set bits of its bitmap.
-__global__ void __launch_bounds__(kScanThreads) bit_count(const uint32_t* __restrict__ bits, int64_t words,
-                                                          int64_t* __restrict__ counts) {
+__global__ void __launch_bounds__(kScanThreads)
+    bit_count(const uint32_t* __restrict__ bits, int64_t words, int64_t* __restrict__ counts) {
     using Reduce = cub::BlockReduce<int64_t, kScanThreads>;
     __shared__ typename Reduce::TempStorage tmp;
     const uint32_t* b = bits + int64_t(blockIdx.x) * words;
@@ -87,8 +87,10 @@ __global__ void ivf_range_index(const int64_t* __restrict__ ivf_off, const int32
         const int64_t start = lo;
         while (lo < hi) {
             const int64_t mid = (lo + hi) / 2;
-            if (ivf_docs[mid] < first) lo = mid + 1;
-            else hi = mid;
+            if (ivf_docs[mid] < first)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         rix[i] = int32_t(lo - start);
     }
@@ -105,8 +107,8 @@ static_assert(kProbeBins <= kProbeWarps * kRangeWords, "the histogram reuses the
 // does not depend on the order). Then the scores go out densely (score + 1, 0 when not probed)
 // with their histogram.
 __global__ void __launch_bounds__(kProbeWarps * 32)
-    probe_accumulate(ProbeScoreParams p, const int32_t* __restrict__ rix, int64_t n_ranges, uint32_t* __restrict__ dense,
-                     uint32_t* __restrict__ hist) {
+    probe_accumulate(ProbeScoreParams p, const int32_t* __restrict__ rix, int64_t n_ranges,
+                     uint32_t* __restrict__ dense, uint32_t* __restrict__ hist) {
     __shared__ uint32_t acc[kProbeRangeDocs];
     __shared__ uint32_t seen[kProbeWarps][kRangeWords];
     __shared__ uint32_t touched[kRangeWords];
@@ -122,8 +124,8 @@ __global__ void __launch_bounds__(kProbeWarps * 32)
         float range = 0.f;
         for (int i = 0; i < ql; ++i) {
             const int64_t row = int64_t(q) * u.q_stride + i;
-            range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe,
-                                     u.n_centroids, p.floor_scores[row]);
+            range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe, u.n_centroids,
+                                     p.floor_scores[row]);
         }
         s_scale = probe_score_scale(range);
     }
@@ -231,8 +233,8 @@ Status probe_accumulate_cuda(const ProbeScoreParams& p, const int32_t* rix, uint
     const int64_t nr = probe_ranges(p.lists.n_docs);
     if (p.lists.n_queries == 0 || nr == 0) return Status::OK();
     if (p.lists.n_queries > 65535) return Status::InvalidArgument("probe_accumulate_cuda: more than 65535 queries");
-    probe_accumulate<<<dim3(unsigned(nr), unsigned(p.lists.n_queries)), kProbeWarps * 32, 0, stream>>>(p, rix, nr, dense,
-                                                                                                     hist);
+    probe_accumulate<<<dim3(unsigned(nr), unsigned(p.lists.n_queries)), kProbeWarps * 32, 0, stream>>>(p, rix, nr,
+                                                                                                       dense, hist);
     TMS_CUDA_CHECK_LAUNCH();
     return Status::OK();
 }
@@ -251,7 +253,7 @@ Status probe_emit_cuda(const uint32_t* dense, int n_queries, int64_t n_docs, con
     if (n_queries == 0 || nr == 0) return Status::OK();
     if (n_queries > 65535) return Status::InvalidArgument("probe_emit_cuda: more than 65535 queries");
     probe_emit<<<dim3(unsigned(nr), unsigned(n_queries)), 256, 0, stream>>>(dense, n_docs, thr, off, cursor, docs,
-                                                                          scores);
+                                                                            scores);
     TMS_CUDA_CHECK_LAUNCH();
     return Status::OK();
 }

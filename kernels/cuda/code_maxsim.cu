@@ -22,8 +22,8 @@ namespace code_impl {
 
 /// The prepared codebook image (code_codebook_image_cuda): write_codebook of layout `book` for
 /// decode class `sub`, across the grid, into global memory.
-__global__ void __launch_bounds__(256) codebook_image_kernel(const float* codebook, int dim, int sub, int book,
-                                                             unsigned char* dst) {
+__global__ void __launch_bounds__(256)
+    codebook_image_kernel(const float* codebook, int dim, int sub, int book, unsigned char* dst) {
     const int tid = int(blockIdx.x * blockDim.x + threadIdx.x), n = int(gridDim.x * blockDim.x);
     if (book == kBookPaired) {
         if (sub == 8) write_codebook<8, kBookPaired>(codebook, dim, dst, tid, n);
@@ -44,9 +44,9 @@ constexpr int kTableTileK = 64;
 /// Table writer: one CTA of 256 threads transposes 32 rows x 64 centroids of one (query, group)
 /// through shared memory: reads along centroids (16-byte loads when every row is 16-byte
 /// aligned), writes each centroid's 32 slots as four 16-byte stores (table 16-byte aligned).
-__global__ void __launch_bounds__(256) centroid_table_kernel(const float* cs, const int32_t* query_lens,
-                                                             int n_queries, int q_stride, int n_centroids,
-                                                             int n_groups, __half* table) {
+__global__ void __launch_bounds__(256)
+    centroid_table_kernel(const float* cs, const int32_t* query_lens, int n_queries, int q_stride, int n_centroids,
+                          int n_groups, __half* table) {
     // Rows padded by 4 floats: the 16-byte stores of one phase fill one 128-byte span, and the
     // reads below (4 rows two apart x 8 centroids a warp) hit 32 distinct banks.
     __shared__ __align__(16) float tile[32][kTableTileK + 4];
@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(256) centroid_table_kernel(const float* cs, co
             uint32_t w[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const __half2 h = __floats2half2_rn(tile[table_row(s8 + 2 * i)][kk], tile[table_row(s8 + 2 * i + 1)][kk]);
+                const __half2 h =
+                    __floats2half2_rn(tile[table_row(s8 + 2 * i)][kk], tile[table_row(s8 + 2 * i + 1)][kk]);
                 w[i] = *reinterpret_cast<const uint32_t*>(&h);
             }
             *reinterpret_cast<uint4*>(table + (qg * n_centroids + k) * 32 + s8) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -137,8 +138,7 @@ Status check_shape(const CodeMaxSimParams& p) {
                                     " must divide dim " + std::to_string(p.dim));
     }
     if (p.n_code_bytes > 0 && p.dim % 32 != 0) {
-        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) +
-                                    " (multiples of 32 with codes)");
+        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " (multiples of 32 with codes)");
     }
     if (sub_class(p) < 0) {
         return Status::NotSupported("code_maxsim_cuda: dsub " + std::to_string(p.dim / p.n_code_bytes) +
@@ -187,7 +187,8 @@ Status validate_sizes(const CodeMaxSimParams& p) {
         if (p.codebook == nullptr && p.codebook_image == nullptr) {
             return Status::InvalidArgument("code_maxsim_cuda: codebook is null");
         }
-        if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0 || reinterpret_cast<uintptr_t>(p.codebook_image) % 16 != 0) {
+        if (reinterpret_cast<uintptr_t>(p.codebook) % 16 != 0 ||
+            reinterpret_cast<uintptr_t>(p.codebook_image) % 16 != 0) {
             return Status::InvalidArgument("code_maxsim_cuda: codebook and codebook_image must be 16-byte aligned");
         }
         if (reinterpret_cast<uintptr_t>(p.codes) % 4 != 0) {
@@ -218,12 +219,12 @@ Status check_smem(const CodeMaxSimParams& p, int k, bool wg) {
     TMS_RETURN_IF_ERROR(launch_cache::current_device(&dev));
     const int smem_optin = dev.smem_optin;
     if (smem > size_t(smem_optin)) {
-        return Status::NotSupported("code_maxsim_cuda: dim " + std::to_string(p.dim) + " with " +
-                                    std::to_string(p.n_code_bytes) + " code bytes" +
-                                    (k > 0 ? " and top-" + std::to_string(k) : std::string()) + " needs " +
-                                    std::to_string(smem) +
-                                    " bytes of shared memory (codebook, query rows, staging, top-k lists); the device has " +
-                                    std::to_string(smem_optin));
+        return Status::NotSupported(
+            "code_maxsim_cuda: dim " + std::to_string(p.dim) + " with " + std::to_string(p.n_code_bytes) +
+            " code bytes" + (k > 0 ? " and top-" + std::to_string(k) : std::string()) + " needs " +
+            std::to_string(smem) +
+            " bytes of shared memory (codebook, query rows, staging, top-k lists); the device has " +
+            std::to_string(smem_optin));
     }
     return Status::OK();
 }
@@ -288,9 +289,9 @@ Status code_centroid_table_cuda(const CodeMaxSimParams& p, void* d_table, void* 
     const int64_t tiles = int64_t(p.n_queries) * code_impl::n_groups(p) *
                           ((p.n_centroids + code_impl::kTableTileK - 1) / code_impl::kTableTileK);
     const unsigned grid = unsigned(std::min<int64_t>(tiles, 1 << 16));
-    return pdl::launch_pdl(code_impl::centroid_table_kernel, dim3(grid), dim3(256), 0, static_cast<cudaStream_t>(stream),
-                           p.centroid_scores, p.query_lens, p.n_queries, p.q_stride, p.n_centroids,
-                           code_impl::n_groups(p), static_cast<__half*>(d_table));
+    return pdl::launch_pdl(code_impl::centroid_table_kernel, dim3(grid), dim3(256), 0,
+                           static_cast<cudaStream_t>(stream), p.centroid_scores, p.query_lens, p.n_queries, p.q_stride,
+                           p.n_centroids, code_impl::n_groups(p), static_cast<__half*>(d_table));
 }
 
 size_t code_codebook_image_bytes(const CodeMaxSimParams& p) {
@@ -457,15 +458,13 @@ Status code_maxsim_cuda_supported(int dim, int n_code_bytes) {
     return code_impl::check_smem(p, 0, false);  // the wgmma kernel is used only where it fits
 }
 
-size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p) {
-    return align256(code_centroid_table_bytes(p));
-}
+size_t code_maxsim_cuda_workspace_bytes(const CodeMaxSimParams& p) { return align256(code_centroid_table_bytes(p)); }
 
 Status code_maxsim_cuda(const CodeMaxSimParams& p, void* d_workspace, size_t workspace_bytes, void* stream) {
     TMS_RETURN_IF_ERROR(code_impl::validate_sizes(p));
     const size_t need = code_maxsim_cuda_workspace_bytes(p);
-    if (need > 0 && (d_workspace == nullptr || workspace_bytes < need ||
-                     reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0)) {
+    if (need > 0 &&
+        (d_workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0)) {
         return Status::InvalidArgument("code_maxsim_cuda: workspace needs " + std::to_string(need) +
                                        " bytes, 256-byte aligned; got " + std::to_string(workspace_bytes));
     }

@@ -80,10 +80,10 @@ struct CodeArgs {
     int64_t n_docs;
     const int64_t* cand_offsets;
     const int32_t* cand_docs;
-    float* scores;          // scores mode (CodeTraits::kTopK false)
-    uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys (topk_device.cuh)
+    float* scores;           // scores mode (CodeTraits::kTopK false)
+    uint64_t* topk_partial;  // top-k mode: [n_queries, n_slices, k] sorted keys (topk_device.cuh)
     int k;
-    int cb_smem_bytes;  // fp16 codebook bytes in shared memory
+    int cb_smem_bytes;              // fp16 codebook bytes in shared memory
     const unsigned char* cb_image;  // that fp16 codebook prepared (write_codebook), or null
     const float* token_scales;      // CodeMaxSimParams::token_scales (codes only), or null
 };
@@ -139,7 +139,7 @@ struct CodeTraits {
     /// (wg_b_word).
     static constexpr bool kLaneMajor = kWg && kShared && kSub != 8;
     static constexpr bool kPaired = kBook == kBookPaired;
-    static constexpr int kEntryBytes = 2 * kSub;                          // one fp16 entry
+    static constexpr int kEntryBytes = 2 * kSub;                         // one fp16 entry
     static constexpr int kReplicas = kSub == 0 ? 0 : 128 / kEntryBytes;  // lanes of one LDS phase
     static constexpr int kWarps = 8;
     static constexpr int kThreads = 32 * kWarps;
@@ -247,11 +247,18 @@ __device__ __forceinline__ uint4 paired_decode8(const unsigned char* cb, const u
         }
         if (r & 1) {  // each value one place up (e[0] <- e[3]): e[j] then holds entry (j + (r & 2)) & 3
             const uint32_t x = e[3];
-            e[3] = e[2]; e[2] = e[1]; e[1] = e[0]; e[0] = x;
+            e[3] = e[2];
+            e[2] = e[1];
+            e[1] = e[0];
+            e[0] = x;
         }
         if (r & 2) {
-            uint32_t x = e[0]; e[0] = e[2]; e[2] = x;
-            x = e[1]; e[1] = e[3]; e[3] = x;
+            uint32_t x = e[0];
+            e[0] = e[2];
+            e[2] = x;
+            x = e[1];
+            e[1] = e[3];
+            e[3] = x;
         }
         return make_uint4(e[0], e[1], e[2], e[3]);
     } else {
@@ -359,8 +366,14 @@ __device__ __forceinline__ void acc_from_table(const uint2& v0, const uint2& v1,
     const float2 a01 = __half22float2(*reinterpret_cast<const __half2*>(&v0.y));  // m1
     const float2 a10 = __half22float2(*reinterpret_cast<const __half2*>(&v1.x));
     const float2 a11 = __half22float2(*reinterpret_cast<const __half2*>(&v1.y));
-    a0[0] = a00.x; a0[1] = a10.x; a0[2] = a00.y; a0[3] = a10.y;
-    a1[0] = a01.x; a1[1] = a11.x; a1[2] = a01.y; a1[3] = a11.y;
+    a0[0] = a00.x;
+    a0[1] = a10.x;
+    a0[2] = a00.y;
+    a0[3] = a10.y;
+    a1[0] = a01.x;
+    a1[1] = a11.x;
+    a1[2] = a01.y;
+    a1[3] = a11.y;
 }
 
 /// Each accumulator column of a step's n8 tiles (lane g*4+t: tokens 8n + 2t and 8n + 2t + 1 of
@@ -385,8 +398,7 @@ __device__ __forceinline__ void scale_columns(float (&acc)[kM][kN][4], const flo
 template <class T>
 __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned char* st, int code_off, int s0,
                                                int n_tok, const __half* table_g, const unsigned char* cb,
-                                               const unsigned char* q_s, int lane,
-                                               float (&rmax)[T::kMTiles][2]) {
+                                               const unsigned char* q_s, int lane, float (&rmax)[T::kMTiles][2]) {
     constexpr int kM = T::kMTiles, kN = T::kNTiles;
     const int g = lane >> 2, t = lane & 3;
     const int nv = n_tok - s0;  // tokens of this step in the stage (more than 32: all 32)
@@ -405,7 +417,7 @@ __device__ __forceinline__ void warp_step_code(const CodeArgs& a, const unsigned
         const int n_chunks = a.dim >> 5;
         // acc += Q(chunk c) x B: k 0..15 of every tile, then k 16..31 (8 MMAs between two into
         // one accumulator).
-        auto mma_chunk = [&](int c, const uint4 (&bf)[kN]) {
+        auto mma_chunk = [&](int c, const uint4(&bf)[kN]) {
             uint4 qf[kM][2];
 #pragma unroll
             for (int m = 0; m < kM; ++m)
@@ -638,9 +650,9 @@ __device__ __forceinline__ float wg_sum_cols(const __half2 (&cmax)[4], int rows_
 /// kWg: the lane's 8 dims of chunks c and c + 1 of the tokens whose code rows are crow0, crow1
 /// (rows of the same parity) into v[0..1] (chunk c) and v[2..3] (chunk c + 1).
 template <class T>
-__device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned char* crow0, const unsigned char* crow1,
-                                               int c, int g, int t, const unsigned char* cb, int rep_off,
-                                               uint4 (&v)[4]) {
+__device__ __forceinline__ void wg_decode_pair(const CodeArgs& a, const unsigned char* crow0,
+                                               const unsigned char* crow1, int c, int g, int t, const unsigned char* cb,
+                                               int rep_off, uint4 (&v)[4]) {
     const unsigned char* const crow[2] = {crow0, crow1};
     if constexpr (T::kLaneMajor) {
         // Dims 32t + 8c .. 32t + 8c + 15: code bytes (32t + 8c) / kSub .., one word (2-bit
@@ -732,8 +744,9 @@ __device__ __forceinline__ void wg_fold(const float (&acc)[16], const uint4& e0,
 /// tiles and steps: a tile is folded into the running column maxima (fp16, wg_fold) after the
 /// next tile's first decode, and an item's score is summed (fp32) after its last tile's fold.
 /// The centroid scores are added at the fold, gathered from L2 when the tile starts (after the
-/// previous fold frees the registers; ptxas may move the gather down to the fold). The sub-rounds are straight-line code with distinct wgmma call sites: merged or
-/// looped sites pass the A buffers through register moves, and ptxas then serializes the wgmmas.
+/// previous fold frees the registers; ptxas may move the gather down to the fold). The sub-rounds are straight-line
+/// code with distinct wgmma call sites: merged or looped sites pass the A buffers through register moves, and ptxas
+/// then serializes the wgmmas.
 template <class T>
 __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb, int64_t te, int n_mine,
                                                    const __half* table_g, const unsigned char* cb, uint64_t qdesc,
@@ -743,7 +756,8 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     const int sb = stage_bytes(a.n_code_bytes);
     const bool mine = lane < n_mine && te > tb;
     const unsigned nonempty = __ballot_sync(0xffffffffu, mine);
-    const int my_steps = __reduce_add_sync(0xffffffffu, mine ? int((te - tb + T::kStepTokens - 1) / T::kStepTokens) : 0);
+    const int my_steps =
+        __reduce_add_sync(0xffffffffu, mine ? int((te - tb + T::kStepTokens - 1) / T::kStepTokens) : 0);
     if (lane == 0) counts[warp] = my_steps;
     wgmma::warpgroup_barrier(warp >> 2);
     const int4 cw = *reinterpret_cast<const int4*>(counts + (warp & ~3));
@@ -764,10 +778,10 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
     const int rep_off = T::kShared ? (lane % T::kReplicas) * T::kEntryBytes : 0;
     const uint32_t lo = uint32_t(qdesc), hi = uint32_t(qdesc >> 32);
     float acc[16];
-    uint4 tent[2];      // the tile's table entries (tokens 16h + g, + 8)
+    uint4 tent[2];              // the tile's table entries (tokens 16h + g, + 8)
     float tsc[2] = {1.f, 1.f};  // their scales (token_scales)
     const bool scaled = a.token_scales != nullptr;
-    uint4 buf[2][4];    // A fragments: sub-round p uses buf[p]
+    uint4 buf[2][4];  // A fragments: sub-round p uses buf[p]
     // The tile in the accumulators, to fold: tokens of its step (0: none), first row (0 or 16),
     // and the lane holding its item when it is the item's last tile (32: not the last).
     int f_nv = 0, f_row = 0, f_end = 32;
@@ -793,7 +807,8 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
         const int nv = real ? n_tok - s0 : 0;
         int nu = 32, ns0 = 0, nn = 0;
         int64_t nub = 0;
-        if (real) walk_advance<T>(a, nonempty, tb, te, u, s0, n_tok, ub, stages + (cur ^ 1) * sb, lane, nu, ns0, nn, nub);
+        if (real)
+            walk_advance<T>(a, nonempty, tb, te, u, s0, n_tok, ub, stages + (cur ^ 1) * sb, lane, nu, ns0, nn, nub);
         const unsigned char* st = stages + cur * sb;
         const unsigned char* crow0 = st + 128 + (real ? stage_code_off(a, ub + s0) : 0) + g * a.n_code_bytes;
         const int rs = 8 * a.n_code_bytes;  // 8 token rows
@@ -812,7 +827,7 @@ __device__ __forceinline__ void warp_items_code_wg(const CodeArgs& a, int64_t tb
         };
         // Sub-round p (chunks 2p, 2p + 1) of tile h.
         auto sub_round = [&]<int h, int p>() {
-            uint4 (&v)[4] = buf[p];
+            uint4(&v)[4] = buf[p];
             wg_decode_pair<T>(a, crow0 + 2 * h * rs, crow0 + (2 * h + 1) * rs, 2 * p, g, t, cb, rep_off, v);
             if (p == 0) {  // the previous tile's wgmmas are done: fold it, free the accumulators
                 wgmma::wait<0>();
@@ -871,7 +886,8 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
             for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
                 const int r = w / half_dim, c = (w - r * half_dim) * 2;
                 const bool ok = row0 + r < ql;
-                put(wg_b_word<T::kLaneMajor>(r, c), ok ? src[int64_t(r) * a.dim + c] : 0.f, ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
+                put(wg_b_word<T::kLaneMajor>(r, c), ok ? src[int64_t(r) * a.dim + c] : 0.f,
+                    ok ? src[int64_t(r) * a.dim + c + 1] : 0.f);
             }
         }
         wgmma::fence_smem_for_async();  // before the caller's barrier
@@ -894,8 +910,8 @@ __device__ __forceinline__ void fill_query_group(const CodeArgs& a, int q, int q
 /// the fp32 codebook [n_code_bytes][256][dsub]: threads tid, tid + n_threads, ... of the writers.
 /// Per CTA into shared memory, or once into a global image (codebook_image_kernel).
 template <int kSub, int kBook>
-__device__ __forceinline__ void write_codebook(const float* __restrict__ codebook, int dim, unsigned char* dst,
-                                               int tid, int n_threads) {
+__device__ __forceinline__ void write_codebook(const float* __restrict__ codebook, int dim, unsigned char* dst, int tid,
+                                               int n_threads) {
     if constexpr (kBook == kBookPaired) {
         // fp32 [n_code_bytes][256][dsub] -> fp16 entries at paired_offset, 4 values (one or half
         // an entry) a thread a step.
@@ -955,8 +971,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) code_maxsim_k
     // Top-k mode: each warp's sorted list of a.k keys, then the lists' lengths (computed where
     // used, so that the scoring walk keeps its registers).
     auto topk_lists = [&]() {
-        return reinterpret_cast<uint64_t*>(q_s + q_bytes +
-                                           T::kWarps * 2 * stage_bytes(a.n_code_bytes));
+        return reinterpret_cast<uint64_t*>(q_s + q_bytes + T::kWarps * 2 * stage_bytes(a.n_code_bytes));
     };
 
     // kWg: the B operand's descriptor (wgmma.cuh; k groups 512 bytes apart, n groups 128), and

@@ -46,9 +46,8 @@ bool wg_class(int sub, int book) {
 Status launch_wg(int sub, int book, const CodeArgs& a, size_t smem, const GridShape& gs, cudaStream_t st,
                  bool plan_only, dim3* grid) {
 #if defined(TMS_CUDA_SM90A)
-    return with_wg_traits(sub, book, [&](auto traits) {
-        return launch_as<decltype(traits)>(a, smem, gs, st, plan_only, grid);
-    });
+    return with_wg_traits(sub, book,
+                          [&](auto traits) { return launch_as<decltype(traits)>(a, smem, gs, st, plan_only, grid); });
 #else
     return Status::NotSupported("code_maxsim_cuda: this build has no sm_90a code for the warpgroup-MMA kernel");
 #endif

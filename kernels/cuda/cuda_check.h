@@ -34,8 +34,8 @@ inline const char* err_name(cublasStatus_t e) { return cublasGetStatusString(e);
 /// Errors after which the CUDA context is unusable (ggml_cuda_error aborts on these too).
 inline bool is_sticky(cudaError_t e) {
     return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorHardwareStackError ||
-           e == cudaErrorIllegalInstruction || e == cudaErrorMisalignedAddress ||
-           e == cudaErrorInvalidAddressSpace || e == cudaErrorInvalidPc || e == cudaErrorAssert;
+           e == cudaErrorIllegalInstruction || e == cudaErrorMisalignedAddress || e == cudaErrorInvalidAddressSpace ||
+           e == cudaErrorInvalidPc || e == cudaErrorAssert;
 }
 inline bool is_sticky(cublasStatus_t) { return false; }
 /// A failed runtime call also stays in the thread's last-error slot, where the next launch
@@ -47,8 +47,8 @@ template <typename E>
 Status to_status(E e, const char* expr, const char* file, int line) {
     const int dev = current_device();
     if (is_sticky(e)) {
-        std::fprintf(stderr, "tilemaxsim: fatal CUDA error '%s' on device %d at %s:%d: %s\n", err_name(e), dev,
-                     file, line, expr);
+        std::fprintf(stderr, "tilemaxsim: fatal CUDA error '%s' on device %d at %s:%d: %s\n", err_name(e), dev, file,
+                     line, expr);
         std::abort();
     }
     clear_error(e);
@@ -61,12 +61,12 @@ Status to_status(E e, const char* expr, const char* file, int line) {
 }  // namespace tms::cuda_detail
 
 /// Generic: evaluate a call returning an error code of a GPU library; return a Status on failure.
-#define TMS_GPU_RETURN_IF_ERROR_GEN(expr)                                                         \
-    do {                                                                                          \
-        auto _tms_e = (expr);                                                                     \
-        if (!::tms::cuda_detail::is_ok(_tms_e)) {                                                 \
-            return ::tms::cuda_detail::to_status(_tms_e, #expr, __FILE__, __LINE__);              \
-        }                                                                                         \
+#define TMS_GPU_RETURN_IF_ERROR_GEN(expr)                                            \
+    do {                                                                             \
+        auto _tms_e = (expr);                                                        \
+        if (!::tms::cuda_detail::is_ok(_tms_e)) {                                    \
+            return ::tms::cuda_detail::to_status(_tms_e, #expr, __FILE__, __LINE__); \
+        }                                                                            \
     } while (0)
 
 #define TMS_CUDA_RETURN_IF_ERROR(expr) TMS_GPU_RETURN_IF_ERROR_GEN(static_cast<cudaError_t>(expr))

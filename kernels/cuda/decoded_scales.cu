@@ -11,10 +11,9 @@
 namespace tms::kernels {
 namespace {
 
-__global__ void __launch_bounds__(256) decoded_scales_kernel(const float* centroids, int dim,
-                                                             const uint32_t* token_centroids, const uint8_t* codes,
-                                                             int n_code_bytes, const float* codebook,
-                                                             int64_t n_tokens, float* scales) {
+__global__ void __launch_bounds__(256)
+    decoded_scales_kernel(const float* centroids, int dim, const uint32_t* token_centroids, const uint8_t* codes,
+                          int n_code_bytes, const float* codebook, int64_t n_tokens, float* scales) {
     const int lane = threadIdx.x & 31;
     const int dsub = dim / n_code_bytes;
     const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -24,7 +23,8 @@ __global__ void __launch_bounds__(256) decoded_scales_kernel(const float* centro
         float ss = 0.f;
         for (int j = lane; j < dim; j += 32) {
             const int b = j / dsub;
-            const float x = __ldg(c + j) + __ldg(codebook + (int64_t(b) * 256 + __ldg(code + b)) * dsub + (j - b * dsub));
+            const float x =
+                __ldg(c + j) + __ldg(codebook + (int64_t(b) * 256 + __ldg(code + b)) * dsub + (j - b * dsub));
             ss = fmaf(x, x, ss);
         }
 #pragma unroll

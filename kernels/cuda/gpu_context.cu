@@ -17,7 +17,7 @@ Status GpuContext::Create(int device, std::shared_ptr<GpuContext>* out) {
     TMS_RETURN_IF_ERROR(cuda_device_count(&n));
     if (device < 0 || device >= n) {
         return Status::NotSupported("GPU " + std::to_string(device) + " is not present (" + std::to_string(n) +
-                                       " visible)");
+                                    " visible)");
     }
     std::shared_ptr<GpuContext> c(new GpuContext());
     c->device_ = device;

@@ -15,8 +15,8 @@ namespace {
 
 std::mutex g_mu;
 std::map<int, DeviceFacts> g_devices;
-std::map<std::pair<int, const void*>, size_t> g_smem_limit;               // (device, kernel) -> bytes set
-std::map<std::tuple<int, const void*, int, size_t>, int> g_occupancy;     // (device, kernel, threads, smem)
+std::map<std::pair<int, const void*>, size_t> g_smem_limit;            // (device, kernel) -> bytes set
+std::map<std::tuple<int, const void*, int, size_t>, int> g_occupancy;  // (device, kernel, threads, smem)
 
 }  // namespace
 

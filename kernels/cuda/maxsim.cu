@@ -36,7 +36,8 @@ struct Plan {
     int grid_y = 1;
     bool balance = false;  // MaxSimArgs::balance
     bool tma = false;      // the TMA instantiation, reading doc_tokens through tmap
-    bool pair = false;     // (TMA) its 256-byte units (MaxSimTraits::kPair: rows of a multiple of 256 bytes; fp32 at two CTAs an SM)
+    bool pair = false;  // (TMA) its 256-byte units (MaxSimTraits::kPair: rows of a multiple of 256 bytes; fp32 at two
+                        // CTAs an SM)
     bool docs_early = false;  // MaxSimArgs::docs_early
     CUtensorMap tmap{};
 
@@ -101,8 +102,8 @@ bool encode_doc_map(const MaxSimParams& p, int rows, bool pair, CUtensorMap* map
 
 /// One switch per axis; every default is NotSupported.
 template <typename TD, bool kSplit, bool kTma, bool kPair>
-Status dispatch_mtiles(int m_tiles, bool occupancy, const MaxSimArgs& a, const CUtensorMap& tm, dim3 grid,
-                       size_t smem, cudaStream_t st, int* blocks) {
+Status dispatch_mtiles(int m_tiles, bool occupancy, const MaxSimArgs& a, const CUtensorMap& tm, dim3 grid, size_t smem,
+                       cudaStream_t st, int* blocks) {
     switch (m_tiles) {
         case 2:
             return occupancy ? MaxSimKernel<MaxSimTraits<TD, kSplit, 2, kTma, kPair>>::Occupancy(smem, blocks)
@@ -191,9 +192,7 @@ Status make_plan(const MaxSimParams& p, int k, Plan* plan, bool launch) {
     // Rows of a multiple of 256 bytes (16-bit dim % 128 == 0, fp32 dim % 64 == 0): units of
     // 256-byte pieces (MaxSimTraits::kPair).
     plan->pair = plan->tma && p.dim * DTypeSize(p.d_dtype) % 256 == 0;
-    const auto bytes = [&](int m_tiles, int stages) {
-        return smem_bytes(m_tiles, terms, p.dim, k, stages, plan->tma);
-    };
+    const auto bytes = [&](int m_tiles, int stages) { return smem_bytes(m_tiles, terms, p.dim, k, stages, plan->tma); };
     plan->m_tiles = p.q_stride <= 32 ? 2 : 4;
     if (plan->m_tiles == 4 && bytes(4, 2) > size_t(smem_optin)) plan->m_tiles = 2;
     // The deepest ring (up to 6 stages) that keeps two CTAs per SM; else the deepest that fits
@@ -286,9 +285,9 @@ MaxSimArgs make_args(const MaxSimParams& p, const Plan& plan) {
 }
 
 /// Round of the top-k tree: out list j of query q merges in lists [j*8, j*8+8).
-__global__ void __launch_bounds__(kMergeThreads) topk_merge_kernel(const uint64_t* in, int n_in, uint64_t* out,
-                                                                     int n_out, int k, int n_queries,
-                                                                     int32_t* out_ids, float* out_scores) {
+__global__ void __launch_bounds__(kMergeThreads)
+    topk_merge_kernel(const uint64_t* in, int n_in, uint64_t* out, int n_out, int k, int n_queries, int32_t* out_ids,
+                      float* out_scores) {
     for (int q = blockIdx.y; q < n_queries; q += gridDim.y) {
         const int j = blockIdx.x;
         const int first = j * kMergeFanIn;
@@ -302,7 +301,6 @@ __global__ void __launch_bounds__(kMergeThreads) topk_merge_kernel(const uint64_
         }
     }
 }
-
 
 }  // namespace
 }  // namespace cuda_impl

@@ -102,16 +102,15 @@ struct MaxSimArgs {
     int64_t n_docs;
     const int64_t* cand_offsets;
     const int32_t* cand_docs;
-    float* scores;          // scores mode (topk_partial == nullptr)
-    uint64_t* topk_partial; // top-k mode: [n_queries, n_slices, k] sorted keys
+    float* scores;           // scores mode (topk_partial == nullptr)
+    uint64_t* topk_partial;  // top-k mode: [n_queries, n_slices, k] sorted keys
     int k;
-    int n_stages;           // per-warp copy ring, 1..6 stages of kStageBytes
-    int balance;            // dense, one query group: warps take documents by token share
-    int copy_only;          // bench diagnostic: the copies and the walk without the MMAs (scores undefined)
-    int64_t n_tokens;       // rows of doc_tokens when the caller gave them (MaxSimParams::n_tokens), else 0
-    int docs_early;         // static documents, dense (the plan decides): first document loads before the PDL wait
+    int n_stages;      // per-warp copy ring, 1..6 stages of kStageBytes
+    int balance;       // dense, one query group: warps take documents by token share
+    int copy_only;     // bench diagnostic: the copies and the walk without the MMAs (scores undefined)
+    int64_t n_tokens;  // rows of doc_tokens when the caller gave them (MaxSimParams::n_tokens), else 0
+    int docs_early;    // static documents, dense (the plan decides): first document loads before the PDL wait
 };
-
 
 /// Most stages of a warp's copy ring (one barrier each in TMA mode).
 constexpr int kMaxStages = 6;
@@ -130,7 +129,7 @@ struct MaxSimTraits {
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kMinBlocksPerSM = 2;
     static constexpr int kMTiles = kMTiles_;
-    static constexpr int kRows = 16 * kMTiles;      // query rows per group
+    static constexpr int kRows = 16 * kMTiles;  // query rows per group
     /// 256-byte units (rows of a multiple of 256 bytes: 16-bit dim % 128 == 0, fp32 dim % 64 ==
     /// 0; TMA only; the launcher picks it): a unit is kStepTokens tokens x 256 bytes (128 16-bit
     /// or 64 fp32 dims), at 16-bit dim 128 whole rows, one contiguous 4 KB block (Nq <= 32) that
@@ -143,11 +142,11 @@ struct MaxSimTraits {
     static constexpr int kStepTokens = 8 * kNTiles;
     static constexpr int kTileBytes = kPair ? 256 : 128;  // bytes of one token per dimension tile
     static constexpr int kTileDims = kTileBytes / int(sizeof(TD));
-    static constexpr int kChunks = kTileDims / 32;  // 32-dim chunks per tile (2 MMAs each)
+    static constexpr int kChunks = kTileDims / 32;     // 32-dim chunks per tile (2 MMAs each)
     static constexpr int kVecs = int(sizeof(TD)) / 2;  // 16-byte loads per lane per chunk
     static constexpr int kQTerms = (kSplitQ_ || kDocF32) ? 2 : 1;
     static constexpr bool kSplitQ = kQTerms == 2;
-    static constexpr int kBatch = 32;               // items per warp per batch (one per lane)
+    static constexpr int kBatch = 32;  // items per warp per batch (one per lane)
     /// Unit of the per-warp copy ring: one dimension tile of kStepTokens tokens, one row each.
     static constexpr int kRowBytes = kTileBytes;
     static constexpr int kRowPieces = kRowBytes / 16;
@@ -168,7 +167,6 @@ struct MaxSimTraits {
     static_assert(kVecs * 16 == 8 * int(sizeof(TD)), "a lane covers 8 dims per chunk");
     static_assert(kWarps * kBatch == 256, "batch of 256 items per CTA");
 };
-
 
 // ---------------------------------------------------------------------------------------
 // Small device helpers
@@ -293,7 +291,8 @@ __device__ __forceinline__ void issue_unit(const MaxSimArgs& a, const Cursor& k,
         if (lane == 0) {
             async_copy::mbar_arrive_expect_tx(bars + stage, T::kStageBytes);
             if constexpr (T::kPair) {  // 128-byte pieces 2c, 2c + 1 of tokens ub + s0 ..
-                async_copy::tma_load_3d(stages + stage * T::kSlotBytes, tmap, 0, 2 * k.c, int(k.ub + k.s0), bars + stage);
+                async_copy::tma_load_3d(stages + stage * T::kSlotBytes, tmap, 0, 2 * k.c, int(k.ub + k.s0),
+                                        bars + stage);
             } else {
                 async_copy::tma_load_2d(stages + stage * T::kSlotBytes, tmap, k.c * T::kTileDims, int(k.ub + k.s0),
                                         bars + stage);
@@ -323,7 +322,7 @@ __device__ __forceinline__ Cursor walk_start(const MaxSimArgs& a, int64_t tb, in
     if (cur.u == 32) return ahead;
     __syncwarp();  // every lane is done reading the stages (previous batch) the first copies overwrite
     const int n_units = T::kTma && n_first > 0 ? n_first : a.n_stages - 1;  // cp.async: S - 1 always
-    for (int i = 0; i < n_units; ++i) {  // the first S - 1 units (or n_first)
+    for (int i = 0; i < n_units; ++i) {                                     // the first S - 1 units (or n_first)
         if (ahead.u < 32) {
             if (issue) issue_unit<T>(a, ahead, i, stages, tmap, bars, lane);
             if (n_issued) ++*n_issued;
@@ -375,15 +374,15 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
     // (g & 4) | (g & 1) << 1 | (g >> 1) & 1, so that the accumulator columns 2t, 2t+1 hold
     // tokens (t & 2) << 1 | (t & 1) and that + 2.
     constexpr int kTokPerm = T::kPair ? mma_tile::kTokPairRows : (tma && !T::kDocF32) ? mma_tile::kTokHalves : 0;
-    const int brow = T::kPair ? ((g & 4) | ((g & 1) << 1) | ((g >> 1) & 1))
+    const int brow = T::kPair   ? ((g & 4) | ((g & 1) << 1) | ((g >> 1) & 1))
                      : kTokPerm ? (((g & 1) << 2) | (g >> 1))
                                 : g;  // TMA only
     const int S = a.n_stages, n_tiles = (a.dim + T::kTileDims - 1) / T::kTileDims;
     unsigned nonempty;
     Cursor cur;
     all_primed = tma && all_primed;  // every stage already holds a unit: the first turn issues none
-    Cursor ahead = walk_start<T>(a, tb, te, n_mine, !primed, stages, tmap, bars, lane, nonempty, cur, nullptr,
-                                 all_primed ? S : 0);
+    Cursor ahead =
+        walk_start<T>(a, tb, te, n_mine, !primed, stages, tmap, bars, lane, nonempty, cur, nullptr, all_primed ? S : 0);
     if (cur.u == 32) return;
     float rmax[kM][2];
 #pragma unroll
@@ -449,8 +448,8 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
                 }
                 if constexpr (T::kDocF32) {
                     // 8 fp32 values (2 vectors) -> bf16 hi and lo pairs, same k order as fp16.
-                    const float xs[8] = {__uint_as_float(dr[0].x), __uint_as_float(dr[0].y),
-                                         __uint_as_float(dr[0].z), __uint_as_float(dr[0].w),
+                    const float xs[8] = {__uint_as_float(dr[0].x),      __uint_as_float(dr[0].y),
+                                         __uint_as_float(dr[0].z),      __uint_as_float(dr[0].w),
                                          __uint_as_float(dr[kV - 1].x), __uint_as_float(dr[kV - 1].y),
                                          __uint_as_float(dr[kV - 1].z), __uint_as_float(dr[kV - 1].w)};
 #pragma unroll
@@ -463,7 +462,10 @@ __device__ __forceinline__ void warp_items(const MaxSimArgs& a, int64_t tb, int6
                         bl[n][j] = pack_bf16(xs[2 * j] - h0, xs[2 * j + 1] - h1);
                     }
                 } else {
-                    bh[n][0] = dr[0].x; bh[n][1] = dr[0].y; bh[n][2] = dr[0].z; bh[n][3] = dr[0].w;
+                    bh[n][0] = dr[0].x;
+                    bh[n][1] = dr[0].y;
+                    bh[n][2] = dr[0].z;
+                    bh[n][3] = dr[0].w;
                 }
             }
             // Each term (k half x precision part) over all kM x kN tiles before the next, so
@@ -535,8 +537,8 @@ struct QueryPut {
 /// fill of long queries inside the batch loop and of unaligned ones (the one-group query of
 /// an aligned buffer is staged and converted in the kernel's prologue: convert_staged_query).
 template <class T>
-__device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0,
-                                                 unsigned char* q_hi, unsigned char* q_lo) {
+__device__ __forceinline__ void fill_query_group(const MaxSimArgs& a, int q, int ql, int row0, unsigned char* q_hi,
+                                                 unsigned char* q_lo) {
     const QueryPut<T> put{q_hi, q_lo};
     const int n_words = T::kRows * a.dim / 2, n_chunks = a.dim >> 5;
     for (int w = threadIdx.x; w < n_words; w += T::kThreads) {
@@ -603,8 +605,8 @@ __device__ __forceinline__ WarpBatch load_batch(const MaxSimArgs& a, bool dense,
 }
 
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel(const MaxSimArgs a,
-                                                                                 const __grid_constant__ CUtensorMap tmap) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM)
+    maxsim_kernel(const MaxSimArgs a, const __grid_constant__ CUtensorMap tmap) {
     using TD = typename T::Doc;
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* q_hi = smem;
@@ -624,7 +626,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         __syncwarp();
     }
     unsigned char* stages = ring + warp * T::kStageBytes;  // this warp's stage 0 (slot-major rings)
-    uint32_t phases = 0;  // TMA: parity of the next completion of each stage's barrier
+    uint32_t phases = 0;                                   // TMA: parity of the next completion of each stage's barrier
     if constexpr (T::kTma) {  // the map's first use on this SM then finds it fetched (parameter space)
         if (threadIdx.x == 0) async_copy::prefetch_tensormap(&tmap);
     }
@@ -662,7 +664,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
             if (staged_fill) {
                 __syncthreads();  // the rings' previous readers (the last query's walk) are done
                 const unsigned char* src = static_cast<const unsigned char*>(a.queries) + int64_t(q) * q_raw_bytes;
-                for (int i = threadIdx.x * 16; i < q_raw_bytes; i += T::kThreads * 16) async_copy::cp16(staging + i, src + i);
+                for (int i = threadIdx.x * 16; i < q_raw_bytes; i += T::kThreads * 16)
+                    async_copy::cp16(staging + i, src + i);
                 async_copy::commit();
             }
         };
@@ -724,8 +727,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSM) maxsim_kernel
         const bool primed = n_groups == 1;
         bool guess_ok = false;
         if (guess) {
-            guess_ok = primed && !rebalance &&
-                       __all_sync(0xffffffffu, !bt.valid || (bt.tb == bt.item * guess_len && bt.te == bt.tb + guess_len));
+            guess_ok =
+                primed && !rebalance &&
+                __all_sync(0xffffffffu, !bt.valid || (bt.tb == bt.item * guess_len && bt.te == bt.tb + guess_len));
             if (!guess_ok) {  // let the guessed copies land before the stages are reused
                 for (int i = 0; i < guessed; ++i) {
                     async_copy::mbar_wait(bars + i, (phases >> i) & 1u);
@@ -809,36 +813,36 @@ struct MaxSimKernel {
 };
 
 // The instantiations that exist (kernels/cuda/instances/, generated by generate.py).
-#define TMS_MAXSIM_FOR_EACH_INSTANCE(X)  \
-    X(__half, false, 2, false, false) \
-    X(__half, false, 4, false, false) \
-    X(__half, true, 2, false, false) \
-    X(__half, true, 4, false, false) \
-    X(__half, false, 2, true, false) \
-    X(__half, false, 4, true, false) \
-    X(__half, true, 2, true, false) \
-    X(__half, true, 4, true, false) \
+#define TMS_MAXSIM_FOR_EACH_INSTANCE(X)      \
+    X(__half, false, 2, false, false)        \
+    X(__half, false, 4, false, false)        \
+    X(__half, true, 2, false, false)         \
+    X(__half, true, 4, false, false)         \
+    X(__half, false, 2, true, false)         \
+    X(__half, false, 4, true, false)         \
+    X(__half, true, 2, true, false)          \
+    X(__half, true, 4, true, false)          \
     X(__nv_bfloat16, false, 2, false, false) \
     X(__nv_bfloat16, false, 4, false, false) \
-    X(__nv_bfloat16, true, 2, false, false) \
-    X(__nv_bfloat16, true, 4, false, false) \
-    X(__nv_bfloat16, false, 2, true, false) \
-    X(__nv_bfloat16, false, 4, true, false) \
-    X(__nv_bfloat16, true, 2, true, false) \
-    X(__nv_bfloat16, true, 4, true, false) \
-    X(float, true, 2, false, false) \
-    X(float, true, 4, false, false) \
-    X(float, true, 2, true, false) \
-    X(float, true, 4, true, false) \
-    X(__half, false, 2, true, true) \
-    X(__half, false, 4, true, true) \
-    X(__half, true, 2, true, true) \
-    X(__half, true, 4, true, true) \
-    X(__nv_bfloat16, false, 2, true, true) \
-    X(__nv_bfloat16, false, 4, true, true) \
-    X(__nv_bfloat16, true, 2, true, true) \
-    X(__nv_bfloat16, true, 4, true, true) \
-    X(float, true, 2, true, true) \
+    X(__nv_bfloat16, true, 2, false, false)  \
+    X(__nv_bfloat16, true, 4, false, false)  \
+    X(__nv_bfloat16, false, 2, true, false)  \
+    X(__nv_bfloat16, false, 4, true, false)  \
+    X(__nv_bfloat16, true, 2, true, false)   \
+    X(__nv_bfloat16, true, 4, true, false)   \
+    X(float, true, 2, false, false)          \
+    X(float, true, 4, false, false)          \
+    X(float, true, 2, true, false)           \
+    X(float, true, 4, true, false)           \
+    X(__half, false, 2, true, true)          \
+    X(__half, false, 4, true, true)          \
+    X(__half, true, 2, true, true)           \
+    X(__half, true, 4, true, true)           \
+    X(__nv_bfloat16, false, 2, true, true)   \
+    X(__nv_bfloat16, false, 4, true, true)   \
+    X(__nv_bfloat16, true, 2, true, true)    \
+    X(__nv_bfloat16, true, 4, true, true)    \
+    X(float, true, 2, true, true)            \
     X(float, true, 4, true, true)
 
 #define TMS_MAXSIM_EXTERN(TD, SPLIT, MT, TMA, PAIR) \

@@ -69,8 +69,7 @@ __device__ __forceinline__ float raw_elem(const uint4 (&r)[2], int e, int dtype)
     }
     const uint32_t w2 = (e >> 1) == 0 ? r[0].x : (e >> 1) == 1 ? r[0].y : (e >> 1) == 2 ? r[0].z : r[0].w;
     const uint32_t bits = (e & 1) ? (w2 >> 16) : (w2 & 0xffffu);
-    return dtype == 1 ? __half2float(__ushort_as_half(static_cast<unsigned short>(bits)))
-                      : __uint_as_float(bits << 16);
+    return dtype == 1 ? __half2float(__ushort_as_half(static_cast<unsigned short>(bits))) : __uint_as_float(bits << 16);
 }
 
 /// The A-fragment layout's word index (a_frag_word_index) as a function object: the default
@@ -153,8 +152,8 @@ __device__ __forceinline__ int next_lane(unsigned mask, int u) {
 
 /// d += A (16x16, row) * B (16x8, col), fp16 or bf16 inputs, fp32 accumulators.
 template <bool kBF16>
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
     if constexpr (kBF16) {
         asm volatile(
             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

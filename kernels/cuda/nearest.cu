@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int PER_LANE = (DP + 31) / 32;
     extern __shared__ __align__(16) unsigned char smem[];
     __half* As = reinterpret_cast<__half*>(smem);  // [kBM][LD]
-    __half* Bs = As + kBM * LD;                     // [2][kBN][LD]
+    __half* Bs = As + kBM * LD;                    // [2][kBN][LD]
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t row0 = int64_t(blockIdx.x) * kBM;
 
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // Across the 4 lanes of a row, then the 2 warps of a row band, through shared memory.
-    __syncthreads();  // the stages are free
+    __syncthreads();                              // the stages are free
     float* red_v = reinterpret_cast<float*>(Bs);  // [2][kBM]
     int* red_i = reinterpret_cast<int*>(red_v + 2 * kBM);
 #pragma unroll
@@ -210,7 +210,8 @@ Status launch_fused(const NearestParams& p, const __half* c16, cudaStream_t stre
     const int smem = (kBM + 2 * kBN) * LD * int(sizeof(__half));
     static_assert(2 * kBN * LD * sizeof(__half) >= 2 * kBM * (sizeof(float) + sizeof(int)),
                   "the row reduction fits the two stages");
-    TMS_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(nearest_fused<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    TMS_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(nearest_fused<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int64_t blocks = (p.n + kBM - 1) / kBM;
     for (int64_t b0 = 0; b0 < blocks; b0 += INT_MAX / 2) {  // grid.x limit
         const int64_t nb = std::min<int64_t>(blocks - b0, INT_MAX / 2);
@@ -252,7 +253,8 @@ Status nearest_prepare_cuda(const float* d_c, int K, int dim, float scale, uint1
 Status nearest_cuda(const NearestParams& p, const uint16_t* d_c16, cudaStream_t stream) {
     TMS_RETURN_IF_ERROR(nearest_validate(p));
     if (p.dim > kNearestMaxDim) {
-        return Status::NotSupported("nearest_cuda: rows of more than " + std::to_string(kNearestMaxDim) + " dimensions");
+        return Status::NotSupported("nearest_cuda: rows of more than " + std::to_string(kNearestMaxDim) +
+                                    " dimensions");
     }
     if (p.n == 0) return Status::OK();
     const __half* c16 = reinterpret_cast<const __half*>(d_c16);

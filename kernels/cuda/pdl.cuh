@@ -31,8 +31,7 @@ __device__ __forceinline__ void trigger_dependents() {
 /// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream
 /// serialization (the launch and CTA start overlap the end of the stream's previous kernel).
 template <typename... Params, typename... Args>
-Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                  Args&&... args) {
+Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;

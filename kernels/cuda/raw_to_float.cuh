@@ -13,8 +13,8 @@
 namespace tms::kernels {
 
 /// out[i] = raw[i] as fp32 (dtype as tms::DType), grid-stride. When bad is not null, the index
-/// of the first value that is not finite or beyond kMaxEmbeddingValue goes into *bad (atomicMin; the caller sets it to ~0 first):
-/// the index build's input check, fused into its conversion.
+/// of the first value that is not finite or beyond kMaxEmbeddingValue goes into *bad (atomicMin; the caller sets it to
+/// ~0 first): the index build's input check, fused into its conversion.
 __global__ inline void raw_to_float(const void* __restrict__ raw, int dtype, int64_t n, float* __restrict__ out,
                                     unsigned long long* __restrict__ bad) {
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;

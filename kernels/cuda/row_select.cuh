@@ -107,7 +107,8 @@ __device__ __forceinline__ void top_n_lists(const float* __restrict__ r, int K, 
         int bi = li[0];
         warp_best(bv, bi);
         emit(p, bi, bv);
-        if (li[0] == bi) {  // each element is read by one lane: indices are distinct across lanes; the sentinel pops harmlessly
+        if (li[0] ==
+            bi) {  // each element is read by one lane: indices are distinct across lanes; the sentinel pops harmlessly
 #pragma unroll
             for (int j = 0; j + 1 < N; ++j) {
                 lv[j] = lv[j + 1];

@@ -30,7 +30,10 @@ __device__ __forceinline__ int count_before(const uint64_t* l, int n, uint64_t x
     while (lo < hi) {
         const int mid = (lo + hi) >> 1;
         const uint64_t v = l[mid];
-        if (v > x || (or_equal && v == x)) lo = mid + 1; else hi = mid;
+        if (v > x || (or_equal && v == x))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -39,11 +42,15 @@ __device__ __forceinline__ int count_before(const uint64_t* l, int n, uint64_t x
 /// every entry when counts == nullptr, skipping zero keys) into the k best, written to out
 /// (keys) or decoded to out_ids/out_scores. Ranks are unique (ties: lower list first), so
 /// each kept entry lands in one slot. Block-wide; ends with __syncthreads().
-__device__ inline void block_merge_topk(const uint64_t* lists, int64_t stride, const int* counts, int n_lists,
-                                        int k, uint64_t* out, int32_t* out_ids, float* out_scores) {
+__device__ inline void block_merge_topk(const uint64_t* lists, int64_t stride, const int* counts, int n_lists, int k,
+                                        uint64_t* out, int32_t* out_ids, float* out_scores) {
     for (int r = threadIdx.x; r < k; r += blockDim.x) {
-        if (out) out[r] = 0;
-        else { out_ids[r] = -1; out_scores[r] = -INFINITY; }
+        if (out)
+            out[r] = 0;
+        else {
+            out_ids[r] = -1;
+            out_scores[r] = -INFINITY;
+        }
     }
     __syncthreads();
     for (int e = threadIdx.x; e < n_lists * k; e += blockDim.x) {
@@ -58,8 +65,12 @@ __device__ inline void block_merge_topk(const uint64_t* lists, int64_t stride, c
             rank += count_before(lists + b * stride, counts ? counts[b] : k, x, b < a);
         }
         if (rank < k) {
-            if (out) out[rank] = x;
-            else { out_ids[rank] = key_id(x); out_scores[rank] = key_score(x); }
+            if (out)
+                out[rank] = x;
+            else {
+                out_ids[rank] = key_id(x);
+                out_scores[rank] = key_score(x);
+            }
         }
     }
     __syncthreads();

@@ -63,7 +63,8 @@ Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::v
     std::atomic<size_t> next{0};
     FirstError err;
     const auto work = [&] {
-        if (cudaSetDevice(device) != cudaSuccess) return err.Set(Status::Internal("cannot select device " + std::to_string(device)));
+        if (cudaSetDevice(device) != cudaSuccess)
+            return err.Set(Status::Internal("cannot select device " + std::to_string(device)));
         void* buf[2] = {nullptr, nullptr};
         cudaEvent_t done[2] = {nullptr, nullptr};
         const auto run = [&]() -> Status {
@@ -77,8 +78,8 @@ Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::v
                     const size_t n = std::min(stage, bounds[i + 1] - o);
                     TMS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done[k]));  // its last copy has drained
                     TMS_RETURN_IF_ERROR(fill(i, o - bounds[i], n, buf[k]));
-                    TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(d_dst) + o, buf[k], n,
-                                                             cudaMemcpyHostToDevice, stream));
+                    TMS_CUDA_RETURN_IF_ERROR(
+                        cudaMemcpyAsync(static_cast<char*>(d_dst) + o, buf[k], n, cudaMemcpyHostToDevice, stream));
                     TMS_CUDA_RETURN_IF_ERROR(cudaEventRecord(done[k], stream));
                 }
             }

@@ -1,4 +1,5 @@
-// Copyright TileMaxSim authors. Host -> device copies of pageable arrays through pinned stages (index loading, and the scorers' per-call inputs).
+// Copyright TileMaxSim authors. Host -> device copies of pageable arrays through pinned stages (index loading, and the
+// scorers' per-call inputs).
 #pragma once
 
 #include <cuda_runtime.h>

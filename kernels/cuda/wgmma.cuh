@@ -76,14 +76,14 @@ template <int kSite, bool kAccumulate = true>
 __device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b_lo, uint32_t b_hi) {
 #if TMS_WGMMA_DEVICE
-#define TMS_WGMMA_M64N32K16(ACC, SCALE_D)                                                                          \
-    asm volatile(                                                                                                 \
-        "{\n.reg .b64 desc;\nmov.b64 desc, {%20, %21};\n"                                                          \
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "                                                      \
+#define TMS_WGMMA_M64N32K16(ACC, SCALE_D)                                                                            \
+    asm volatile(                                                                                                    \
+        "{\n.reg .b64 desc;\nmov.b64 desc, {%20, %21};\n"                                                            \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "                                                        \
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, desc, " SCALE_D ", 1, 1, 0;\n}" \
-        : ACC(d[0]), ACC(d[1]), ACC(d[2]), ACC(d[3]), ACC(d[4]), ACC(d[5]), ACC(d[6]), ACC(d[7]), ACC(d[8]),       \
-          ACC(d[9]), ACC(d[10]), ACC(d[11]), ACC(d[12]), ACC(d[13]), ACC(d[14]), ACC(d[15])                        \
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b_lo), "r"(b_hi), "n"(kSite)                                     \
+        : ACC(d[0]), ACC(d[1]), ACC(d[2]), ACC(d[3]), ACC(d[4]), ACC(d[5]), ACC(d[6]), ACC(d[7]), ACC(d[8]),         \
+          ACC(d[9]), ACC(d[10]), ACC(d[11]), ACC(d[12]), ACC(d[13]), ACC(d[14]), ACC(d[15])                          \
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b_lo), "r"(b_hi), "n"(kSite)                                       \
         : "memory")
 #define TMS_WGMMA_RW(x) "+f"(x)
 #define TMS_WGMMA_WO(x) "=f"(x)
@@ -105,8 +105,8 @@ __device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint32_t a0, uint3
 /// before then (which would make ptxas serialize the wgmmas).
 __device__ __forceinline__ void keep_until_here(const uint4 (&v)[4]) {
     asm volatile("" ::"r"(v[0].x), "r"(v[0].y), "r"(v[0].z), "r"(v[0].w), "r"(v[1].x), "r"(v[1].y), "r"(v[1].z),
-                 "r"(v[1].w), "r"(v[2].x), "r"(v[2].y), "r"(v[2].z), "r"(v[2].w), "r"(v[3].x), "r"(v[3].y),
-                 "r"(v[3].z), "r"(v[3].w));
+                 "r"(v[1].w), "r"(v[2].x), "r"(v[2].y), "r"(v[2].z), "r"(v[2].w), "r"(v[3].x), "r"(v[3].y), "r"(v[3].z),
+                 "r"(v[3].w));
 }
 
 /// Synchronises the 128 threads of warpgroup `wg` (0 or 1) of the CTA: named barrier 1 + wg

@@ -41,8 +41,8 @@ Status probe_scores_ref(const ProbeScoreParams& p, std::vector<int64_t>* off, st
         float range = 0.f;
         for (int i = 0; i < ql; ++i) {
             const int64_t row = int64_t(q) * u.q_stride + i;
-            range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe,
-                                     u.n_centroids, p.floor_scores[row]);
+            range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe, u.n_centroids,
+                                     p.floor_scores[row]);
         }
         const float scale = probe_score_scale(range);
         std::map<int32_t, uint32_t> acc;

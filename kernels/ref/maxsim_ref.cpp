@@ -27,8 +27,8 @@ void for_each_pair(int n_queries, int64_t n_docs, const int64_t* cand_offsets, c
 
 Status check_doc(int64_t d, int64_t n_docs, const char* op) {
     if (d < 0 || d >= n_docs) {
-        return Status::InvalidArgument(std::string(op) + ": candidate document " + std::to_string(d) +
-                                       " outside [0, " + std::to_string(n_docs) + ")");
+        return Status::InvalidArgument(std::string(op) + ": candidate document " + std::to_string(d) + " outside [0, " +
+                                       std::to_string(n_docs) + ")");
     }
     return Status::OK();
 }

@@ -270,7 +270,8 @@ private:
 tms::EmbeddingView tokens_view(const py::array& tokens, const std::string& dtype) {
     const tms::DType dt = parse_dtype(dtype);
     check_array(tokens, 2, dt, "documents");
-    return tms::EmbeddingView{tokens.data(), dt, static_cast<int64_t>(tokens.shape(0)), static_cast<int>(tokens.shape(1))};
+    return tms::EmbeddingView{tokens.data(), dt, static_cast<int64_t>(tokens.shape(0)),
+                              static_cast<int>(tokens.shape(1))};
 }
 
 // Documents' metadata: JSON object texts (none: no metadata) and declared types "name:type,...".

@@ -32,8 +32,8 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, in
     bo.progress = false;
     bo.n_centroids = 64;
     bo.shards = shards;
-    const fs::path dir = BuildSynthIndex("tms_concurrent_" + std::string(DeviceName(device)) + "_" +
-                                             std::to_string(shards), so, bo);
+    const fs::path dir =
+        BuildSynthIndex("tms_concurrent_" + std::string(DeviceName(device)) + "_" + std::to_string(shards), so, bo);
     if (::testing::Test::HasFailure()) return;
     Status st;
     SearcherOptions sopt;
@@ -84,7 +84,8 @@ inline void ExpectConcurrentSearchesMatchSerial(Device device, int n_threads, in
     std::vector<std::thread> threads;
     for (int t = 0; t < n_threads; ++t) {
         threads.emplace_back([&] {
-            for (size_t i = next++; i < calls.size(); i = next++) calls[i].st = s->Search(batch(calls[i]), calls[i].opts, &calls[i].got);
+            for (size_t i = next++; i < calls.size(); i = next++)
+                calls[i].st = s->Search(batch(calls[i]), calls[i].opts, &calls[i].got);
         });
     }
     for (auto& t : threads) t.join();

@@ -4,9 +4,13 @@
 namespace tms {
 namespace {
 
-TEST(ConcurrentSearchCpu, SixteenThreadsMatchSerialCalls) { testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 16); }
+TEST(ConcurrentSearchCpu, SixteenThreadsMatchSerialCalls) {
+    testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 16);
+}
 
-TEST(ConcurrentSearchCpu, ThreeShardsMatchSerialCalls) { testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 8, 3); }
+TEST(ConcurrentSearchCpu, ThreeShardsMatchSerialCalls) {
+    testing::ExpectConcurrentSearchesMatchSerial(Device::kCpu, 8, 3);
+}
 
 // Gathered: the calls of a shape and options share batches (those arriving while one runs, or
 // also waiting up to 2 ms for each other), and every one still gets exactly its own results.

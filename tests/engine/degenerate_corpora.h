@@ -56,8 +56,8 @@ inline void ExpectDegenerateCorporaAnswered(Device device) {
                 bo.keep_vectors = vectors;
                 bo.progress = false;
                 bo.device = device;
-                const std::string path = ScratchDir("tms_degenerate").string() + "/" + std::to_string(n_distinct) + codec +
-                                         (vectors ? "v" : "");
+                const std::string path = ScratchDir("tms_degenerate").string() + "/" + std::to_string(n_distinct) +
+                                         codec + (vectors ? "v" : "");
                 std::unique_ptr<IndexBuilder> b;
                 ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
                 const EmbeddingView v{docs.data(), DType::kF32, int64_t(docs.size() / dim), dim};

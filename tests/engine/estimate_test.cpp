@@ -52,9 +52,10 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
 
     // The choice: the cheapest point that reaches the target, else the deepest; only fields at
     // their defaults change; 0 or exhaustive: nothing.
-    write_estimate(index, "{\"nprobe\": 1, \"ncandidates\": 5, \"rerank\": 0, \"recall\": 0.5},"
-                          "{\"nprobe\": 2, \"ncandidates\": 7, \"rerank\": 0, \"recall\": 0.995},"
-                          "{\"nprobe\": 3, \"ncandidates\": 9, \"rerank\": 12, \"recall\": 0.999}");
+    write_estimate(index,
+                   "{\"nprobe\": 1, \"ncandidates\": 5, \"rerank\": 0, \"recall\": 0.5},"
+                   "{\"nprobe\": 2, \"ncandidates\": 7, \"rerank\": 0, \"recall\": 0.995},"
+                   "{\"nprobe\": 3, \"ncandidates\": 9, \"rerank\": 12, \"recall\": 0.999}");
     ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
     SearchOptions t = ApplyTargetRecall(back, d);
     EXPECT_EQ(t.nprobe, 2);
@@ -97,7 +98,8 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     bool differs = false;
     for (size_t q = 0; q < tuned.size(); ++q) {
         ASSERT_EQ(tuned[q].size(), explicit_point[q].size());
-        for (size_t j = 0; j < tuned[q].size(); ++j) EXPECT_EQ(tuned[q][j].internal_id, explicit_point[q][j].internal_id);
+        for (size_t j = 0; j < tuned[q].size(); ++j)
+            EXPECT_EQ(tuned[q][j].internal_id, explicit_point[q][j].internal_id);
         differs = differs || tuned[q].size() != plain[q].size() ||
                   (!plain[q].empty() && tuned[q][0].internal_id != plain[q][0].internal_id);
     }
@@ -173,11 +175,11 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
 TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     const SearchOptions d;
     RecallEstimate e;
-    e.points = {{2, 128, 32, 0.95}, {4, 256, 64, 0.995}, {d.nprobe, d.ncandidates, d.rerank, 0.996},
-                {16, 4096, 1024, 0.999}};
+    e.points = {
+        {2, 128, 32, 0.95}, {4, 256, 64, 0.995}, {d.nprobe, d.ncandidates, d.rerank, 0.996}, {16, 4096, 1024, 0.999}};
     ASSERT_EQ(e.Default(), &e.points[2]);
     EXPECT_EQ(e.For(0.9), &e.points[0]);
-    EXPECT_EQ(e.For(0.98), &e.points[1]);   // below the default target: the curve below the defaults
+    EXPECT_EQ(e.For(0.98), &e.points[1]);             // below the default target: the curve below the defaults
     EXPECT_EQ(e.For(d.target_recall), &e.points[2]);  // the default target: the defaults at least
     EXPECT_EQ(e.For(0.9985), &e.points[3]);
     EXPECT_EQ(e.For(0.99999), &e.points[3]);  // none reaches it: the deepest
@@ -187,7 +189,8 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_EQ(p.nprobe, 2);
     EXPECT_EQ(p.rerank, 32);
     EXPECT_FALSE(p.exhaustive);
-    EXPECT_EQ(PlanSearch(&e, 1000000, false, Device::kCpu, o).nprobe, d.nprobe);  // no vectors: the estimate does not apply
+    EXPECT_EQ(PlanSearch(&e, 1000000, false, Device::kCpu, o).nprobe,
+              d.nprobe);  // no vectors: the estimate does not apply
     // At most as many live documents as the plan reranks: exhaustive (with the vectors loaded).
     // On a CPU up to the documents the plan reranks, on a GPU up to twice its candidates.
     EXPECT_TRUE(PlanSearch(&e, 32, true, Device::kCpu, o).exhaustive);
@@ -337,7 +340,8 @@ TEST(EstimateCpu, PseudoQueryRecipes) {
         EXPECT_GT(cos, 0.3) << "query " << i;
         EXPECT_LT(cos, 0.8) << "query " << i << ": the padding is matched closely";
         for (int j = eo.content_tokens + 1; j < eo.query_tokens; ++j)
-            EXPECT_TRUE(std::equal(qi + size_t(j) * dim, qi + size_t(j + 1) * dim, qi + size_t(eo.content_tokens) * dim));
+            EXPECT_TRUE(
+                std::equal(qi + size_t(j) * dim, qi + size_t(j + 1) * dim, qi + size_t(eo.content_tokens) * dim));
     }
 
     EXPECT_EQ(MakePseudoQueries(index, eo, 0, &q, &lens, &n).code(), Status::Code::kInvalidArgument);

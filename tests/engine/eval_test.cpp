@@ -228,9 +228,8 @@ TEST(EvalCpu, QueryWithoutRelevantJudgmentsCountsAsZero) {
 
 TEST(EvalCpu, QueriesOnlyInRunOrOnlyInQrelsAreIgnored) {
     // q1: mrr 1; q2: mrr 1/2; "run_only" and "qrels_only" are not averaged.
-    const tms::Run run = {{"q1", {{"a", 2.0}, {"b", 1.0}}},
-                          {"q2", {{"a", 2.0}, {"b", 1.0}}},
-                          {"run_only", {{"a", 1.0}}}};
+    const tms::Run run = {
+        {"q1", {{"a", 2.0}, {"b", 1.0}}}, {"q2", {{"a", 2.0}, {"b", 1.0}}}, {"run_only", {{"a", 1.0}}}};
     const Qrels qrels = {{"q1", {{"a", 1}}}, {"q2", {{"b", 1}}}, {"qrels_only", {{"a", 1}}}};
     const EvalResult r = EvaluateOk(run, qrels);
     EXPECT_EQ(r.n_queries, 2);
@@ -250,8 +249,7 @@ TEST(EvalCpu, NoQueryInCommonIsInvalidArgument) {
 
 TEST(EvalCpu, DuplicateDocidInRunIsInvalidArgument) {
     EvalResult r;
-    const Status st =
-        Evaluate({{"q", {{"a", 1.0}, {"b", 0.5}, {"a", 0.2}}}}, {{"q", {{"a", 1}}}}, &r);
+    const Status st = Evaluate({{"q", {{"a", 1.0}, {"b", 0.5}, {"a", 0.2}}}}, {{"q", {{"a", 1}}}}, &r);
     EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
     EXPECT_NE(st.message().find("'a'"), std::string::npos) << st.message();
 }
@@ -265,8 +263,7 @@ TEST(EvalCpu, NanScoreInRunIsInvalidArgument) {
 TEST(EvalCpu, FormatEvalTextAndJson) {
     EvalResult r;
     r.n_queries = 3;
-    r.metrics = {
-        {"mrr@10", 0.5}, {"ndcg@10", 1.0 / 3.0}, {"recall@100", 1.0}, {"recall@1000", 0.0}};
+    r.metrics = {{"mrr@10", 0.5}, {"ndcg@10", 1.0 / 3.0}, {"recall@100", 1.0}, {"recall@1000", 0.0}};
     EXPECT_EQ(FormatEval(r, false),
               "mrr@10\tall\t0.5000\n"
               "ndcg@10\tall\t0.3333\n"
@@ -419,8 +416,7 @@ TEST(EvalCpu, ReadQrelsMissingFileIsNotFound) {
 }
 
 TEST(EvalCpu, ReadQrelsEmptyOrHeaderOnlyIsInvalidArgument) {
-    for (const std::string& content :
-         {std::string(), std::string("query-id\tcorpus-id\tscore\n\n")}) {
+    for (const std::string& content : {std::string(), std::string("query-id\tcorpus-id\tscore\n\n")}) {
         const std::string path = WriteTempFile("qrels_empty.tsv", content);
         Qrels qrels;
         const Status st = ReadQrels(path, &qrels);
@@ -444,16 +440,14 @@ TEST(EvalCpu, ReadQrelsTrecNonIntegerRelevance) {
 }
 
 TEST(EvalCpu, ReadQrelsBeirWrongFieldCount) {
-    const std::string path =
-        WriteTempFile("qrels_beir_fields.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n");
+    const std::string path = WriteTempFile("qrels_beir_fields.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n");
     Qrels qrels;
     ExpectLineError(ReadQrels(path, &qrels), Status::Code::kInvalidArgument, path, 3,
                     "expected 3 tab-separated fields");
 }
 
 TEST(EvalCpu, ReadQrelsBeirNonIntegerRelevance) {
-    const std::string path =
-        WriteTempFile("qrels_beir_rel.tsv", "query-id\tcorpus-id\tscore\nq1\td1\thigh\n");
+    const std::string path = WriteTempFile("qrels_beir_rel.tsv", "query-id\tcorpus-id\tscore\nq1\td1\thigh\n");
     Qrels qrels;
     ExpectLineError(ReadQrels(path, &qrels), Status::Code::kInvalidArgument, path, 2,
                     "relevance 'high' is not an integer");
@@ -492,8 +486,7 @@ TEST(EvalCpu, WriteRunRoundTrip) {
 }
 
 TEST(EvalCpu, WriteRunReplacesExistingFile) {
-    const std::string path =
-        WriteTempFile("replace.trec", "old contents that are longer than the new\n");
+    const std::string path = WriteTempFile("replace.trec", "old contents that are longer than the new\n");
     ASSERT_TRUE(WriteRun(path, {"q"}, {{{"d", 1.0f}}}, "t").ok());
     EXPECT_EQ(ReadWholeFile(path), "q Q0 d 1 1 t\n");
 }
@@ -509,20 +502,14 @@ TEST(EvalCpu, WriteRunRejectsBadArguments) {
     const std::string path = EvalPath("bad_args.trec");
     std::remove(path.c_str());
     using Results = std::vector<std::vector<std::pair<std::string, float>>>;
-    EXPECT_EQ(WriteRun(path, {"q1", "q2"}, Results{{{"d", 1.0f}}}, "t").code(),
-              Status::Code::kInvalidArgument);
-    EXPECT_EQ(WriteRun(path, {"q 1"}, Results{{{"d", 1.0f}}}, "t").code(),
-              Status::Code::kInvalidArgument);
-    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d\t1", 1.0f}}}, "t").code(),
-              Status::Code::kInvalidArgument);
-    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d", 1.0f}}}, "").code(),
-              Status::Code::kInvalidArgument);
+    EXPECT_EQ(WriteRun(path, {"q1", "q2"}, Results{{{"d", 1.0f}}}, "t").code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(WriteRun(path, {"q 1"}, Results{{{"d", 1.0f}}}, "t").code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d\t1", 1.0f}}}, "t").code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d", 1.0f}}}, "").code(), Status::Code::kInvalidArgument);
     EXPECT_EQ(WriteRun(path, {"q", "q"}, Results{{{"d", 1.0f}}, {{"e", 1.0f}}}, "t").code(),
               Status::Code::kInvalidArgument);
-    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d", 1.0f}, {"d", 0.5f}}}, "t").code(),
-              Status::Code::kInvalidArgument);
-    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d", std::nanf("")}}}, "t").code(),
-              Status::Code::kInvalidArgument);
+    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d", 1.0f}, {"d", 0.5f}}}, "t").code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(WriteRun(path, {"q"}, Results{{{"d", std::nanf("")}}}, "t").code(), Status::Code::kInvalidArgument);
     EXPECT_FALSE(std::filesystem::exists(path));
     EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
@@ -532,8 +519,7 @@ TEST(EvalCpu, ReadWriteEvaluateEndToEnd) {
     // b (0.9) outranks a (0.1) although a was written first.
     const std::string run_path = EvalPath("e2e.trec");
     ASSERT_TRUE(WriteRun(run_path, {"q"}, {{{"a", 0.1f}, {"b", 0.9f}}}, "t").ok());
-    const std::string qrels_path =
-        WriteTempFile("e2e.tsv", "query-id\tcorpus-id\tscore\nq\ta\t1\n");
+    const std::string qrels_path = WriteTempFile("e2e.tsv", "query-id\tcorpus-id\tscore\nq\ta\t1\n");
     tms::Run run;
     Qrels qrels;
     ASSERT_TRUE(ReadRun(run_path, &run).ok());

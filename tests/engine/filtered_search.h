@@ -65,8 +65,7 @@ inline void ExpectFilteredSearchRecall(Device device, int shards) {
     bo.keep_vectors = true;
     bo.progress = false;
     bo.shards = shards;
-    const fs::path dir =
-        ScratchDir("tms_filtered_" + std::string(DeviceName(device)) + "_" + std::to_string(shards));
+    const fs::path dir = ScratchDir("tms_filtered_" + std::string(DeviceName(device)) + "_" + std::to_string(shards));
     ASSERT_TRUE(WriteSynthCorpus(so, dir.string()).ok());
     DocMetadata meta;
     for (int64_t d = 0; d < n_docs; ++d) meta.objects.push_back(FilterCorpusMetadata(d));
@@ -104,10 +103,12 @@ inline void ExpectFilteredSearchRecall(Device device, int shards) {
         }
         return out;
     };
-    auto expect_allowed = [&](const std::vector<std::vector<SearchHit>>& r, const DocSet& set, const std::string& what) {
+    auto expect_allowed = [&](const std::vector<std::vector<SearchHit>>& r, const DocSet& set,
+                              const std::string& what) {
         for (int q = 0; q < nq; ++q)
             for (const SearchHit& h : r[size_t(q)])
-                ASSERT_TRUE(set.Has(set.rows == 1 ? 0 : q, h.internal_id)) << what << ": query " << q << " got " << h.doc_id;
+                ASSERT_TRUE(set.Has(set.rows == 1 ? 0 : q, h.internal_id))
+                    << what << ": query " << q << " got " << h.doc_id;
     };
     // Checks one filtered search (exhaustive and default) against the truth; returns the default's recall.
     auto check = [&](const SearchOptions& filtered, const DocSet& set, const std::string& what) {

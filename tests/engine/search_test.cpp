@@ -147,7 +147,8 @@ TEST_P(ExhaustiveSearch, EqualsBruteForceTopK) {
             // Tie-aware: the brute-force score of the returned id equals the j-th best score.
             EXPECT_NEAR(bf[hit.internal_id], bf[order[j]], 1e-4);
             EXPECT_NEAR(hit.score, bf[hit.internal_id], 1e-4);
-            if (j + 1 < 20 && bf[order[j]] - bf[order[j + 1]] > 1e-4 && (j == 0 || bf[order[j - 1]] - bf[order[j]] > 1e-4)) {
+            if (j + 1 < 20 && bf[order[j]] - bf[order[j + 1]] > 1e-4 &&
+                (j == 0 || bf[order[j - 1]] - bf[order[j]] > 1e-4)) {
                 EXPECT_EQ(hit.internal_id, order[j]);  // no near-tie: exactly the same document
             }
         }
@@ -330,8 +331,8 @@ void make_sharded_synth(const std::string& name, int n_docs, int n_queries, Shar
     out->opts.device = Device::kCpu;
     out->opts.progress = false;
     ASSERT_TRUE(LoadNpy((out->dir / "queries.npy").string(), &out->qa).ok());
-    out->qb = QueryBatch{out->qa.bytes.data(), DType::kF16, int(out->qa.shape[0]), int(out->qa.shape[1]),
-                         int(out->qa.shape[2]), nullptr};
+    out->qb = QueryBatch{out->qa.bytes.data(),  DType::kF16,           int(out->qa.shape[0]),
+                         int(out->qa.shape[1]), int(out->qa.shape[2]), nullptr};
 }
 
 // SearchCuts for participants that are threads of this process (as MPI ranks are processes):
@@ -483,7 +484,8 @@ TEST(SearchCpu, ShardSubsetsMergeToTheWhole) {
             for (const SearchHit& h : hits) EXPECT_EQ(gone.count(h.doc_id), 0u) << "a deleted document came back";
         bool same = true;
         for (size_t q = 0; q < want.size(); ++q)
-            for (size_t j = 0; j < want[q].size(); ++j) same = same && want[q][j].internal_id == exact[q][j].internal_id;
+            for (size_t j = 0; j < want[q].size(); ++j)
+                same = same && want[q][j].internal_id == exact[q][j].internal_id;
         differ += !same;
     }
     EXPECT_GT(differ, 0) << "no setting cut deep enough to differ from exhaustive search: the test checks nothing";

@@ -19,8 +19,7 @@ namespace tms::testing {
 
 /// Results equal hit for hit: the same documents in the same order, scores within `tol`.
 inline void ExpectSameHits(const std::vector<std::vector<SearchHit>>& want,
-                           const std::vector<std::vector<SearchHit>>& got, const std::string& what,
-                           float tol = 0.0f) {
+                           const std::vector<std::vector<SearchHit>>& got, const std::string& what, float tol = 0.0f) {
     ASSERT_EQ(want.size(), got.size()) << what;
     for (size_t q = 0; q < want.size(); ++q) {
         ASSERT_EQ(want[q].size(), got[q].size()) << what << ": query " << q;

@@ -69,8 +69,8 @@ TEST(FilterFunctionsCpu, MatchSqlitesOwnOnRandomCases) {
         for (const char* q : kQueries) {
             const std::string want = builtin.Eval(q, {pattern, text}), got = ours.Eval(q, {pattern, text});
             if (want != got && ++differ < 10) {
-                ADD_FAILURE() << q << " with ?1 '" << pattern << "', ?2 '" << text << "': SQLite " << want
-                              << ", ours " << got << " (seed " << seed << ", case " << i << ")";
+                ADD_FAILURE() << q << " with ?1 '" << pattern << "', ?2 '" << text << "': SQLite " << want << ", ours "
+                              << got << " (seed " << seed << ", case " << i << ")";
             }
         }
     }
@@ -94,7 +94,7 @@ TEST(FilterFunctionsCpu, HostilePatternStopsAtTheDeadline) {
     EXPECT_EQ(WildcardMatch(pattern, text, false, 0, &d), Match::kTimedOut);
     EXPECT_TRUE(d.passed);
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
-    EXPECT_EQ(WildcardMatch("%b%", text, false, 0, nullptr), Match::kNo);        // linear
+    EXPECT_EQ(WildcardMatch("%b%", text, false, 0, nullptr), Match::kNo);  // linear
     EXPECT_EQ(WildcardMatch("*a", text, true, 0, nullptr), Match::kYes);
 }
 

@@ -19,7 +19,7 @@ namespace {
 TEST(GpuAssignCuda, MatchesCpuArgmaxUpToTf32Ties) {
     SKIP_WITHOUT_GPU();
     for (const auto [K, dim, n] : {std::tuple{7, 32, 1000}, std::tuple{1024, 128, 70000}, std::tuple{4096, 96, 3000},
-                                  std::tuple{300, 200, 2000}}) {
+                                   std::tuple{300, 200, 2000}}) {
         SCOPED_TRACE("K=" + std::to_string(K) + " dim=" + std::to_string(dim) + " n=" + std::to_string(n));
         std::mt19937 rng(K + dim);
         std::normal_distribution<float> n01;
@@ -66,8 +66,9 @@ TEST(GpuEncoderCuda, MatchesCpuEncoder) {
         int dim, pq_m, nbits;
         DType dtype;
     };
-    const Case cases[] = {{"pq", 128, 16, 0, DType::kF16}, {"pq", 128, 8, 0, DType::kF32}, {"pq", 128, 4, 0, DType::kBF16},
-                          {"pq", 128, 2, 0, DType::kF16},  {"pq", 96, 12, 0, DType::kF16}, {"residual", 128, 0, 1, DType::kF16},
+    const Case cases[] = {{"pq", 128, 16, 0, DType::kF16},      {"pq", 128, 8, 0, DType::kF32},
+                          {"pq", 128, 4, 0, DType::kBF16},      {"pq", 128, 2, 0, DType::kF16},
+                          {"pq", 96, 12, 0, DType::kF16},       {"residual", 128, 0, 1, DType::kF16},
                           {"residual", 128, 0, 2, DType::kF32}, {"residual", 96, 0, 4, DType::kBF16}};
     for (const Case& c : cases) {
         SCOPED_TRACE(std::string(c.codec) + " dim=" + std::to_string(c.dim) + " m=" + std::to_string(c.pq_m) +
@@ -81,7 +82,8 @@ TEST(GpuEncoderCuda, MatchesCpuEncoder) {
         for (size_t i = 0; i < xf.size(); ++i) {
             x16[i] = c.dtype == DType::kBF16 ? kernels::float_to_bf16(xf[i]) : kernels::float_to_half(xf[i]);
         }
-        const EmbeddingView v{c.dtype == DType::kF32 ? static_cast<const void*>(xf.data()) : x16.data(), c.dtype, n, c.dim};
+        const EmbeddingView v{c.dtype == DType::kF32 ? static_cast<const void*>(xf.data()) : x16.data(), c.dtype, n,
+                              c.dim};
         IndexBuildOptions o;
         o.codec = c.codec;
         o.pq_m = c.pq_m;
@@ -152,8 +154,10 @@ TEST(GpuEncoderCuda, MatchesCpuEncoder) {
         ASSERT_TRUE(gpu->Encode(v, 0, 1000, gc.data(), gcode.data()).ok()) << "usable after an error";
         // So is a finite value beyond fp16's range (fp32 and bf16 hold them; fp16 cannot).
         if (c.dtype != DType::kF16) {
-            if (c.dtype == DType::kF32) xf[size_t(65600) * c.dim + 5] = 1e5f;
-            else x16[size_t(65600) * c.dim + 5] = 0x47c3;  // bf16 99840
+            if (c.dtype == DType::kF32)
+                xf[size_t(65600) * c.dim + 5] = 1e5f;
+            else
+                x16[size_t(65600) * c.dim + 5] = 0x47c3;  // bf16 99840
             st = gpu->Encode(v, 1000, n - 1000, gc.data(), gcode.data());
             ASSERT_FALSE(st.ok());
             EXPECT_EQ(st.message(), std::string("docs: value ") + (c.dtype == DType::kF32 ? "100000" : "99840") +

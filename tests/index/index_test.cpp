@@ -167,9 +167,11 @@ TEST_P(BuildAndLoad, RoundTripsEverything) {
     // IVF: every document is listed under the centroid of each of its tokens, and only there.
     std::vector<std::set<int32_t>> expect(bo.n_centroids);
     for (int64_t d = 0; d < 500; ++d)
-        for (int64_t t = got.doc_offsets[d]; t < got.doc_offsets[d + 1]; ++t) expect[got.token_centroids[t]].insert(int32_t(d));
+        for (int64_t t = got.doc_offsets[d]; t < got.doc_offsets[d + 1]; ++t)
+            expect[got.token_centroids[t]].insert(int32_t(d));
     for (int k = 0; k < bo.n_centroids; ++k) {
-        std::set<int32_t> have(got.ivf_docs.begin() + got.ivf_offsets[k], got.ivf_docs.begin() + got.ivf_offsets[k + 1]);
+        std::set<int32_t> have(got.ivf_docs.begin() + got.ivf_offsets[k],
+                               got.ivf_docs.begin() + got.ivf_offsets[k + 1]);
         EXPECT_EQ(have, expect[k]) << "centroid " << k;
     }
     // Codes decode close to the input: the residual codec's error is bounded by the buckets.
@@ -245,14 +247,16 @@ TEST(IndexCpu, VectorsWrittenAheadEqualTheInput) {
             const std::vector<int64_t> lens(b.lens.begin() + doc0[f], b.lens.begin() + doc0[f + 1]);
             const int64_t rows = std::accumulate(lens.begin(), lens.end(), int64_t(0));
             const std::string sfx = std::to_string(f) + ".npy";
-            ASSERT_TRUE(SaveNpy(dir + "/doclens_" + sfx, "<i8", {int64_t(lens.size())}, lens.data(), lens.size() * 8).ok());
+            ASSERT_TRUE(
+                SaveNpy(dir + "/doclens_" + sfx, "<i8", {int64_t(lens.size())}, lens.data(), lens.size() * 8).ok());
             if (f32) {
                 std::vector<float> x(size_t(rows) * dim);
                 for (size_t i = 0; i < x.size(); ++i) x[i] = kernels::half_to_float(b.tokens[size_t(row) * dim + i]);
                 ASSERT_TRUE(SaveNpy(dir + "/docs_" + sfx, "<f4", {rows, dim}, x.data(), x.size() * 4).ok());
             } else {
                 ASSERT_TRUE(SaveNpy(dir + "/docs_" + sfx, "<f2", {rows, dim}, b.tokens.data() + size_t(row) * dim,
-                                    size_t(rows) * dim * 2).ok());
+                                    size_t(rows) * dim * 2)
+                                .ok());
             }
             row += rows;
         }
@@ -292,7 +296,8 @@ TEST(IndexCpu, VectorsWrittenAheadAtAnyAlignmentEqualTheInput) {
     for (const int chunk_docs : {200, 3000}) {
         SCOPED_TRACE("chunk_docs " + std::to_string(chunk_docs));
         const std::string dir = temp_dir("ahead_align_" + std::to_string(chunk_docs));
-        ASSERT_TRUE(SaveNpy(dir + "/doclens.npy", "<i8", {int64_t(b.lens.size())}, b.lens.data(), b.lens.size() * 8).ok());
+        ASSERT_TRUE(
+            SaveNpy(dir + "/doclens.npy", "<i8", {int64_t(b.lens.size())}, b.lens.data(), b.lens.size() * 8).ok());
         ASSERT_TRUE(SaveNpy(dir + "/docs.npy", "<f2", {rows, dim}, b.tokens.data(), b.tokens.size() * 2).ok());
         IndexBuildOptions bo;
         bo.n_centroids = 16;
@@ -339,8 +344,9 @@ TEST(IndexCpu, VectorsWrittenAheadStayWithinTheirLead) {
     int64_t t = 0;
     for (size_t d = 0; d < b.lens.size(); ++d) {
         appended += b.lens[d];
-        ASSERT_TRUE(w->AppendDocs(&b.lens[d], 1, built.token_centroids.data() + t, built.codes.data() + t * built.model.n_code_bytes,
-                                  nullptr, &b.ids[d]).ok());
+        ASSERT_TRUE(w->AppendDocs(&b.lens[d], 1, built.token_centroids.data() + t,
+                                  built.codes.data() + t * built.model.n_code_bytes, nullptr, &b.ids[d])
+                        .ok());
         t += b.lens[d];
     }
     ASSERT_TRUE(w->Finish().ok());
@@ -354,32 +360,32 @@ TEST(IndexCpu, VectorsWrittenAheadStayWithinTheirLead) {
 }
 
 TEST(IndexCpu, FailedBuildLeavesNothing) {
-  for (const bool vectors : {false, true}) {  // with vectors: written while k-means trains
-    SCOPED_TRACE(vectors ? "with vectors" : "codes only");
-    const int dim = 64;
-    const Built b = random_docs(100, dim, 4);
-    EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
-    IndexBuildOptions bo;
-    bo.keep_vectors = vectors;
-    bo.n_centroids = 8;
-    bo.pq_m = 7;  // does not divide 64: fails after k-means
-    bo.progress = false;
-    const std::string dir = temp_dir("fail");
-    std::unique_ptr<IndexBuilder> builder;
-    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
-    Status st = builder->Build(v, b.lens, b.ids);
-    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-    EXPECT_NE(st.message().find("pq_m 7"), std::string::npos) << st.message();
-    EXPECT_TRUE(fs::is_empty(dir));
-    bo.n_centroids = 100000;  // more centroids than tokens
-    bo.pq_m = 0;
-    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
-    EXPECT_FALSE(builder->Build(v, b.lens, b.ids).ok());
-    EXPECT_TRUE(fs::is_empty(dir));
-    IndexBuildOptions bad = bo;
-    bad.codec = "zip";
-    EXPECT_EQ(IndexBuilder::Create(bad, dir + "/idx", &builder).code(), Status::Code::kInvalidArgument);
-  }
+    for (const bool vectors : {false, true}) {  // with vectors: written while k-means trains
+        SCOPED_TRACE(vectors ? "with vectors" : "codes only");
+        const int dim = 64;
+        const Built b = random_docs(100, dim, 4);
+        EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+        IndexBuildOptions bo;
+        bo.keep_vectors = vectors;
+        bo.n_centroids = 8;
+        bo.pq_m = 7;  // does not divide 64: fails after k-means
+        bo.progress = false;
+        const std::string dir = temp_dir("fail");
+        std::unique_ptr<IndexBuilder> builder;
+        ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
+        Status st = builder->Build(v, b.lens, b.ids);
+        EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+        EXPECT_NE(st.message().find("pq_m 7"), std::string::npos) << st.message();
+        EXPECT_TRUE(fs::is_empty(dir));
+        bo.n_centroids = 100000;  // more centroids than tokens
+        bo.pq_m = 0;
+        ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
+        EXPECT_FALSE(builder->Build(v, b.lens, b.ids).ok());
+        EXPECT_TRUE(fs::is_empty(dir));
+        IndexBuildOptions bad = bo;
+        bad.codec = "zip";
+        EXPECT_EQ(IndexBuilder::Create(bad, dir + "/idx", &builder).code(), Status::Code::kInvalidArgument);
+    }
 }
 
 TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
@@ -483,16 +489,21 @@ namespace {
 
 // The sample grows with the centroid count, from a floor, up to the cap and the corpus.
 TEST(IndexCpu, TrainSampleFollowsTheCentroidCount) {
-    struct Case { int64_t n_tokens; int centroids, per_centroid; int64_t cap, want; };
+    struct Case {
+        int64_t n_tokens;
+        int centroids, per_centroid;
+        int64_t cap, want;
+    };
     for (const Case c : {Case{100000000, 32768, 8, 1 << 22, 262144}, Case{100000000, 32768, 64, 1 << 22, 2097152},
                          Case{100000000, 32768, 256, 1 << 22, 1 << 22}, Case{100000000, 32768, 256, 0, 8388608},
-                         Case{100000000, 1024, 64, 1 << 22, index::kMinTrainTokens}, Case{50000, 4096, 64, 1 << 22, 50000},
-                         Case{100000000, 65536, 8, 20000, 20000}}) {
+                         Case{100000000, 1024, 64, 1 << 22, index::kMinTrainTokens},
+                         Case{50000, 4096, 64, 1 << 22, 50000}, Case{100000000, 65536, 8, 20000, 20000}}) {
         IndexBuildOptions o;
         o.train_tokens_per_centroid = c.per_centroid;
         o.max_train_tokens = c.cap;
         EXPECT_EQ(index::TrainSampleTokens(c.n_tokens, c.centroids, o), c.want)
-            << c.n_tokens << " tokens, " << c.centroids << " centroids, " << c.per_centroid << " a centroid, cap " << c.cap;
+            << c.n_tokens << " tokens, " << c.centroids << " centroids, " << c.per_centroid << " a centroid, cap "
+            << c.cap;
     }
 }
 
@@ -528,8 +539,12 @@ TEST(IndexCpu, ResidualBucketsFitTheCorpusResiduals) {
     // The residual values of the first 20,000 tokens (i.i.d. like the rest), by bucket.
     const int64_t n_eval = 20000;
     std::vector<uint32_t> nearest(n_eval);
-    ASSERT_TRUE(kernels::nearest_ref({.x = x.data(), .n = n_eval, .dim = dim, .centroids = m.centroids.data(),
-                                      .n_centroids = n_centroids, .labels = nearest.data()})
+    ASSERT_TRUE(kernels::nearest_ref({.x = x.data(),
+                                      .n = n_eval,
+                                      .dim = dim,
+                                      .centroids = m.centroids.data(),
+                                      .n_centroids = n_centroids,
+                                      .labels = nearest.data()})
                     .ok());
     std::array<int64_t, 4> count{};
     std::array<double, 4> sum{};
@@ -553,7 +568,8 @@ TEST(IndexCpu, ResidualBucketsFitTheCorpusResiduals) {
 // The training sample: distinct rows in increasing order, the requested count, deterministic
 // in the seed, spread over the whole range (both the direct draw and the complement path).
 TEST(IndexCpu, SortedSampleIsUniformAndSorted) {
-    for (const auto [n, k] : {std::pair<int64_t, int64_t>{1000000, 5000}, {10000, 9000}, {100, 100}, {50, 80}, {7, 0}}) {
+    for (const auto [n, k] :
+         {std::pair<int64_t, int64_t>{1000000, 5000}, {10000, 9000}, {100, 100}, {50, 80}, {7, 0}}) {
         SCOPED_TRACE(std::to_string(n) + " choose " + std::to_string(k));
         const std::vector<int64_t> s = index::SortedSample(n, k, 42);
         ASSERT_EQ(int64_t(s.size()), std::min(n, k));

@@ -111,8 +111,8 @@ TEST(MetadataCpu, DeclaredAndExistingTypes) {
 // would store it: text in an integer column compares above every number, so a filter such as
 // "tenant > 1000000" would let it through).
 TEST(MetadataCpu, ValuesMustFitTheirColumnsType) {
-    const std::vector<MetaColumn> existing = {{"tenant", MetaType::kInteger}, {"score", MetaType::kReal},
-                                              {"lang", MetaType::kText}};
+    const std::vector<MetaColumn> existing = {
+        {"tenant", MetaType::kInteger}, {"score", MetaType::kReal}, {"lang", MetaType::kText}};
     MetaRows rows;
     DocMetadata md;
     md.source = "add.jsonl";
@@ -124,11 +124,15 @@ TEST(MetadataCpu, ValuesMustFitTheirColumnsType) {
         const char* object;
         const char* message;
     } cases[] = {
-        {R"({"id": "a", "tenant": "abc"})", "add.jsonl: line 2: column 'tenant' is integer in the index, got a string \"abc\""},
-        {R"({"id": "a", "tenant": 1.5})", "add.jsonl: line 2: column 'tenant' is integer in the index, got a real number"},
+        {R"({"id": "a", "tenant": "abc"})",
+         "add.jsonl: line 2: column 'tenant' is integer in the index, got a string \"abc\""},
+        {R"({"id": "a", "tenant": 1.5})",
+         "add.jsonl: line 2: column 'tenant' is integer in the index, got a real number"},
         {R"({"id": "a", "Score": "9"})", "add.jsonl: line 2: column 'score' is real in the index, got a string \"9\""},
-        {R"({"id": "a", "tenant": [7]})", "add.jsonl: line 2: column 'tenant' is integer in the index, got an array \"[7]\""},
-        {R"({"id": "a", "score": {"x": 1}})", "add.jsonl: line 2: column 'score' is real in the index, got an object \"{\"x\":1}\""},
+        {R"({"id": "a", "tenant": [7]})",
+         "add.jsonl: line 2: column 'tenant' is integer in the index, got an array \"[7]\""},
+        {R"({"id": "a", "score": {"x": 1}})",
+         "add.jsonl: line 2: column 'score' is real in the index, got an object \"{\"x\":1}\""},
     };
     for (const auto& c : cases) {
         md.objects = {R"({"id": "b"})", c.object};
@@ -158,24 +162,31 @@ TEST(MetadataCpu, JsonlLinesAndEveryError) {
     // Each bad line: one line naming the file and the line.
     const std::vector<std::pair<std::string, std::string>> bad_lines = {
         {"[1, 2]", "line 2: expected a JSON object"},
-        {"{\"a\": 1", "line 2: bad JSON: syntax error while parsing object - unexpected end of input; expected '}' "
-                     "at character 8"},
-        {"{\"a\": 01}", "line 2: bad JSON: syntax error while parsing object - unexpected number literal; "
-                       "expected '}' at character 8"},
+        {"{\"a\": 1",
+         "line 2: bad JSON: syntax error while parsing object - unexpected end of input; expected '}' "
+         "at character 8"},
+        {"{\"a\": 01}",
+         "line 2: bad JSON: syntax error while parsing object - unexpected number literal; "
+         "expected '}' at character 8"},
         {"{\"a\": tru}", "line 2: bad JSON: syntax error while parsing value - invalid literal at character 10"},
-        {"{\"a\": \"x\\q\"}", "line 2: bad JSON: syntax error while parsing value - invalid string: forbidden "
-                              "character after backslash at character 10"},
-        {"{\"a\": \"\xff\"}", "line 2: bad JSON: syntax error while parsing value - invalid string: ill-formed "
-                             "UTF-8 byte at character 8"},
-        {"{\"a\": \"\\ud800\"}", "line 2: bad JSON: syntax error while parsing value - invalid string: surrogate "
-                                "U+D800..U+DBFF must be followed by U+DC00..U+DFFF at character 14"},
+        {"{\"a\": \"x\\q\"}",
+         "line 2: bad JSON: syntax error while parsing value - invalid string: forbidden "
+         "character after backslash at character 10"},
+        {"{\"a\": \"\xff\"}",
+         "line 2: bad JSON: syntax error while parsing value - invalid string: ill-formed "
+         "UTF-8 byte at character 8"},
+        {"{\"a\": \"\\ud800\"}",
+         "line 2: bad JSON: syntax error while parsing value - invalid string: surrogate "
+         "U+D800..U+DBFF must be followed by U+DC00..U+DFFF at character 14"},
         {"{\"a\": 1e999}", "line 2: bad JSON: number overflow parsing '1e999' at character 11"},
-        {"{\"a\": 1} x", "line 2: bad JSON: syntax error while parsing value - invalid literal; expected end of "
-                        "input at character 10"},
+        {"{\"a\": 1} x",
+         "line 2: bad JSON: syntax error while parsing value - invalid literal; expected end of "
+         "input at character 10"},
         {"{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}",
          "line 2: bad JSON: nested more than 64 deep"},
-        {"{a: 1}", "line 2: bad JSON: syntax error while parsing object key - invalid literal; expected string "
-                   "literal at character 2"},
+        {"{a: 1}",
+         "line 2: bad JSON: syntax error while parsing object key - invalid literal; expected string "
+         "literal at character 2"},
     };
     for (const auto& [line, want] : bad_lines) {
         const std::string f = write_file(dir / "bad.jsonl", "{\"a\": 1}\n" + line + "\n");

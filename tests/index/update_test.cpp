@@ -168,7 +168,8 @@ TEST(UpdateCpu, AddDeleteEqualsFreshBuild) {
         ASSERT_EQ(ue[q].size(), fe[q].size());
         for (size_t j = 0; j < fe[q].size(); ++j) {
             EXPECT_EQ(ue[q][j].score, fe[q][j].score) << "query " << q << " rank " << j;
-            if (j + 1 < fe[q].size() && fe[q][j].score != fe[q][j + 1].score && (j == 0 || fe[q][j - 1].score != fe[q][j].score)) {
+            if (j + 1 < fe[q].size() && fe[q][j].score != fe[q][j + 1].score &&
+                (j == 0 || fe[q][j - 1].score != fe[q][j].score)) {
                 EXPECT_EQ(ue[q][j].doc_id, fe[q][j].doc_id);
             }
             EXPECT_EQ(gone.count(ue[q][j].doc_id), 0u) << "deleted document returned";

@@ -72,12 +72,15 @@ TEST(ProbeScoresCuda, EqualsReferenceOnEveryCase) {
             p.probe_scores = scores.d;
             p.floor_scores = floors.d;
             const int nq = c.n_queries;
-            test::DevBuf<int32_t> rix(std::vector<int32_t>(size_t(c.n_centroids) * (kernels::probe_ranges(c.n_docs) + 1) + 1));
+            test::DevBuf<int32_t> rix(
+                std::vector<int32_t>(size_t(c.n_centroids) * (kernels::probe_ranges(c.n_docs) + 1) + 1));
             test::DevBuf<uint32_t> dense(std::vector<uint32_t>(size_t(std::max<int64_t>(1, nq * c.n_docs)), 7u));
             test::DevBuf<uint32_t> hist(std::vector<uint32_t>(size_t(std::max(1, nq * kernels::kProbeBins)), 0u));
-            test::DevBuf<uint32_t> thr(std::vector<uint32_t>(size_t(nq) + 1, 0u)), cursor(std::vector<uint32_t>(size_t(nq) + 1, 0u));
+            test::DevBuf<uint32_t> thr(std::vector<uint32_t>(size_t(nq) + 1, 0u)),
+                cursor(std::vector<uint32_t>(size_t(nq) + 1, 0u));
             test::DevBuf<int64_t> counts(std::vector<int64_t>(size_t(nq) + 1, 0));
-            ASSERT_TRUE(kernels::ivf_range_index_cuda(ivf_off.d, ivf_docs.d, c.n_centroids, c.n_docs, rix.d, nullptr).ok());
+            ASSERT_TRUE(
+                kernels::ivf_range_index_cuda(ivf_off.d, ivf_docs.d, c.n_centroids, c.n_docs, rix.d, nullptr).ok());
             ASSERT_TRUE(kernels::probe_accumulate_cuda(p, rix.d, dense.d, hist.d, nullptr).ok());
             ASSERT_TRUE(kernels::probe_threshold_cuda(hist.d, nq, keep, thr.d, counts.d, nullptr).ok());
             std::vector<int64_t> h(size_t(nq) + 1, 0), off(1, 0);
@@ -86,7 +89,8 @@ TEST(ProbeScoresCuda, EqualsReferenceOnEveryCase) {
             test::DevBuf<int64_t> doff(off);
             test::DevBuf<int32_t> docs(std::vector<int32_t>(size_t(std::max<int64_t>(1, off.back())), -1));
             test::DevBuf<float> out(std::vector<float>(size_t(std::max<int64_t>(1, off.back())), -1.f));
-            ASSERT_TRUE(kernels::probe_emit_cuda(dense.d, nq, c.n_docs, thr.d, doff.d, cursor.d, docs.d, out.d, nullptr).ok());
+            ASSERT_TRUE(
+                kernels::probe_emit_cuda(dense.d, nq, c.n_docs, thr.d, doff.d, cursor.d, docs.d, out.d, nullptr).ok());
             std::vector<int32_t> gd(size_t(off.back()));
             std::vector<float> gs(gd.size());
             CUDA_OK(cudaMemcpy(gd.data(), docs.d, gd.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));

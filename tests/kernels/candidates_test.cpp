@@ -85,8 +85,10 @@ TEST(CandidatesFilter, RemovesExactlyTheDocumentsNotAllowed) {
         for (int q = 0; q < c.n_queries; ++q) {
             std::vector<int32_t> want;
             for (int64_t i = ao[q]; i < ao[q + 1]; ++i) {
-                if (kernels::doc_allowed(d.p.lists, q, ad[i])) want.push_back(ad[i]);
-                else ++dropped;
+                if (kernels::doc_allowed(d.p.lists, q, ad[i]))
+                    want.push_back(ad[i]);
+                else
+                    ++dropped;
             }
             EXPECT_EQ(std::vector<int32_t>(fd.begin() + fo[q], fd.begin() + fo[q + 1]), want) << "query " << q;
             std::vector<std::pair<int32_t, uint32_t>> got, expect;

@@ -34,13 +34,13 @@
 namespace tms {
 namespace {
 
-using test::DevBuf;
 using kernels::CodeMaxSimParams;
+using test::DevBuf;
 
 struct CodeCase {
     std::string name;
     int dim;
-    int n_code_bytes;  // 0: centroid-only
+    int n_code_bytes;    // 0: centroid-only
     int residual_nbits;  // 0: PQ-style random codebook; 1/2/4: PLAID residual buckets
     int n_centroids;
     int n_queries;
@@ -208,8 +208,16 @@ struct DevCase {
     DevBuf<int64_t> offs, coffs;
     DevBuf<int32_t> qlens, cdocs;
     explicit DevCase(const CodeData& d)
-        : q(d.q), book(d.book), cs(d.cs), scales(d.scales), tc(d.tc), codes(d.codes), offs(d.doc_offsets), coffs(d.cand_offsets),
-          qlens(d.query_lens), cdocs(d.cand_docs) {}
+        : q(d.q),
+          book(d.book),
+          cs(d.cs),
+          scales(d.scales),
+          tc(d.tc),
+          codes(d.codes),
+          offs(d.doc_offsets),
+          coffs(d.cand_offsets),
+          qlens(d.query_lens),
+          cdocs(d.cand_docs) {}
     CodeMaxSimParams params(const CodeCase& c, const CodeData& d, float* d_scores) const {
         CodeMaxSimParams p = d.host_params(c, d_scores);
         p.queries = q.d;
@@ -319,77 +327,78 @@ TEST(CodeMaxSimCuda, MatchesRefOnCaseTable) {
         const CodeData d(c);
         // With codes, every variant also with token scales (the decoded tokens' inverse norms).
         for (const bool scaled : {false, true}) {
-        if (scaled && c.n_code_bytes == 0) continue;
-        SCOPED_TRACE(scaled ? "token scales" : "no scales");
-        CodeMaxSimParams hp = d.host_params(c, nullptr);
-        hp.token_scales = scaled ? d.scales.data() : nullptr;
-        const int64_t n = kernels::code_maxsim_num_scores(hp);
-        std::vector<double> ref(static_cast<size_t>(n));
-        ASSERT_TRUE(kernels::code_maxsim_ref(hp, d.cent.data(), ref.data()).ok());
-        const std::vector<double> naive32 = naive_same_precision(c, d, false, scaled);
-        const std::vector<double> naive16 = naive_same_precision(c, d, true, scaled);
-        ASSERT_EQ(int64_t(naive32.size()), n);
-        ASSERT_EQ(int64_t(naive16.size()), n);
+            if (scaled && c.n_code_bytes == 0) continue;
+            SCOPED_TRACE(scaled ? "token scales" : "no scales");
+            CodeMaxSimParams hp = d.host_params(c, nullptr);
+            hp.token_scales = scaled ? d.scales.data() : nullptr;
+            const int64_t n = kernels::code_maxsim_num_scores(hp);
+            std::vector<double> ref(static_cast<size_t>(n));
+            ASSERT_TRUE(kernels::code_maxsim_ref(hp, d.cent.data(), ref.data()).ok());
+            const std::vector<double> naive32 = naive_same_precision(c, d, false, scaled);
+            const std::vector<double> naive16 = naive_same_precision(c, d, true, scaled);
+            ASSERT_EQ(int64_t(naive32.size()), n);
+            ASSERT_EQ(int64_t(naive16.size()), n);
 
-        const DevCase dev(d);
-        DevBuf<float> scores(static_cast<size_t>(n));
-        CodeMaxSimParams p = dev.params(c, d, scores.d);
-        p.token_scales = scaled ? dev.scales.d : nullptr;
-        // Residual codebooks have one block for every code byte: score them through the general
-        // layout (paired when dim % 64 == 0, else per byte) and through the replicated
-        // shared block.
-        ASSERT_EQ(kernels::codebook_blocks_equal(d.book.data(), c.dim, c.n_code_bytes),
-                  c.n_code_bytes > 0 && c.residual_nbits > 0);
-        // The queries again one float into a buffer: not 16-byte aligned, so the kernel fills
-        // the query rows one value a load instead of 16 bytes a load.
-        std::vector<float> shifted(1, 0.f);
-        shifted.insert(shifted.end(), d.q.begin(), d.q.end());
-        const DevBuf<float> q_shifted(shifted);
-        // Variants 3 and 4: the codebook prepared once (code_codebook_image_cuda) and copied by
-        // every CTA, for the general and the shared layout; p.codebook is then not read (null).
-        const char* const names[] = {"per-byte codebook", "codebook_shared", "queries not 16-byte aligned",
-                                     "codebook image", "codebook image, codebook_shared"};
-        // Every variant through both kernels: the warpgroup-MMA one where this build and device
-        // have it (sm_90a, compute capability 9.0), and the mma.sync one.
-        for (const bool wg : {true, false})
-        for (const int variant : {0, 1, 2, 3, 4}) {
-            const bool shared = variant == 1 || variant == 4, image = variant >= 3;
-            if (shared && c.residual_nbits == 0) continue;
-            if (image && c.n_code_bytes == 0) continue;
-            SCOPED_TRACE(names[variant]);
-            p.allow_wgmma = wg;
-            SCOPED_TRACE(kernels::code_maxsim_cuda_uses_wgmma(p) ? "warpgroup MMA" : "mma.sync");
-            p.codebook_shared = shared;
-            p.queries = variant == 2 ? q_shifted.d + 1 : dev.q.d;
-            p.codebook = dev.params(c, d, scores.d).codebook;
-            p.codebook_image = nullptr;
-            DevBuf<unsigned char> img(kernels::code_codebook_image_bytes(p));
-            if (image) {
-                ASSERT_GT(img.n, size_t(0));
-                ASSERT_EQ(cudaMemset(img.d, 0xff, img.n), cudaSuccess);  // every byte must be written
-                const Status ist = kernels::code_codebook_image_cuda(p, img.d, nullptr);
-                ASSERT_TRUE(ist.ok()) << ist.ToString();
-                p.codebook_image = img.d;
-                p.codebook = nullptr;
-            }
-            // Poison the output: every score must be written.
-            ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
-            const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
-            DevBuf<unsigned char> ws(ws_bytes);
-            const Status st = kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr);
-            ASSERT_TRUE(st.ok()) << st.ToString();
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            const std::vector<float> got = scores.get();
-            const std::vector<double>& naive = kernels::code_maxsim_cuda_uses_wgmma(p) ? naive16 : naive32;
-            int bad = 0;
-            for (int64_t i = 0; i < n; ++i) {
-                const double tol = 2 * std::fabs(naive[i] - ref[i]) + 1e-3 * (1 + std::fabs(ref[i]));
-                if (!(std::fabs(got[i] - ref[i]) <= tol) && bad++ < 5) {
-                    ADD_FAILURE() << "score " << i << ": gpu " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+            const DevCase dev(d);
+            DevBuf<float> scores(static_cast<size_t>(n));
+            CodeMaxSimParams p = dev.params(c, d, scores.d);
+            p.token_scales = scaled ? dev.scales.d : nullptr;
+            // Residual codebooks have one block for every code byte: score them through the general
+            // layout (paired when dim % 64 == 0, else per byte) and through the replicated
+            // shared block.
+            ASSERT_EQ(kernels::codebook_blocks_equal(d.book.data(), c.dim, c.n_code_bytes),
+                      c.n_code_bytes > 0 && c.residual_nbits > 0);
+            // The queries again one float into a buffer: not 16-byte aligned, so the kernel fills
+            // the query rows one value a load instead of 16 bytes a load.
+            std::vector<float> shifted(1, 0.f);
+            shifted.insert(shifted.end(), d.q.begin(), d.q.end());
+            const DevBuf<float> q_shifted(shifted);
+            // Variants 3 and 4: the codebook prepared once (code_codebook_image_cuda) and copied by
+            // every CTA, for the general and the shared layout; p.codebook is then not read (null).
+            const char* const names[] = {"per-byte codebook", "codebook_shared", "queries not 16-byte aligned",
+                                         "codebook image", "codebook image, codebook_shared"};
+            // Every variant through both kernels: the warpgroup-MMA one where this build and device
+            // have it (sm_90a, compute capability 9.0), and the mma.sync one.
+            for (const bool wg : {true, false})
+                for (const int variant : {0, 1, 2, 3, 4}) {
+                    const bool shared = variant == 1 || variant == 4, image = variant >= 3;
+                    if (shared && c.residual_nbits == 0) continue;
+                    if (image && c.n_code_bytes == 0) continue;
+                    SCOPED_TRACE(names[variant]);
+                    p.allow_wgmma = wg;
+                    SCOPED_TRACE(kernels::code_maxsim_cuda_uses_wgmma(p) ? "warpgroup MMA" : "mma.sync");
+                    p.codebook_shared = shared;
+                    p.queries = variant == 2 ? q_shifted.d + 1 : dev.q.d;
+                    p.codebook = dev.params(c, d, scores.d).codebook;
+                    p.codebook_image = nullptr;
+                    DevBuf<unsigned char> img(kernels::code_codebook_image_bytes(p));
+                    if (image) {
+                        ASSERT_GT(img.n, size_t(0));
+                        ASSERT_EQ(cudaMemset(img.d, 0xff, img.n), cudaSuccess);  // every byte must be written
+                        const Status ist = kernels::code_codebook_image_cuda(p, img.d, nullptr);
+                        ASSERT_TRUE(ist.ok()) << ist.ToString();
+                        p.codebook_image = img.d;
+                        p.codebook = nullptr;
+                    }
+                    // Poison the output: every score must be written.
+                    ASSERT_EQ(cudaMemset(scores.d, 0xff, std::max<size_t>(1, size_t(n)) * sizeof(float)), cudaSuccess);
+                    const size_t ws_bytes = kernels::code_maxsim_cuda_workspace_bytes(p);
+                    DevBuf<unsigned char> ws(ws_bytes);
+                    const Status st = kernels::code_maxsim_cuda(p, ws.d, ws_bytes, nullptr);
+                    ASSERT_TRUE(st.ok()) << st.ToString();
+                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                    const std::vector<float> got = scores.get();
+                    const std::vector<double>& naive = kernels::code_maxsim_cuda_uses_wgmma(p) ? naive16 : naive32;
+                    int bad = 0;
+                    for (int64_t i = 0; i < n; ++i) {
+                        const double tol = 2 * std::fabs(naive[i] - ref[i]) + 1e-3 * (1 + std::fabs(ref[i]));
+                        if (!(std::fabs(got[i] - ref[i]) <= tol) && bad++ < 5) {
+                            ADD_FAILURE()
+                                << "score " << i << ": gpu " << got[i] << " ref " << ref[i] << " naive " << naive[i];
+                        }
+                    }
+                    EXPECT_EQ(bad, 0);
                 }
-            }
-            EXPECT_EQ(bad, 0);
-        }
         }
     }
 }
@@ -480,7 +489,8 @@ TEST(CodeMaxSimCuda, TopKEqualsTopOfScores) {
                 const int64_t b = c.ragged ? d.cand_offsets[qq] : int64_t(qq) * n_docs;
                 const int64_t e = c.ragged ? d.cand_offsets[qq + 1] : b + n_docs;
                 std::vector<std::pair<float, int32_t>> ref;
-                for (int64_t i = b; i < e; ++i) ref.push_back({all[size_t(i)], c.ragged ? d.cand_docs[size_t(i)] : int32_t(i - b)});
+                for (int64_t i = b; i < e; ++i)
+                    ref.push_back({all[size_t(i)], c.ragged ? d.cand_docs[size_t(i)] : int32_t(i - b)});
                 std::sort(ref.begin(), ref.end(), [](const auto& x, const auto& y) {
                     return x.first != y.first ? x.first > y.first : x.second < y.second;
                 });
@@ -532,7 +542,10 @@ TEST(CodeMaxSimCuda, CapturesIntoACudaGraph) {
             DevBuf<int32_t> ids;
             DevBuf<unsigned char> ws, tws;
             Out(int64_t n, int nk, size_t w, size_t tw)
-                : scores(size_t(std::max<int64_t>(n, 1))), top(size_t(nk)), ids(size_t(nk)), ws(std::max<size_t>(w, 1)),
+                : scores(size_t(std::max<int64_t>(n, 1))),
+                  top(size_t(nk)),
+                  ids(size_t(nk)),
+                  ws(std::max<size_t>(w, 1)),
                   tws(tw) {
                 EXPECT_EQ(cudaMemset(scores.d, 0, scores.n * sizeof(float)), cudaSuccess);
             }
@@ -617,8 +630,8 @@ TEST(CodeMaxSimCuda, ReadsInputsThePreviousKernelWrites) {
             const DevCase& src = r % 2 ? src2 : src1;
             test::late_copy<<<4, 256, 0, st>>>(
                 reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d), int64_t(d1.q.size()),
-                reinterpret_cast<uint32_t*>(dst.cs.d), reinterpret_cast<const uint32_t*>(src.cs.d), int64_t(d1.cs.size()),
-                100000);
+                reinterpret_cast<uint32_t*>(dst.cs.d), reinterpret_cast<const uint32_t*>(src.cs.d),
+                int64_t(d1.cs.size()), 100000);
         },
         [&](int, float* out, cudaStream_t st) {
             return kernels::code_maxsim_cuda(dst.params(c1, d1, out), ws.d, ws_bytes, st);
@@ -631,7 +644,7 @@ TEST(CodeMaxSimCuda, ReadsInputsThePreviousKernelWrites) {
 TEST(CodeMaxSimCuda, CandidateCountOnlySizesTheGrid) {
     SKIP_WITHOUT_GPU();
     const int nq = 64;
-    const CodeCase c{"pq64_many_queries", 128, 64, 0, 64, nq, 32, lens(nq, 0, 32, 41), lens(300, 1, 6, 42), true,
+    const CodeCase c{"pq64_many_queries",        128, 64, 0, 64, nq, 32, lens(nq, 0, 32, 41), lens(300, 1, 6, 42), true,
                      std::vector<int>(nq, 4096), 602};
     const CodeData d(c);
     const DevCase dev(d);
@@ -769,46 +782,48 @@ TEST(CodeMaxSimCuda, RejectsUnsupportedShapes) {
 TEST(GpuCodeScorerCuda, MatchesCpuPath) {
     SKIP_WITHOUT_GPU();
     for (const bool normalized : {false, true})
-    for (const bool centroids_only : {false, true}) {
-        const CodeCase c{"scorer", 128, 32, 2, 64, 3, 32, {32, 11, 0}, lens(80, 0, 150, 31), true, {50, 0, 40}, 700};
-        SCOPED_TRACE(describe(c) + (centroids_only ? " centroids only" : "") + (normalized ? " normalized" : ""));
-        const CodeData d(c);
-        std::unique_ptr<engine::GpuCodeScorer> scorer;
-        const Status cs = engine::GpuCodeScorer::Create(test::TestGpuContext(), d.tc.data(), d.codes.data(), int64_t(d.tc.size()),
-                                                        c.n_code_bytes, d.book.data(), d.cent.data(), c.n_centroids,
-                                                        c.dim, d.doc_offsets.data(), int64_t(c.doc_lens.size()),
-                                                        &scorer);
-        ASSERT_TRUE(cs.ok()) << cs.ToString();
-        if (normalized) {
-            const Status ns = scorer->NormalizeDecoded(d.cent.data());
-            ASSERT_TRUE(ns.ok()) << ns.ToString();
-        }
-        for (const bool ragged : {true, false}) {
-            std::vector<float> got;
-            // Dense calls let the scorer compute the centroid scores itself (cuBLAS).
-            const Status st = scorer->Score(d.q.data(), c.n_queries, c.q_stride, d.query_lens.data(),
-                                            ragged ? d.cs.data() : nullptr,
-                                            ragged ? d.cand_offsets.data() : nullptr,
-                                            ragged ? d.cand_docs.data() : nullptr, centroids_only, &got);
-            ASSERT_TRUE(st.ok()) << st.ToString();
-            CodeMaxSimParams p = d.host_params(c, nullptr);
-            if (!ragged) {
-                p.cand_offsets = nullptr;
-                p.cand_docs = nullptr;
+        for (const bool centroids_only : {false, true}) {
+            const CodeCase c{"scorer", 128,         32, 2, 64, 3, 32, {32, 11, 0}, lens(80, 0, 150, 31),
+                             true,     {50, 0, 40}, 700};
+            SCOPED_TRACE(describe(c) + (centroids_only ? " centroids only" : "") + (normalized ? " normalized" : ""));
+            const CodeData d(c);
+            std::unique_ptr<engine::GpuCodeScorer> scorer;
+            const Status cs =
+                engine::GpuCodeScorer::Create(test::TestGpuContext(), d.tc.data(), d.codes.data(), int64_t(d.tc.size()),
+                                              c.n_code_bytes, d.book.data(), d.cent.data(), c.n_centroids, c.dim,
+                                              d.doc_offsets.data(), int64_t(c.doc_lens.size()), &scorer);
+            ASSERT_TRUE(cs.ok()) << cs.ToString();
+            if (normalized) {
+                const Status ns = scorer->NormalizeDecoded(d.cent.data());
+                ASSERT_TRUE(ns.ok()) << ns.ToString();
             }
-            if (centroids_only) {
-                p.n_code_bytes = 0;
-                p.codes = nullptr;
-                p.codebook = nullptr;
+            for (const bool ragged : {true, false}) {
+                std::vector<float> got;
+                // Dense calls let the scorer compute the centroid scores itself (cuBLAS).
+                const Status st =
+                    scorer->Score(d.q.data(), c.n_queries, c.q_stride, d.query_lens.data(),
+                                  ragged ? d.cs.data() : nullptr, ragged ? d.cand_offsets.data() : nullptr,
+                                  ragged ? d.cand_docs.data() : nullptr, centroids_only, &got);
+                ASSERT_TRUE(st.ok()) << st.ToString();
+                CodeMaxSimParams p = d.host_params(c, nullptr);
+                if (!ragged) {
+                    p.cand_offsets = nullptr;
+                    p.cand_docs = nullptr;
+                }
+                if (centroids_only) {
+                    p.n_code_bytes = 0;
+                    p.codes = nullptr;
+                    p.codebook = nullptr;
+                }
+                p.token_scales = normalized ? d.scales.data() : nullptr;
+                std::vector<float> want(size_t(kernels::code_maxsim_num_scores(p)));
+                p.scores = want.data();
+                ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());
+                ASSERT_EQ(got.size(), want.size());
+                for (size_t i = 0; i < got.size(); ++i)
+                    EXPECT_NEAR(got[i], want[i], 2e-2 + 1e-3 * std::fabs(want[i])) << i;
             }
-            p.token_scales = normalized ? d.scales.data() : nullptr;
-            std::vector<float> want(size_t(kernels::code_maxsim_num_scores(p)));
-            p.scores = want.data();
-            ASSERT_TRUE(kernels::code_maxsim_cpu(p).ok());
-            ASSERT_EQ(got.size(), want.size());
-            for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-2 + 1e-3 * std::fabs(want[i])) << i;
         }
-    }
 }
 
 /// <a, b> over dim floats, accumulated in fp64 in index order: the probe tests' reference scores.
@@ -822,7 +837,8 @@ double dot64(const float* a, const float* b, int dim) {
 Status probe_only_scorer(const std::vector<float>& cent, int K, int dim, std::unique_ptr<engine::GpuCodeScorer>* out) {
     const std::vector<uint32_t> tc(1, 0);
     const std::vector<int64_t> off = {0, 1};
-    return engine::GpuCodeScorer::Create(test::TestGpuContext(), tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim, off.data(), 1, out);
+    return engine::GpuCodeScorer::Create(test::TestGpuContext(), tc.data(), nullptr, 1, 0, nullptr, cent.data(), K, dim,
+                                         off.data(), 1, out);
 }
 
 // Probing on the device against fp64 scores: every pick is distinct, in score order up to fp32
@@ -860,7 +876,8 @@ TEST_P(GpuCodeScorerProbe, MatchesCpuOrder) {
             EXPECT_TRUE(seen.insert(c).second) << "row " << r << " picks " << c << " twice";
             const double sc = dot64(&q[size_t(r) * dim], &cent[size_t(c) * dim], dim);
             EXPECT_NEAR(sc, -ref[p].first, 1e-3 * (1 + std::fabs(sc))) << "row " << r << " pick " << p;
-            if (c >= 200 && c < 220) EXPECT_TRUE(seen.count(c - 200)) << "row " << r << ": duplicate " << c << " before " << c - 200;
+            if (c >= 200 && c < 220)
+                EXPECT_TRUE(seen.count(c - 200)) << "row " << r << ": duplicate " << c << " before " << c - 200;
         }
         if (r < 10) {
             EXPECT_EQ(probe[size_t(r) * nprobe], r) << "exact tie: the lower id first";
@@ -971,12 +988,13 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
     const std::vector<int32_t>& ivf_docs = shard.ivf_docs;
     const std::vector<int32_t> qlens = {9, 4, 0, 9, 1, 7};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(test::TestGpuContext(), tc.data(), nullptr, int64_t(tc.size()), 0, nullptr, cent.data(), K, dim,
-                                              doc_off.data(), n_docs, &scorer)
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(test::TestGpuContext(), tc.data(), nullptr, int64_t(tc.size()), 0,
+                                              nullptr, cent.data(), K, dim, doc_off.data(), n_docs, &scorer)
                     .ok());
     std::vector<int64_t> off;
     std::vector<int32_t> docs;
-    EXPECT_FALSE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, Pruning::kInteraction, &off, &docs).ok()) << "needs SetIvf";
+    EXPECT_FALSE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, 0, Pruning::kInteraction, &off, &docs).ok())
+        << "needs SetIvf";
     ASSERT_TRUE(scorer->SetIvf(ivf_off.data(), ivf_docs.data()).ok());
     // Host reference: fp64 probes, union in id order; fp32 centroid scores for pruning.
     std::vector<float> cs(size_t(nq) * qt * K);
@@ -1005,13 +1023,15 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
     EXPECT_EQ(off[3] - off[2], 0) << "an empty query has no candidates";
     // Pruning to 40: the CPU's centroid-only scores of the union, best first.
     const int keep = 40;
-    ASSERT_TRUE(scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, Pruning::kInteraction, &off, &docs).ok());
+    ASSERT_TRUE(
+        scorer->Candidates(q.data(), nq, qt, qlens.data(), nprobe, keep, Pruning::kInteraction, &off, &docs).ok());
     for (int qi = 0; qi < nq; ++qi) {
         auto score = [&](int32_t d) {
             double s = 0;
             for (int i = 0; i < qlens[qi]; ++i) {
                 float m = -INFINITY;
-                for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t) m = std::max(m, cs[(size_t(qi) * qt + i) * K + tc[t]]);
+                for (int64_t t = doc_off[d]; t < doc_off[d + 1]; ++t)
+                    m = std::max(m, cs[(size_t(qi) * qt + i) * K + tc[t]]);
                 s += m;
             }
             return s;
@@ -1049,8 +1069,13 @@ TEST(GpuCodeScorerCuda, CandidatesMatchHostUnionAndPruning) {
         for (const int nc : {0, keep}) {
             std::vector<int64_t> off32, off16;
             std::vector<int32_t> docs32, docs16;
-            ASSERT_TRUE(scorer->Candidates(qr.data(), nq, qt, qlens.data(), nprobe, nc, Pruning::kInteraction, &off32, &docs32).ok());
-            ASSERT_TRUE(scorer->Candidates(raw.data(), t, nq, qt, qlens.data(), nprobe, nc, Pruning::kInteraction, &off16, &docs16).ok());
+            ASSERT_TRUE(
+                scorer->Candidates(qr.data(), nq, qt, qlens.data(), nprobe, nc, Pruning::kInteraction, &off32, &docs32)
+                    .ok());
+            ASSERT_TRUE(scorer
+                            ->Candidates(raw.data(), t, nq, qt, qlens.data(), nprobe, nc, Pruning::kInteraction, &off16,
+                                         &docs16)
+                            .ok());
             EXPECT_EQ(off16, off32) << "ncandidates " << nc;
             EXPECT_EQ(docs16, docs32) << "ncandidates " << nc;
         }
@@ -1076,14 +1101,14 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
     for (auto& c : codes) c = uint8_t(byte(rng));
     const std::vector<int32_t> qlens = {11, 3, 0, 7, 11};
     std::unique_ptr<engine::GpuCodeScorer> scorer;
-    ASSERT_TRUE(engine::GpuCodeScorer::Create(test::TestGpuContext(), sh.tc.data(), codes.data(), int64_t(sh.tc.size()), nb, book.data(),
-                                              cent.data(), K, dim, sh.doc_off.data(), n_docs, &scorer)
+    ASSERT_TRUE(engine::GpuCodeScorer::Create(test::TestGpuContext(), sh.tc.data(), codes.data(), int64_t(sh.tc.size()),
+                                              nb, book.data(), cent.data(), K, dim, sh.doc_off.data(), n_docs, &scorer)
                     .ok());
     ASSERT_TRUE(scorer->SetIvf(sh.ivf_off.data(), sh.ivf_docs.data()).ok());
     std::vector<float> got, want;
     EXPECT_EQ(scorer->ScoreCandidates(&got).code(), Status::Code::kInvalidArgument) << "no Candidates call yet";
-    for (const auto& [keep, pruning] : {std::pair{0, Pruning::kProbe}, std::pair{50, Pruning::kInteraction},
-                                        std::pair{50, Pruning::kProbe}}) {
+    for (const auto& [keep, pruning] :
+         {std::pair{0, Pruning::kProbe}, std::pair{50, Pruning::kInteraction}, std::pair{50, Pruning::kProbe}}) {
         SCOPED_TRACE("ncandidates " + std::to_string(keep) + (pruning == Pruning::kProbe ? " probe" : " interaction"));
         std::vector<int64_t> off;
         std::vector<int32_t> docs;
@@ -1109,8 +1134,10 @@ TEST(GpuCodeScorerCuda, ScoreCandidatesEqualsScore) {
                 ref.resize(std::min<size_t>(ref.size(), size_t(top)));
                 ASSERT_EQ(size_t(toff[qi + 1] - toff[qi]), ref.size()) << "top " << top << " query " << qi;
                 for (size_t j = 0; j < ref.size(); ++j) {
-                    EXPECT_EQ(tdocs[size_t(toff[qi]) + j], ref[j].second) << "top " << top << " query " << qi << " rank " << j;
-                    EXPECT_EQ(tscores[size_t(toff[qi]) + j], ref[j].first) << "top " << top << " query " << qi << " rank " << j;
+                    EXPECT_EQ(tdocs[size_t(toff[qi]) + j], ref[j].second)
+                        << "top " << top << " query " << qi << " rank " << j;
+                    EXPECT_EQ(tscores[size_t(toff[qi]) + j], ref[j].first)
+                        << "top " << top << " query " << qi << " rank " << j;
                 }
             }
         }

@@ -62,8 +62,7 @@ static __global__ void late_copy(uint32_t* dst_a, const uint32_t* src_a, int64_t
                                  const uint32_t* src_b, int64_t n_b, long long delay) {
     kernels::pdl::trigger_dependents();
     const long long t0 = clock64();
-    while (clock64() - t0 < delay) {
-    }
+    while (clock64() - t0 < delay) {}
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_a; i += stride) dst_a[i] = src_a[i];
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_b; i += stride) dst_b[i] = src_b[i];

@@ -18,12 +18,12 @@ struct MaxSimCase {
     int n_queries;
     int q_stride;
     int dim;
-    std::vector<int> doc_lens;   // one entry per document
-    std::vector<int> query_lens; // empty: every query uses q_stride tokens
-    bool ragged;                 // candidate lists (true) or dense all-docs (false)
+    std::vector<int> doc_lens;    // one entry per document
+    std::vector<int> query_lens;  // empty: every query uses q_stride tokens
+    bool ragged;                  // candidate lists (true) or dense all-docs (false)
     DType q_dtype;
     DType d_dtype;
-    bool duplicate_docs;         // every second document copies the previous one (exact ties)
+    bool duplicate_docs;  // every second document copies the previous one (exact ties)
     uint32_t seed;
 };
 
@@ -205,7 +205,8 @@ inline std::vector<float> naive_f32(const MaxSimCase& c, const MaxSimData& d) {
             float best = -INFINITY;
             for (int64_t t = b; t < e; ++t) {
                 float s = 0;
-                for (int k = 0; k < c.dim; ++k) s += d.qf[(int64_t(q) * c.q_stride + i) * c.dim + k] * d.df[t * c.dim + k];
+                for (int k = 0; k < c.dim; ++k)
+                    s += d.qf[(int64_t(q) * c.q_stride + i) * c.dim + k] * d.df[t * c.dim + k];
                 best = std::max(best, s);
             }
             total += best;

@@ -22,9 +22,9 @@
 namespace tms {
 namespace {
 
+using kernels::MaxSimParams;
 using test::DevBuf;
 using test::late_copy;
-using kernels::MaxSimParams;
 using testing::MaxSimCase;
 using testing::MaxSimData;
 
@@ -33,7 +33,11 @@ struct DeviceCase {
     DevBuf<int64_t> offs, cand_offs;
     DevBuf<int32_t> qlens, cand_docs;
     DeviceCase(const MaxSimCase& c, const MaxSimData& d)
-        : q(d.q_bytes), docs(d.d_bytes), offs(d.doc_offsets), cand_offs(d.cand_offsets), qlens(d.query_lens),
+        : q(d.q_bytes),
+          docs(d.d_bytes),
+          offs(d.doc_offsets),
+          cand_offs(d.cand_offsets),
+          qlens(d.query_lens),
           cand_docs(d.cand_docs) {}
     /// tma: tell the kernel where the tokens end (it then reads 16-bit documents with bulk
     /// tensor copies; without it, per-thread async copies).
@@ -51,9 +55,9 @@ struct DeviceCase {
 };
 
 std::string describe(const MaxSimCase& c) {
-    return "case " + c.name + " seed " + std::to_string(c.seed) + " nq " + std::to_string(c.n_queries) +
-           " q_stride " + std::to_string(c.q_stride) + " dim " + std::to_string(c.dim) + " docs " +
-           std::to_string(c.doc_lens.size()) + " dtypes " + DTypeName(c.q_dtype) + "/" + DTypeName(c.d_dtype);
+    return "case " + c.name + " seed " + std::to_string(c.seed) + " nq " + std::to_string(c.n_queries) + " q_stride " +
+           std::to_string(c.q_stride) + " dim " + std::to_string(c.dim) + " docs " + std::to_string(c.doc_lens.size()) +
+           " dtypes " + DTypeName(c.q_dtype) + "/" + DTypeName(c.d_dtype);
 }
 
 /// Segment [begin, end) of the score layout for query q.
@@ -191,8 +195,8 @@ TEST(MaxSimCuda, TopKMatchesRefTieAware) {
 /// of a plain, synchronised launch on the same inputs, bit for bit.
 TEST(MaxSimCuda, ReadsInputsThePreviousKernelWrites) {
     SKIP_WITHOUT_GPU();
-    MaxSimCase c1{"pdl_a", 3, 32, 128, testing::ragged_lens(4000, 1, 200, 5), {}, false, DType::kF16, DType::kF16,
-                  false, 21};
+    MaxSimCase c1{"pdl_a",     3,           32,    128, testing::ragged_lens(4000, 1, 200, 5), {}, false,
+                  DType::kF16, DType::kF16, false, 21};
     MaxSimCase c2 = c1;
     c2.name = "pdl_b";
     c2.seed = 22;
@@ -207,10 +211,10 @@ TEST(MaxSimCuda, ReadsInputsThePreviousKernelWrites) {
         size_t(n_out), 4,
         [&](int r, cudaStream_t st) {
             const DeviceCase& src = r % 2 ? src2 : src1;
-            late_copy<<<4, 256, 0, st>>>(reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d),
-                                         int64_t(d1.q_bytes.size() / 4), reinterpret_cast<uint32_t*>(dst.docs.d),
-                                         reinterpret_cast<const uint32_t*>(src.docs.d), int64_t(d1.d_bytes.size() / 4),
-                                         100000);
+            late_copy<<<4, 256, 0, st>>>(
+                reinterpret_cast<uint32_t*>(dst.q.d), reinterpret_cast<const uint32_t*>(src.q.d),
+                int64_t(d1.q_bytes.size() / 4), reinterpret_cast<uint32_t*>(dst.docs.d),
+                reinterpret_cast<const uint32_t*>(src.docs.d), int64_t(d1.d_bytes.size() / 4), 100000);
         },
         [&](int, float* out, cudaStream_t st) { return kernels::maxsim_cuda(dst.params(c1, d1, out), st); });
 }
@@ -257,8 +261,8 @@ TEST(MaxSimCuda, CapturesIntoACudaGraph) {
     SKIP_WITHOUT_GPU();
     for (const bool ragged : {false, true}) {
         SCOPED_TRACE(ragged ? "ragged" : "dense");
-        const MaxSimCase c{"graph", 5, 32, 128, testing::ragged_lens(3000, 1, 200, 9), {}, ragged, DType::kF32,
-                           DType::kF16, false, 41};
+        const MaxSimCase c{"graph",     5,           32,    128, testing::ragged_lens(3000, 1, 200, 9), {}, ragged,
+                           DType::kF32, DType::kF16, false, 41};
         const MaxSimData d = testing::make_data(c);
         std::vector<float> host_scores(1);
         const int64_t n_out = kernels::maxsim_num_scores(d.params(c, host_scores.data()));
@@ -369,8 +373,8 @@ Status make_exact_shard(const std::vector<int>& lens, int dim, int nq, const std
         for (int i = 0, n = n_cand(q); i < n; ++i) s->cand.push_back(pick(*rng));
         s->cand_offs.push_back(static_cast<int64_t>(s->cand.size()));
     }
-    return engine::GpuExactScorer::Create(test::TestGpuContext(), reinterpret_cast<const uint16_t*>(s->dbytes.data()), s->offs.back(), dim,
-                                          s->offs.data(), int64_t(lens.size()), &s->scorer);
+    return engine::GpuExactScorer::Create(test::TestGpuContext(), reinterpret_cast<const uint16_t*>(s->dbytes.data()),
+                                          s->offs.back(), dim, s->offs.data(), int64_t(lens.size()), &s->scorer);
 }
 
 TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
@@ -381,7 +385,8 @@ TEST(GpuExactScorerCuda, MatchesCpuScoresAndTopK) {
     std::vector<int> lens = testing::ragged_lens(n_docs, 1, 200, seed);
     lens[7] = 0;
     ExactShard sh;
-    const Status st = make_exact_shard(lens, dim, nq, [](int q) { return q == 2 ? 0 : 500 + 300 * q; }, &rng, &sh);
+    const Status st = make_exact_shard(
+        lens, dim, nq, [](int q) { return q == 2 ? 0 : 500 + 300 * q; }, &rng, &sh);
     ASSERT_TRUE(st.ok()) << st.ToString();
     const std::vector<int64_t>& cand_offs = sh.cand_offs;
     const std::vector<int32_t>& cand = sh.cand;
@@ -456,8 +461,8 @@ TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
     std::mt19937 rng(seed);
     const int dim = 128, n_docs = 800, nq = 700, q_stride = 32, per_query = 200;
     ExactShard sh;
-    const Status st = make_exact_shard(testing::ragged_lens(n_docs, 1, 20, seed), dim, nq,
-                                       [](int) { return per_query; }, &rng, &sh);
+    const Status st = make_exact_shard(
+        testing::ragged_lens(n_docs, 1, 20, seed), dim, nq, [](int) { return per_query; }, &rng, &sh);
     ASSERT_TRUE(st.ok()) << st.ToString();
     const std::vector<int64_t>& cand_offs = sh.cand_offs;
     const std::vector<int32_t>& cand = sh.cand;
@@ -470,8 +475,7 @@ TEST(GpuExactScorerCuda, LargeBatchesThroughPinnedStages) {
         p.scores = cpu.data();
         ASSERT_TRUE(kernels::maxsim_cpu(p).ok());
         std::vector<float> gpu;
-        const Status st_score =
-            sh.scorer->Score(qf.data(), nq, q_stride, nullptr, cand_offs.data(), cand.data(), &gpu);
+        const Status st_score = sh.scorer->Score(qf.data(), nq, q_stride, nullptr, cand_offs.data(), cand.data(), &gpu);
         ASSERT_TRUE(st_score.ok()) << st_score.ToString();
         ASSERT_EQ(gpu.size(), cpu.size());
         for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(gpu[i], cpu[i], 2e-4 * (1 + std::fabs(cpu[i]))) << i;

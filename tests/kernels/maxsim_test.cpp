@@ -17,10 +17,10 @@ using kernels::MaxSimParams;
 
 // q: 2 tokens in 2-d padded to dim 2; docs: hand-picked so every max is obvious.
 TEST(MaxSimRef, HandComputed) {
-    const float q[] = {1, 0, 0, 1};                  // q0 = e0, q1 = e1
-    const float d[] = {0.5f, 0.5f, 1, -1, -2, 3,     // doc 0: 3 tokens
-                       0.25f, 0.125f};               // doc 1: 1 token
-    const int64_t off[] = {0, 3, 4, 4};              // doc 2 is empty
+    const float q[] = {1, 0, 0, 1};                 // q0 = e0, q1 = e1
+    const float d[] = {0.5f,  0.5f,  1, -1, -2, 3,  // doc 0: 3 tokens
+                       0.25f, 0.125f};              // doc 1: 1 token
+    const int64_t off[] = {0, 3, 4, 4};             // doc 2 is empty
     MaxSimParams p;
     p.queries = q;
     p.n_queries = 1;
@@ -32,9 +32,9 @@ TEST(MaxSimRef, HandComputed) {
     p.n_docs = 3;
     double s[3];
     ASSERT_TRUE(kernels::maxsim_ref(p, s).ok());
-    EXPECT_DOUBLE_EQ(s[0], 1.0 + 3.0);     // max(0.5,1,-2) + max(0.5,-1,3)
+    EXPECT_DOUBLE_EQ(s[0], 1.0 + 3.0);  // max(0.5,1,-2) + max(0.5,-1,3)
     EXPECT_DOUBLE_EQ(s[1], 0.25 + 0.125);
-    EXPECT_DOUBLE_EQ(s[2], 0.0);           // empty document scores 0
+    EXPECT_DOUBLE_EQ(s[2], 0.0);  // empty document scores 0
     // Query lengths: only q0 counts.
     const int32_t lens[] = {1};
     p.query_lens = lens;
@@ -293,7 +293,8 @@ TEST(DecodedScales, CpuMatchesRef) {
             double ss = 0;
             for (int j = 0; j < dim; ++j) {
                 const int b = j / dsub;
-                const double x = double(cent[size_t(tc[t]) * dim + j]) + book[(size_t(b) * 256 + codes[t * nb + b]) * dsub + j % dsub];
+                const double x = double(cent[size_t(tc[t]) * dim + j]) +
+                                 book[(size_t(b) * 256 + codes[t * nb + b]) * dsub + j % dsub];
                 ss += x * x;
             }
             if (t != 5) EXPECT_NEAR(ref[t], 1.0 / std::sqrt(ss), 1e-12 * ref[t]) << t;
@@ -327,12 +328,12 @@ TEST(CodebookBlocksEqual, ResidualYesPqNo) {
 
 TEST(HalfCpu, RoundTripsAndRounds) {
     for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333333f}) {
-        EXPECT_EQ(kernels::half_to_float(kernels::float_to_half(f)), kernels::half_to_float(kernels::float_to_half(
-                                                                          kernels::half_to_float(kernels::float_to_half(f)))));
+        EXPECT_EQ(kernels::half_to_float(kernels::float_to_half(f)),
+                  kernels::half_to_float(kernels::float_to_half(kernels::half_to_float(kernels::float_to_half(f)))));
     }
     EXPECT_EQ(kernels::float_to_half(1.0f), 0x3c00);
     EXPECT_EQ(kernels::float_to_half(-2.0f), 0xc000);
-    EXPECT_EQ(kernels::float_to_half(65520.0f), 0x7c00);  // rounds to +inf
+    EXPECT_EQ(kernels::float_to_half(65520.0f), 0x7c00);        // rounds to +inf
     EXPECT_EQ(kernels::float_to_half(5.9604645e-08f), 0x0001);  // smallest subnormal
     EXPECT_EQ(kernels::half_to_float(0x0001), 5.9604645e-08f);
     EXPECT_EQ(kernels::float_to_half(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even

@@ -15,7 +15,8 @@ TEST(NearestCuda, AgreesWithReferenceOnEveryCase) {
         const test::NearestData d = test::MakeNearestData(c);
         std::vector<uint32_t> want(size_t(c.n));
         std::vector<float> want_best(size_t(c.n));
-        ASSERT_TRUE(kernels::nearest_ref(test::NearestParamsOf(c, d.x.data(), d.c.data(), want.data(), want_best.data())).ok());
+        ASSERT_TRUE(
+            kernels::nearest_ref(test::NearestParamsOf(c, d.x.data(), d.c.data(), want.data(), want_best.data())).ok());
 
         test::DevBuf<float> x(d.x), cen(d.c);
         test::DevBuf<uint32_t> labels(std::vector<uint32_t>(size_t(c.n), 0xdeadu));

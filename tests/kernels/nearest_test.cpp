@@ -12,8 +12,10 @@ TEST(NearestCpu, AgreesWithReferenceOnEveryCase) {
         const test::NearestData d = test::MakeNearestData(c);
         std::vector<uint32_t> want(size_t(c.n)), got(size_t(c.n));
         std::vector<float> want_best(size_t(c.n)), got_best(size_t(c.n));
-        ASSERT_TRUE(kernels::nearest_ref(test::NearestParamsOf(c, d.x.data(), d.c.data(), want.data(), want_best.data())).ok());
-        ASSERT_TRUE(kernels::nearest_cpu(test::NearestParamsOf(c, d.x.data(), d.c.data(), got.data(), got_best.data())).ok());
+        ASSERT_TRUE(
+            kernels::nearest_ref(test::NearestParamsOf(c, d.x.data(), d.c.data(), want.data(), want_best.data())).ok());
+        ASSERT_TRUE(
+            kernels::nearest_cpu(test::NearestParamsOf(c, d.x.data(), d.c.data(), got.data(), got_best.data())).ok());
         test::ExpectNearestAgrees(c, d, want, got, got_best);
     }
 }

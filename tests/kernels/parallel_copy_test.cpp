@@ -23,7 +23,8 @@ TEST(ParallelMemcpy, CopiesEveryByte) {
             kernels::ParallelMemcpy(dst.data() + 1, src.data(), n, threads);
             ASSERT_EQ(dst.front(), 0xEE) << "wrote before the destination";
             ASSERT_EQ(dst.back(), 0xEE) << "wrote past the destination";
-            ASSERT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin() + 1)) << n << " bytes, " << threads << " threads";
+            ASSERT_TRUE(std::equal(src.begin(), src.begin() + n, dst.begin() + 1))
+                << n << " bytes, " << threads << " threads";
         }
     }
 }
@@ -32,7 +33,8 @@ TEST(TeamMemcpy, CopiesEveryByte) {
     std::mt19937 rng(4);
     std::vector<uint8_t> src((size_t(5) << 20) + 11);
     for (auto& b : src) b = static_cast<uint8_t>(rng());
-    for (const size_t n : {size_t(0), size_t(1), size_t(65535), size_t(65536), size_t(65537), size_t(1) << 20, src.size()}) {
+    for (const size_t n :
+         {size_t(0), size_t(1), size_t(65535), size_t(65536), size_t(65537), size_t(1) << 20, src.size()}) {
         std::vector<uint8_t> dst(n + 2, 0xEE);
         kernels::TeamMemcpy(dst.data() + 1, src.data(), n);
         ASSERT_EQ(dst.front(), 0xEE) << "wrote before the destination";

@@ -77,7 +77,8 @@ TEST(RowSelectCuda, TopNMatchesSpec) {
                     const float want_v = p < int(ref.size()) ? ref[size_t(p)].first : -inf;
                     ASSERT_EQ(idx[size_t(r) * n + p], want)
                         << "K " << K << " n " << n << " row " << r << " fill " << r / per << " pick " << p;
-                    ASSERT_EQ(val[size_t(r) * n + p], want_v) << "K " << K << " n " << n << " row " << r << " pick " << p;
+                    ASSERT_EQ(val[size_t(r) * n + p], want_v)
+                        << "K " << K << " n " << n << " row " << r << " pick " << p;
                 }
             }
         }

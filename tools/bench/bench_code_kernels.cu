@@ -65,12 +65,12 @@ struct CodeBenchCase {
 };
 
 std::vector<CodeBenchCase> cases() {
-    const std::vector<std::pair<std::string, int>> codecs = {{"pq16", 16}, {"pq32", 32}, {"pq64", 64}, {"res1", 16},
-                                                            {"res2", 32},  {"res4", 64}, {"cent", 0},  {"exactfp16", -1}};
+    const std::vector<std::pair<std::string, int>> codecs = {{"pq16", 16}, {"pq32", 32},     {"pq64", 64},
+                                                             {"res1", 16}, {"res2", 32},     {"res4", 64},
+                                                             {"cent", 0},  {"exactfp16", -1}};
     std::vector<CodeBenchCase> v;
     for (int64_t b : {100000, 10000})
-        for (const auto& [n, nb] : codecs)
-            v.push_back({n + "_d128_nq32_nd128_b" + std::to_string(b), nb, b});
+        for (const auto& [n, nb] : codecs) v.push_back({n + "_d128_nq32_nd128_b" + std::to_string(b), nb, b});
     for (const auto& [n, nb] : codecs)
         v.push_back({"ragged_" + n + "_d128_nq32_nd128_q256_c4096_n1000000", nb, 1000000, 256, 4096});
     return v;
@@ -137,11 +137,14 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
         p.cand_offsets = bc.n_cand ? d_coffs.p : nullptr;
         p.cand_docs = bc.n_cand ? d_cdocs.p : nullptr;
         p.scores = scores.p;
-        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
-            kernels::MaxSimParams pi = p;
-            pi.doc_tokens = docs.p + size_t(i % copies) * n_tok * kDim;
-            return kernels::maxsim_cuda(pi, nullptr);
-        }, &sec));
+        TMS_RETURN_IF_ERROR(timer.median(
+            per_sample,
+            [&](int i) {
+                kernels::MaxSimParams pi = p;
+                pi.doc_tokens = docs.p + size_t(i % copies) * n_tok * kDim;
+                return kernels::maxsim_cuda(pi, nullptr);
+            },
+            &sec));
         report("tilemaxsim-exact");
         return Status::OK();
     }
@@ -201,34 +204,38 @@ Status run_case(const CodeBenchCase& bc, double ceiling, size_t l2, std::vector<
         pi.codes = nb ? codes.p + size_t(i % copies) * n_tok * nb : nullptr;
         return pi;
     };
-    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
-        return kernels::code_maxsim_cuda(at(i), ws.p, ws_bytes, nullptr);
-    }, &sec));
+    TMS_RETURN_IF_ERROR(timer.median(
+        per_sample, [&](int i) { return kernels::code_maxsim_cuda(at(i), ws.p, ws_bytes, nullptr); }, &sec));
     report("tilemaxsim-code");
     if (kernels::code_maxsim_cuda_uses_wgmma(p)) {
         // The same call through the mma.sync kernel (what GPUs other than Hopper run).
-        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
-            kernels::CodeMaxSimParams pi = at(i);
-            pi.allow_wgmma = false;
-            return kernels::code_maxsim_cuda(pi, ws.p, ws_bytes, nullptr);
-        }, &sec));
+        TMS_RETURN_IF_ERROR(timer.median(
+            per_sample,
+            [&](int i) {
+                kernels::CodeMaxSimParams pi = at(i);
+                pi.allow_wgmma = false;
+                return kernels::code_maxsim_cuda(pi, ws.p, ws_bytes, nullptr);
+            },
+            &sec));
         report("tilemaxsim-code-mma");
     }
     // Scoring alone, the centroid-score table already built (the difference to the first row is
     // the table's build from the fp32 centroid scores, each call).
     TMS_RETURN_IF_ERROR(kernels::code_centroid_table_cuda(p, ws.p, nullptr));
-    TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
-        return kernels::code_maxsim_table_cuda(at(i), ws.p, nullptr);
-    }, &sec));
+    TMS_RETURN_IF_ERROR(timer.median(
+        per_sample, [&](int i) { return kernels::code_maxsim_table_cuda(at(i), ws.p, nullptr); }, &sec));
     report("tilemaxsim-code-pretable");
     if (bc.n_cand > 0) {
         // Scoring with each query's top 10 kept on the device (table built each call).
         const int k = 10;
         bench::TopKBuffers tk;
         TMS_RETURN_IF_ERROR(tk.alloc(kernels::code_maxsim_topk_cuda_workspace_bytes(at(0), k), nq, k));
-        TMS_RETURN_IF_ERROR(timer.median(per_sample, [&](int i) {
-            return kernels::code_maxsim_topk_cuda(at(i), k, tk.ids.p, tk.scores.p, tk.ws.p, tk.ws_bytes, nullptr);
-        }, &sec));
+        TMS_RETURN_IF_ERROR(timer.median(
+            per_sample,
+            [&](int i) {
+                return kernels::code_maxsim_topk_cuda(at(i), k, tk.ids.p, tk.scores.p, tk.ws.p, tk.ws_bytes, nullptr);
+            },
+            &sec));
         report("tilemaxsim-code-topk10");
     }
     return Status::OK();

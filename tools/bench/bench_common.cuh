@@ -19,7 +19,7 @@
 
 namespace tms::bench::bench {
 
-constexpr int kSamples = 15;  // timing samples; the median is reported
+constexpr int kSamples = 15;             // timing samples; the median is reported
 constexpr double kWarmupSeconds = 0.25;  // minimum warm-up before the samples of one timing
 
 /// Idle seconds before each timing (`tms bench kernels --cooldown`; 0: none). The H200's power
@@ -160,7 +160,8 @@ inline Status read_ceiling_gbps(const cudaDeviceProp& prop, double* gbps) {
     TMS_CUDA_CHECK_LAUNCH();
     Timer timer;
     double sec = 0;
-    TMS_RETURN_IF_ERROR(timer.median(3, [&](int) { return launch_read(prop, buf.p, bytes, sink.p); }, &sec));
+    TMS_RETURN_IF_ERROR(timer.median(
+        3, [&](int) { return launch_read(prop, buf.p, bytes, sink.p); }, &sec));
     *gbps = double(bytes) / sec * 1e-9;
     std::fprintf(stderr, "read ceiling: %.1f GB/s (%s)\n", *gbps, prop.name);
     return Status::OK();
@@ -186,8 +187,8 @@ inline std::string fmt(double x) {
 
 /// One JSON row of the kernels result file.
 inline std::string row(const std::string& c, const std::string& impl, double docs_s, double gbps, double ceil) {
-    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) + ",\"gbps\":" +
-           fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
+    return "{\"case\":\"" + c + "\",\"impl\":\"" + impl + "\",\"docs_per_s\":" + fmt(docs_s) +
+           ",\"gbps\":" + fmt(gbps) + ",\"frac_ceiling\":" + fmt(gbps / ceil) + "}";
 }
 
 }  // namespace tms::bench::bench

@@ -54,13 +54,14 @@ int64_t dir_bytes(const fs::path& p) {
 
 Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
     if (o.tokens <= 0) return Status::InvalidArgument("--tokens must be > 0");
-    const fs::path dir = o.dir.empty() ? fs::temp_directory_path() / ("tms-bench-index-" + std::to_string(getpid())) : fs::path(o.dir);
+    const fs::path dir =
+        o.dir.empty() ? fs::temp_directory_path() / ("tms-bench-index-" + std::to_string(getpid())) : fs::path(o.dir);
     SynthOptions so;
     so.dim = o.dim;
     so.n_queries = 1;
     so.n_docs = std::max<int64_t>(1, o.tokens / ((so.min_doc_len + so.max_doc_len) / 2));
-    std::fprintf(stderr, "bench index: synthesizing %lld documents (~%lld tokens, dim %d) in %s\n", (long long)so.n_docs,
-                 (long long)o.tokens, o.dim, dir.c_str());
+    std::fprintf(stderr, "bench index: synthesizing %lld documents (~%lld tokens, dim %d) in %s\n",
+                 (long long)so.n_docs, (long long)o.tokens, o.dim, dir.c_str());
     // Everything runs in children: libgomp is not fork-safe once the parent has used OpenMP.
     double synth_s = 0, synth_rss = 0;
     if (run_child([&]() { return WriteSynthCorpus(so, dir.string()).ok() ? 0 : 1; }, &synth_s, &synth_rss) != 0) {
@@ -103,7 +104,8 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
                 return 0;
             },
             &build_s, &build_rss);
-        if (rc != 0) return Status::Internal("bench index: the " + codec + " build failed (exit " + std::to_string(rc) + ")");
+        if (rc != 0)
+            return Status::Internal("bench index: the " + codec + " build failed (exit " + std::to_string(rc) + ")");
         int64_t n_tokens = 0;
         int n_centroids = 0;
         std::string phases;
@@ -112,7 +114,8 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
             f >> n_tokens >> n_centroids;
             std::string name;
             double sec;
-            while (f >> name >> sec) phases += (phases.empty() ? "" : ", ") + ("\"" + name + "\": " + std::to_string(sec));
+            while (f >> name >> sec)
+                phases += (phases.empty() ? "" : ", ") + ("\"" + name + "\": " + std::to_string(sec));
         }
         const int64_t index_bytes = dir_bytes(out);
         SearcherOptions lo;
@@ -146,9 +149,11 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
                       double(index_bytes) / n_tokens, open_s, load_s, index_bytes / open_s / 1e9, load_rss);
         rows << (first ? "" : ",\n") << "  " << row << phases << "}}";
         first = false;
-        std::fprintf(stderr, "bench index: %s: %lld tokens in %.1f s (%.0f tokens/s), peak RSS %.2f GB, %.1f B/token, load %.2f GB/s\n",
-                     codec.c_str(), (long long)n_tokens, build_s, n_tokens / build_s, build_rss / 1e9,
-                     double(index_bytes) / n_tokens, index_bytes / open_s / 1e9);
+        std::fprintf(
+            stderr,
+            "bench index: %s: %lld tokens in %.1f s (%.0f tokens/s), peak RSS %.2f GB, %.1f B/token, load %.2f GB/s\n",
+            codec.c_str(), (long long)n_tokens, build_s, n_tokens / build_s, build_rss / 1e9,
+            double(index_bytes) / n_tokens, index_bytes / open_s / 1e9);
     }
     char date[32];
     const std::time_t t = std::time(nullptr);
@@ -157,8 +162,9 @@ Status RunIndexBench(const IndexBenchOptions& o, std::string* json) {
     gethostname(host, sizeof host - 1);
     std::ostringstream j;
     j << "{\"date\": \"" << date << "\", \"host\": \"" << host << "\", \"cpus\": " << sysconf(_SC_NPROCESSORS_ONLN)
-      << ", \"device\": \"" << DeviceName(o.device) << "\", \"input_bytes\": " << input_bytes
-      << ", \"command\": \"" << tms::json_escape(o.command) << "\", \"cases\": [\n" << rows.str() << "\n]}";
+      << ", \"device\": \"" << DeviceName(o.device) << "\", \"input_bytes\": " << input_bytes << ", \"command\": \""
+      << tms::json_escape(o.command) << "\", \"cases\": [\n"
+      << rows.str() << "\n]}";
     *json = j.str();
     if (o.dir.empty()) fs::remove_all(dir);
     return Status::OK();

@@ -10,13 +10,13 @@
 namespace tms::bench {
 
 struct IndexBenchOptions {
-    int64_t tokens = 5000000;                      ///< corpus size
+    int64_t tokens = 5000000;  ///< corpus size
     int dim = 128;
-    int centroids = 0;                             ///< 0: PLAID's rule
+    int centroids = 0;  ///< 0: PLAID's rule
     std::vector<std::string> codecs{"pq16", "res2"};
     Device device = Device::kAuto;
-    std::string dir;                               ///< keep the corpus and indexes here ("" = temp, removed)
-    std::string command;                           ///< recorded in the JSON
+    std::string dir;      ///< keep the corpus and indexes here ("" = temp, removed)
+    std::string command;  ///< recorded in the JSON
 };
 
 Status RunIndexBench(const IndexBenchOptions& o, std::string* json);

@@ -40,9 +40,12 @@ __global__ void fill_random(void* data, int64_t n, int dtype, uint32_t seed) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const uint32_t h = bench::mix(uint64_t(i), seed);
         const float v = (float(h & 0xffffff) / float(1 << 24) - 0.5f) * 0.25f + 1e-3f;
-        if (dtype == int(DType::kF32)) static_cast<float*>(data)[i] = v;
-        else if (dtype == int(DType::kF16)) static_cast<__half*>(data)[i] = __float2half(v);
-        else static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(v);
+        if (dtype == int(DType::kF32))
+            static_cast<float*>(data)[i] = v;
+        else if (dtype == int(DType::kF16))
+            static_cast<__half*>(data)[i] = __float2half(v);
+        else
+            static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16(v);
     }
 }
 
@@ -63,11 +66,11 @@ __global__ void naive_reduce(const float* c, const int64_t* offs, int64_t doc0, 
 struct BenchCase {
     std::string name;
     int dim = 128;
-    int nd = 128;         // tokens per doc (0: variable 32..256)
-    int64_t n_docs = 0;   // documents in the corpus
+    int nd = 128;        // tokens per doc (0: variable 32..256)
+    int64_t n_docs = 0;  // documents in the corpus
     DType dtype = DType::kF16;
-    int n_queries = 1;    // ragged: queries, each with n_cand candidates
-    int64_t n_cand = 0;   // 0: dense (one query x all docs)
+    int n_queries = 1;   // ragged: queries, each with n_cand candidates
+    int64_t n_cand = 0;  // 0: dense (one query x all docs)
 };
 
 std::vector<BenchCase> bench_cases() {
@@ -95,7 +98,8 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
     const int64_t n_tok = offs.back();
     const size_t corpus_bytes = size_t(n_tok) * row_bytes;
     // Copies to rotate over: together >= 4x L2 (only small corpora get more than one).
-    const int copies = int(std::min<size_t>(256, std::max<size_t>(1, (4 * l2_bytes + corpus_bytes - 1) / corpus_bytes)));
+    const int copies =
+        int(std::min<size_t>(256, std::max<size_t>(1, (4 * l2_bytes + corpus_bytes - 1) / corpus_bytes)));
     Dev<unsigned char> docs;
     TMS_RETURN_IF_ERROR(docs.alloc(corpus_bytes * copies));
     fill_random<<<4096, 256>>>(docs.p, int64_t(n_tok) * bc.dim * copies, int(bc.dtype), 7);
@@ -205,8 +209,8 @@ Status run_case(const BenchCase& bc, const KernelBenchOptions& o, const cudaDevi
         for (auto [d0, d1] : chunks) {
             const int64_t t0 = offs[d0], nt = offs[d1] - t0;
             const float one = 1.f, zero = 0.f;
-            TMS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, kQTokens, int(nt), bc.dim, &one, q.p,
-                                                    ct, bc.dim, base + size_t(t0) * row_bytes, ct, bc.dim, &zero,
+            TMS_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, kQTokens, int(nt), bc.dim, &one,
+                                                    q.p, ct, bc.dim, base + size_t(t0) * row_bytes, ct, bc.dim, &zero,
                                                     cbuf.p, CUDA_R_32F, kQTokens, CUBLAS_COMPUTE_32F,
                                                     CUBLAS_GEMM_DEFAULT));
             const int64_t nd = d1 - d0;
@@ -231,14 +235,16 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     if (o.docs > 0 || o.dim > 0) {  // the dense exact cases at B = o.docs, dim = o.dim (one per shape), named for them
         const auto set_field = [](std::string& name, const std::string& key, int64_t v) {
             const size_t b = name.find(key), e = name.find('_', b + key.size());
-            if (b != std::string::npos && e != std::string::npos) name = name.substr(0, b + key.size()) + std::to_string(v) + name.substr(e);
+            if (b != std::string::npos && e != std::string::npos)
+                name = name.substr(0, b + key.size()) + std::to_string(v) + name.substr(e);
         };
         std::vector<BenchCase> at;
         for (BenchCase bc : cases) {
             if (bc.n_cand != 0) continue;
             if (o.docs > 0) set_field(bc.name, "_b", bc.n_docs = o.docs);
             if (o.dim > 0) set_field(bc.name, "_d", bc.dim = o.dim);
-            if (std::none_of(at.begin(), at.end(), [&](const BenchCase& x) { return x.name == bc.name; })) at.push_back(bc);
+            if (std::none_of(at.begin(), at.end(), [&](const BenchCase& x) { return x.name == bc.name; }))
+                at.push_back(bc);
         }
         cases = at;
     }
@@ -254,8 +260,8 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-    std::string j = "{\"gpu\":\"" + std::string(prop.name) + "\",\"date\":\"" + date +
-                    "\",\"command\":\"" + json_escape(o.command) + "\",\"read_ceiling_gbps\":" + fmt(ceiling) + ",\"cases\":[\n";
+    std::string j = "{\"gpu\":\"" + std::string(prop.name) + "\",\"date\":\"" + date + "\",\"command\":\"" +
+                    json_escape(o.command) + "\",\"read_ceiling_gbps\":" + fmt(ceiling) + ",\"cases\":[\n";
     j += row("read_ceiling", "read-ceiling", 0, ceiling, ceiling);
     for (const std::string& r : rows) j += ",\n" + r;
     j += "\n]}\n";
@@ -305,7 +311,8 @@ Status GpuState(int device, std::string* name, int64_t* used_bytes) {
         return Status::NotSupported("no GPU " + std::to_string(device));
     }
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return Status::Internal("cudaGetDeviceProperties failed");
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+        return Status::Internal("cudaGetDeviceProperties failed");
     *name = prop.name;
     int prev = 0;
     cudaGetDevice(&prev);

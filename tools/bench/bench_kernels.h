@@ -42,7 +42,8 @@ Status RunKernelBench(const KernelBenchOptions& o, std::string* json);
 Status RunCodeKernelBench(const std::string& filter, std::string* json_rows, double cooldown_s = 0);
 #else
 inline Status RunKernelBench(const KernelBenchOptions&, std::string*) {
-    return Status::NotSupported("bench kernels: this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON on a GPU machine)");
+    return Status::NotSupported(
+        "bench kernels: this build has no CUDA (rebuild with -DTMS_ENABLE_CUDA=ON on a GPU machine)");
 }
 inline Status RunCodeKernelBench(const std::string&, std::string*, double = 0) {
     return Status::NotSupported("bench kernels: this build has no CUDA");

@@ -38,8 +38,10 @@ void host_memory(int64_t* rss, int64_t* peak) {
     std::string key;
     int64_t kb = 0;
     while (f >> key) {
-        if (key == "VmRSS:" && f >> kb) *rss = kb * 1024;
-        else if (key == "VmHWM:" && f >> kb) *peak = kb * 1024;
+        if (key == "VmRSS:" && f >> kb)
+            *rss = kb * 1024;
+        else if (key == "VmHWM:" && f >> kb)
+            *peak = kb * 1024;
     }
 }
 
@@ -112,7 +114,8 @@ std::string shell_quote(const std::string& s) {
 // The peer's row (one JSON object, the schema of ours): o.peer_script run on the same corpus and
 // queries, scored against `truth` (written to a temporary TREC run for it).
 std::filesystem::path peer_corpus(const SearchBenchOptions& o) {
-    return o.peer_corpus.empty() ? std::filesystem::path(o.queries).parent_path() : std::filesystem::path(o.peer_corpus);
+    return o.peer_corpus.empty() ? std::filesystem::path(o.queries).parent_path()
+                                 : std::filesystem::path(o.peer_corpus);
 }
 
 // What the peer needs, checked before anything is measured.
@@ -120,11 +123,13 @@ Status check_peer(const SearchBenchOptions& o) {
     namespace fs = std::filesystem;
     if (o.peer != "fast-plaid") return Status::InvalidArgument("--peer: unknown system '" + o.peer + "' (fast-plaid)");
     if (!fs::exists(o.peer_script)) {
-        return Status::InvalidArgument(o.peer_script + ": not found (run from the repository root, or pass --peer-script)");
+        return Status::InvalidArgument(o.peer_script +
+                                       ": not found (run from the repository root, or pass --peer-script)");
     }
     const fs::path docs = peer_corpus(o) / "docs.npy";
     if (!fs::exists(docs)) {
-        return Status::InvalidArgument(docs.string() + ": not found: the peer needs the corpus's embeddings (pass --peer-corpus DIR)");
+        return Status::InvalidArgument(docs.string() +
+                                       ": not found: the peer needs the corpus's embeddings (pass --peer-corpus DIR)");
     }
     return Status::OK();
 }
@@ -145,11 +150,11 @@ Status run_peer(const SearchBenchOptions& o, const std::vector<std::vector<Searc
     } cleanup{tmp};
     const fs::path run = tmp / "truth.trec", out = tmp / "row.json";
     TMS_RETURN_IF_ERROR(write_truth(run.string(), truth, "truth"));
-    const std::string cmd = "python3 " + shell_quote(o.peer_script) + " --corpus " + shell_quote(corpus.string()) +
-                            " --queries " + shell_quote(o.queries) + " --truth " + shell_quote(run.string()) + " --out " + shell_quote(out.string()) +
-                            " --index " + shell_quote((tmp / "index").string()) + " --nbits " +
-                            std::to_string(o.peer_nbits) + " --k " + std::to_string(o.search.k) + " --single " +
-                            std::to_string(std::max(1, o.single)) + " >&2";
+    const std::string cmd =
+        "python3 " + shell_quote(o.peer_script) + " --corpus " + shell_quote(corpus.string()) + " --queries " +
+        shell_quote(o.queries) + " --truth " + shell_quote(run.string()) + " --out " + shell_quote(out.string()) +
+        " --index " + shell_quote((tmp / "index").string()) + " --nbits " + std::to_string(o.peer_nbits) + " --k " +
+        std::to_string(o.search.k) + " --single " + std::to_string(std::max(1, o.single)) + " >&2";
     std::fprintf(stderr, "peer: %s\n", cmd.c_str());
     std::fflush(stderr);
     const int rc = std::system(cmd.c_str());
@@ -252,7 +257,8 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                 return Status::InvalidArgument(o.truth + ": query id '" + qid + "' is not a query number in [0, " +
                                                std::to_string(q.n_queries) + ")");
             }
-            std::stable_sort(hits.begin(), hits.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+            std::stable_sort(hits.begin(), hits.end(),
+                             [](const auto& a, const auto& b) { return a.second > b.second; });
             for (size_t j = 0; j < hits.size() && j < size_t(o.search.k); ++j)
                 truth[size_t(i)].push_back(SearchHit{hits[j].first, -1, float(hits[j].second)});
         }
@@ -260,7 +266,8 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
     // The rows: the first with the given options, then every combination of the lists.
     std::vector<SearchOptions> rows{o.search};
     auto or_one = [](const std::vector<int>& v, int d) { return v.empty() ? std::vector<int>{d} : v; };
-    const std::vector<Pruning> prunings = o.pruning_list.empty() ? std::vector<Pruning>{o.search.pruning} : o.pruning_list;
+    const std::vector<Pruning> prunings =
+        o.pruning_list.empty() ? std::vector<Pruning>{o.search.pruning} : o.pruning_list;
     for (int np : or_one(o.nprobe_list, o.search.nprobe))
         for (int nc : or_one(o.ncandidates_list, o.search.ncandidates))
             for (int rr : or_one(o.rerank_list, o.search.rerank))
@@ -280,7 +287,8 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
         r = s->Plan(r);
         r.target_recall = 0;
     }
-    std::string index_name = info.codec == "pq" ? "pq-" + std::to_string(info.pq_m) : "residual-" + std::to_string(info.residual_nbits) + "bit";
+    std::string index_name = info.codec == "pq" ? "pq-" + std::to_string(info.pq_m)
+                                                : "residual-" + std::to_string(info.residual_nbits) + "bit";
     if (info.has_vectors) index_name += "+vectors";
     std::string out_rows;
     std::fprintf(stderr, "%-12s %7s %7s %7s %10s %9s %8s %8s %12s\n", "pruning", "nprobe", "ncand", "rerank",
@@ -343,20 +351,21 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
         char rs[16] = "-";
         if (with_recall) std::snprintf(rs, sizeof(rs), "%.4f", recall);
         std::fprintf(stderr, "%-12s %7d %7d %7d %10.1f %9s %8.3f %8.3f %12.1f\n",
-                     r.exhaustive ? "exhaustive" : PruningName(r.pruning), r.nprobe,
-                     r.ncandidates, r.rerank, qps, rs, p50, p99, qps64);
+                     r.exhaustive ? "exhaustive" : PruningName(r.pruning), r.nprobe, r.ncandidates, r.rerank, qps, rs,
+                     p50, p99, qps64);
         char b[1536];
         std::snprintf(b, sizeof(b),
                       "%s{\"system\": \"tms\", \"index\": \"%s\", \"exhaustive\": %s, \"pruning\": \"%s\", "
                       "\"nprobe\": %d, "
                       "\"ncandidates\": %d, \"rerank\": %d, \"k\": %d, \"batch\": %d, \"batch_qps\": %.1f, "
-                      "\"recall_at_10\": %s, \"recall_at_10_within_1e-3\": %s, \"ms_per_batch\": {\"candidates\": %.3f, \"scoring\": %.3f, "
+                      "\"recall_at_10\": %s, \"recall_at_10_within_1e-3\": %s, \"ms_per_batch\": {\"candidates\": "
+                      "%.3f, \"scoring\": %.3f, "
                       "\"rerank\": %.3f}",
                       out_rows.empty() ? "" : ",\n  ", index_name.c_str(), r.exhaustive ? "true" : "false",
-                      PruningName(r.pruning), r.nprobe,
-                      r.ncandidates, r.rerank, r.k, o.batch, qps, with_recall ? std::to_string(recall).c_str() : "null",
-                      within ? std::to_string(recall_eps).c_str() : "null",
-                      best_t.candidates * 1e3 / batches, best_t.scoring * 1e3 / batches, best_t.rerank * 1e3 / batches);
+                      PruningName(r.pruning), r.nprobe, r.ncandidates, r.rerank, r.k, o.batch, qps,
+                      with_recall ? std::to_string(recall).c_str() : "null",
+                      within ? std::to_string(recall_eps).c_str() : "null", best_t.candidates * 1e3 / batches,
+                      best_t.scoring * 1e3 / batches, best_t.rerank * 1e3 / batches);
         out_rows += b;
         if (ri == 0) {
             std::snprintf(b, sizeof(b), ", \"p50_ms\": %.3f, \"p99_ms\": %.3f", p50, p99);
@@ -365,7 +374,8 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                 std::snprintf(b, sizeof(b), ", \"concurrent_qps_%d\": %.1f", c, v);
                 out_rows += b;
             }
-            std::snprintf(b, sizeof(b), ", \"build_s\": null, \"index_bytes\": %lld, \"open_s\": %.3f, "
+            std::snprintf(b, sizeof(b),
+                          ", \"build_s\": null, \"index_bytes\": %lld, \"open_s\": %.3f, "
                           "\"host_rss_bytes\": %lld, \"host_peak_rss_bytes\": %lld, \"device_used_bytes\": %lld, "
                           "\"exhaustive_s\": %.6f, \"vectors\": \"%s\", \"vector_bytes\": %lld, "
                           "\"h2d_gb_s\": %.1f",

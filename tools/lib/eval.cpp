@@ -38,9 +38,7 @@ constexpr const char* kTrecQrelsFormat = "'qid 0 docid rel'";
 constexpr const char* kBeirQrelsFormat = "'query-id<TAB>corpus-id<TAB>score'";
 constexpr std::string_view kBeirHeader = "query-id\tcorpus-id\tscore";
 
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 std::string_view trim(std::string_view s) {
     while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
@@ -146,8 +144,7 @@ Status for_each_line(const std::string& path, OnLine on_line) {
         if (!view.empty() && view.back() == '\r') view.remove_suffix(1);
         TMS_RETURN_IF_ERROR(on_line(line_no, view));
     }
-    if (in.bad())
-        return Status::IOError(path + ": read failed after line " + std::to_string(line_no));
+    if (in.bad()) return Status::IOError(path + ": read failed after line " + std::to_string(line_no));
     return Status::OK();
 }
 
@@ -179,18 +176,18 @@ Status read_run_impl(const std::string& path, Run* run) {
         const std::vector<std::string_view> f = split_whitespace(line);
         if (f.empty()) return Status::OK();
         if (f.size() != 6) {
-            return Status::InvalidArgument(line_prefix(path, line_no) + "expected 6 fields " +
-                                           kRunFormat + ", got " + std::to_string(f.size()));
+            return Status::InvalidArgument(line_prefix(path, line_no) + "expected 6 fields " + kRunFormat + ", got " +
+                                           std::to_string(f.size()));
         }
         int64_t rank = 0;
         if (!parse_int(f[3], &rank)) {
-            return Status::InvalidArgument(line_prefix(path, line_no) + "rank " +
-                                           quote_field(f[3]) + " is not an integer");
+            return Status::InvalidArgument(line_prefix(path, line_no) + "rank " + quote_field(f[3]) +
+                                           " is not an integer");
         }
         double score = 0;
         if (!parse_double(f[4], &score)) {
-            return Status::InvalidArgument(line_prefix(path, line_no) + "score " +
-                                           quote_field(f[4]) + " is not a number");
+            return Status::InvalidArgument(line_prefix(path, line_no) + "score " + quote_field(f[4]) +
+                                           " is not a number");
         }
         if (std::isnan(score)) {
             return Status::InvalidArgument(line_prefix(path, line_no) + "score is NaN");
@@ -200,9 +197,9 @@ Status read_run_impl(const std::string& path, Run* run) {
         key.append(f[0]).append("\t").append(f[2]);
         auto [it, inserted] = first_line.emplace(std::move(key), line_no);
         if (!inserted) {
-            return Status::InvalidArgument(line_prefix(path, line_no) + "duplicate docid " +
-                                           quote_field(f[2]) + " for query " + quote_field(f[0]) +
-                                           " (first at line " + std::to_string(it->second) + ")");
+            return Status::InvalidArgument(line_prefix(path, line_no) + "duplicate docid " + quote_field(f[2]) +
+                                           " for query " + quote_field(f[0]) + " (first at line " +
+                                           std::to_string(it->second) + ")");
         }
         parsed[std::string(f[0])].emplace_back(std::string(f[2]), score);
         ++n_lines;
@@ -234,14 +231,12 @@ Status read_qrels_impl(const std::string& path, Qrels* qrels) {
         if (format == QrelsFormat::kBeir) {
             const std::vector<std::string_view> f = split_tabs(line);
             if (f.size() != 3) {
-                return Status::InvalidArgument(
-                    line_prefix(path, line_no) + "expected 3 tab-separated fields " +
-                    kBeirQrelsFormat + ", got " + std::to_string(f.size()));
+                return Status::InvalidArgument(line_prefix(path, line_no) + "expected 3 tab-separated fields " +
+                                               kBeirQrelsFormat + ", got " + std::to_string(f.size()));
             }
             for (const std::string_view& field : f) {
                 if (field.empty()) {
-                    return Status::InvalidArgument(line_prefix(path, line_no) + "empty field in " +
-                                                   kBeirQrelsFormat);
+                    return Status::InvalidArgument(line_prefix(path, line_no) + "empty field in " + kBeirQrelsFormat);
                 }
             }
             qid = f[0];
@@ -250,9 +245,8 @@ Status read_qrels_impl(const std::string& path, Qrels* qrels) {
         } else {
             const std::vector<std::string_view> f = split_whitespace(line);
             if (f.size() != 4) {
-                return Status::InvalidArgument(line_prefix(path, line_no) + "expected 4 fields " +
-                                               kTrecQrelsFormat + ", got " +
-                                               std::to_string(f.size()));
+                return Status::InvalidArgument(line_prefix(path, line_no) + "expected 4 fields " + kTrecQrelsFormat +
+                                               ", got " + std::to_string(f.size()));
             }
             qid = f[0];
             docid = f[2];
@@ -260,8 +254,8 @@ Status read_qrels_impl(const std::string& path, Qrels* qrels) {
         }
         int rel = 0;
         if (!parse_int(rel_field, &rel)) {
-            return Status::InvalidArgument(line_prefix(path, line_no) + "relevance " +
-                                           quote_field(rel_field) + " is not an integer");
+            return Status::InvalidArgument(line_prefix(path, line_no) + "relevance " + quote_field(rel_field) +
+                                           " is not an integer");
         }
         std::string key;
         key.append(qid).append("\t").append(docid);
@@ -270,10 +264,10 @@ Status read_qrels_impl(const std::string& path, Qrels* qrels) {
         if (!inserted) {
             const int previous = judged.at(std::string(docid));
             if (previous != rel) {
-                return Status::InvalidArgument(
-                    line_prefix(path, line_no) + "relevance " + std::to_string(rel) + " of docid " +
-                    quote_field(docid) + " for query " + quote_field(qid) + " contradicts " +
-                    std::to_string(previous) + " at line " + std::to_string(it->second));
+                return Status::InvalidArgument(line_prefix(path, line_no) + "relevance " + std::to_string(rel) +
+                                               " of docid " + quote_field(docid) + " for query " + quote_field(qid) +
+                                               " contradicts " + std::to_string(previous) + " at line " +
+                                               std::to_string(it->second));
             }
             return Status::OK();
         }
@@ -312,24 +306,22 @@ Status validate_run_to_write(const std::vector<std::string>& qids,
                                            " is empty or contains whitespace or a control character");
         }
         if (!seen_qids.insert(qids[q]).second) {
-            return Status::InvalidArgument("WriteRun: qid " + quote_field(qids[q]) +
-                                           " is repeated");
+            return Status::InvalidArgument("WriteRun: qid " + quote_field(qids[q]) + " is repeated");
         }
         seen_docids.clear();
         for (const auto& [docid, score] : results[q]) {
             if (!is_valid_field(docid)) {
-                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
-                                               ": docid " + quote_field(docid) +
+                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) + ": docid " +
+                                               quote_field(docid) +
                                                " is empty or contains whitespace or a control character");
             }
             if (!seen_docids.insert(docid).second) {
-                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
-                                               ": docid " + quote_field(docid) + " is repeated");
+                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) + ": docid " +
+                                               quote_field(docid) + " is repeated");
             }
             if (std::isnan(score)) {
-                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) +
-                                               ": docid " + quote_field(docid) +
-                                               " has a NaN score");
+                return Status::InvalidArgument("WriteRun: query " + quote_field(qids[q]) + ": docid " +
+                                               quote_field(docid) + " has a NaN score");
             }
         }
     }
@@ -337,8 +329,7 @@ Status validate_run_to_write(const std::vector<std::string>& qids,
 }
 
 Status write_run_impl(const std::string& path, const std::vector<std::string>& qids,
-                      const std::vector<std::vector<std::pair<std::string, float>>>& results,
-                      const std::string& tag) {
+                      const std::vector<std::vector<std::pair<std::string, float>>>& results, const std::string& tag) {
     TMS_RETURN_IF_ERROR(validate_run_to_write(qids, results, tag));
     return index::WriteFileAtomically(path, [&](std::FILE* f) {
         for (size_t q = 0; q < qids.size(); ++q) {
@@ -368,9 +359,9 @@ struct Metric {
 };
 
 Status parse_metric(const std::string& name, Metric* m) {
-    static const std::pair<const char*, Metric::Kind> kinds[] = {{"map", Metric::kMap},       {"P", Metric::kP},
-                                                                 {"ndcg", Metric::kNdcg},     {"recall", Metric::kRecall},
-                                                                 {"mrr", Metric::kMrr},       {"success", Metric::kSuccess}};
+    static const std::pair<const char*, Metric::Kind> kinds[] = {
+        {"map", Metric::kMap},       {"P", Metric::kP},     {"ndcg", Metric::kNdcg},
+        {"recall", Metric::kRecall}, {"mrr", Metric::kMrr}, {"success", Metric::kSuccess}};
     const auto at = name.find('@');
     const std::string base = name.substr(0, at);
     for (const auto& [n, kind] : kinds) {
@@ -403,8 +394,8 @@ Status evaluate_query(const std::string& qid, const std::vector<std::pair<std::s
     ranked.reserve(docs.size());
     for (const auto& [docid, score] : docs) {
         if (std::isnan(score)) {
-            return Status::InvalidArgument("query " + quote_field(qid) + ": docid " +
-                                           quote_field(docid) + " has a NaN score");
+            return Status::InvalidArgument("query " + quote_field(qid) + ": docid " + quote_field(docid) +
+                                           " has a NaN score");
         }
         ranked.push_back({static_cast<float>(score), &docid});
     }
@@ -412,12 +403,11 @@ Status evaluate_query(const std::string& qid, const std::vector<std::pair<std::s
     std::vector<const std::string*> by_docid;
     by_docid.reserve(ranked.size());
     for (const RankedDoc& d : ranked) by_docid.push_back(d.docid);
-    std::sort(by_docid.begin(), by_docid.end(),
-              [](const std::string* a, const std::string* b) { return *a < *b; });
+    std::sort(by_docid.begin(), by_docid.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
     for (size_t i = 1; i < by_docid.size(); ++i) {
         if (*by_docid[i] == *by_docid[i - 1]) {
-            return Status::InvalidArgument("query " + quote_field(qid) + ": docid " +
-                                           quote_field(*by_docid[i]) + " is repeated in the run");
+            return Status::InvalidArgument("query " + quote_field(qid) + ": docid " + quote_field(*by_docid[i]) +
+                                           " is repeated in the run");
         }
     }
     // trec_eval's comp_sim_docno: score descending, then docid descending.
@@ -536,8 +526,7 @@ Status ReadQrels(const std::string& path, Qrels* qrels) {
 }
 
 Status WriteRun(const std::string& path, const std::vector<std::string>& qids,
-                const std::vector<std::vector<std::pair<std::string, float>>>& results,
-                const std::string& tag) {
+                const std::vector<std::vector<std::pair<std::string, float>>>& results, const std::string& tag) {
     return no_throw("WriteRun", [&] { return write_run_impl(path, qids, results, tag); });
 }
 

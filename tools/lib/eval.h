@@ -56,8 +56,7 @@ Status ReadQrels(const std::string& path, Qrels* qrels);
 /// score is NaN; IOError naming the path when the file cannot be written or renamed.
 /// Thread-safety: reentrant; concurrent writers to the same PATH race on PATH.tmp.
 Status WriteRun(const std::string& path, const std::vector<std::string>& qids,
-                const std::vector<std::vector<std::pair<std::string, float>>>& results,
-                const std::string& tag);
+                const std::vector<std::vector<std::pair<std::string, float>>>& results, const std::string& tag);
 
 /// Mean metrics over the evaluated queries.
 struct EvalResult {

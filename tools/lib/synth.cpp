@@ -99,7 +99,8 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
         }
     }
     // Documents: topic words with noise, plus a few document-specific tokens.
-    std::uniform_int_distribution<int> len_d(o.min_doc_len, o.max_doc_len), topic_d(0, n_topics - 1), word_d(0, kWords - 1);
+    std::uniform_int_distribution<int> len_d(o.min_doc_len, o.max_doc_len), topic_d(0, n_topics - 1),
+        word_d(0, kWords - 1);
     std::uniform_real_distribution<float> u01;
     std::vector<int32_t> doclens(o.n_docs), doc_topic(o.n_docs);
     int64_t total = 0;
@@ -148,7 +149,8 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
             }
         }
         for (auto it = std::lower_bound(want.begin(), want.end(), b0); it != want.end() && *it < b1; ++it) {
-            const size_t s0 = size_t(offsets[*it] - offsets[b0]) * dim, s1 = size_t(offsets[*it + 1] - offsets[b0]) * dim;
+            const size_t s0 = size_t(offsets[*it] - offsets[b0]) * dim,
+                         s1 = size_t(offsets[*it + 1] - offsets[b0]) * dim;
             kept[*it].assign(buf.begin() + s0, buf.begin() + s1);
         }
         TMS_RETURN_IF_ERROR(docs_out.Append(buf.data(), buf.size() * 2));
@@ -174,7 +176,8 @@ Status WriteSynthCorpus(const SynthOptions& o, const std::string& dir) {
                 const Vec& w = topic_words[size_t(doc_topic[rel[q]]) * kWords + word_d(rng)];
                 mix(w.data(), 1.0f, nullptr, 0.f, 0.6f, dim, rng, tok.data());
             }
-            for (int c = 0; c < dim; ++c) queries[(size_t(q) * o.q_tokens + i) * dim + c] = kernels::float_to_half(tok[c]);
+            for (int c = 0; c < dim; ++c)
+                queries[(size_t(q) * o.q_tokens + i) * dim + c] = kernels::float_to_half(tok[c]);
         }
     }
     TMS_RETURN_IF_ERROR(SaveNpy((p / "doclens.npy").string(), "<i4", {o.n_docs}, doclens.data(), doclens.size() * 4));

@@ -20,7 +20,7 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
         std::string ib_json, ib_device = "auto";
         tms::bench::SearchBenchOptions sbo;
         std::string sb_json, sb_device = "auto", sb_devices, sb_vectors = "auto",
-                    sb_pruning = tms::PruningName(tms::SearchOptions().pruning);
+                             sb_pruning = tms::PruningName(tms::SearchOptions().pruning);
         std::vector<std::string> sb_prunings;
         bool sb_no_recall = false;
         int64_t sb_stream_mib = tms::SearcherOptions().stream_bytes >> 20;
@@ -138,7 +138,9 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
                    "The corpus's embeddings for the peer (docs.npy, doclens.npy, doc_ids.txt, queries.npy; default: "
                    "the directory of --queries)");
     bs->add_option("--peer-script", sbo.peer_script, "The peer's runner")->capture_default_str();
-    bs->add_option("--peer-nbits", sbo.peer_nbits, "The peer's residual bits")->capture_default_str()->check(CLI::IsMember({1, 2, 4}));
+    bs->add_option("--peer-nbits", sbo.peer_nbits, "The peer's residual bits")
+        ->capture_default_str()
+        ->check(CLI::IsMember({1, 2, 4}));
     auto run_kernels = [s, &ctx]() -> int {
         auto& bench_json = s->bench_json;
         auto& bench_filter = s->bench_filter;
@@ -157,7 +159,8 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
         if (!st.ok()) return fail("bench kernels", st);
         if (!code_rows.empty()) {  // splice the compressed rows into "cases": [...]
             const auto pos = json.rfind(']');
-            if (pos != std::string::npos) json.insert(pos, (json[json.find_last_not_of(" \n\t", pos - 1)] == '[' ? "" : ",") + code_rows);
+            if (pos != std::string::npos)
+                json.insert(pos, (json[json.find_last_not_of(" \n\t", pos - 1)] == '[' ? "" : ",") + code_rows);
         }
         std::cout << json << std::endl;
         if (!bench_json.empty()) {
@@ -204,7 +207,8 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
         }
         sbo.searcher.progress = false;
         tms::Status st = parse_device(sb_device, &sbo.searcher.device);
-        if (st.ok() && !sb_devices.empty()) st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
+        if (st.ok() && !sb_devices.empty())
+            st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
         if (st.ok()) st = tms::ParseVectorTier(sb_vectors, &sbo.searcher.vectors).WithContext("--vectors");
         sbo.searcher.stream_bytes = sb_stream_mib << 20;
         for (const std::string& out : {sb_json, sbo.truth_out}) {

@@ -1,4 +1,4 @@
-// Copyright TileMaxSim authors. 
+// Copyright TileMaxSim authors.
 #include "tools/tms/common.h"
 
 #include <cstdio>
@@ -18,7 +18,11 @@ std::string one_line(const std::string& s) {
             out += c;
         } else {
             char buf[8];
-            std::snprintf(buf, sizeof(buf), c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\x%02x", static_cast<unsigned char>(c));
+            std::snprintf(buf, sizeof(buf),
+                          c == '\n'   ? "\\n"
+                          : c == '\t' ? "\\t"
+                                      : "\\x%02x",
+                          static_cast<unsigned char>(c));
             out += buf;
         }
     }
@@ -34,10 +38,14 @@ int fail(const std::string& cmd, const tms::Status& st) {
 }
 
 tms::Status parse_device(const std::string& s, tms::Device* d) {
-    if (s == "auto") *d = tms::Device::kAuto;
-    else if (s == "cpu") *d = tms::Device::kCpu;
-    else if (s == "gpu") *d = tms::Device::kGpu;
-    else return tms::Status::InvalidArgument("--device must be auto, cpu or gpu, got '" + s + "'");
+    if (s == "auto")
+        *d = tms::Device::kAuto;
+    else if (s == "cpu")
+        *d = tms::Device::kCpu;
+    else if (s == "gpu")
+        *d = tms::Device::kGpu;
+    else
+        return tms::Status::InvalidArgument("--device must be auto, cpu or gpu, got '" + s + "'");
     return tms::Status::OK();
 }
 
@@ -67,15 +75,17 @@ tms::Status load_metadata(const std::string& file, const std::string& types, std
 void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) {
     const tms::RecallPoint* t = e.For(tms::SearchOptions().target_recall);
     if (e.points.empty() || t == nullptr) return;
-    tms::LogInfo("%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
-                 "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
-                 who, e.k, (e.Default() ? e.Default() : &e.points[0])->recall, e.queries,
-                 e.sampled ? "sample queries" : "pseudo-queries", secs, tms::SearchOptions().target_recall,
-                 t->nprobe, t->ncandidates, t->rerank, t->recall);
+    tms::LogInfo(
+        "%s: estimated recall@%d of the default search %.4f (%d %s, %.1f s); for recall %.2f: "
+        "nprobe %d, ncandidates %d, rerank %d (estimated %.4f)\n",
+        who, e.k, (e.Default() ? e.Default() : &e.points[0])->recall, e.queries,
+        e.sampled ? "sample queries" : "pseudo-queries", secs, tms::SearchOptions().target_recall, t->nprobe,
+        t->ncandidates, t->rerank, t->recall);
     if (e.points.back().recall < 0.95) {
-        tms::LogWarning("%s: hint: even the deepest setting measured reaches only %.4f; more codec bits "
-                        "(--nbits 4), PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
-                        who, e.points.back().recall);
+        tms::LogWarning(
+            "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits "
+            "(--nbits 4), PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
+            who, e.points.back().recall);
     }
 }
 

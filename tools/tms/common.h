@@ -95,8 +95,8 @@ tms::Status eval_files(const std::string& run_path, const std::string& qrels_pat
 
 // Builds the index (as one rank of `group` when given: only rank 0 prints the summary), then,
 // with `estimate`, measures its recall (rank 0).
-tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
-                        const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr,
+tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids,
+                        const std::string& out, const tms::IndexBuildOptions& o, tms::BuildGroup* group = nullptr,
                         const tms::DocMetadata* metadata = nullptr, const tms::EstimateOptions* estimate = nullptr);
 
 }  // namespace tms::cli

@@ -107,7 +107,8 @@ Command AddDemo(CLI::App& app) {
         for (size_t i = 0; i < r.metrics.size(); ++i) {
             std::printf("%-12s %10.4f %12.4f\n", r.metrics[i].first.c_str(), r.metrics[i].second, re.metrics[i].second);
         }
-        std::printf("%-12s %10.4f\n", "recall@10 vs exhaustive", recall_vs(a.out, (d / "exhaustive.trec").string(), 10));
+        std::printf("%-12s %10.4f\n", "recall@10 vs exhaustive",
+                    recall_vs(a.out, (d / "exhaustive.trec").string(), 10));
         std::printf("\ntotal %.2f s; files in %s\n", tms::SecondsSince(t_all), demo_dir.c_str());
         return 0;
     };

@@ -29,8 +29,9 @@ Command AddEval(CLI::App& app) {
     auto& eval_json = s->eval_json;
     auto& eval_metrics = s->eval_metrics;
     auto& eval_per_query = s->eval_per_query;
-    auto* eval = app.add_subcommand("eval", "Evaluate a TREC run with trec_eval's measures (default: mrr@10, ndcg@10, "
-                                            "recall@100, recall@1000)");
+    auto* eval = app.add_subcommand("eval",
+                                    "Evaluate a TREC run with trec_eval's measures (default: mrr@10, ndcg@10, "
+                                    "recall@100, recall@1000)");
     eval->add_option("--run", run_path, "TREC run file (qid Q0 docid rank score tag)")->required();
     eval->add_option("--qrels", qrels_path, "Qrels: TREC (qid 0 docid rel) or BEIR TSV with header")->required();
     eval->add_option("--metrics", eval_metrics,

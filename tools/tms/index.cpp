@@ -12,8 +12,8 @@ namespace tms::cli {
 
 // Builds the index (as one rank of `group` when given: only rank 0 prints the summary), then,
 // with `estimate`, measures its recall (rank 0).
-tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids, const std::string& out,
-                        const tms::IndexBuildOptions& o, tms::BuildGroup* group,
+tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids,
+                        const std::string& out, const tms::IndexBuildOptions& o, tms::BuildGroup* group,
                         const tms::DocMetadata* metadata, const tms::EstimateOptions* estimate) {
     std::unique_ptr<tms::IndexBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
@@ -81,13 +81,15 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
     auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
     idx->add_option("--docs", docs,
                     "Token embeddings: .npy [n_tokens, dim] (float16/bfloat16/float32), a directory of shards "
-                    "docs_*.npy + doclens_*.npy, or .safetensors (tensors 'embeddings', 'doclens')")->required();
+                    "docs_*.npy + doclens_*.npy, or .safetensors (tensors 'embeddings', 'doclens')")
+        ->required();
     idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64 (with a .npy --docs)");
     idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");
     idx->add_option("--out", index_out, "Index directory to create")->required();
     idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
     idx->add_option("--codec", codec, "Token codec: pq or residual (default pq)");
-    idx->add_option("--centroids,--n-centroids", n_centroids, "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
+    idx->add_option("--centroids,--n-centroids", n_centroids,
+                    "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
         ->check(CLI::Range(0, 1 << 24));
     idx->add_option("--pq-m", pq_m, "PQ sub-quantizers (0 or unset: dim/8, at most 32)")->check(CLI::Range(0, 1024));
     idx->add_option("--nbits,--residual-nbits", nbits,
@@ -110,10 +112,12 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         ->check(CLI::PositiveNumber);
 #endif
     idx->add_option("--threads", io.threads, "Threads (0: all cores)")->check(CLI::Range(0, tms::kMaxThreads));
-    idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")->capture_default_str();
-    auto* no_estimate_flag = idx->add_flag("--no-estimate", no_estimate,
-                  "Skip the recall estimate (with --keep-vectors the build ends by measuring its approximate search "
-                  "against exhaustive search on pseudo-queries; searches take their defaults from it)");
+    idx->add_option("--device", index_device, "Where centroid assignment runs: auto, cpu or gpu")
+        ->capture_default_str();
+    auto* no_estimate_flag = idx->add_flag(
+        "--no-estimate", no_estimate,
+        "Skip the recall estimate (with --keep-vectors the build ends by measuring its approximate search "
+        "against exhaustive search on pseudo-queries; searches take their defaults from it)");
     idx->add_option("--estimate-queries", index_eo.queries,
                     "Pseudo-queries of the recall estimate (0: 256 on a GPU, 64 on the CPU)")
         ->capture_default_str()
@@ -148,10 +152,13 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         int& argc = *ctx.argc;
         char**& argv = *ctx.argv;
         if (tms::Status st = tms::CheckOutputPath(index_out, tms::OutputKind::kIndex,
-                                                  {{"--docs", docs}, {"--doclens", doclens}, {"--doc-ids", doc_ids},
-                                                   {"--metadata", index_meta}, {"--config", config},
+                                                  {{"--docs", docs},
+                                                   {"--doclens", doclens},
+                                                   {"--doc-ids", doc_ids},
+                                                   {"--metadata", index_meta},
+                                                   {"--config", config},
                                                    {"--estimate-sample", index_sample}})
-                                  .WithContext("--out");
+                                 .WithContext("--out");
             !st.ok()) {
             return fail("index", st);
         }
@@ -189,7 +196,8 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
             if (rank != 0) io.progress = false;
             tms::Status st;
             {
-                const std::unique_ptr<tms::BuildGroup> group = tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
+                const std::unique_ptr<tms::BuildGroup> group =
+                    tms::MakeMpiBuildGroup(MPI_COMM_WORLD, index_mpi_timeout);
                 index_eo.device = io.device;
                 st = build_index(docs, doclens, doc_ids, index_out, io, group.get(), metadata.get(),
                                  no_estimate ? nullptr : &index_eo);

@@ -10,13 +10,16 @@ tms::Status print_info(const std::string& path) {
     std::printf("index\t%s\nformat_version\t%d\ndocuments\t%lld\ntokens\t%lld\ndim\t%d\ncentroids\t%d\ncodec\t%s\n",
                 path.c_str(), i.format_version, (long long)i.n_docs, (long long)i.n_tokens, i.dim, i.n_centroids,
                 i.codec.c_str());
-    if (i.codec == "pq") std::printf("pq_m\t%d\npq_nbits\t%d\n", i.pq_m, i.pq_nbits);
-    else std::printf("residual_nbits\t%d\n", i.residual_nbits);
+    if (i.codec == "pq")
+        std::printf("pq_m\t%d\npq_nbits\t%d\n", i.pq_m, i.pq_nbits);
+    else
+        std::printf("residual_nbits\t%d\n", i.residual_nbits);
     std::printf("decoded_tokens\t%s\n", i.unit_norm ? "unit (normalised, as PLAID)" : "as decoded");
     std::printf("live_documents\t%lld\ndeleted\t%lld\n", (long long)(i.n_docs - i.n_deleted), (long long)i.n_deleted);
-    std::printf("code_bytes_per_token\t%.2f\nvectors\t%s\nvector_bytes_per_token\t%.2f\nchunks\t%lld\nbuild_config\t%s\n",
-                i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
-                i.build_config_json.c_str());
+    std::printf(
+        "code_bytes_per_token\t%.2f\nvectors\t%s\nvector_bytes_per_token\t%.2f\nchunks\t%lld\nbuild_config\t%s\n",
+        i.code_bytes_per_token, i.has_vectors ? "yes" : "no", i.vector_bytes_per_token, (long long)i.n_chunks,
+        i.build_config_json.c_str());
     // The build config keeps what was asked (0: the default rule); these are what it resolved to.
     if (i.has_vectors) {
         // Where a search with --vectors auto would keep them on this machine now.
@@ -34,16 +37,17 @@ tms::Status print_info(const std::string& path) {
         std::printf("estimated_recall@%d\t%.4f\n", e.k, d->recall);
         std::printf("estimate_queries\t%d %s\n", e.queries, e.sampled ? "sample" : "pseudo");
         for (const tms::RecallPoint& p : e.points) {
-            std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates,
-                        p.rerank, p.recall);
+            std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates, p.rerank,
+                        p.recall);
         }
         const double target = tms::SearchOptions().target_recall;
         const tms::RecallPoint* t = e.For(target);
-        std::printf("target_recall\t%.2f\tnprobe %d\tncandidates %d\trerank %d\n", target, t->nprobe,
-                    t->ncandidates, t->rerank);
+        std::printf("target_recall\t%.2f\tnprobe %d\tncandidates %d\trerank %d\n", target, t->nprobe, t->ncandidates,
+                    t->rerank);
         if (e.points.back().recall < 0.95) {
-            std::printf("hint\tlow estimated recall: more codec bits (--nbits 4), PQ-32 (--pq-m 32) or more "
-                        "centroids\n");
+            std::printf(
+                "hint\tlow estimated recall: more codec bits (--nbits 4), PQ-32 (--pq-m 32) or more "
+                "centroids\n");
         }
     }
     std::printf("shards\t%zu\n", i.shards.size());
@@ -52,10 +56,11 @@ tms::Status print_info(const std::string& path) {
         std::printf("shard\t%zu\t%s\tfirst_doc %lld\tdocuments %lld\ttokens %lld\tbytes %lld\n", s, h.dir.c_str(),
                     (long long)h.first_doc, (long long)h.n_docs, (long long)h.n_tokens, (long long)h.bytes);
     }
-    std::printf("build_resolved\t{\"codec\": \"%s\", \"n_centroids\": %d, \"pq_m\": %d, \"pq_nbits\": %d, "
-                "\"residual_nbits\": %d}\n",
-                i.codec.c_str(), i.n_centroids, i.codec == "pq" ? i.pq_m : 0, i.codec == "pq" ? i.pq_nbits : 0,
-                i.codec == "residual" ? i.residual_nbits : 0);
+    std::printf(
+        "build_resolved\t{\"codec\": \"%s\", \"n_centroids\": %d, \"pq_m\": %d, \"pq_nbits\": %d, "
+        "\"residual_nbits\": %d}\n",
+        i.codec.c_str(), i.n_centroids, i.codec == "pq" ? i.pq_m : 0, i.codec == "pq" ? i.pq_nbits : 0,
+        i.codec == "residual" ? i.residual_nbits : 0);
     // Document metadata, when the index has some: its rows, then one line per column.
     if (i.metadata_rows >= 0) {
         std::printf("metadata_rows\t%lld\n", (long long)i.metadata_rows);

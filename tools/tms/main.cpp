@@ -46,7 +46,8 @@ std::string did_you_mean(const CLI::App* app) {
         for (const CLI::App* sub : cmd->get_subcommands()) cmd = sub, deeper = true;
     }
     std::vector<std::string> names;
-    for (const CLI::App* sub : cmd->get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    for (const CLI::App* sub : cmd->get_subcommands([](const CLI::App*) { return true; }))
+        names.push_back(sub->get_name());
     for (const CLI::Option* o : cmd->get_options())
         for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
     for (const std::string& arg : app->remaining(true)) {
@@ -94,8 +95,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tms: error: out of host memory\n");
     } catch (const std::system_error& e) {
         if (e.code() == std::errc::resource_unavailable_try_again) {
-            std::fprintf(stderr, "tms: error: cannot start a thread (%s): out of host memory or of the process's "
-                                 "thread limit\n", e.code().message().c_str());
+            std::fprintf(stderr,
+                         "tms: error: cannot start a thread (%s): out of host memory or of the process's "
+                         "thread limit\n",
+                         e.code().message().c_str());
         } else {
             std::fprintf(stderr, "tms: error: internal: %s\n", e.what());
         }
@@ -110,8 +113,9 @@ int run(int argc, char** argv) {
     // OMP_NUM_THREADS is clamped as --threads is, before the first parallel region (reading the
     // queries); the library's entry points clamp their callers' threads the same way.
     if (omp_get_max_threads() > tms::kMaxThreads) omp_set_num_threads(tms::kMaxThreads);
-    CLI::App app{"tms: TileMaxSim, a late-interaction (ColBERT-style) search engine.\n"
-                 "Run `tms demo` for an end-to-end example on a synthetic corpus."};
+    CLI::App app{
+        "tms: TileMaxSim, a late-interaction (ColBERT-style) search engine.\n"
+        "Run `tms demo` for an end-to-end example on a synthetic corpus."};
     app.require_subcommand(1);
     // Usage errors in one line, like every other failure.
     app.failure_message([](const CLI::App* a, const CLI::Error& e) {
@@ -135,7 +139,9 @@ int run(int argc, char** argv) {
     for (int i = 0; i < argc; ++i) ctx.command_line += (i ? " " : "") + std::string(argv[i]);
     std::vector<tms::cli::Command> commands;
     const auto add = [&](tms::cli::Command c) { commands.push_back(std::move(c)); };
-    const auto add_all = [&](std::vector<tms::cli::Command> cs) { for (auto& c : cs) add(std::move(c)); };
+    const auto add_all = [&](std::vector<tms::cli::Command> cs) {
+        for (auto& c : cs) add(std::move(c));
+    };
     const tms::cli::Command synth = tms::cli::AddSynth(app);
     add(synth);
     add(tms::cli::AddIndex(app, ctx));

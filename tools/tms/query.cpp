@@ -1,4 +1,4 @@
-// Copyright TileMaxSim authors. 
+// Copyright TileMaxSim authors.
 #include "tools/tms/query.h"
 
 #include <omp.h>
@@ -13,7 +13,8 @@
 
 namespace tms::cli {
 
-tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBatch* all, std::vector<std::string>* ids) {
+tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBatch* all,
+                         std::vector<std::string>* ids) {
     TMS_RETURN_IF_ERROR(tms::LoadNpy(a.queries, arr));
     tms::EmbeddingView view;
     TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(*arr, 3, a.queries, &view));
@@ -32,9 +33,8 @@ tms::Status load_queries(const SearchArgs& a, tms::HostArray* arr, tms::QueryBat
                                                 std::to_string(nq) + " queries in " + a.queries);
         }
         for (size_t i = 0; i < qids.size(); ++i) {
-            const bool bad = std::any_of(qids[i].begin(), qids[i].end(), [](char c) {
-                return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
-            });
+            const bool bad = std::any_of(qids[i].begin(), qids[i].end(),
+                                         [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; });
             if (bad) {
                 return tms::Status::InvalidArgument(a.query_ids + ":" + std::to_string(i + 1) +
                                                     ": id contains whitespace or a control character");
@@ -123,8 +123,10 @@ tms::Status read_subset(const std::string& path, const tms::Searcher& s, const s
     int64_t unknown = 0;
     rows->assign(tabbed ? qids.size() : 1, {});
     for (size_t i = 0; i < internal.size(); ++i) {
-        if (internal[i] < 0) ++unknown;
-        else (*rows)[tabbed ? row[i] : 0].push_back(internal[i]);
+        if (internal[i] < 0)
+            ++unknown;
+        else
+            (*rows)[tabbed ? row[i] : 0].push_back(internal[i]);
     }
     if (!quiet && unknown > 0) {
         tms::LogWarning("tms search: %s: %lld of %zu documents are not in the index (or deleted): ignored\n",
@@ -139,8 +141,11 @@ tms::Status read_subset(const std::string& path, const tms::Searcher& s, const s
 
 tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage) {
     return tms::CheckOutputPath(a.out, tms::OutputKind::kFile,
-                                {{"--queries", a.queries}, {"--query-ids", a.query_ids}, {"--subset", a.subset},
-                                 {"--run", first_stage}, {"--index", a.index}})
+                                {{"--queries", a.queries},
+                                 {"--query-ids", a.query_ids},
+                                 {"--subset", a.subset},
+                                 {"--run", first_stage},
+                                 {"--index", a.index}})
         .WithContext("--out");
 }
 
@@ -190,17 +195,17 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (!quiet) {
         tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
-        tms::LogInfo("tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates,
-                     phase.scoring, phase.rerank);
+        tms::LogInfo("tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates, phase.scoring,
+                     phase.rerank);
         if (!a.opts.exhaustive) {
             const tms::SearchOptions t = searcher->Plan(a.opts);
             if (t.exhaustive) {
                 const tms::IndexInfo& info = searcher->info();
-                tms::LogInfo("tms search: exhaustive: cheaper than the approximate search on %lld "
-                             "live documents (at most %lld on the %s; --target-recall 0 searches approximately)\n",
-                             (long long)(info.n_docs - info.n_deleted),
-                             (long long)tms::SmallIndexDocs(searcher->device(), t),
-                             tms::DeviceName(searcher->device()));
+                tms::LogInfo(
+                    "tms search: exhaustive: cheaper than the approximate search on %lld "
+                    "live documents (at most %lld on the %s; --target-recall 0 searches approximately)\n",
+                    (long long)(info.n_docs - info.n_deleted), (long long)tms::SmallIndexDocs(searcher->device(), t),
+                    tms::DeviceName(searcher->device()));
             } else if (a.opts.target_recall > 0) {
                 const bool moved =
                     t.nprobe != a.opts.nprobe || t.ncandidates != a.opts.ncandidates || t.rerank != a.opts.rerank;

@@ -11,7 +11,7 @@ namespace tms::cli {
 
 struct SearchArgs {
     std::string index, queries, query_ids, out, device = "auto", devices, tag = "tms", subset, vectors = "auto",
-                pruning = tms::PruningName(tms::SearchOptions().pruning);
+                                                pruning = tms::PruningName(tms::SearchOptions().pruning);
     tms::SearchOptions opts;
     int batch = 256;
     int64_t stream_mib = tms::SearcherOptions().stream_bytes >> 20;

@@ -36,8 +36,10 @@ tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
             std::vector<int64_t> internal;
             searcher->FindDocs(ids, &internal);
             for (int64_t d : internal) {
-                if (d < 0) ++unknown;
-                else cand[size_t(i)].push_back(d);
+                if (d < 0)
+                    ++unknown;
+                else
+                    cand[size_t(i)].push_back(d);
             }
             n_cand += int64_t(ids.size());
         }
@@ -51,11 +53,10 @@ tms::Status run_rerank(const SearchArgs& a, const std::string& first_stage) {
     prog.Done();
     const double secs = tms::SecondsSince(t0);
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
-    tms::LogInfo("tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched,
-                 nq, (long long)n_cand, secs, tms::DeviceName(searcher->device()), a.out.c_str());
+    tms::LogInfo("tms rerank: %zu of %d queries in the run, %lld candidates in %.3f s (%s) -> %s\n", matched, nq,
+                 (long long)n_cand, secs, tms::DeviceName(searcher->device()), a.out.c_str());
     if (unknown > 0) {
-        tms::LogWarning("tms rerank: %lld candidates are not in the index (or deleted): dropped\n",
-                        (long long)unknown);
+        tms::LogWarning("tms rerank: %lld candidates are not in the index (or deleted): dropped\n", (long long)unknown);
     }
     if (matched < run.size()) {
         tms::LogWarning("tms rerank: %zu queries of the run are not among the queries: ignored\n",

@@ -59,10 +59,10 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %d ranks, %d shards%s) -> %s\n", nq, secs,
                  secs > 0 ? nq / secs : 0.0, size, ms->n_shards(), a.opts.exhaustive ? ", exhaustive" : "",
                  a.out.c_str());
-    tms::LogInfo("tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us (cuts %.0f us), gather "
-                 "%.0f us, merge %.0f us (%lld batches)\n",
-                 m.broadcast_s * per, m.search_s * per, m.cut_s * per, m.gather_s * per, m.merge_s * per,
-                 (long long)m.batches);
+    tms::LogInfo(
+        "tms search: rank 0 per batch: broadcast %.0f us, own search %.0f us (cuts %.0f us), gather "
+        "%.0f us, merge %.0f us (%lld batches)\n",
+        m.broadcast_s * per, m.search_s * per, m.cut_s * per, m.gather_s * per, m.merge_s * per, (long long)m.batches);
     return tms::Status::OK();
 }
 #endif

@@ -25,8 +25,9 @@ std::vector<Command> AddUpdate(CLI::App& app) {
     add->add_option("--doc-ids", upd_ids, "Ids of the new documents, one per line")->required();
     add->add_flag("--replace", upd_replace, "Replace documents whose id is already in the index");
     auto* upd_meta_opt = add->add_option("--metadata", upd_meta,
-                                         std::string(kMetadataHelp) + "; new columns are added to the index's, and "
-                                         "documents added without metadata get NULLs");
+                                         std::string(kMetadataHelp) +
+                                             "; new columns are added to the index's, and "
+                                             "documents added without metadata get NULLs");
     add->add_option("--metadata-types", upd_meta_types, kMetadataTypesHelp)->needs(upd_meta_opt);
     auto* del = app.add_subcommand("delete", "Delete documents by id (tombstones; `tms compact` reclaims space)");
     del->add_option("--index", upd_index, "Index directory")->required();
@@ -52,7 +53,8 @@ std::vector<Command> AddUpdate(CLI::App& app) {
             std::vector<std::string> ids;
             st = tms::ReadLines(upd_ids, &ids);
             if (st.ok()) st = u->Delete(ids, &already_deleted);
-            if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0) st = tms::Status(st.code(), upd_ids + st.message().substr(7));
+            if (!st.ok() && st.message().rfind("doc-ids:", 0) == 0)
+                st = tms::Status(st.code(), upd_ids + st.message().substr(7));
         }
         if (st.ok()) st = u->Commit();
         if (!st.ok()) return fail(cmd, st);
