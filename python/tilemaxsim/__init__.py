@@ -240,9 +240,8 @@ def encode(model, texts, is_query):
                         f"got {type(model).__name__}")
     texts = _texts(texts, "queries" if is_query else "texts")
     out = model.encode(texts, is_query=is_query)
-    if _is_torch(out) or isinstance(out, np.ndarray):
-        out = [out[i] for i in range(out.shape[0])] if getattr(out, "ndim", 0) == 3 and out.dtype != object else list(out)
-    out = list(out)
+    padded = (_is_torch(out) or isinstance(out, np.ndarray)) and getattr(out, "ndim", 0) == 3 and out.dtype != object
+    out = [out[i] for i in range(out.shape[0])] if padded else list(out)
     if len(out) != len(texts):
         raise ValueError(f"model.encode returned {len(out)} embeddings for {len(texts)} texts")
     return out

@@ -15,7 +15,7 @@ import pytest
 
 from cli_util import TMS, expect_error, tms
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "experiments"))
 from shards_report import read_run, recall  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
