@@ -25,64 +25,12 @@
 #include "kernels/cuda/upload.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/raw_to_float.cuh"
-#include "kernels/cuda/row_select.cuh"
-#include "kernels/cuda/topk_device.cuh"
 
 namespace tms::engine {
 using kernels::align256;
 using kernels::DeviceGuard;
 
 namespace {
-
-// One warp per row of s [rows, K]: its n best centroids in order (kernels::warp_row_top_n).
-__global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int n, int32_t* __restrict__ out) {
-    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    kernels::warp_row_top_n(s + row * K, K, n, lane, [&](int p, int bi, float) {
-        if (lane == 0) out[row * n + p] = bi < K ? bi : -1;
-    });
-}
-
-// As row_top_n, with the scores: the first nprobe of the row's n best into probe / scores
-// [rows, nprobe], and the score of its n-th best into floor [rows] (n = nprobe + 1: the best
-// unprobed centroid; n = nprobe when every centroid is probed: the worst probed one).
-__global__ void row_top_n_scores(const float* __restrict__ s, int64_t rows, int K, int n, int nprobe,
-                                 int32_t* __restrict__ probe, float* __restrict__ scores, float* __restrict__ floor) {
-    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    kernels::warp_row_top_n(s + row * K, K, n, lane, [&](int p, int bi, float bv) {
-        if (lane != 0) return;
-        if (p < nprobe) {
-            probe[row * nprobe + p] = bi < K ? bi : -1;
-            scores[row * nprobe + p] = bv;
-        }
-        if (p == n - 1) floor[row] = bv;
-    });
-}
-
-// Sort keys of (score, document), topk_dev::make_key: descending key order is score
-// descending, then document ascending.
-__global__ void score_doc_keys(const float* __restrict__ scores, const int32_t* __restrict__ docs, int64_t n,
-                               uint64_t* __restrict__ keys) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        keys[i] = kernels::topk_dev::make_key(scores[i], docs[i]);
-}
-
-// The first new_off[q+1] - new_off[q] keys of each sorted segment, back to documents (and
-// scores, when asked).
-__global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64_t* __restrict__ off,
-                                const int64_t* __restrict__ new_off, int32_t* __restrict__ docs,
-                                float* __restrict__ scores) {
-    const int q = blockIdx.x;
-    const int64_t n = new_off[q + 1] - new_off[q];
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint64_t key = sorted[off[q] + i];
-        docs[new_off[q] + i] = kernels::topk_dev::key_id(key);
-        if (scores) scores[new_off[q] + i] = kernels::topk_dev::key_score(key);
-    }
-}
 
 // Consecutive 256-byte-aligned blocks carved out of an arena reserved for their sum.
 struct Carver {
@@ -238,9 +186,7 @@ struct GpuCodeScorer::Impl {
     /// probe [rows, nprobe] = the nprobe best centroids of each score row (row_top_n, 8 rows
     /// per CTA, on the stream).
     Status TopCentroids(const float* scores, int64_t rows, int nprobe, int32_t* probe) {
-        row_top_n<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(scores, rows, n_centroids, nprobe, probe);
-        TMS_CUDA_CHECK_LAUNCH();
-        return Status::OK();
+        return kernels::row_top_n_cuda(scores, rows, n_centroids, nprobe, probe, stream);
     }
 
     /// The `keep` best of each list [d_off[q], d_off[q + 1]) of (d_scores, d_docs), score
@@ -267,19 +213,16 @@ struct GpuCodeScorer::Impl {
         if (kept == 0) return Status::OK();
         auto* keys = static_cast<uint64_t*>(g_keys.p);
         auto* sorted = static_cast<uint64_t*>(g_vals.p);
-        score_doc_keys<<<stride_blocks(total), 256, 0, stream>>>(d_scores, d_docs, total, keys);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(kernels::score_doc_keys_cuda(d_scores, d_docs, total, keys, stream));
         size_t temp_bytes = 0;
         TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(nullptr, temp_bytes, keys, sorted, total,
                                                                               nq, d_off, d_off + 1, stream));
         TMS_RETURN_IF_ERROR(g_temp.Reserve(temp_bytes, stream));
         TMS_CUDA_RETURN_IF_ERROR(cub::DeviceSegmentedSort::SortKeysDescending(g_temp.p, temp_bytes, keys, sorted, total,
                                                                               nq, d_off, d_off + 1, stream));
-        gather_top_keys<<<unsigned(nq), 256, 0, stream>>>(sorted, d_off, static_cast<const int64_t*>(out_off.p),
-                                                          static_cast<int32_t*>(out_docs.p),
-                                                          out_scores ? static_cast<float*>(out_scores->p) : nullptr);
-        TMS_CUDA_CHECK_LAUNCH();
-        return Status::OK();
+        return kernels::gather_top_keys_cuda(sorted, d_off, static_cast<const int64_t*>(out_off.p), nq,
+                                             static_cast<int32_t*>(out_docs.p),
+                                             out_scores ? static_cast<float*>(out_scores->p) : nullptr, stream);
     }
 
     /// The per-query candidate counts dcount [nq] (device) as offsets: *off [nq + 1] on the host
@@ -333,9 +276,7 @@ struct GpuCodeScorer::Impl {
         const int64_t rows = int64_t(nq) * u.q_stride;
         float* floors = dps + rows * nprobe;
         const int n = std::min(nprobe + 1, n_centroids);
-        row_top_n_scores<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(dcs, rows, n_centroids, n, nprobe,
-                                                                                    dp, dps, floors);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(kernels::row_top_n_scores_cuda(dcs, rows, n_centroids, n, nprobe, dp, dps, floors, stream));
         trace("probe");
         kernels::ProbeScoreParams pp;
         pp.lists = u;

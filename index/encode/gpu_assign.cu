@@ -19,30 +19,12 @@
 #include "kernels/cpu/parallel_copy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gpu_context.h"
+#include "kernels/cuda/encode_cuda.h"
 #include "kernels/cuda/raw_to_float.cuh"
-#include "kernels/cuda/row_select.cuh"
 #include "kernels/cuda/nearest_cuda.h"
 #include "kernels/maxsim.h"
 
 namespace tms::index {
-namespace {
-
-// Grid: one warp per row of the score tile [rows, K]; block: 8 warps (8 rows). The best
-// centroid of the row (ties: lower id; kernels::warp_row_top_n with n = 1).
-__global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_t* __restrict__ labels,
-                           float* __restrict__ best) {
-    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    kernels::warp_row_top_n(s + size_t(row) * K, K, 1, lane, [&](int, int bi, float bv) {
-        if (lane != 0) return;
-        labels[row] =
-            static_cast<uint32_t>(bi < K ? bi : 0);  // every score NaN: a non-finite row, reported by the caller
-        if (best) best[row] = bv;
-    });
-}
-
-}  // namespace
 
 struct GpuAssigner::Impl {                     // (public to this file's helpers)
     std::shared_ptr<kernels::GpuContext> ctx;  // the device, its stream and cuBLAS handle
@@ -168,10 +150,8 @@ Status assign_on_device(GpuAssigner::Impl& im, const float* d_x, int64_t n, uint
         const float one = 1.f, zero = 0.f;
         TMS_CUBLAS_RETURN_IF_ERROR(cublasSgemm(im.blas, CUBLAS_OP_T, CUBLAS_OP_N, im.K, nr, im.dim, &one, im.d_c,
                                                im.dim, d_x + r0 * im.dim, im.dim, &zero, im.d_s, im.K));
-        const int warps = 8;
-        row_argmax<<<(nr + warps - 1) / warps, warps * 32, 0, im.stream>>>(im.d_s, nr, im.K, d_labels + r0,
-                                                                           d_best ? d_best + r0 : nullptr);
-        TMS_CUDA_CHECK_LAUNCH();
+        TMS_RETURN_IF_ERROR(
+            kernels::row_argmax_cuda(im.d_s, nr, im.K, d_labels + r0, d_best ? d_best + r0 : nullptr, im.stream));
     }
     return Status::OK();
 }
@@ -220,86 +200,13 @@ Status GpuAssigner::Assign(const float* h_x, int64_t n, uint32_t* h_labels, floa
 // GpuEncoder: staging, conversion, assignment and encoding of index build batches.
 
 namespace tms::index {
-namespace {
-
-constexpr int kMaxPqSub = 64;  // widest PQ sub-vector encoded on the GPU
-
-struct Cutoffs {
-    float v[16];
-    int n;
-};
-
-// One thread per (token, code byte): the bucket of each residual value (number of cutoffs <= v,
-// as std::upper_bound on the CPU), packed low bits first. The same float ops as the CPU encoder.
-__global__ void residual_encode(const float* __restrict__ x, const uint32_t* __restrict__ lab,
-                                const float* __restrict__ cents, int64_t n, int dim, int nbits, Cutoffs cut,
-                                uint8_t* __restrict__ codes) {
-    const int ncb = dim * nbits / 8, per_byte = 8 / nbits;
-    const int64_t total = n * ncb;
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-        const int64_t t = i / ncb;
-        const int b = static_cast<int>(i - t * ncb);
-        const float* xr = x + t * dim + b * per_byte;
-        const float* cr = cents + int64_t(lab[t]) * dim + b * per_byte;
-        uint32_t byte = 0;
-        for (int j = 0; j < per_byte; ++j) {
-            const float v = xr[j] - cr[j];
-            uint32_t bucket = 0;
-            for (int c = 0; c < cut.n; ++c) bucket += cut.v[c] <= v ? 1u : 0u;
-            byte |= bucket << (nbits * j);
-        }
-        codes[i] = static_cast<uint8_t>(byte);
-    }
-}
-
-// Grid (token blocks, M); block: 256 tokens of one sub-quantizer. The sub-quantizer's codebook
-// [256, dsub] and squared norms sit in shared memory; every thread reads the same code at the same
-// time (broadcast). dist = |c|^2 - 2 r.c, ties to the lower code, in the CPU encoder's order.
-template <int MAXDS>
-__global__ void pq_encode(const float* __restrict__ x, const uint32_t* __restrict__ lab,
-                          const float* __restrict__ cents, int64_t n, int dim, int M, int dsub,
-                          const float* __restrict__ book, const float* __restrict__ norms,
-                          uint8_t* __restrict__ codes) {
-    extern __shared__ float sm[];
-    float* bs = sm;               // [256 * dsub]
-    float* ns = sm + 256 * dsub;  // [256]
-    const int sq = blockIdx.y;
-    for (int i = threadIdx.x; i < 256 * dsub; i += blockDim.x) bs[i] = book[size_t(sq) * 256 * dsub + i];
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) ns[i] = norms[sq * 256 + i];
-    __syncthreads();
-    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= n) return;
-    const float* xr = x + t * dim + sq * dsub;
-    const float* cr = cents + int64_t(lab[t]) * dim + sq * dsub;
-    float r[MAXDS];
-#pragma unroll
-    for (int j = 0; j < MAXDS; ++j) r[j] = j < dsub ? -2.0f * (xr[j] - cr[j]) : 0.0f;
-    float bd = 0;
-    int best = 0;
-    for (int c = 0; c < 256; ++c) {
-        float d = ns[c];
-        const float* bc = bs + c * dsub;
-#pragma unroll
-        for (int j = 0; j < MAXDS; ++j)
-            if (j < dsub) d = fmaf(r[j], bc[j], d);
-        if (c == 0 || d < bd) {
-            bd = d;
-            best = c;
-        }
-    }
-    codes[t * M + sq] = static_cast<uint8_t>(best);
-}
-
-}  // namespace
-
 struct GpuEncoder::Impl {
     const IndexModel* m = nullptr;
     std::unique_ptr<GpuAssigner> asg;
     bool pq = false;
     int dsub = 0, ncb = 0;
     float *d_book = nullptr, *d_norms = nullptr;
-    Cutoffs cut{};
+    kernels::ResidualCutoffs cut{};
     int64_t batch = 0;      // rows per batch
     size_t in_bytes = 0;    // pinned input bytes per slot
     void* d_raw = nullptr;  // raw rows of the batch
@@ -367,7 +274,8 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
     if (m.codec == "pq") {
         im.pq = true;
         im.dsub = m.dim / std::max(1, m.pq_m);
-        if (im.dsub > kMaxPqSub) return Status::NotSupported("PQ sub-vectors wider than 64 are encoded on the CPU");
+        if (im.dsub > kernels::kMaxPqSubCuda)
+            return Status::NotSupported("PQ sub-vectors wider than 64 are encoded on the CPU");
         if (m.pq_nbits != 8 || m.codebook.size() != size_t(m.pq_m) * 256 * im.dsub || m.pq_m != im.ncb) {
             return Status::Corruption("PQ codebook size mismatch");
         }
@@ -405,11 +313,7 @@ Status GpuEncoder::Create(const IndexModel& m, int device, std::unique_ptr<GpuEn
         TMS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.codes, size_t(im.batch) * std::max(1, im.ncb)));
         TMS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
     }
-    if (im.pq) {
-        const int smem = (256 * im.dsub + 256) * int(sizeof(float));
-        TMS_CUDA_RETURN_IF_ERROR(
-            cudaFuncSetAttribute(pq_encode<kMaxPqSub>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    }
+    if (im.pq) TMS_RETURN_IF_ERROR(kernels::pq_encode_setup_cuda(im.dsub));
     *out = std::move(e);
     return Status::OK();
 }
@@ -451,28 +355,12 @@ Status GpuEncoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, 
         const float* x = im.d_x;
         TMS_RETURN_IF_ERROR(assign_on_device(a, x, nb, im.d_lab, nullptr));
         if (im.pq) {
-            const dim3 grid(static_cast<unsigned>((nb + threads - 1) / threads), static_cast<unsigned>(m.pq_m));
-            const int smem = (256 * im.dsub + 256) * int(sizeof(float));
-            if (im.dsub <= 8) {
-                pq_encode<8><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
-                                                                im.d_book, im.d_norms, im.d_codes);
-            } else if (im.dsub <= 16) {
-                pq_encode<16><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
-                                                                 im.d_book, im.d_norms, im.d_codes);
-            } else if (im.dsub <= 32) {
-                pq_encode<32><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
-                                                                 im.d_book, im.d_norms, im.d_codes);
-            } else {
-                pq_encode<kMaxPqSub><<<grid, threads, smem, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub,
-                                                                        im.d_book, im.d_norms, im.d_codes);
-            }
+            TMS_RETURN_IF_ERROR(kernels::pq_encode_cuda(x, im.d_lab, a.d_c, nb, m.dim, m.pq_m, im.dsub, im.d_book,
+                                                        im.d_norms, im.d_codes, a.stream));
         } else {
-            const int64_t total = nb * im.ncb;
-            const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 8192));
-            residual_encode<<<blocks, threads, 0, a.stream>>>(x, im.d_lab, a.d_c, nb, m.dim, m.residual_nbits, im.cut,
-                                                              im.d_codes);
+            TMS_RETURN_IF_ERROR(kernels::residual_encode_cuda(x, im.d_lab, a.d_c, nb, m.dim, m.residual_nbits, im.cut,
+                                                              im.d_codes, a.stream));
         }
-        TMS_CUDA_CHECK_LAUNCH();
         TMS_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(s.cids, im.d_lab, size_t(nb) * sizeof(uint32_t), cudaMemcpyDeviceToHost, a.stream));
         TMS_CUDA_RETURN_IF_ERROR(

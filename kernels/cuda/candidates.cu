@@ -6,9 +6,61 @@
 
 #include "kernels/cuda/candidates_cuda.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/row_select.cuh"
+#include "kernels/cuda/topk_device.cuh"
 
 namespace tms::kernels {
 namespace {
+
+// One warp per row of s [rows, K]: its n best centroids in order (warp_row_top_n).
+__global__ void row_top_n(const float* __restrict__ s, int64_t rows, int K, int n, int32_t* __restrict__ out) {
+    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    warp_row_top_n(s + row * K, K, n, lane, [&](int p, int bi, float) {
+        if (lane == 0) out[row * n + p] = bi < K ? bi : -1;
+    });
+}
+
+// As row_top_n, with the scores: the first nprobe of the row's n best into probe / scores
+// [rows, nprobe], and the score of its n-th best into floor [rows] (n = nprobe + 1: the best
+// unprobed centroid; n = nprobe when every centroid is probed: the worst probed one).
+__global__ void row_top_n_scores(const float* __restrict__ s, int64_t rows, int K, int n, int nprobe,
+                                 int32_t* __restrict__ probe, float* __restrict__ scores, float* __restrict__ floor) {
+    const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    warp_row_top_n(s + row * K, K, n, lane, [&](int p, int bi, float bv) {
+        if (lane != 0) return;
+        if (p < nprobe) {
+            probe[row * nprobe + p] = bi < K ? bi : -1;
+            scores[row * nprobe + p] = bv;
+        }
+        if (p == n - 1) floor[row] = bv;
+    });
+}
+
+// Sort keys of (score, document), topk_dev::make_key: descending key order is score
+// descending, then document ascending.
+__global__ void score_doc_keys(const float* __restrict__ scores, const int32_t* __restrict__ docs, int64_t n,
+                               uint64_t* __restrict__ keys) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        keys[i] = topk_dev::make_key(scores[i], docs[i]);
+}
+
+// The first new_off[q+1] - new_off[q] keys of each sorted segment, back to documents (and
+// scores, when asked).
+__global__ void gather_top_keys(const uint64_t* __restrict__ sorted, const int64_t* __restrict__ off,
+                                const int64_t* __restrict__ new_off, int32_t* __restrict__ docs,
+                                float* __restrict__ scores) {
+    const int q = blockIdx.x;
+    const int64_t n = new_off[q + 1] - new_off[q];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint64_t key = sorted[off[q] + i];
+        docs[new_off[q] + i] = topk_dev::key_id(key);
+        if (scores) scores[new_off[q] + i] = topk_dev::key_score(key);
+    }
+}
 
 // One block per (query row slot, query): marks the documents of one probed IVF list in the
 // query's bitmap. Rows past the query's length are skipped.
@@ -286,6 +338,34 @@ Status split_tf32x3_cuda(const float* src, int64_t rows, int dim, unsigned lo_pa
     const int64_t n = rows * dim;
     if (n == 0) return Status::OK();
     split_tf32x3<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(src, rows, dim, lo_parts, dst);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status row_top_n_cuda(const float* s, int64_t rows, int K, int n, int32_t* out, cudaStream_t stream) {
+    row_top_n<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(s, rows, K, n, out);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status row_top_n_scores_cuda(const float* s, int64_t rows, int K, int n, int nprobe, int32_t* probe, float* scores,
+                             float* floor, cudaStream_t stream) {
+    row_top_n_scores<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(s, rows, K, n, nprobe, probe, scores,
+                                                                                floor);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status score_doc_keys_cuda(const float* scores, const int32_t* docs, int64_t n, uint64_t* keys, cudaStream_t stream) {
+    const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
+    score_doc_keys<<<blocks, 256, 0, stream>>>(scores, docs, n, keys);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
+}
+
+Status gather_top_keys_cuda(const uint64_t* sorted, const int64_t* off, const int64_t* new_off, int n_segments,
+                            int32_t* docs, float* scores, cudaStream_t stream) {
+    gather_top_keys<<<unsigned(n_segments), 256, 0, stream>>>(sorted, off, new_off, docs, scores);
     TMS_CUDA_CHECK_LAUNCH();
     return Status::OK();
 }

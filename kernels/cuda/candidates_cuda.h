@@ -50,4 +50,20 @@ Status probe_emit_cuda(const uint32_t* dense, int n_queries, int64_t n_docs, con
 /// split_tf32x3_ref on the device.
 Status split_tf32x3_cuda(const float* src, int64_t rows, int dim, unsigned lo_parts, float* dst, cudaStream_t stream);
 
+/// Per row of s [rows, K] (one warp a row): its n best columns in order into out [rows, n] (-1
+/// past K), ties to the lower column (warp_row_top_n): the centroids a query token probes.
+Status row_top_n_cuda(const float* s, int64_t rows, int K, int n, int32_t* out, cudaStream_t stream);
+/// As row_top_n_cuda, with the scores: the first nprobe of each row's n best into probe and
+/// scores [rows, nprobe], the n-th best's score into floor [rows] (n = nprobe + 1: the best
+/// unprobed centroid; n = nprobe when every centroid is probed: the worst probed one).
+Status row_top_n_scores_cuda(const float* s, int64_t rows, int K, int n, int nprobe, int32_t* probe, float* scores,
+                             float* floor, cudaStream_t stream);
+/// keys[i] = topk_dev::make_key(scores[i], docs[i]) for i < n: in descending key order, score
+/// descending, then document ascending.
+Status score_doc_keys_cuda(const float* scores, const int32_t* docs, int64_t n, uint64_t* keys, cudaStream_t stream);
+/// The first new_off[q + 1] - new_off[q] keys of each sorted segment q (from off[q]) back to
+/// documents into docs, and scores into `scores` when it is not null (new_off indexes both).
+Status gather_top_keys_cuda(const uint64_t* sorted, const int64_t* off, const int64_t* new_off, int n_segments,
+                            int32_t* docs, float* scores, cudaStream_t stream);
+
 }  // namespace tms::kernels

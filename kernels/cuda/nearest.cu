@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/nearest_cuda.h"
+#include "kernels/cuda/row_select.cuh"
 
 namespace tms::kernels {
 namespace {
@@ -264,6 +265,32 @@ Status nearest_cuda(const NearestParams& p, const uint16_t* d_c16, cudaStream_t 
         case 6: return launch_fused<6>(p, c16, stream);
         default: return launch_fused<8>(p, c16, stream);
     }
+}
+
+namespace {
+
+// Grid: one warp per row of the score tile [rows, K]; block: 8 warps (8 rows). The best
+// centroid of the row (ties: lower id; warp_row_top_n with n = 1).
+__global__ void row_argmax(const float* __restrict__ s, int rows, int K, uint32_t* __restrict__ labels,
+                           float* __restrict__ best) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    warp_row_top_n(s + size_t(row) * K, K, 1, lane, [&](int, int bi, float bv) {
+        if (lane != 0) return;
+        labels[row] =
+            static_cast<uint32_t>(bi < K ? bi : 0);  // every score NaN: a non-finite row, reported by the caller
+        if (best) best[row] = bv;
+    });
+}
+
+}  // namespace
+
+Status row_argmax_cuda(const float* s, int rows, int K, uint32_t* labels, float* best, cudaStream_t stream) {
+    const int warps = 8;
+    row_argmax<<<(rows + warps - 1) / warps, warps * 32, 0, stream>>>(s, rows, K, labels, best);
+    TMS_CUDA_CHECK_LAUNCH();
+    return Status::OK();
 }
 
 }  // namespace tms::kernels

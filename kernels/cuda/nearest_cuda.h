@@ -33,4 +33,9 @@ Status nearest_prepare_cuda(const float* d_centroids, int n_centroids, int dim, 
 /// d_c16: nearest_prepare_cuda's. NotSupported for dim > kNearestMaxDim.
 Status nearest_cuda(const NearestParams& p, const uint16_t* d_c16, cudaStream_t stream);
 
+/// The nearest centroid of each row of a score tile s [rows, K] (one warp a row, ties to the
+/// lower id; a row of NaN scores gets 0, reported by the caller) into labels, its score into
+/// best when it is not null: the argmax after a cuBLAS GEMM, for rows wider than kNearestMaxDim.
+Status row_argmax_cuda(const float* s, int rows, int K, uint32_t* labels, float* best, cudaStream_t stream);
+
 }  // namespace tms::kernels

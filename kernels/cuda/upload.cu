@@ -109,4 +109,37 @@ Status MakeQueryUploader(cudaStream_t stream, std::unique_ptr<StagedUploader>* o
     return Status::OK();
 }
 
+namespace {
+
+// Documents' rows read by the device from registered host memory (over the link) into one
+// packed device array: block b copies documents b, b + gridDim.x, ..., 16 bytes a thread, four
+// loads in flight before their stores (the link's latency is microseconds).
+__global__ void gather_rows_kernel(const uint16_t* const* src, const int64_t* off, int64_t n_docs, int dim,
+                                   uint16_t* dst) {
+    for (int64_t i = blockIdx.x; i < n_docs; i += gridDim.x) {
+        const uint4* s = reinterpret_cast<const uint4*>(src[i]);
+        uint4* d = reinterpret_cast<uint4*>(dst + off[i] * dim);
+        const int64_t n = (off[i + 1] - off[i]) * dim / 8;
+        int64_t j = threadIdx.x;
+        for (; j + 3 * blockDim.x < n; j += 4 * blockDim.x) {
+            const uint4 a = s[j], b = s[j + blockDim.x], c = s[j + 2 * blockDim.x], e = s[j + 3 * blockDim.x];
+            d[j] = a;
+            d[j + blockDim.x] = b;
+            d[j + 2 * blockDim.x] = c;
+            d[j + 3 * blockDim.x] = e;
+        }
+        for (; j < n; j += blockDim.x) d[j] = s[j];
+    }
+}
+
+}  // namespace
+
+Status gather_rows_cuda(const uint16_t* const* src, const int64_t* off, int64_t n_docs, int dim, uint16_t* dst,
+                        cudaStream_t stream) {
+    const int blocks = int(std::min<int64_t>(n_docs, 4096));
+    gather_rows_kernel<<<blocks, 256, 0, stream>>>(src, off, n_docs, dim, dst);
+    TMS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::OK();
+}
+
 }  // namespace tms::kernels

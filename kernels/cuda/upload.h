@@ -63,4 +63,10 @@ Status ParallelUpload(int device, cudaStream_t stream, void* d_dst, const std::v
 /// straight from pageable memory.
 Status MakeQueryUploader(cudaStream_t stream, std::unique_ptr<StagedUploader>* out);
 
+/// Documents' fp16 rows read by the device from registered host memory (over the link), src[i]
+/// the first row of document i, into one packed device array dst (document i at row off[i],
+/// off [n_docs + 1]); enqueued on `stream`.
+Status gather_rows_cuda(const uint16_t* const* src, const int64_t* off, int64_t n_docs, int dim, uint16_t* dst,
+                        cudaStream_t stream);
+
 }  // namespace tms::kernels
