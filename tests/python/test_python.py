@@ -333,7 +333,8 @@ def test_pylate_adapter_round_trip(corpus, tmp_path):
 
 def test_ctrl_c_stops_a_long_search_and_leaves_the_index_intact(corpus, tmp_path):
     script = (
-        "import numpy as np, sys, tilemaxsim\n"
+        "import faulthandler, signal, numpy as np, sys, tilemaxsim\n"
+        "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"  # where it hangs, if it does
         f"s = tilemaxsim.Searcher({str(corpus['index'])!r}, 'cpu', batch=4)\n"
         f"q = np.load({str(corpus['dir'] / 'queries.npy')!r})\n"
         "print('ready', flush=True)\n"
@@ -344,7 +345,14 @@ def test_ctrl_c_stops_a_long_search_and_leaves_the_index_intact(corpus, tmp_path
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)  # the Python stacks of every thread, then stop it
+        time.sleep(2)
+        p.kill()
+        _, err = p.communicate()
+        pytest.fail(f"still running 60 s after SIGINT; its threads:\n{err}")
     assert p.returncode != 0 and "KeyboardInterrupt" in err, err
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     assert len(s.search(corpus["queries"], k=3)[0]) == len(corpus["queries"])
