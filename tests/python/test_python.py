@@ -335,6 +335,9 @@ def test_ctrl_c_stops_a_long_search_and_leaves_the_index_intact(corpus, tmp_path
     script = (
         "import faulthandler, signal, numpy as np, sys, tilemaxsim\n"
         "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"  # where it hangs, if it does
+        # A terminal's Ctrl-C, also when this test runs as a background job of a shell without
+        # job control, whose children inherit SIGINT ignored (Python then installs no handler).
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"s = tilemaxsim.Searcher({str(corpus['index'])!r}, 'cpu', batch=4)\n"
         f"q = np.load({str(corpus['dir'] / 'queries.npy')!r})\n"
         "print('ready', flush=True)\n"
