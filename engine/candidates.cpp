@@ -77,14 +77,21 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
 
 Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c,
                                  const Allowed* allowed) const {
+    // Alone, the device is held until the pass ends (SegmentCall).
     std::unique_lock<std::mutex> gpu_lock;
-    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    if (ctx_ && c->alone) c->held = std::unique_lock<std::mutex>(ctx_->mutex());
+    if (ctx_ && !c->held.owns_lock()) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     SearchOptions o = opts;  // more candidates than documents would only size buffers
     if (o.ncandidates > 0)
         o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
     const int nprobe = engine::ProbesPerToken(o, data_.info.n_centroids);
     const int nq = q.n_queries;
-    c->on_gpu = gpu_codes() && nprobe <= 64;  // as SearchChunk decides
+    // With the codes and IVF lists on the GPU, probing, the union and the pruning run there;
+    // the [nq, qt, K] centroid scores never exist on the host.
+    c->on_gpu = gpu_codes() && nprobe <= 64;
+    // Alone: nothing is cut across segments, so the lists need no pruning scores (on a GPU
+    // they stay there; CompressedStage brings back each query's best).
+    const bool keep_on_device = c->alone && c->on_gpu;
     std::vector<uint32_t> local;
     int n_direct = 0;
     if (allowed) {
@@ -94,11 +101,12 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     const int64_t stride = allowed && allowed->per_query() ? kernels::bitmap_words(data_.info.n_docs) : 0;
     if (n_direct < nq) {  // some query probes
         if (c->on_gpu) {
-            TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates,
-                                                 o.pruning, &c->lists.off, &c->lists.docs, &c->lists.scores, &c->ticket,
-                                                 allowed ? local.data() : nullptr, stride > 0));
+            TMS_RETURN_IF_ERROR(dev_->Candidates(
+                q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates, o.pruning, &c->lists.off,
+                keep_on_device ? nullptr : &c->lists.docs, keep_on_device ? nullptr : &c->lists.scores,
+                keep_on_device ? nullptr : &c->ticket, allowed ? local.data() : nullptr, stride > 0));
         } else {
-            TMS_RETURN_IF_ERROR(HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/true, &c->cs, &c->lists,
+            TMS_RETURN_IF_ERROR(HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists,
                                                allowed ? local.data() : nullptr, stride));
         }
     } else {  // the compressed stage scores the lists below: on the host, with these centroid scores

@@ -50,9 +50,14 @@ Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const flo
 
 Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const {
     std::unique_lock<std::mutex> gpu_lock;
-    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    if (ctx_ && !c->held.owns_lock()) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
     keep = int(std::min<int64_t>(keep, std::max<int64_t>(1, data_.info.n_docs)));
     Lists& l = c->lists;
+    if (c->on_gpu && c->alone) {
+        // The lists PruneStage left on the device (with its query rows and centroid scores):
+        // only their `keep` best come back.
+        return dev_->ScoreCandidatesTop(keep, &l.off, &l.docs, &l.scores);
+    }
     if (c->on_gpu) {
         Lists top;
         TMS_RETURN_IF_ERROR(dev_->ScoreLists(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, l.off.data(),

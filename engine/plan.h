@@ -51,7 +51,7 @@ constexpr int kDeepenProbes = 2;
 void WidenForAllowed(const SearchOptions& given, int64_t allowed, int64_t n_docs, bool direct, SearchOptions* o);
 
 /// The second search of a filtered query whose pruning did not rank its best documents
-/// (cuts.cpp): kDeepenProbes times the lists (at most kMaxWidenedProbes), every document they
+/// (pipeline.cpp): kDeepenProbes times the lists (at most kMaxWidenedProbes), every document they
 /// reach scored (ncandidates 0).
 SearchOptions DeepenedSearch(const SearchOptions& opts);
 

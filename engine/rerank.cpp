@@ -10,6 +10,15 @@
 
 namespace tms::engine {
 
+Status ShardSearcher::RerankStage(const QueryBatch& q, SegmentCall* c) const {
+    TMS_RETURN_IF_ERROR(CheckExact());
+    Lists& l = c->lists;
+    if (l.docs.empty()) return Status::OK();
+    std::unique_lock<std::mutex> gpu_lock;
+    if (ctx_ && !c->held.owns_lock()) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    return exact_candidates(gpu_exact() ? nullptr : HostF32(q, &c->qconv), q, l.off, l.docs, &l.scores);
+}
+
 Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                        const std::vector<int32_t>& docs, std::vector<float>* scores) const {
     if (gpu_exact()) {

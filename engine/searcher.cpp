@@ -1,7 +1,7 @@
 // Copyright TileMaxSim authors. The public Searcher: an index's shards opened and placed on
-// devices (each device's consecutive shards one segment), a batch run on every device at once,
-// gathered concurrent callers, and the merge of the per-segment top-k lists. The pipeline of a
-// segment is engine/shard_searcher.h's.
+// devices (each device's consecutive shards one segment, engine/shard_set.h), the vectors' tier,
+// options and filters resolved, and concurrent callers gathered into one batch. The search
+// itself is the shard set's (engine/pipeline.cpp, engine/exhaustive.cpp).
 #include "tilemaxsim/searcher.h"
 
 #include "tilemaxsim/estimate.h"
@@ -39,6 +39,7 @@
 #include "kernels/nearest.h"
 #include "kernels/threads.h"
 #include "engine/shard_searcher.h"
+#include "engine/shard_set.h"
 
 namespace tms {
 namespace {
@@ -56,15 +57,11 @@ using engine::Clock;
 using engine::kMaxWidenedProbes;
 using engine::Lists;
 using engine::QueryCopy;
-using engine::run_on_devices;
-using engine::search_cut;
 using engine::shard_bytes;
 using engine::ShardSearcher;
 using engine::validate_search;
 
-// The public Searcher: shards placed on devices, each device's consecutive shards one segment; a
-// batch runs on every device at once (one host thread per GPU), then the per-segment top-k lists
-// are merged.
+// The public Searcher over its shard set.
 class ShardedSearcher final : public Searcher {
 public:
     const IndexInfo& info() const override { return info_; }
@@ -286,45 +283,14 @@ public:
         std::optional<Allowed> allowed;
         TMS_RETURN_IF_ERROR(Resolve(q, opts_in, &opts, &allowed));
         const Allowed* al = allowed ? &*allowed : nullptr;
-        if (segments_.size() == 1 && (!al || opts.exhaustive))
-            return segments_[0]->Search(q, opts, results, timings, al);
         if (!opts.exhaustive) {
             TMS_RETURN_IF_ERROR(validate_search(info_, q, opts));
             // Capped by the index's size, as ShardSearcher::Search caps them.
             const int64_t n_docs = std::max<int64_t>(1, info_.n_docs);
             opts.k = int(std::min<int64_t>(opts.k, n_docs));
             opts.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
-            return search_cut(segment_ptrs(), by_device_, info_.n_docs, n_centroids(), q, opts, Status::OK(), nullptr,
-                              results, timings, al);
         }
-        const auto t0 = Clock::now();
-        const size_t n = segments_.size();
-        std::vector<std::vector<std::vector<SearchHit>>> parts(n);
-        std::vector<SearchTimings> ts(n);
-        // Exhaustive search: each segment's exact top-k, merged.
-        const std::vector<Status> sts = run_on_devices(
-            by_device_, n, [&](size_t s) { return segments_[s]->Search(q, opts, &parts[s], &ts[s], al); });
-        for (size_t s = 0; s < n; ++s) TMS_RETURN_IF_ERROR(sts[s]);
-        const int k = int(std::min<int64_t>(opts.k, std::max<int64_t>(1, info_.n_docs)));
-        MergeHits(&parts, q.n_queries, k, results);
-        if (timings) {
-            // Each step: summed over a device's shards (they run in turn), the slowest device.
-            SearchTimings t;
-            for (const auto& group : by_device_) {
-                SearchTimings d;
-                for (size_t s : group) {
-                    d.candidates += ts[s].candidates;
-                    d.scoring += ts[s].scoring;
-                    d.rerank += ts[s].rerank;
-                }
-                t.candidates = std::max(t.candidates, d.candidates);
-                t.scoring = std::max(t.scoring, d.scoring);
-                t.rerank = std::max(t.rerank, d.rerank);
-            }
-            t.total = SecondsSince(t0);
-            *timings = t;
-        }
-        return Status::OK();
+        return shards_.Search(q, opts, al, info_.n_docs, n_centroids(), nullptr, Status::OK(), results, timings);
     }
 
     Status Rerank(const QueryBatch& q, const std::vector<std::vector<int64_t>>& candidates, int k,
@@ -336,7 +302,7 @@ public:
                                            std::to_string(q.n_queries) + " queries");
         }
         if (k < 0) return Status::InvalidArgument("k must be >= 0, got " + std::to_string(k));
-        for (const auto& sh : segments_) TMS_RETURN_IF_ERROR(sh->CheckExact());
+        TMS_RETURN_IF_ERROR(shards_.CheckExact());
         TMS_RETURN_IF_ERROR(check_finite(q));
         const int nq = q.n_queries;
         // Each query's candidates, once each, ascending (so that each shard's are contiguous).
@@ -352,34 +318,7 @@ public:
                                                std::to_string(info_.n_docs) + ")");
             }
         }
-        // Each shard's hits (parts[s][q]), merged as a search's are.
-        std::vector<std::vector<std::vector<SearchHit>>> parts;
-        for (const auto& sh : segments_) {
-            const index::IndexData& d = sh->data_;
-            std::vector<int64_t> off(1, 0);
-            std::vector<int32_t> docs;
-            for (int i = 0; i < nq; ++i) {
-                const auto& c = cand[size_t(i)];
-                const auto lo = std::lower_bound(c.begin(), c.end(), d.first_doc);
-                const auto hi = std::lower_bound(lo, c.end(), d.first_doc + d.info.n_docs);
-                for (auto it = lo; it != hi; ++it) {
-                    const int32_t local = int32_t(*it - d.first_doc);
-                    if (!d.deleted[size_t(local)]) docs.push_back(local);
-                }
-                off.push_back(int64_t(docs.size()));
-            }
-            if (docs.empty()) continue;
-            std::vector<float> scores;
-            TMS_RETURN_IF_ERROR(sh->ExactLocal(q, off, docs, &scores));
-            auto& part = parts.emplace_back(static_cast<size_t>(nq));
-            for (int i = 0; i < nq; ++i) {
-                for (int64_t e = off[size_t(i)]; e < off[size_t(i) + 1]; ++e) {
-                    part[size_t(i)].push_back(
-                        {d.doc_ids[size_t(docs[size_t(e)])], d.first_doc + docs[size_t(e)], scores[size_t(e)]});
-                }
-            }
-        }
-        MergeHits(&parts, nq, k > 0 ? k : std::numeric_limits<int>::max(), results);
+        TMS_RETURN_IF_ERROR(shards_.Rerank(q, cand, k, results));
         for (int i = 0; q.lengths && i < nq; ++i)
             if (q.lengths[i] == 0) (*results)[size_t(i)].clear();  // a query of no tokens matches nothing
         return Status::OK();
@@ -388,22 +327,18 @@ public:
     Status DocumentVectors(const std::vector<int64_t>& docs, std::vector<std::vector<uint16_t>>* rows) const override {
         rows->assign(docs.size(), {});
         for (size_t i = 0; i < docs.size(); ++i) {
-            const int64_t doc = docs[i];
-            const auto sh = std::find_if(segments_.begin(), segments_.end(), [&](const auto& s) {
-                return doc >= s->data_.first_doc && doc < s->data_.first_doc + s->data_.info.n_docs;
-            });
-            if (sh == segments_.end() || (*sh)->data_.deleted[size_t(doc - (*sh)->data_.first_doc)]) {
-                return Status::InvalidArgument("document " + std::to_string(doc) + " is not in the index");
-            }
-            TMS_RETURN_IF_ERROR((*sh)->DocRows(int32_t(doc - (*sh)->data_.first_doc), &(*rows)[i]));
+            int32_t local = 0;
+            const ShardSearcher* sh = shards_.Find(docs[i], &local);
+            if (!sh) return Status::InvalidArgument("document " + std::to_string(docs[i]) + " is not in the index");
+            TMS_RETURN_IF_ERROR(sh->DocRows(local, &(*rows)[i]));
         }
         return Status::OK();
     }
 
     void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const override {
         std::call_once(by_id_once_, [this] {
-            for (const auto& sh : segments_) {
-                const index::IndexData& d = sh->data_;
+            for (size_t s = 0; s < shards_.size(); ++s) {
+                const index::IndexData& d = shards_.segment(s).data();
                 for (int64_t i = 0; i < d.info.n_docs; ++i)
                     if (!d.deleted[size_t(i)]) by_id_.emplace(d.doc_ids[size_t(i)], d.first_doc + i);
             }
@@ -415,12 +350,7 @@ public:
         }
     }
 
-    std::vector<const ShardSearcher*> segment_ptrs() const {
-        std::vector<const ShardSearcher*> out;
-        for (const auto& sg : segments_) out.push_back(sg.get());
-        return out;
-    }
-    int n_centroids() const { return segments_.empty() ? 0 : segments_[0]->data_.model.n_centroids; }
+    int n_centroids() const { return shards_.n_centroids(); }
 
     IndexInfo info_;
     std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
@@ -438,8 +368,7 @@ public:
     mutable int running_ = 0;  // gathered searches in flight (at most one)
     mutable std::once_flag by_id_once_;
     mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
-    std::vector<std::unique_ptr<ShardSearcher>> segments_;
-    std::vector<std::vector<size_t>> by_device_;  // segments per device (one group: the CPU)
+    engine::ShardSet shards_;  // the segments on their devices
 };
 
 // GPUs for the shards: opts.gpus (each present) or every visible one.
@@ -507,37 +436,20 @@ Status SearchWithCuts(const Searcher* searcher, const QueryBatch& q, const Searc
         return Status::OK();
     }
     Status st;
-    std::vector<const ShardSearcher*> segs;
-    std::vector<std::vector<size_t>> groups;
+    const engine::ShardSet none;
     SearchOptions o = opts;
     std::optional<Allowed> allowed;
     if (s) {
         st = validate_search(s->info_, q, opts);
         if (st.ok()) st = check_finite(q);
         if (st.ok()) st = s->Resolve(q, opts, &o, &allowed);
-        segs = s->segment_ptrs();
-        groups = s->by_device_;
     }
-    TMS_RETURN_IF_ERROR(search_cut(segs, groups, cuts->n_docs(), cuts->n_centroids(), q, o, st, cuts, results, timings,
-                                   allowed ? &*allowed : nullptr));
+    TMS_RETURN_IF_ERROR((s ? s->shards_ : none)
+                            .Search(q, o, allowed ? &*allowed : nullptr, cuts->n_docs(), cuts->n_centroids(), cuts, st,
+                                    results, timings));
     for (int i = 0; q.lengths && i < q.n_queries; ++i)
         if (q.lengths[i] == 0) (*results)[size_t(i)].clear();  // a query of no tokens matches nothing
     return Status::OK();
-}
-
-void MergeHits(std::vector<std::vector<std::vector<SearchHit>>>* parts, int n_queries, int k,
-               std::vector<std::vector<SearchHit>>* out) {
-    out->assign(size_t(n_queries), {});
-#pragma omp parallel for schedule(static) if (int64_t(n_queries) * k > 4096)
-    for (int q = 0; q < n_queries; ++q) {
-        auto& r = (*out)[q];
-        for (auto& p : *parts) std::move(p[q].begin(), p[q].end(), std::back_inserter(r));
-        const size_t keep = std::min(r.size(), size_t(std::max(k, 0)));
-        std::partial_sort(r.begin(), r.begin() + keep, r.end(), [](const SearchHit& a, const SearchHit& b) {
-            return a.score > b.score || (a.score == b.score && a.internal_id < b.internal_id);
-        });
-        r.resize(keep);
-    }
 }
 
 namespace {
@@ -701,31 +613,30 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     data.clear();
     std::vector<std::vector<index::PodVector<uint16_t>>> vectors(runs.size());
     for (size_t r = 0; r < runs.size(); ++r) {
-        auto sh = std::make_unique<ShardSearcher>();
-        index::ConcatShards(&runs[r].shards, &sh->data_, s->device_ == Device::kGpu ? &vectors[r] : nullptr);
-        sh->stream_bytes_ = opts.stream_bytes;
-        s->segments_.push_back(std::move(sh));
+        s->shards_.Add(std::make_unique<ShardSearcher>(
+            &runs[r].shards, s->device_ == Device::kGpu ? &vectors[r] : nullptr, opts.stream_bytes));
     }
     trace.Mark("segments");
     // One context per GPU, shared by its segments; GPUs are filled side by side (one thread each).
     if (s->device_ == Device::kGpu) {
         std::vector<std::shared_ptr<kernels::GpuContext>> ctx(gpus.size());
-        std::vector<size_t> ctx_of;  // by_device_ group -> index into gpus
+        std::vector<size_t> ctx_of;  // device group -> index into gpus
         for (size_t g = 0; g < gpus.size(); ++g) {
             std::vector<size_t> mine;
             for (size_t r = 0; r < runs.size(); ++r)
                 if (runs[r].gpu == gpus[g]) mine.push_back(r);
             if (mine.empty()) continue;
             TMS_RETURN_IF_ERROR(engine::MakeGpuContext(gpus[g], &ctx[g]));
-            s->by_device_.push_back(mine);
+            s->shards_.AddDevice(mine);
             ctx_of.push_back(g);
         }
-        std::vector<Status> sts(s->by_device_.size());
+        const auto& groups = s->shards_.by_device();
+        std::vector<Status> sts(groups.size());
         std::vector<std::thread> up;
-        for (size_t gi = 0; gi < s->by_device_.size(); ++gi) {
+        for (size_t gi = 0; gi < groups.size(); ++gi) {
             up.emplace_back([&, gi] {
-                for (size_t r : s->by_device_[gi]) {
-                    sts[gi] = s->segments_[r]->Place(ctx[ctx_of[gi]], opts.warm_up, tier, &vectors[r]);
+                for (size_t r : groups[gi]) {
+                    sts[gi] = s->shards_.segment(r).Place(ctx[ctx_of[gi]], opts.warm_up, tier, &vectors[r]);
                     if (!sts[gi].ok()) return;
                 }
             });
@@ -733,11 +644,12 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
         for (auto& t : up) t.join();
         for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
     } else {
-        s->by_device_.emplace_back();
-        for (size_t r = 0; r < s->segments_.size(); ++r) {
-            TMS_RETURN_IF_ERROR(s->segments_[r]->Place(nullptr, false, tier, &vectors[r]));
-            s->by_device_[0].push_back(r);
+        std::vector<size_t> all;
+        for (size_t r = 0; r < s->shards_.size(); ++r) {
+            TMS_RETURN_IF_ERROR(s->shards_.segment(r).Place(nullptr, false, tier, &vectors[r]));
+            all.push_back(r);
         }
+        s->shards_.AddDevice(std::move(all));
         // Every searching thread runs BLAS products (the centroid scores).
         TMS_RETURN_IF_ERROR(kernels::check_blas_room(omp_get_max_threads(), int64_t(32) << 20, path));
     }

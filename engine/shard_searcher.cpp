@@ -1,5 +1,5 @@
-// Copyright TileMaxSim authors. One device's search of a batch: the stages in order (SearchChunk),
-// placement on a device, and request checks (engine/shard_searcher.h).
+// Copyright TileMaxSim authors. One segment searched alone (the pipeline's pass over it, or
+// exhaustive search), its placement on a device, and request checks (engine/shard_searcher.h).
 #include "engine/shard_searcher.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "engine/backend.h"
 #include "engine/plan.h"
 #include "index/ingest/input_checks.h"
+#include "index/store/shards.h"
 #include "kernels/maxsim.h"
 
 namespace tms::engine {
@@ -37,6 +38,12 @@ Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchO
     return Status::OK();
 }
 
+ShardSearcher::ShardSearcher(std::vector<index::IndexData>* shards,
+                             std::vector<index::PodVector<uint16_t>>* vector_parts, int64_t stream_bytes)
+    : stream_bytes_(stream_bytes) {
+    index::ConcatShards(shards, &data_, vector_parts);
+}
+
 Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
                              std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
                              const Allowed* allowed) const {
@@ -49,7 +56,9 @@ Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
     capped.k = int(std::min<int64_t>(opts.k, n_docs));
     capped.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
     capped.ncandidates = int(std::min<int64_t>(opts.ncandidates, n_docs));
-    return SearchCapped(q, capped, results, timings, allowed);
+    if (capped.exhaustive) return Exhaustive(q, capped, results, timings, allowed);
+    return search_cut({this}, {{0}}, info.n_docs, info.n_centroids, q, capped, Status::OK(), nullptr, results,
+                      timings, allowed);
 }
 
 // Queries searched together: opts.max_batch_queries, or as many as keep the per-batch centroid
@@ -64,121 +73,51 @@ int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, 
     return std::clamp<int64_t>(chunk, 1, 4096);
 }
 
-Status ShardSearcher::SearchCapped(const QueryBatch& q, const SearchOptions& opts,
-                                   std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
-                                   const Allowed* allowed) const {
-    std::unique_lock<std::mutex> gpu_lock;
-    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
-    const IndexInfo& info = data_.info;
-    const int64_t chunk = chunk_queries(opts, q.q_tokens, info.n_centroids, info.n_docs);
-    if (q.n_queries <= chunk) return SearchChunk(q, opts, results, timings, allowed);
-    results->assign(size_t(q.n_queries), {});
-    SearchTimings sum;
-    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
-        const QueryBatch b = q.Slice(int(q0), int(std::min<int64_t>(chunk, q.n_queries - q0)));
-        std::vector<std::vector<SearchHit>> part;
-        SearchTimings t;
-        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
-        TMS_RETURN_IF_ERROR(SearchChunk(b, opts, &part, &t, allowed ? &a : nullptr));
-        std::move(part.begin(), part.end(), results->begin() + q0);
-        sum.candidates += t.candidates;
-        sum.scoring += t.scoring;
-        sum.rerank += t.rerank;
-        sum.total += t.total;
-    }
-    if (timings) *timings = sum;
-    return Status::OK();
-}
-
-Status ShardSearcher::SearchChunk(const QueryBatch& q, const SearchOptions& opts,
-                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
-                                  const Allowed* allowed) const {
+Status ShardSearcher::Exhaustive(const QueryBatch& q, const SearchOptions& opts,
+                                 std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                                 const Allowed* allowed) const {
     const auto t_start = Clock::now();
     const IndexInfo& info = data_.info;
-    const bool have_vectors = this->have_vectors();
-    if (opts.exhaustive && !have_vectors) {
+    if (!have_vectors()) {
         return Status::NotSupported(
             info.has_vectors
                 ? "exhaustive search needs the stored vectors, which were not loaded"
                 : "exhaustive search needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
-    const int nq = q.n_queries, k = opts.k;
+    std::unique_lock<std::mutex> gpu_lock;
+    if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    const int k = opts.k;
+    const int64_t chunk = chunk_queries(opts, q.q_tokens, info.n_centroids, info.n_docs);
+    results->assign(size_t(q.n_queries), {});
     // TMS_TRACE_SEARCH=1: host time of each step of the batch on stderr.
     Trace trace("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
-    // fp32 queries are used in place; fp16 / bf16 ones are converted once, and only for the
-    // steps that read them on the host: the GPU scorers take them as they are (H200, 256 fp16
-    // queries of 32 x 128: the host conversion took 0.5-2.3 ms of a ~5 ms batch).
-    std::vector<float> qconv;
-    const auto host_f32 = [&] { return HostF32(q, &qconv); };
-
-    std::vector<int32_t> top_ids;
-    std::vector<float> top_scores;
     SearchTimings t;
-    if (opts.exhaustive) {
+    for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
+        const int nq = int(std::min<int64_t>(chunk, q.n_queries - q0));
+        const QueryBatch b = q.Slice(int(q0), nq);
+        const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
+        // fp32 queries are used in place; fp16 / bf16 ones are converted for the host only
+        // (the GPU scorers take them as they are).
+        std::vector<float> qconv;
+        std::vector<int32_t> top_ids;
+        std::vector<float> top_scores;
         const auto t0 = Clock::now();
-        TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : host_f32(), q, k, &top_ids, &top_scores, allowed));
-        t.scoring = SecondsSince(t0);
+        TMS_RETURN_IF_ERROR(exhaustive(gpu_exact() ? nullptr : HostF32(b, &qconv), b, k, &top_ids, &top_scores,
+                                       allowed ? &a : nullptr));
+        t.scoring += SecondsSince(t0);
         trace.Mark("exhaustive");
-    } else if (allowed) {
-        return Status::Internal("SearchChunk: a filtered approximate search runs the stages (search_cut)");
-    } else {
-        // 1-3. Centroid scores, probing and pruning.
-        auto t0 = Clock::now();
-        const int nprobe = engine::ProbesPerToken(opts, info.n_centroids);
-        Lists l;
-        std::vector<float> cs;
-        // With the codes and IVF lists on the GPU, probing, the union and the pruning run there;
-        // the [nq, qt, K] centroid scores never exist on the host, and the lists stay on the
-        // device (ScoreCandidatesTop below brings back the best).
-        const bool gpu_candidates = gpu_codes() && nprobe <= 64;
-        if (gpu_candidates) {
-            TMS_RETURN_IF_ERROR(dev_->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, opts.ncandidates,
-                                                 opts.pruning, &l.off, nullptr, nullptr, nullptr, nullptr, false));
-        } else {
-            TMS_RETURN_IF_ERROR(HostCandidates(host_f32(), q, opts, /*cut_all=*/false, &cs, &l));
-        }
-        t.candidates = SecondsSince(t0);
-        trace.Mark("candidates");
-        // 4. Compressed scoring.
-        t0 = Clock::now();
-        const bool rerank = have_vectors && opts.rerank > 0;
-        const int keep = rerank ? std::max(opts.rerank, k) : k;
-        if (gpu_candidates) {
-            // The lists Candidates left on the device (with its query rows and centroid
-            // scores), and only their `keep` best come back (the selection below, done there).
-            TMS_RETURN_IF_ERROR(dev_->ScoreCandidatesTop(keep, &l.off, &l.docs, &l.scores));
-        } else {
-            TMS_RETURN_IF_ERROR(ListScores(host_f32(), q, cs.data(), l, /*centroids_only=*/false, &l.scores));
-        }
-        t.scoring = SecondsSince(t0);
-        trace.Mark("compressed scoring");
-        // 5. Exact rerank of the best compressed candidates.
-        if (rerank) {
-            t0 = Clock::now();
-            if (!gpu_candidates) TMS_RETURN_IF_ERROR(select_top(nq, keep, &l));
-            trace.Mark("rerank selection");
-            TMS_RETURN_IF_ERROR(exact_candidates(gpu_exact() ? nullptr : host_f32(), q, l.off, l.docs, &l.scores));
-            t.rerank = SecondsSince(t0);
-            trace.Mark("exact rerank");
-        }
-        top_ids.resize(size_t(nq) * k);
-        top_scores.resize(size_t(nq) * k);
-        TMS_RETURN_IF_ERROR(
-            select_topk(l.scores.data(), l.off.data(), 0, nq, l.docs.data(), k, top_ids.data(), top_scores.data()));
-        trace.Mark("top-k");
-    }
-    results->assign(nq, {});
 #pragma omp parallel for schedule(static) if (int64_t(nq) * k > 4096)
-    for (int qi = 0; qi < nq; ++qi) {
-        auto& r = (*results)[qi];
-        r.reserve(size_t(std::min<int64_t>(k, info.n_docs)));
-        for (int j = 0; j < k; ++j) {
-            const int32_t id = top_ids[size_t(qi) * k + j];
-            if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)
-            r.push_back({data_.doc_ids[id], data_.first_doc + id, top_scores[size_t(qi) * k + j]});
+        for (int qi = 0; qi < nq; ++qi) {
+            auto& r = (*results)[size_t(q0 + qi)];
+            r.reserve(size_t(std::min<int64_t>(k, info.n_docs)));
+            for (int j = 0; j < k; ++j) {
+                const int32_t id = top_ids[size_t(qi) * k + j];
+                if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)
+                r.push_back({data_.doc_ids[id], data_.first_doc + id, top_scores[size_t(qi) * k + j]});
+            }
         }
+        trace.Mark("results");
     }
-    trace.Mark("results");
     t.total = SecondsSince(t_start);
     if (timings) *timings = t;
     return Status::OK();

@@ -1,5 +1,5 @@
-// Copyright TileMaxSim authors. The query pipeline of one device's documents (ShardSearcher)
-// and the types its stages pass between them. A batch flows through one file per stage:
+// Copyright TileMaxSim authors. One device's documents (ShardSearcher): its stages of the query
+// pipeline and the types they pass between them. A batch flows through one file per stage:
 //   candidates.cpp   centroid scores (BLAS) -> per-token top-nprobe centroids -> the documents
 //                    the probes reach (IVF union), pruned to ncandidates (probe scores, or the
 //                    union's centroid interaction);
@@ -7,10 +7,10 @@
 //   rerank.cpp       exact MaxSim of those on the stored vectors (resident, or rows read from
 //                    the host or disk tier);
 //   topk.cpp         top-k selection and the merge of partial top-k lists;
-// shard_searcher.cpp runs them for a batch (SearchChunk), exhaustive.cpp scores every document
-// instead, cuts.cpp runs the stages of several segments with their candidates cut together
-// between stages, and searcher.cpp is the public Searcher over the placed shards. Each stage
-// runs on the GPU of the shard (engine::GpuShard) or on the host (kernels' CPU paths).
+// pipeline.cpp runs them for a batch over one segment or several (devices, MPI participants),
+// the candidates cut together between stages; exhaustive.cpp scores every document instead;
+// searcher.cpp is the public Searcher over the placed shards. Each stage runs on the GPU of the
+// shard (engine::GpuShard) or on the host (kernels' CPU paths).
 #pragma once
 
 #include <chrono>
@@ -65,9 +65,16 @@ struct Allowed {
     }
 };
 
-// One segment's state through the stages of a search cut across segments (ShardSearcher's
-// PruneStage, CompressedStage).
+// One segment's state through the stages of a pass (ShardSearcher's PruneStage,
+// CompressedStage, RerankStage; pipeline.cpp).
 struct SegmentCall {
+    // The pass's only segment, of its only participant, unfiltered: nothing is cut between its
+    // stages, so on a GPU the candidate lists stay on the device from the pruning to the
+    // compressed scoring (only each query's best come back), and the device is held from the
+    // first stage to the last (`held`). Otherwise each stage returns its lists to the host and
+    // holds the device for its own step.
+    bool alone = false;
+    std::unique_lock<std::mutex> held;
     std::vector<float> qconv;  // the queries as fp32, when they are not and the host needs them
     std::vector<float> cs;     // the host's centroid scores (host candidate generation)
     bool on_gpu = false;       // candidates were generated (and are scored) on the GPU
@@ -122,18 +129,20 @@ private:
 // their documents would, and give its results. Hits carry global internal ids.
 class ShardSearcher {
 public:
+    /// The consecutive shards `shards` (moved from) as one segment (index::ConcatShards);
+    /// vector_parts: as ConcatShards' (their vectors left in parts, for Place), or null.
+    /// stream_bytes: SearcherOptions::stream_bytes.
+    ShardSearcher(std::vector<index::IndexData>* shards, std::vector<index::PodVector<uint16_t>>* vector_parts,
+                  int64_t stream_bytes);
+    ShardSearcher(const ShardSearcher&) = delete;
+    ShardSearcher& operator=(const ShardSearcher&) = delete;
     const IndexInfo& info() const { return data_.info; }
-    /// allowed: exhaustive search only (approximate search with a filter runs the stages).
+    /// The segment's documents: ids, offsets, deletions, model, codes (read only).
+    const index::IndexData& data() const { return data_; }
+    /// This segment alone: approximate search is the pipeline's pass over one segment
+    /// (search_cut), exhaustive search Exhaustive's.
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings, const Allowed* allowed = nullptr) const;
-    /// Search of a validated batch with options capped by the index's size.
-    Status SearchCapped(const QueryBatch& queries, const SearchOptions& opts,
-                        std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
-                        const Allowed* allowed) const;
-    /// Search of one chunk of a validated batch (Search splits batches by max_batch_queries).
-    Status SearchChunk(const QueryBatch& queries, const SearchOptions& opts,
-                       std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
-                       const Allowed* allowed) const;
 
     /// One search of 256 synthetic queries of 32 tokens (centroids as tokens), results dropped,
     /// as fp32 and as fp16 (the GPU scorers take 16-bit queries as they are, through other
@@ -169,15 +178,6 @@ public:
             data_.info.has_vectors ? "rerank needs the stored vectors, which were not loaded"
                                    : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
-    /// Exact MaxSim of local candidate lists (off [n_queries + 1], docs): Rerank's step.
-    Status ExactLocal(const QueryBatch& q, const std::vector<int64_t>& off, const std::vector<int32_t>& docs,
-                      std::vector<float>* scores) const {
-        TMS_RETURN_IF_ERROR(CheckExact());
-        std::unique_lock<std::mutex> gpu_lock;
-        if (ctx_) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
-        std::vector<float> qconv;
-        return exact_candidates(gpu_exact() ? nullptr : HostF32(q, &qconv), q, off, docs, scores);
-    }
     /// The stored rows of local document `doc` into *out ([tokens, dim] fp16 bits), from host
     /// memory or the vectors files; NotSupported when they are only on the GPU.
     Status DocRows(int32_t doc, std::vector<uint16_t>* out) const;
@@ -185,17 +185,24 @@ public:
     /// exact step reads its documents' rows through rows_.
     bool streamed() const { return !rows_.empty(); }
 
-    // The stages of a search whose candidates are cut together with other segments' (and
-    // other participants', SearchCuts) between them: they compute what SearchChunk does, in
-    // steps that return to the host. Each holds the GPU context's mutex for its own step only.
+    // The stages of the approximate search (pipeline.cpp runs them, on every segment at once,
+    // cutting the candidates of all segments and participants together between them; see
+    // SegmentCall for the one segment alone).
     /// The documents the probes reach, each query's cut to its ncandidates best by pruning
     /// score (c->lists.scores), or all of them (no scores) when ncandidates == 0. With
     /// `allowed`: only allowed documents; a query allowed few (Allowed::direct) gets them all,
-    /// each with pruning score 0.
+    /// each with pruning score 0. c->alone on a GPU: the lists stay there (c->lists.off only).
     Status PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c,
                       const Allowed* allowed = nullptr) const;
     /// Compressed scores of c's lists, each query's `keep` best.
     Status CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const;
+    /// Exact scores of c's lists (CheckExact first).
+    Status RerankStage(const QueryBatch& q, SegmentCall* c) const;
+    /// Exhaustive search of a validated batch with options capped by the index's size, in
+    /// chunks of chunk_queries.
+    Status Exhaustive(const QueryBatch& queries, const SearchOptions& opts,
+                      std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
+                      const Allowed* allowed) const;
 
     /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up;
     /// `vector_parts`: its vectors when data_ holds none (ConcatShards'): uploaded and freed
@@ -203,6 +210,7 @@ public:
     /// data_.vector_files.
     Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                  std::vector<index::PodVector<uint16_t>>* vector_parts);
+private:
     /// scales_ for the host path (IndexModel::unit_norm with codes), when the codes stay here.
     Status HostScales();
 
@@ -224,7 +232,6 @@ public:
     bool gpu_codes() const { return dev_ && dev_->has_codes(); }
     bool gpu_exact() const { return dev_ && dev_->has_vectors(); }
 
-private:
     /// On the host: centroid scores (*cs), probing, and the documents the probes reach, cut to
     /// ncandidates per query by probe score (kProbe) or, when a query has more than ncandidates
     /// (or cut_all), by centroid-only score (kInteraction): lists->scores then holds the
@@ -319,10 +326,10 @@ int64_t chunk_queries(const SearchOptions& opts, int q_tokens, int n_centroids, 
 int64_t shard_bytes(const index::IndexData& d, bool file_vectors);
 
 // step(i) for every segment i of `groups` (segment indices per device, n in all), the devices at
-// once (cuts.cpp).
+// once (pipeline.cpp).
 std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& groups, size_t n,
                                    const std::function<Status(size_t)>& step);
-// The approximate search of segments `segs` cut together between stages (cuts.cpp).
+// The approximate search of segments `segs` cut together between stages (pipeline.cpp).
 Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vector<std::vector<size_t>>& groups,
                   int64_t n_docs, int n_centroids, const QueryBatch& q, const SearchOptions& opts, Status st,
                   SearchCuts* cuts, std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "engine/cuts.h"
 #include "tests/engine/synth_index.h"
@@ -149,6 +151,60 @@ TEST(PlacementCuda, CutsOfOneSegmentEqualItsSearch) {
         const Status st = SearchWithCuts(one.get(), q, so, &cuts, &got);
         ASSERT_TRUE(st.ok()) << st.ToString();
         ExpectSameHits(f.Search(*one, so), got, 0);
+    }
+}
+
+// Searches through the cuts (each stage holds the GPU for its own step, so other searches run
+// between its stages and replace the device state its candidate generation left: ScoreLists
+// then scores the lists it is given) and plain searches (one segment alone: the GPU held from
+// the first stage to the last) on one GPU at once, from several threads: each gets the results
+// it gets alone.
+TEST(PlacementCuda, ConcurrentCutAndPlainSearchesKeepTheirResults) {
+    SKIP_WITHOUT_GPU();
+    Fixture f;
+    f.Build(3);
+    std::unique_ptr<Searcher> one;
+    ASSERT_TRUE(f.Open(Device::kGpu, {0}, &one).ok());
+    AloneCuts cuts;
+    cuts.docs = one->info().n_docs;
+    cuts.centroids = one->info().n_centroids;
+    QueryBatch q;
+    q.data = f.qa.bytes.data();
+    q.dtype = DType::kF16;
+    q.n_queries = int(f.qa.shape[0]);
+    q.q_tokens = int(f.qa.shape[1]);
+    q.dim = f.so.dim;
+    const std::vector<SearchOptions> settings = testing::CutSettings(64, 16);
+    std::vector<std::vector<std::vector<SearchHit>>> want;
+    for (const SearchOptions& so : settings) want.push_back(f.Search(*one, so));
+    constexpr int kThreads = 4, kRounds = 12;
+    std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            AloneCuts mine = cuts;  // a participant's cuts are its own
+            for (int r = 0; r < kRounds; ++r) {
+                const size_t i = size_t(t + r) % settings.size();
+                std::vector<std::vector<SearchHit>> got;
+                const Status st = t % 2 ? SearchWithCuts(one.get(), q, settings[i], &mine, &got)
+                                        : one->Search(q, settings[i], &got);
+                if (!st.ok()) {
+                    ++failures[size_t(t)];
+                    continue;
+                }
+                for (size_t qi = 0; qi < got.size(); ++qi) {
+                    bool same = got[qi].size() == want[i][qi].size();
+                    for (size_t j = 0; same && j < got[qi].size(); ++j)
+                        same = got[qi][j].doc_id == want[i][qi][j].doc_id && got[qi][j].score == want[i][qi][j].score;
+                    mismatches[size_t(t)] += !same;
+                }
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) {
+        EXPECT_EQ(failures[size_t(t)], 0) << "thread " << t;
+        EXPECT_EQ(mismatches[size_t(t)], 0) << "thread " << t;
     }
 }
 

@@ -1,12 +1,12 @@
-// Copyright TileMaxSim authors. Search of several segments (devices, or MPI participants through
-// SearchCuts) as one: each stage on every device at once, the candidates cut together between
-// stages (engine/shard_searcher.h).
+// Copyright TileMaxSim authors. The approximate search pipeline: the stages (pruning, compressed
+// scoring, exact rerank, top-k) of one segment, or of several (devices, or MPI participants
+// through SearchCuts) as one, each stage on every device at once, the candidates cut together
+// between stages (engine/shard_searcher.h).
 #include "engine/shard_searcher.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "base/progress.h"
@@ -14,22 +14,6 @@
 #include "kernels/maxsim.h"
 
 namespace tms::engine {
-
-// step(i) for every segment i of `groups` (segment indices per device, n in all): one host
-// thread per GPU runs its segments in turn (they share its stream and scratch); on the CPU (one
-// group) they run in turn, each step using every core. Returns each segment's status.
-std::vector<Status> run_on_devices(const std::vector<std::vector<size_t>>& groups, size_t n,
-                                   const std::function<Status(size_t)>& step) {
-    std::vector<Status> sts(n);
-    auto device = [&](size_t g) {
-        for (size_t i : groups[g]) sts[i] = step(i);
-    };
-    std::vector<std::thread> workers;
-    for (size_t g = 1; g < groups.size(); ++g) workers.emplace_back(device, g);
-    if (!groups.empty()) device(0);
-    for (auto& w : workers) w.join();
-    return sts;
-}
 
 namespace {
 
@@ -68,6 +52,8 @@ constexpr int kTrustedPerHit = 4;
 // every device at once, and between stages the host cuts the candidates to the best
 // ncandidates (by pruning score), then to the best rerank-or-k (by compressed score), keys
 // (score, global id) compared across segments. Results: these segments' share of the top-k.
+// One segment of one participant, unfiltered, has nothing to cut: its stages run back to back
+// on its device (SegmentCall::alone).
 // n_docs, n_centroids: of the whole (they size the chunks, which must be the same everywhere).
 // st: the caller's error so far, still taken through the cuts (the other participants wait
 // in them). With a filter (opts.allow or opts.filter: the same on every participant), the
@@ -85,6 +71,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
     const int64_t chunk = chunk_queries(opts, q.q_tokens, n_centroids, n_docs);
     const bool deepen = (opts.allow || !opts.filter.empty()) && opts.ncandidates > 0;
     SearchTimings t;
+    // TMS_TRACE_SEARCH=1: host time of each stage of a pass on stderr.
+    Trace trace("TMS_TRACE_SEARCH", "search", Trace::Unit::kMilliseconds);
     // One stage on every segment, every device at once.
     auto run = [&](const std::function<Status(size_t)>& step, double* seconds) {
         const auto t0 = Clock::now();
@@ -100,6 +88,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                     std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep) {
         const int nb = b.n_queries;
         std::vector<SegmentCall> calls(n);
+        const bool alone = n == 1 && !cuts && !a;
+        for (SegmentCall& c : calls) c.alone = alone;
         // Queries that score all their allowed documents: their pruning scores are all 0 (a
         // cut would keep the lowest ids, not the best).
         const auto direct = [&](int i) { return a && a->direct(i); };
@@ -114,7 +104,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 for (size_t s = 0; s < n; ++s) {
                     const Lists& l = calls[s].lists;
                     for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e)
-                        bq.push_back({l.scores[size_t(e)], segs[s]->data_.first_doc + l.docs[size_t(e)]});
+                        bq.push_back({l.scores[size_t(e)], segs[s]->data().first_doc + l.docs[size_t(e)]});
                 }
                 if (bq.size() > size_t(keep_n)) {
                     std::nth_element(bq.begin(), bq.begin() + (keep_n - 1), bq.end(), CutKeyBetter);
@@ -136,7 +126,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             if (!cuts_any) return;  // every list is kept whole
             for (size_t s = 0; s < n; ++s) {
                 Lists& l = calls[s].lists;
-                const int64_t first = segs[s]->data_.first_doc;
+                const int64_t first = segs[s]->data().first_doc;
                 const auto kept = [&](int i, int64_t e) {
                     return !CutKeyBetter(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]});
                 };
@@ -163,11 +153,12 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         };
         if (st.ok()) {
             st = run([&](size_t s) { return segs[s]->PruneStage(b, o, &calls[s], a); }, &t.candidates);
+            trace.Mark("candidates");
         }
         // Per query (with deep): the global ids of the candidates kept past the pruning's
         // trusted best, ascending.
         std::vector<std::vector<int64_t>> past(deep ? size_t(nb) : 0);
-        if (o.ncandidates > 0) {
+        if (o.ncandidates > 0 && !alone) {
             cut(o.ncandidates, /*spare_direct=*/true);
             if (deep) {
                 const int trusted = std::min(kTrustedPerHit * o.k, std::max(o.k, o.ncandidates / 2));
@@ -178,7 +169,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                     if (!a || direct(i) || !a->narrow(i) || !CutKeyBetter(at[size_t(i)], kKeepAll)) continue;
                     for (size_t s = 0; s < n; ++s) {
                         const Lists& l = calls[s].lists;
-                        const int64_t first = segs[s]->data_.first_doc;
+                        const int64_t first = segs[s]->data().first_doc;
                         for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e)
                             if (CutKeyBetter(at[size_t(i)], {l.scores[size_t(e)], first + l.docs[size_t(e)]}))
                                 past[size_t(i)].push_back(first + l.docs[size_t(e)]);
@@ -188,18 +179,15 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             }
         }
         if (st.ok()) st = run([&](size_t s) { return segs[s]->CompressedStage(b, keep, &calls[s]); }, &t.scoring);
-        cut(keep, /*spare_direct=*/false);
+        trace.Mark("compressed scoring");
+        if (!alone) cut(keep, /*spare_direct=*/false);
         if (st.ok() && rerank) {
-            st = run(
-                [&](size_t s) {
-                    Lists& l = calls[s].lists;
-                    return l.docs.empty() ? Status::OK() : segs[s]->ExactLocal(b, l.off, l.docs, &l.scores);
-                },
-                &t.rerank);
+            st = run([&](size_t s) { return segs[s]->RerankStage(b, &calls[s]); }, &t.rerank);
+            trace.Mark("exact rerank");
         }
         std::vector<std::vector<std::vector<SearchHit>>> parts(n, std::vector<std::vector<SearchHit>>(size_t(nb)));
         for (size_t s = 0; st.ok() && s < n; ++s) {
-            const index::IndexData& d = segs[s]->data_;
+            const index::IndexData& d = segs[s]->data();
             const Lists& l = calls[s].lists;
             // Each query's best k live hits of the segment (only they can reach the merged
             // top-k), named by their external ids.
@@ -240,6 +228,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 if (CutKeyBetter(any[size_t(i)], kKeepAll)) deep->push_back(i);
         }
         if (st.ok()) MergeHits(&parts, nb, o.k, out);
+        trace.Mark("top-k");
     };
     results->assign(size_t(q.n_queries), {});
     for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
