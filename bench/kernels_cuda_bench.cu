@@ -53,17 +53,21 @@ void MaxSimDenseCuda(benchmark::State& state) {
     cudaEvent_t start, stop;
     cudaEventCreate(&start);
     cudaEventCreate(&stop);
-    Status st = kernels::maxsim_cuda(p, stream);  // warm-up: the launch's first-call setup
+    const Status warm = kernels::maxsim_cuda(p, stream);  // the launch's first-call setup
+    if (!warm.ok()) state.SkipWithError(warm.message().c_str());
     for (auto _ : state) {
         cudaEventRecord(start, stream);
-        if (st.ok()) st = kernels::maxsim_cuda(p, stream);
+        const Status st = kernels::maxsim_cuda(p, stream);
         cudaEventRecord(stop, stream);
         cudaEventSynchronize(stop);
+        if (!st.ok()) {
+            state.SkipWithError(st.message().c_str());
+            break;
+        }
         float ms = 0;
         cudaEventElapsedTime(&ms, start, stop);
         state.SetIterationTime(double(ms) / 1e3);
     }
-    if (!st.ok()) state.SkipWithError(st.message().c_str());
     state.SetItemsProcessed(state.iterations() * c.n_queries * c.n_docs);
     state.SetBytesProcessed(state.iterations() * c.doc_bytes());
     cudaEventDestroy(start);

@@ -191,9 +191,10 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             const Lists& l = calls[s].lists;
             // Each query's best k live hits of the segment (only they can reach the merged
             // top-k), named by their external ids.
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (l.docs.size() > 8192)
             for (int i = 0; i < nb; ++i) {
                 std::vector<std::pair<CutKey, int32_t>> live;
+                live.reserve(size_t(l.off[size_t(i) + 1] - l.off[size_t(i)]));
                 for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
                     const int32_t id = l.docs[size_t(e)];
                     if (!d.deleted[size_t(id)]) live.push_back({{l.scores[size_t(e)], d.first_doc + id}, id});
@@ -227,7 +228,12 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             for (int i = 0; st.ok() && i < nb; ++i)
                 if (CutKeyBetter(any[size_t(i)], kKeepAll)) deep->push_back(i);
         }
-        if (st.ok()) MergeHits(&parts, nb, o.k, out);
+        // One segment's lists are the top-k already, in order.
+        if (st.ok() && n == 1) {
+            *out = std::move(parts[0]);
+        } else if (st.ok()) {
+            MergeHits(&parts, nb, o.k, out);
+        }
         trace.Mark("top-k");
     };
     results->assign(size_t(q.n_queries), {});
