@@ -52,15 +52,18 @@ struct Fixture {
         opts.exhaustive = exhaustive;
         return Search(s, opts);
     }
-    std::vector<std::vector<SearchHit>> Search(const Searcher& s, const SearchOptions& opts) {
+    QueryBatch Queries() const {
         QueryBatch q;
         q.data = qa.bytes.data();
         q.dtype = DType::kF16;
         q.n_queries = int(qa.shape[0]);
         q.q_tokens = int(qa.shape[1]);
         q.dim = so.dim;
+        return q;
+    }
+    std::vector<std::vector<SearchHit>> Search(const Searcher& s, const SearchOptions& opts) {
         std::vector<std::vector<SearchHit>> r;
-        Status st = s.Search(q, opts, &r);
+        Status st = s.Search(Queries(), opts, &r);
         EXPECT_TRUE(st.ok()) << st.ToString();
         return r;
     }
@@ -138,12 +141,7 @@ TEST(PlacementCuda, CutsOfOneSegmentEqualItsSearch) {
     AloneCuts cuts;
     cuts.docs = one->info().n_docs;
     cuts.centroids = one->info().n_centroids;
-    QueryBatch q;
-    q.data = f.qa.bytes.data();
-    q.dtype = DType::kF16;
-    q.n_queries = int(f.qa.shape[0]);
-    q.q_tokens = int(f.qa.shape[1]);
-    q.dim = f.so.dim;
+    const QueryBatch q = f.Queries();
     for (const SearchOptions& so : testing::CutSettings(64, 16)) {
         SCOPED_TRACE("ncandidates " + std::to_string(so.ncandidates) + " rerank " + std::to_string(so.rerank) +
                      " pruning " + PruningName(so.pruning));
@@ -168,12 +166,7 @@ TEST(PlacementCuda, ConcurrentCutAndPlainSearchesKeepTheirResults) {
     AloneCuts cuts;
     cuts.docs = one->info().n_docs;
     cuts.centroids = one->info().n_centroids;
-    QueryBatch q;
-    q.data = f.qa.bytes.data();
-    q.dtype = DType::kF16;
-    q.n_queries = int(f.qa.shape[0]);
-    q.q_tokens = int(f.qa.shape[1]);
-    q.dim = f.so.dim;
+    const QueryBatch q = f.Queries();
     const std::vector<SearchOptions> settings = testing::CutSettings(64, 16);
     std::vector<std::vector<std::vector<SearchHit>>> want;
     for (const SearchOptions& so : settings) want.push_back(f.Search(*one, so));
