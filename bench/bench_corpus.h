@@ -13,9 +13,9 @@ namespace tms::bench {
 struct BenchCorpus {
     int n_queries, q_tokens, dim;
     int64_t n_docs;
-    std::vector<uint16_t> docs;   // [n_docs * len, dim] fp16 bits
-    std::vector<int64_t> offsets; // [n_docs + 1]
-    std::vector<float> queries;   // [n_queries, q_tokens, dim]
+    std::vector<uint16_t> docs;    // [n_docs * len, dim] fp16 bits
+    std::vector<int64_t> offsets;  // [n_docs + 1]
+    std::vector<float> queries;    // [n_queries, q_tokens, dim]
 
     BenchCorpus(int nq, int qt, int d, int64_t nd, int len, uint32_t seed = 1)
         : n_queries(nq), q_tokens(qt), dim(d), n_docs(nd) {

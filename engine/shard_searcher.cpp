@@ -57,8 +57,8 @@ Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
     capped.rerank = int(std::min<int64_t>(opts.rerank, n_docs));
     capped.ncandidates = int(std::min<int64_t>(opts.ncandidates, n_docs));
     if (capped.exhaustive) return Exhaustive(q, capped, results, timings, allowed);
-    return search_cut({this}, {{0}}, info.n_docs, info.n_centroids, q, capped, Status::OK(), nullptr, results,
-                      timings, allowed);
+    return search_cut({this}, {{0}}, info.n_docs, info.n_centroids, q, capped, Status::OK(), nullptr, results, timings,
+                      allowed);
 }
 
 // Queries searched together: opts.max_batch_queries, or as many as keep the per-batch centroid

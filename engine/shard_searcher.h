@@ -210,6 +210,7 @@ public:
     /// data_.vector_files.
     Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                  std::vector<index::PodVector<uint16_t>>* vector_parts);
+
 private:
     /// scales_ for the host path (IndexModel::unit_norm with codes), when the codes stay here.
     Status HostScales();

@@ -179,8 +179,8 @@ TEST(PlacementCuda, ConcurrentCutAndPlainSearchesKeepTheirResults) {
             for (int r = 0; r < kRounds; ++r) {
                 const size_t i = size_t(t + r) % settings.size();
                 std::vector<std::vector<SearchHit>> got;
-                const Status st = t % 2 ? SearchWithCuts(one.get(), q, settings[i], &mine, &got)
-                                        : one->Search(q, settings[i], &got);
+                const Status st =
+                    t % 2 ? SearchWithCuts(one.get(), q, settings[i], &mine, &got) : one->Search(q, settings[i], &got);
                 if (!st.ok()) {
                     ++failures[size_t(t)];
                     continue;
