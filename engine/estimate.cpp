@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -244,6 +245,14 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     RecallEstimate e;
     e.queries = nq;
     e.sampled = o.sample != nullptr;
+    {
+        const std::time_t now = std::time(nullptr);
+        std::tm utc{};
+        gmtime_r(&now, &utc);
+        char when[32];
+        std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+        e.measured_at = when;
+    }
     SearchOptions ex;
     ex.exhaustive = true;
     ex.k = e.k;
@@ -280,6 +289,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     nlohmann::json j;
     j["queries"] = e.queries;
     j["k"] = e.k;
+    j["measured_at"] = e.measured_at;
     if (e.sampled) {
         j["sample"] = true;
     } else {
@@ -315,6 +325,7 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
         e.queries = j.at("queries").get<int>();
         e.k = j.at("k").get<int>();
         e.sampled = j.value("sample", false);
+        e.measured_at = j.value("measured_at", std::string());
         for (const auto& x : j.at("points")) {
             RecallPoint pt{x.at("nprobe").get<int>(), x.at("ncandidates").get<int>(), x.at("rerank").get<int>(),
                            x.at("recall").get<double>()};

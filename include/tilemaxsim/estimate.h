@@ -29,6 +29,9 @@ struct RecallEstimate {
     int queries = 0;
     /// The queries were EstimateOptions::sample, not pseudo-queries.
     bool sampled = false;
+    /// When it was measured, UTC, ISO 8601 ("2026-12-06T12:00:00Z"); empty for an estimate
+    /// written before the time was recorded.
+    std::string measured_at;
     int k = 10;
     std::vector<RecallPoint> points;
     /// The cheapest point whose recall reaches `target`, or the last (the deepest) when none

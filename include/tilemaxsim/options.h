@@ -110,6 +110,11 @@ struct SearcherOptions {
     /// With gather: a batch also waits up to this many microseconds for more callers before it
     /// starts (trades each call's latency for fuller batches). Default: 0
     int gather_us = 0;
+    /// Keep a uniform random sample (a reservoir) of at most this many of the queries searched
+    /// (Searcher::Served), so that the recall estimate can be measured again on the queries the
+    /// index really gets (EstimateOptions::sample) rather than on pseudo-queries. 0: none (no
+    /// cost). Default: 0
+    int record_queries = 0;
     /// Search each device's consecutive shards as one segment (one pipeline, one candidate list
     /// per query). false: every shard is a segment of its own, cut together with the others
     /// (SearchCuts), which gives the same results more slowly: for tests and measurements.

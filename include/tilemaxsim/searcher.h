@@ -51,6 +51,17 @@ struct ShardPlacement {
     int64_t vector_bytes = 0;                ///< their size, in that tier
 };
 
+/// A uniform sample of the queries a Searcher searched (SearcherOptions::record_queries).
+struct ServedQueries {
+    /// [n_queries, q_tokens, dim] fp16 bits, in no particular order; a query of fewer tokens
+    /// (its QueryBatch::lengths) is padded with zero rows, which add 0 to every document's
+    /// MaxSim and so change no ranking: the batch is an EstimateOptions::sample as it is.
+    std::vector<uint16_t> tokens;
+    int n_queries = 0, q_tokens = 0, dim = 0;
+    /// Queries searched since the Searcher opened (the sample holds min(seen, record_queries)).
+    int64_t seen = 0;
+};
+
 /// An opened index, ready to answer queries. Search is const and thread-safe.
 class Searcher {
 public:
@@ -97,6 +108,8 @@ public:
     /// a column or `id`, else InvalidArgument naming it; NotSupported when the index has no
     /// metadata. Repeated expressions are answered from a small cache.
     virtual Status Filter(const std::string& where, DocSet* out) const = 0;
+    /// The sample of the queries searched so far (empty unless SearcherOptions::record_queries).
+    virtual ServedQueries Served() const = 0;
 };
 
 /// The tier opts.vectors gives the index at `path` on this machine now (kAuto: by the free

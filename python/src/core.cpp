@@ -128,8 +128,9 @@ tms::QueryBatch query_batch(const py::array& q, const std::string& dtype, const 
 class PySearcher {
 public:
     PySearcher(const std::string& path, const std::string& device, bool load_vectors, int threads, bool progress,
-               const std::string& vectors, int64_t filter_time_ms, int64_t filter_max_bytes) {
+               const std::string& vectors, int64_t filter_time_ms, int64_t filter_max_bytes, int record_queries) {
         tms::SearcherOptions o;
+        o.record_queries = record_queries;
         o.filter_time_ms = filter_time_ms;
         o.filter_max_bytes = filter_max_bytes;
         check(tms::ParseDeviceList(device, &o));
@@ -262,6 +263,14 @@ public:
 
     py::dict info() const { return info_dict(s_->info()); }
     std::string device() const { return tms::DeviceName(s_->device()); }
+
+    // The sample of served queries: ([n, tokens, dim] fp16 bits, queries seen).
+    py::tuple served() const {
+        const tms::ServedQueries s = s_->Served();
+        py::array_t<uint16_t> a({py::ssize_t(s.n_queries), py::ssize_t(s.q_tokens), py::ssize_t(s.dim)});
+        std::copy(s.tokens.begin(), s.tokens.end(), a.mutable_data());
+        return py::make_tuple(a, s.seen);
+    }
 
 private:
     std::unique_ptr<tms::Searcher> s_;
@@ -414,6 +423,7 @@ PYBIND11_MODULE(_core, m) {
             py::dict r;
             r["queries"] = e.queries;
             r["sample"] = e.sampled;
+            r["measured_at"] = e.measured_at;
             r["k"] = e.k;
             r["points"] = points;
             return r;
@@ -432,9 +442,11 @@ PYBIND11_MODULE(_core, m) {
         return info_dict(i);
     });
     py::class_<PySearcher>(m, "Searcher")
-        .def(py::init<const std::string&, const std::string&, bool, int, bool, const std::string&, int64_t, int64_t>(),
+        .def(py::init<const std::string&, const std::string&, bool, int, bool, const std::string&, int64_t, int64_t,
+                      int>(),
              py::arg("path"), py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"),
-             py::arg("vectors"), py::arg("filter_time_ms"), py::arg("filter_max_bytes"))
+             py::arg("vectors"), py::arg("filter_time_ms"), py::arg("filter_max_bytes"), py::arg("record_queries"))
+        .def("served", &PySearcher::served)
         .def("search", &PySearcher::search)
         .def("plan", &PySearcher::plan)
         .def("rerank", &PySearcher::rerank)

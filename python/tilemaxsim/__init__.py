@@ -343,18 +343,21 @@ class Searcher:
     vectors: where the stored fp16 vectors live, "auto", "gpu", "host", "disk" or "none" (tms
     search --vectors). filter_time_ms, filter_max_bytes: the bounds of a filter's evaluation (None:
     the engine's, 5 s and 16 MiB; past either a search with a filter raises ValueError).
+    record_queries: keep a uniform sample of at most this many of the queries searched
+    (served_queries()), to measure the recall estimate on them.
 
     search() and rerank() return (ids, scores): per query a list of external ids and a float32
     array of their scores, best first."""
 
     def __init__(self, path, device="auto", *, load_vectors=True, threads=0, progress=False, batch=256,
-                 vectors="auto", filter_time_ms=None, filter_max_bytes=None):
+                 vectors="auto", filter_time_ms=None, filter_max_bytes=None, record_queries=0):
         self.path = str(path)
         d = _core.searcher_defaults()
         limits = {name: _count(d[name] if v is None else v, name, 1, hi) for name, v, hi in
                   (("filter_time_ms", filter_time_ms, 2**62), ("filter_max_bytes", filter_max_bytes, 2**31 - 1))}
         self._open = dict(device=device, load_vectors=load_vectors, threads=threads, progress=progress,
-                          vectors=vectors, **limits)
+                          vectors=vectors, record_queries=_count(record_queries, "record_queries", 0, 2**31 - 1),
+                          **limits)
         self.batch = _count(batch, "batch", 1)
         self._reopen()
 
@@ -460,6 +463,15 @@ class Searcher:
         on the device)."""
         return [a.view(np.float16) for a in self._s.document_vectors(_ids(ids, "ids"))]
 
+    def served_queries(self):
+        """A uniform sample of the queries this Searcher searched since it was (re)opened, at most
+        record_queries of them (Searcher(..., record_queries=N); none without): a float16
+        [n, tokens, dim] array, shorter queries padded with zero rows (which change no ranking).
+        estimate_recall(path, sample=s.served_queries()) measures the recall curve on the queries
+        the index really gets, and searches then plan from it."""
+        q, _ = self._s.served()
+        return q.view(np.float16)
+
     def add(self, documents=None, ids=None, lengths=None, *, texts=None, model=None, replace=False, metadata=None,
             metadata_types=None):
         """Adds documents (embeddings, or texts= with model=; and their metadata) to the index
@@ -478,6 +490,6 @@ class Searcher:
     def _reopen(self):
         o = self._open
         self._s = _core.Searcher(self.path, o["device"], o["load_vectors"], o["threads"], o["progress"],
-                                 o["vectors"], o["filter_time_ms"], o["filter_max_bytes"])
+                                 o["vectors"], o["filter_time_ms"], o["filter_max_bytes"], o["record_queries"])
         if _build_config.CUDA and o["device"] == "auto" and self._s.device() == "cpu":
             _say_no_gpu()

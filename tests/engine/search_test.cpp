@@ -615,6 +615,80 @@ TEST(SearchCpu, RerankScoresTheCandidatesExactly) {
     EXPECT_EQ(ids[0], -1) << "a deleted document has no internal id";
 }
 
+// SearcherOptions::record_queries: a reservoir of the queries searched. While it has room it
+// holds every query searched (their used tokens, as fp16, zero rows padding the shorter ones);
+// past it, record_queries of them, each one of the queries searched; a query of no tokens is
+// not kept; off, nothing is kept.
+TEST(SearchCpu, RecordsASampleOfTheQueriesSearched) {
+    const Corpus c = make_corpus(60, 64, 8, 9);
+    EmbeddingView v{c.docs.data(), DType::kF32, static_cast<int64_t>(c.docs.size() / 64), 64};
+    IndexBuildOptions bo;
+    bo.n_centroids = 8;
+    bo.progress = false;
+    const std::string path = temp_dir("served") + "/index";
+    std::unique_ptr<IndexBuilder> b;
+    ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
+    ASSERT_TRUE(b->Build(v, c.lens, {}).ok());
+    // The queries as fp16 (what the sample keeps), with lengths: query 1 uses 5 tokens, query 2 none.
+    std::vector<uint16_t> q16(c.queries.size());
+    for (size_t i = 0; i < q16.size(); ++i) q16[i] = kernels::float_to_half(c.queries[i]);
+    std::vector<int32_t> lens(size_t(c.nq), c.qt);
+    lens[1] = 5;
+    lens[2] = 0;
+    const QueryBatch qb{q16.data(), DType::kF16, c.nq, c.qt, 64, lens.data()};
+    const size_t row = size_t(c.qt) * 64;
+    const auto expect_query = [&](const ServedQueries& sq, int i, int want) {  // sample row i is query `want`
+        const uint16_t* got = sq.tokens.data() + size_t(i) * size_t(sq.q_tokens) * 64;
+        for (size_t e = 0; e < size_t(sq.q_tokens) * 64; ++e) {
+            const uint16_t w = e < size_t(lens[size_t(want)]) * 64 ? q16[size_t(want) * row + e] : uint16_t(0);
+            ASSERT_EQ(got[e], w) << "sample row " << i << " query " << want << " element " << e;
+        }
+    };
+    SearchOptions o;
+    o.k = 3;
+    std::vector<std::vector<SearchHit>> res;
+    for (const int cap : {0, 100, 3}) {
+        SCOPED_TRACE("record_queries " + std::to_string(cap));
+        SearcherOptions so;
+        so.device = Device::kCpu;
+        so.record_queries = cap;
+        std::unique_ptr<Searcher> s;
+        ASSERT_TRUE(Searcher::Open(so, path, &s).ok());
+        for (int round = 0; round < 5; ++round) ASSERT_TRUE(s->Search(qb, o, &res).ok());
+        const ServedQueries sq = s->Served();
+        EXPECT_EQ(sq.dim, 64);
+        if (cap == 0) {
+            EXPECT_EQ(sq.n_queries, 0);
+            EXPECT_EQ(sq.seen, 0);
+            continue;
+        }
+        EXPECT_EQ(sq.seen, 5 * (c.nq - 1));  // query 2 has no tokens
+        ASSERT_EQ(sq.q_tokens, c.qt);
+        if (cap == 100) {  // room for all: the queries in the order searched
+            ASSERT_EQ(sq.n_queries, 5 * (c.nq - 1));
+            for (int i = 0; i < sq.n_queries; ++i) {
+                const int j = i % (c.nq - 1);
+                expect_query(sq, i, j < 2 ? j : j + 1);
+            }
+        } else {
+            ASSERT_EQ(sq.n_queries, cap);
+            for (int i = 0; i < cap; ++i) {  // each row one of the queries searched
+                int match = -1;
+                for (int j = 0; j < c.nq && match < 0; ++j) {
+                    if (j == 2) continue;
+                    bool same = true;
+                    const uint16_t* got = sq.tokens.data() + size_t(i) * row;
+                    for (size_t e = 0; same && e < size_t(lens[size_t(j)]) * 64; ++e)
+                        same = got[e] == q16[size_t(j) * row + e];
+                    if (same) match = j;
+                }
+                ASSERT_GE(match, 0) << "sample row " << i;
+                expect_query(sq, i, match);
+            }
+        }
+    }
+}
+
 TEST(SearchCpu, DegenerateCorporaAnswerEveryQuery) { testing::ExpectDegenerateCorporaAnswered(Device::kCpu); }
 
 TEST(SearchCpu, RejectsBadRequests) {

@@ -171,6 +171,7 @@ def test_recall_estimate_is_measured_and_used(corpus):
     # A sample of one's own queries: the default point is their recall against exhaustive search.
     e = tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=corpus["queries"])
     assert e["sample"] and e["queries"] == len(corpus["queries"])
+    assert e["measured_at"].endswith("Z") and e["measured_at"][:4].isdigit()  # UTC, ISO 8601
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     truth = s.search(corpus["queries"], k=10, exhaustive=True)[0]
     got = s.search(corpus["queries"], k=10, target_recall=0)[0]
@@ -329,6 +330,24 @@ def test_pylate_adapter_round_trip(corpus, tmp_path):
     assert all(len(r) == 3 for r in sub)
     again = TileMaxSimIndex(index_folder=str(tmp_path), index_name="pl", device="cpu")  # reopens, no override
     assert again(queries, k=5) == index(queries, k=5)
+
+
+def test_served_queries_sample_and_measure(corpus):
+    """Searcher(record_queries=N) keeps a uniform sample of at most N of the queries it searched
+    (float16, zero rows padding shorter ones); estimate_recall measures the recall on it."""
+    q = corpus["queries"]
+    assert tilemaxsim.Searcher(corpus["index"], "cpu").served_queries().shape[0] == 0  # off by default
+    s = tilemaxsim.Searcher(corpus["index"], "cpu", record_queries=5)
+    for _ in range(3):
+        s.search(q, k=3)
+    got = s.served_queries()
+    assert got.dtype == np.float16 and got.shape == (5,) + q.shape[1:]
+    searched = {r.tobytes() for r in q.astype(np.float16)}
+    assert all(r.tobytes() in searched for r in got)
+    e = tilemaxsim.estimate_recall(corpus["index"], device="cpu", sample=got)
+    assert e["sample"] and e["queries"] == 5
+    with pytest.raises(ValueError, match="record_queries"):
+        tilemaxsim.Searcher(corpus["index"], "cpu", record_queries=-1)
 
 
 def test_ctrl_c_stops_a_long_search_and_leaves_the_index_intact(corpus, tmp_path):

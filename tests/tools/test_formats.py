@@ -1,6 +1,7 @@
 """Index formats: the vectors file of format 5 (truncated, missing or damaged: one line naming
 it), and indexes of format 3 (vectors inside the store; tests/data/index-v3, written by the
 build before format 5) still open, search and take updates in their own format."""
+import datetime
 import json
 import os
 import shutil
@@ -146,6 +147,37 @@ def test_vectors_on_disk_search_and_damage(v5, v3, tmp_path, damage):
     assert not out.exists()
 
 
+def test_served_queries_recorded_then_measured(v5, v3, tmp_path):
+    """tms search --record-queries keeps a sample of the queries it searched in a .npy, merged
+    with what the file holds (at most --record-max); tms estimate --sample measures the recall
+    on it; a file that is not such a sample, or one over an input, is one line naming it."""
+    q = v3 / "queries.npy"
+    n = np.load(q).shape[0]
+    sample, run = tmp_path / "served.npy", tmp_path / "r.trec"
+    search = lambda *extra, **kw: tms("search", "--index", v5, "--queries", q, "--out", run, "--device", "cpu",
+                                      "--no-progress", "--record-queries", sample, *extra, **kw)
+    p = search(check=True)
+    assert f"{n} of {n} queries sampled" in p.stderr
+    got = np.load(sample)
+    assert got.dtype == np.float16 and got.shape == (n,) + np.load(q).shape[1:]
+    # Each row one of the queries searched (as fp16).
+    want = {r.tobytes() for r in np.load(q).astype(np.float16)}
+    assert all(r.tobytes() in want for r in got)
+    search("--record-max", n + 2, check=True)  # merged with the file's: n + n, at most n + 2 kept
+    assert np.load(sample).shape[0] == n + 2
+    p = tms("estimate", "--index", v5, "--sample", sample, "--device", "cpu", check=True)
+    assert f"{n + 2} sample queries" in p.stderr and info(v5)["estimate_queries"] == f"{n + 2} sample"
+    flat = tmp_path / "flat.npy"
+    np.save(flat, np.zeros((4, 64), np.float16))
+    expect_error(tms("search", "--index", v5, "--queries", q, "--out", tmp_path / "r2.trec", "--device", "cpu",
+                     "--no-progress", "--record-queries", flat), str(flat), "not a sample of queries")
+    assert not (tmp_path / "r2.trec").exists()  # refused before searching
+    assert np.load(flat).shape == (4, 64)  # untouched
+    expect_error(tms("search", "--index", v5, "--queries", q, "--out", run, "--device", "cpu", "--no-progress",
+                     "--record-queries", q), "--record-queries")
+    assert np.load(q).shape[0] == n
+
+
 def test_recall_estimate_is_measured_shown_used_and_checked(v5, v3, tmp_path):
     """tms index --keep-vectors ends with the recall estimate: stored beside the index, shown by
     tms info, used by tms search (which says what it chose), measured again by tms estimate;
@@ -167,6 +199,9 @@ def test_recall_estimate_is_measured_shown_used_and_checked(v5, v3, tmp_path):
     p = tms("estimate", "--index", v5, "--sample", q, "--device", "cpu", check=True)
     assert f"{np.load(q).shape[0]} sample queries" in p.stderr
     assert info(v5)["estimate_queries"].endswith(" sample")
+    # When it was measured (UTC): now, to the second.
+    when = datetime.datetime.strptime(info(v5)["estimate_measured_at"], "%Y-%m-%dT%H:%M:%SZ")
+    assert abs((datetime.datetime.utcnow() - when).total_seconds()) < 600
     flat = tmp_path / "flat.npy"
     np.save(flat, np.zeros((4, 64), np.float16))
     expect_error(tms("estimate", "--index", v5, "--sample", flat, "--device", "cpu"), str(flat))

@@ -4,7 +4,10 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <unordered_map>
 
 #include "base/log.h"
@@ -67,6 +70,59 @@ tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* 
     so->filter_time_ms = a.filter_time_ms;
     so->filter_max_bytes = a.filter_max_bytes;
     so->progress = !quiet && !a.no_progress;
+    so->record_queries = a.record_queries.empty() ? 0 : a.record_max;
+    return tms::Status::OK();
+}
+
+// The queries --record-queries' file holds already (none when it does not exist), each one's rows.
+tms::Status read_served_queries(const SearchArgs& a, size_t dim, std::vector<std::vector<uint16_t>>* rows) {
+    std::error_code ec;
+    if (std::filesystem::exists(a.record_queries, ec)) {
+        tms::HostArray old;
+        TMS_RETURN_IF_ERROR(tms::LoadNpy(a.record_queries, &old).WithContext("--record-queries"));
+        if (old.descr != "<f2" || old.shape.size() != 3 || old.shape[2] != int64_t(dim)) {
+            return tms::Status::InvalidArgument(a.record_queries + ": not a sample of queries of dimension " +
+                                                std::to_string(dim) + " (float16 [n, tokens, " + std::to_string(dim) +
+                                                "]): give --record-queries a new file or one it wrote");
+        }
+        const size_t row = size_t(old.shape[1]) * dim;
+        const auto* p = reinterpret_cast<const uint16_t*>(old.bytes.data());
+        for (int64_t i = 0; i < old.shape[0]; ++i) rows->emplace_back(p + size_t(i) * row, p + size_t(i + 1) * row);
+    }
+    return tms::Status::OK();
+}
+
+// --record-queries: the searcher's sample of this run's queries merged with the file's (a
+// uniform random subset of both, at most --record-max queries), written over it atomically.
+tms::Status save_served_queries(const SearchArgs& a, const tms::Searcher& s, bool quiet) {
+    const tms::ServedQueries mine = s.Served();
+    const size_t dim = size_t(mine.dim);
+    std::vector<std::vector<uint16_t>> rows;  // each query's rows
+    TMS_RETURN_IF_ERROR(read_served_queries(a, dim, &rows));
+    const size_t mrow = size_t(mine.q_tokens) * dim;
+    for (int i = 0; i < mine.n_queries; ++i) {
+        rows.emplace_back(mine.tokens.begin() + ptrdiff_t(size_t(i) * mrow),
+                          mine.tokens.begin() + ptrdiff_t(size_t(i + 1) * mrow));
+    }
+    if (rows.empty()) return tms::Status::OK();
+    if (rows.size() > size_t(a.record_max)) {
+        std::mt19937_64 rng(uint64_t(mine.seen) * 0x9E3779B97F4A7C15ull + rows.size());
+        std::shuffle(rows.begin(), rows.end(), rng);
+        rows.resize(size_t(a.record_max));
+    }
+    size_t qt = 0;
+    for (const auto& r : rows) qt = std::max(qt, r.size() / dim);
+    std::vector<uint16_t> out(rows.size() * qt * dim, 0);  // zero rows pad the shorter queries
+    for (size_t i = 0; i < rows.size(); ++i)
+        std::copy(rows[i].begin(), rows[i].end(), out.begin() + ptrdiff_t(i * qt * dim));
+    TMS_RETURN_IF_ERROR(tms::SaveNpy(a.record_queries, "<f2", {int64_t(rows.size()), int64_t(qt), int64_t(dim)},
+                                     out.data(), out.size() * sizeof(uint16_t))
+                            .WithContext("--record-queries"));
+    if (!quiet) {
+        tms::LogInfo("tms search: %d of %lld queries sampled; %s holds %zu (tms estimate --sample %s)\n",
+                     mine.n_queries, (long long)mine.seen, a.record_queries.c_str(), rows.size(),
+                     a.record_queries.c_str());
+    }
     return tms::Status::OK();
 }
 
@@ -152,10 +208,23 @@ tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage
 tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
     TMS_RETURN_IF_ERROR(check_run_output(a));
+    if (!a.record_queries.empty()) {
+        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(a.record_queries, tms::OutputKind::kFile,
+                                                 {{"--queries", a.queries},
+                                                  {"--query-ids", a.query_ids},
+                                                  {"--subset", a.subset},
+                                                  {"--out", a.out},
+                                                  {"--index", a.index}})
+                                .WithContext("--record-queries"));
+    }
     QueryJob job;
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
     const tms::QueryBatch& whole = job.whole;
     const std::vector<std::string>& qids = job.qids;
+    if (!a.record_queries.empty()) {  // a file that is not a sample fails before the search
+        std::vector<std::vector<uint16_t>> held;
+        TMS_RETURN_IF_ERROR(read_served_queries(a, size_t(job.searcher->info().dim), &held));
+    }
     tms::SearchOptions& opts = job.opts;
     const tms::Searcher* searcher = job.searcher.get();
     const int nq = whole.n_queries;
@@ -192,6 +261,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     const double secs = tms::SecondsSince(t0);
     *qps = secs > 0 ? nq / secs : 0;
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
+    if (!a.record_queries.empty()) TMS_RETURN_IF_ERROR(save_served_queries(a, *searcher, quiet));
     if (!quiet) {
         tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());

@@ -19,6 +19,8 @@ struct SearchArgs {
     int64_t filter_max_bytes = tms::SearcherOptions().filter_max_bytes;
     double mpi_timeout = 600;
     bool no_progress = false;
+    std::string record_queries;  // tms search --record-queries: the sample's file
+    int record_max = 1000;
 };
 
 // The queries of a search (--queries, --query-ids) as one batch over arr's bytes.

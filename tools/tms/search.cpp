@@ -22,6 +22,7 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     *quiet_failure = rank != 0;
     if (!a.subset.empty()) return tms::Status::NotSupported("--subset is not supported under mpirun (use --filter)");
+    if (!a.record_queries.empty()) return tms::Status::NotSupported("--record-queries is not supported under mpirun");
     TMS_RETURN_IF_ERROR(check_run_output(a));
     tms::HostArray arr;
     tms::QueryBatch whole;
@@ -82,6 +83,13 @@ Command AddSearch(CLI::App& app, const Context& ctx) {
     search->add_option("--out", sa.out, "TREC run file to write")->required();
     search->add_option("--tag", sa.tag, "Run tag (last TREC column)")->capture_default_str();
     add_search_options(search, &sa);
+    search->add_option("--record-queries", sa.record_queries,
+                       "Keep a uniform sample of the searched queries in this .npy (float16 [n, tokens, dim], "
+                       "zero rows padding shorter queries), merged with the sample already there: tms estimate "
+                       "--sample FILE then measures the recall estimate on the queries the index really gets");
+    search->add_option("--record-max", sa.record_max, "Queries --record-queries keeps at most")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000000));
     auto run = [s, &ctx]() -> int {
         auto& sa = s->sa;
         int& argc = *ctx.argc;
