@@ -1,4 +1,5 @@
 // Copyright TileMaxSim authors. .npy files: reading (whole or mapped), writing, viewing as embeddings.
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -98,8 +99,51 @@ Status index::CheckShape(const std::vector<int64_t>& shape, int64_t elem_size, c
 
 namespace {
 
-// Reads and checks the header; on success *data_offset is where the payload starts and the
-// file size matches the header's shape exactly.
+// Checks the preamble and header at the start of `head` (the first bytes of a .npy of `total`
+// bytes; `noun`: "file" or "body"): on success *data_offset is where the payload starts, and `total` matches the
+// header's shape exactly. `what` names the input in messages.
+Status parse_preamble(const std::string& head, int64_t total, const std::string& what, const char* noun, HostArray* out,
+                      int64_t* data_offset, int64_t* elem_size) {
+    if (head.size() < 8 || std::memcmp(head.data(), "\x93NUMPY", 6) != 0) {
+        return Status::InvalidArgument(what + ": not a .npy file (bad magic)");
+    }
+    const auto* b = reinterpret_cast<const unsigned char*>(head.data());
+    const int major = b[6];
+    uint32_t hlen = 0;
+    int64_t pre = 0;
+    if (major == 1) {
+        if (head.size() < 10) return Status::InvalidArgument(what + ": truncated .npy header");
+        hlen = b[8] | (b[9] << 8);
+        pre = 10;
+    } else if (major == 2 || major == 3) {
+        if (head.size() < 12) return Status::InvalidArgument(what + ": truncated .npy header");
+        hlen = b[8] | (b[9] << 8) | (b[10] << 16) | (uint32_t(b[11]) << 24);
+        pre = 12;
+    } else {
+        return Status::InvalidArgument(what + ": unsupported .npy version " + std::to_string(major));
+    }
+    if (hlen > (1u << 20) || pre + int64_t(hlen) > total || pre + int64_t(hlen) > int64_t(head.size()))
+        return Status::InvalidArgument(what + ": truncated .npy header");
+    TMS_RETURN_IF_ERROR(parse_header(what, head.substr(size_t(pre), hlen), out));
+    const int es = descr_size(out->descr);
+    if (es < 0) return Status::InvalidArgument(what + ": big-endian dtype '" + out->descr + "' is not supported");
+    if (es == 0)
+        return Status::InvalidArgument(what + ": unsupported dtype '" + out->descr +
+                                       "' (expected float16, float32 or an integer type)");
+    TMS_RETURN_IF_ERROR(index::CheckShape(out->shape, es, what));
+    const int64_t need = out->numel() * es;
+    const int64_t have = total - pre - hlen;
+    if (have != need) {
+        return Status::InvalidArgument(what + ": " + (have < need ? "truncated" : "trailing bytes") + ": header says " +
+                                       shape_str(out->shape) + " " + out->descr + " (" + std::to_string(need) +
+                                       " bytes of data), " + noun + " has " + std::to_string(have));
+    }
+    *data_offset = pre + hlen;
+    *elem_size = es;
+    return Status::OK();
+}
+
+// Reads and checks a file's header (parse_preamble).
 Status read_header(const std::string& path, HostArray* out, int64_t* data_offset, int64_t* elem_size) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
@@ -108,50 +152,19 @@ Status read_header(const std::string& path, HostArray* out, int64_t* data_offset
     std::ifstream f(path, std::ios::binary);
     if (!f) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
     const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-    char magic[8];
-    if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) {
-        return Status::InvalidArgument(path + ": not a .npy file (bad magic)");
-    }
-    const int major = static_cast<unsigned char>(magic[6]);
-    uint32_t hlen = 0;
-    int64_t pre = 0;
-    if (major == 1) {
-        unsigned char b[2];
-        if (!f.read(reinterpret_cast<char*>(b), 2)) return Status::InvalidArgument(path + ": truncated .npy header");
-        hlen = b[0] | (b[1] << 8);
-        pre = 10;
-    } else if (major == 2 || major == 3) {
-        unsigned char b[4];
-        if (!f.read(reinterpret_cast<char*>(b), 4)) return Status::InvalidArgument(path + ": truncated .npy header");
-        hlen = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
-        pre = 12;
-    } else {
-        return Status::InvalidArgument(path + ": unsupported .npy version " + std::to_string(major));
-    }
-    if (hlen > (1u << 20) || pre + int64_t(hlen) > file_size)
-        return Status::InvalidArgument(path + ": truncated .npy header");
-    std::string header(hlen, '\0');
-    if (!f.read(header.data(), hlen)) return Status::InvalidArgument(path + ": truncated .npy header");
-    TMS_RETURN_IF_ERROR(parse_header(path, header, out));
-    const int es = descr_size(out->descr);
-    if (es < 0) return Status::InvalidArgument(path + ": big-endian dtype '" + out->descr + "' is not supported");
-    if (es == 0)
-        return Status::InvalidArgument(path + ": unsupported dtype '" + out->descr +
-                                       "' (expected float16, float32 or an integer type)");
-    TMS_RETURN_IF_ERROR(index::CheckShape(out->shape, es, path));
-    const int64_t need = out->numel() * es;
-    const int64_t have = file_size - pre - hlen;
-    if (have != need) {
-        return Status::InvalidArgument(path + ": " + (have < need ? "truncated" : "trailing bytes") + ": header says " +
-                                       shape_str(out->shape) + " " + out->descr + " (" + std::to_string(need) +
-                                       " bytes of data), file has " + std::to_string(have));
-    }
-    *data_offset = pre + hlen;
-    *elem_size = es;
-    return Status::OK();
+    std::string head(size_t(std::min<int64_t>(file_size, 12 + (int64_t(1) << 20))), '\0');
+    if (!f.read(head.data(), std::streamsize(head.size()))) return Status::IOError(path + ": read failed");
+    return parse_preamble(head, file_size, path, "file", out, data_offset, elem_size);
 }
 
 }  // namespace
+
+Status ParseNpy(const std::string& bytes, const std::string& what, HostArray* out) {
+    int64_t off = 0, es = 0;
+    TMS_RETURN_IF_ERROR(parse_preamble(bytes, int64_t(bytes.size()), what, "body", out, &off, &es));
+    out->bytes.assign(bytes.begin() + off, bytes.end());
+    return Status::OK();
+}
 
 Status LoadNpy(const std::string& path, HostArray* out) {
     int64_t off = 0, es = 0;

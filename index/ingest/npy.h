@@ -28,6 +28,8 @@ struct HostArray {
 /// Read a .npy file (format 1.0-3.0, C order, little-endian). Any failure names the file:
 /// "docs.npy: truncated: header says 1000x128 <f2 (256000 bytes), file has 1024".
 Status LoadNpy(const std::string& path, HostArray* out);
+/// A .npy held in memory (an HTTP body), checked as LoadNpy checks a file; `what` names it.
+Status ParseNpy(const std::string& bytes, const std::string& what, HostArray* out);
 /// The .npy (format 1.0) preamble and header for `descr` and `shape`, padded to 64 bytes:
 /// write it, then the C-order payload.
 std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape);

@@ -28,7 +28,7 @@ from . import _core  # noqa: E402  (after cuBLAS is loaded)
 from ._core import Error, __version__
 
 __all__ = ["__version__", "Error", "Searcher", "build_index", "add_documents", "delete_documents", "index_info",
-           "search_defaults", "estimate_recall", "encode", "set_log_level"]
+           "search_defaults", "estimate_recall", "encode", "set_log_level", "Client", "ServerError", "serve"]
 
 search_defaults = _core.search_defaults  # dict of Searcher.search's engine defaults
 
@@ -493,3 +493,6 @@ class Searcher:
                                  o["vectors"], o["filter_time_ms"], o["filter_max_bytes"], o["record_queries"])
         if _build_config.CUDA and o["device"] == "auto" and self._s.device() == "cpu":
             _say_no_gpu()
+
+
+from .client import Client, ServerError, serve  # noqa: E402  (tms serve's client)

@@ -29,7 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) { return testing::ScratchDir("tms_" + name).string(); }
+std::string search_dir(const std::string& name) { return testing::ScratchDir("tms_" + name).string(); }
 
 // A clustered corpus: documents near a few topic directions, so that ranking is non-trivial.
 struct Corpus {
@@ -108,7 +108,7 @@ TEST_P(ExhaustiveSearch, EqualsBruteForceTopK) {
     bo.n_centroids = 32;
     bo.progress = false;
     bo.chunk_docs = 64;  // several chunks
-    const std::string path = temp_dir("exh" + std::to_string(dim)) + "/index";
+    const std::string path = search_dir("exh" + std::to_string(dim)) + "/index";
     std::unique_ptr<IndexBuilder> b;
     ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
     Status st = b->Build(v, c.lens, {});
@@ -172,7 +172,7 @@ class DefaultSearch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DefaultSearch, RecallAgainstExhaustive) {
     const std::string codec = GetParam();
-    const std::string dir = temp_dir("synth_" + codec);
+    const std::string dir = search_dir("synth_" + codec);
     SynthOptions so;
     so.n_docs = 1000;
     so.n_queries = 60;
@@ -625,7 +625,7 @@ TEST(SearchCpu, RecordsASampleOfTheQueriesSearched) {
     IndexBuildOptions bo;
     bo.n_centroids = 8;
     bo.progress = false;
-    const std::string path = temp_dir("served") + "/index";
+    const std::string path = search_dir("served") + "/index";
     std::unique_ptr<IndexBuilder> b;
     ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
     ASSERT_TRUE(b->Build(v, c.lens, {}).ok());
@@ -698,7 +698,7 @@ TEST(SearchCpu, RejectsBadRequests) {
     bo.n_centroids = 8;
     bo.codec = "residual";
     bo.progress = false;
-    const std::string path = temp_dir("bad") + "/index";
+    const std::string path = search_dir("bad") + "/index";
     std::unique_ptr<IndexBuilder> b;
     ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
     ASSERT_TRUE(b->Build(v, c.lens, {}).ok());

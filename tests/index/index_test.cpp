@@ -33,10 +33,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) { return testing::ScratchDir("tms_idx_" + name).string(); }
+std::string index_dir_for(const std::string& name) { return testing::ScratchDir("tms_idx_" + name).string(); }
 
 TEST(NpyCpu, SaveLoadRoundTrip) {
-    const std::string dir = temp_dir("npy");
+    const std::string dir = index_dir_for("npy");
     const std::vector<float> v = {1, 2, 3, 4, 5, 6};
     ASSERT_TRUE(SaveNpy(dir + "/a.npy", "<f4", {2, 3}, v.data(), v.size() * 4).ok());
     HostArray a;
@@ -147,8 +147,8 @@ TEST_P(BuildAndLoad, RoundTripsEverything) {
     bo.progress = false;
     bo.ivf_memory_entries = 97;  // spill many IVF runs and merge them
     index::IndexData built;
-    ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, temp_dir("rt_" + bo.codec), &built));
-    const std::string path = temp_dir("rt_" + bo.codec) + "/idx";
+    ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, index_dir_for("rt_" + bo.codec), &built));
+    const std::string path = index_dir_for("rt_" + bo.codec) + "/idx";
     ASSERT_TRUE(index::WriteIndex(path, built, bo).ok());
     index::IndexData got;
     Status st = index::ReadIndex(path, true, false, &got);
@@ -217,9 +217,9 @@ TEST(IndexCpu, UnitNormIsDetectedAndStored) {
         bo.n_centroids = 16;
         bo.progress = false;
         index::IndexData built;
-        ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, temp_dir("unit_norm"), &built));
+        ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, index_dir_for("unit_norm"), &built));
         EXPECT_EQ(built.model.unit_norm, norm == 1.0f);
-        const std::string path = temp_dir("unit_norm") + "/idx";
+        const std::string path = index_dir_for("unit_norm") + "/idx";
         ASSERT_TRUE(index::WriteIndex(path, built, bo).ok());
         index::IndexData got;
         ASSERT_TRUE(index::ReadIndex(path, false, false, &got).ok());
@@ -239,7 +239,7 @@ TEST(IndexCpu, VectorsWrittenAheadEqualTheInput) {
     const Built b = random_docs(300, dim, 9);
     for (const bool f32 : {false, true}) {
         SCOPED_TRACE(f32 ? "float32 input" : "fp16 input");
-        const std::string dir = temp_dir(f32 ? "ahead32" : "ahead16");
+        const std::string dir = index_dir_for(f32 ? "ahead32" : "ahead16");
         // Three input files of 100, 150 and 50 documents.
         const std::array<int64_t, 4> doc0 = {0, 100, 250, 300};
         int64_t row = 0;
@@ -295,7 +295,7 @@ TEST(IndexCpu, VectorsWrittenAheadAtAnyAlignmentEqualTheInput) {
     const int64_t rows = int64_t(b.tokens.size()) / dim;
     for (const int chunk_docs : {200, 3000}) {
         SCOPED_TRACE("chunk_docs " + std::to_string(chunk_docs));
-        const std::string dir = temp_dir("ahead_align_" + std::to_string(chunk_docs));
+        const std::string dir = index_dir_for("ahead_align_" + std::to_string(chunk_docs));
         ASSERT_TRUE(
             SaveNpy(dir + "/doclens.npy", "<i8", {int64_t(b.lens.size())}, b.lens.data(), b.lens.size() * 8).ok());
         ASSERT_TRUE(SaveNpy(dir + "/docs.npy", "<f2", {rows, dim}, b.tokens.data(), b.tokens.size() * 2).ok());
@@ -327,8 +327,8 @@ TEST(IndexCpu, VectorsWrittenAheadStayWithinTheirLead) {
     bo.chunk_docs = 9;
     bo.progress = false;
     index::IndexData built;
-    ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, temp_dir("ahead_lead"), &built));
-    const std::string path = temp_dir("ahead_lead") + "/idx";
+    ASSERT_NO_FATAL_FAILURE(build_data(v, b, bo, index_dir_for("ahead_lead"), &built));
+    const std::string path = index_dir_for("ahead_lead") + "/idx";
     std::unique_ptr<index::IndexWriter> w;
     const std::vector<int64_t> shard_docs = index::SplitShards(b.lens, 2);
     ASSERT_EQ(shard_docs.size(), 2u);
@@ -370,7 +370,7 @@ TEST(IndexCpu, FailedBuildLeavesNothing) {
         bo.n_centroids = 8;
         bo.pq_m = 7;  // does not divide 64: fails after k-means
         bo.progress = false;
-        const std::string dir = temp_dir("fail");
+        const std::string dir = index_dir_for("fail");
         std::unique_ptr<IndexBuilder> builder;
         ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/idx", &builder).ok());
         Status st = builder->Build(v, b.lens, b.ids);
@@ -396,7 +396,7 @@ TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
     bo.n_centroids = 8;
     bo.codec = "residual";
     bo.progress = false;
-    const std::string path = temp_dir("ow") + "/idx";
+    const std::string path = index_dir_for("ow") + "/idx";
     std::unique_ptr<IndexBuilder> builder;
     ASSERT_TRUE(IndexBuilder::Create(bo, path, &builder).ok());
     ASSERT_TRUE(builder->Build(v, b.lens, b.ids).ok());

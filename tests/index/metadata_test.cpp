@@ -29,7 +29,7 @@ using index::MetaCells;
 using index::MetaRows;
 using index::MetaValue;
 
-fs::path temp_dir(const std::string& name) { return testing::ScratchDir("tms_meta_" + name); }
+fs::path meta_dir(const std::string& name) { return testing::ScratchDir("tms_meta_" + name); }
 
 std::string write_file(const fs::path& p, const std::string& text) {
     std::ofstream(p, std::ios::binary) << text;
@@ -147,7 +147,7 @@ TEST(MetadataCpu, ValuesMustFitTheirColumnsType) {
 }
 
 TEST(MetadataCpu, JsonlLinesAndEveryError) {
-    const fs::path dir = temp_dir("jsonl");
+    const fs::path dir = meta_dir("jsonl");
     DocMetadata md;
     const std::string good =
         write_file(dir / "good.jsonl", "\xef\xbb\xbf{\"a\": 1}\r\n\n   \n{\"a\": \"\\u00e9\\ud83d\\ude00\"}\n");
@@ -372,7 +372,7 @@ void write_rows(const fs::path& dir, const std::vector<Row>& rows) {
 TEST(MetadataCpu, SnapshotFilterMatchesBruteForce) {
     const uint64_t seed = 20240611;
     std::mt19937_64 rng(seed);
-    const fs::path dir = temp_dir("brute");
+    const fs::path dir = meta_dir("brute");
     const int n_docs = 400, n_rows = 430;  // rows past n_docs: a commit the stores never made
     std::vector<Row> rows(n_rows);
     const char* tenants[] = {"acme", "Beta", "gamma", "a_c", "a'; DROP TABLE docs; --"};
@@ -471,7 +471,7 @@ TEST(MetadataCpu, SnapshotFilterMatchesBruteForce) {
 }
 
 TEST(MetadataCpu, SnapshotFunctionsOnJsonAndNumbers) {
-    const fs::path dir = temp_dir("functions");
+    const fs::path dir = meta_dir("functions");
     std::unique_ptr<index::MetadataWriter> w;
     const std::vector<MetaColumn> cols = {{"tags", MetaType::kText}, {"x", MetaType::kInteger}, {"r", MetaType::kReal}};
     ASSERT_TRUE(index::MetadataWriter::Create((dir / index::kMetadataFile).string(), cols, &w).ok());
@@ -504,7 +504,7 @@ TEST(MetadataCpu, SnapshotFunctionsOnJsonAndNumbers) {
 }
 
 TEST(MetadataCpu, NoFileNoSnapshot) {
-    const fs::path dir = temp_dir("nofile");
+    const fs::path dir = meta_dir("nofile");
     std::unique_ptr<index::MetadataSnapshot> snap;
     ASSERT_TRUE(index::MetadataSnapshot::Load(dir.string(), 10, &snap).ok());
     EXPECT_FALSE(snap);
@@ -581,7 +581,7 @@ std::string attrs_repr(int d) {
 // metadata and a new column, replace one, add 5 without metadata, delete some, compact: the
 // rows follow their documents.
 void lifecycle(const std::string& name, int shards) {
-    const fs::path dir = temp_dir(name);
+    const fs::path dir = meta_dir(name);
     const std::string path = (dir / "index").string();
     const Corpus c(120);
     IndexBuildOptions bo;
@@ -684,7 +684,7 @@ TEST(MetadataCpu, FollowsDocumentsThroughAddReplaceDeleteCompact) { lifecycle("l
 TEST(MetadataCpu, ShardedIndexKeepsOneFileAtItsRoot) { lifecycle("sharded", 3); }
 
 TEST(MetadataCpu, IndexWithoutMetadataGetsSomeByAdd) {
-    const fs::path dir = temp_dir("late");
+    const fs::path dir = meta_dir("late");
     const std::string path = (dir / "index").string();
     const Corpus c(60);
     IndexBuildOptions bo;
@@ -731,7 +731,7 @@ TEST(MetadataCpu, IndexWithoutMetadataGetsSomeByAdd) {
 }
 
 TEST(MetadataCpu, RowsPastTheStoresAreInvisibleAndRemovedByTheNextWriter) {
-    const fs::path dir = temp_dir("crash");
+    const fs::path dir = meta_dir("crash");
     const std::string path = (dir / "index").string();
     const Corpus c(30);
     IndexBuildOptions bo;

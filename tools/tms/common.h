@@ -47,6 +47,7 @@ std::vector<Command> AddUpdate(CLI::App& app);  // add, delete
 Command AddCompact(CLI::App& app);
 std::vector<Command> AddBench(CLI::App& app, const Context& ctx);  // bench kernels, index, search
 Command AddDemo(CLI::App& app);
+Command AddServe(CLI::App& app);
 
 /// Set when a run ends for want of memory (or threads), so that it exits without destructors.
 extern std::atomic<bool> g_shortage;

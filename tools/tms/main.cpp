@@ -155,6 +155,7 @@ int run(int argc, char** argv) {
     add(tms::cli::AddCompact(app));
     add_all(tms::cli::AddBench(app, ctx));
     add(tms::cli::AddDemo(app));
+    add(tms::cli::AddServe(app));
 
     CLI11_PARSE(app, argc, argv);
     if (quiet + verbose + !log_level.empty() > 1) {

@@ -1,0 +1,79 @@
+// Copyright TileMaxSim authors. The HTTP API of `tms serve` (version 1; openapi.json describes it).
+//
+//   GET  /health                 live (always 200 while the process serves)
+//   GET  /ready                  200 once the index is open, 503 before
+//   GET  /metrics                Prometheus text (scope admin when keys are on)
+//   GET  /openapi.json           this API
+//   GET  /v1/info                what the index holds (read)
+//   POST /v1/search              queries -> top-k ids and scores (read)
+//   POST /v1/rerank              queries and candidate ids -> exact scores (read)
+//   POST /v1/documents           add or replace documents (write)
+//   POST /v1/documents/delete    delete documents by id (write)
+//
+// Searches and writes run on worker pools with bounded queues: a full queue is 503 with
+// Retry-After at once. Every error is {"error": "<one line>"} with its status.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "server/api_keys.h"
+#include "server/http_server.h"
+#include "server/index_service.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
+
+namespace tms::server {
+
+struct ApiOptions {
+    int workers = 64;        ///< threads that search (concurrent searches are gathered into batches)
+    int queue = 256;         ///< searches that may wait for a worker; more: 503
+    int write_queue = 64;    ///< writes that may wait for the writer; more: 503
+    int max_queries = 1024;  ///< queries in one request
+    int max_query_tokens = 1024;
+    int max_k = 10000;
+    int64_t max_docs_per_add = 100000;
+    size_t max_filter_chars = 100000;
+    std::chrono::milliseconds queue_timeout{10000};  ///< a request that waited longer: 503
+    bool log_json = false;
+};
+
+class Api {
+public:
+    /// `keys` may be null: every request is allowed (the server then listens on loopback only).
+    Api(const ApiOptions& opts, std::unique_ptr<ApiKeys> keys);
+    ~Api();
+
+    /// The index, once open (until then searches are 503 and /ready says so).
+    void SetIndex(std::unique_ptr<IndexService> index);
+    /// The transport's counters, for /metrics.
+    void SetCounters(std::function<HttpCounters()> counters) { counters_ = std::move(counters); }
+    /// Serves one request (HttpHandler).
+    void Handle(HttpRequest&& req, HttpReply reply);
+    /// Finishes the queued work (after the transport stopped accepting).
+    void Stop();
+
+private:
+    struct Call;
+    void Dispatch(const std::shared_ptr<Call>& call);
+    void Search(Call& c);
+    void Rerank(Call& c);
+    void Add(Call& c);
+    void Delete(Call& c);
+    void Info(Call& c);
+    void Finish(Call& c);
+
+    ApiOptions opts_;
+    std::unique_ptr<ApiKeys> keys_;
+    std::shared_ptr<IndexService> index_;  // set once (atomic load/store)
+    std::function<HttpCounters()> counters_;
+    Metrics metrics_;
+    WorkerPool searchers_, writer_;
+};
+
+}  // namespace tms::server

@@ -1,0 +1,375 @@
+"""`tms serve` through real HTTP clients (http.client, raw sockets, tilemaxsim.Client): served
+searches equal the CLI's, writes are durable and visible, a key's filter cannot be escaped, bad
+requests are 4xx and the server keeps serving, idle and slow clients hold no worker, overload is
+503, SIGTERM finishes the requests in flight, kill -9 loses no acknowledged write.
+
+Run with PYTHONPATH=BUILD/python and TMS_BIN (ctest pytest_serve)."""
+import http.client
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+tilemaxsim = pytest.importorskip("tilemaxsim")
+TMS = os.environ.get("TMS_BIN")
+pytestmark = pytest.mark.skipif(not TMS, reason="needs TMS_BIN")
+DIM = 64
+ADMIN = "admin-key-0123456789abcdef"
+T1 = "tenant1-key-0123456789abcdef"
+T1_READ = "tenant1-read-0123456789abcdef"
+
+
+def unit(x):
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float16)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    rng = np.random.default_rng(5)
+    centers = rng.standard_normal((40, DIM)).astype(np.float32)
+    docs = [unit(centers[rng.integers(0, 40, size=n)] + 0.3 * rng.standard_normal((n, DIM)).astype(np.float32))
+            for n in rng.integers(6, 40, size=600)]
+    q = unit(centers[rng.integers(0, 40, size=(16, 12))] + 0.3 * rng.standard_normal((16, 12, DIM)).astype(np.float32))
+    ids = [f"d{i}" for i in range(len(docs))]
+    meta = [{"tenant": i % 3} for i in range(len(docs))]
+    np.save(d / "queries.npy", q)
+    (d / "keys.json").write_text(json.dumps({"keys": [
+        {"name": "ops", "key": ADMIN, "scopes": ["read", "write", "admin"]},
+        {"name": "t1", "key": T1, "scopes": ["read", "write"], "filter": "tenant = 1"},
+        {"name": "t1-read", "key": T1_READ, "scopes": ["read"], "filter": "tenant = 1"}]}))
+    return {"dir": d, "docs": docs, "ids": ids, "meta": meta, "queries": q}
+
+
+def fresh_index(corpus, name):
+    path = corpus["dir"] / name
+    tilemaxsim.build_index(path, corpus["docs"], corpus["ids"], keep_vectors=True, n_centroids=64,
+                           metadata=corpus["meta"])
+    return path
+
+
+def start(index, *args, keys=None):
+    """tms serve on a free port; returns (process, host, port)."""
+    cmd = [TMS, "serve", "--index", str(index), "--port", "0", "--device", "cpu", *map(str, args)]
+    if keys:
+        cmd += ["--api-keys", str(keys)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    assert "listening on http://127.0.0.1:" in line, line
+    port = int(line.split("127.0.0.1:")[1].split("/")[0])
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    c = tilemaxsim.Client(f"http://127.0.0.1:{port}", ADMIN if keys else None)
+    deadline = time.time() + 60
+    while not c.ready():
+        assert p.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    return p, "127.0.0.1", port
+
+
+def stop(p):
+    p.terminate()
+    assert p.wait(30) == 0
+
+
+def raw(port, method, path, body=None, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def read_trec(path):
+    run = {}
+    for line in open(path):
+        qid, _, doc, rank, score, _ = line.split()
+        run.setdefault(qid, []).append((doc, float(score)))
+    return run
+
+
+@pytest.fixture(scope="module")
+def served(corpus):
+    index = fresh_index(corpus, "idx")
+    p, host, port = start(index, keys=corpus["dir"] / "keys.json")
+    yield {"index": index, "port": port, "url": f"http://{host}:{port}", "proc": p}
+    stop(p)
+
+
+def test_served_search_equals_cli(corpus, served, tmp_path):
+    out = tmp_path / "cli.trec"
+    r = subprocess.run([TMS, "search", "--index", served["index"], "--queries", corpus["dir"] / "queries.npy",
+                        "--out", out, "--device", "cpu", "--k", "10", "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    cli = read_trec(out)
+    c = tilemaxsim.Client(served["url"], ADMIN)
+    ids, scores = c.search(corpus["queries"], k=10)  # .npy body
+    # and as JSON, each query its own length
+    st, _, body = raw(served["port"], "POST", "/v1/search",
+                      json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10}),
+                      {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+    assert st == 200
+    js = json.loads(body)["results"]
+    for qi in range(len(corpus["queries"])):
+        want = cli[str(qi)]
+        assert ids[qi] == [d for d, _ in want]
+        assert js[qi]["ids"] == ids[qi]
+        np.testing.assert_allclose(scores[qi], [s for _, s in want], rtol=1e-4, atol=1e-4)
+    ex_ids, _ = c.search(corpus["queries"], k=5, exhaustive=True)
+    assert len(ex_ids) == len(corpus["queries"]) and all(len(x) == 5 for x in ex_ids)
+    info = c.info()
+    assert info["n_docs"] == len(corpus["docs"]) and info["dim"] == DIM
+
+
+def test_add_then_search_sees_it_delete_hides_it(corpus, tmp_path):
+    index = fresh_index(corpus, "rw")
+    p, host, port = start(index)
+    try:
+        c = tilemaxsim.Client(f"http://{host}:{port}")
+        q = corpus["queries"][0]
+        n = c.add([q.astype(np.float32)], ["new0"], metadata=[{"tenant": 2}])
+        assert n == len(corpus["docs"]) + 1
+        ids, _ = c.search(q, k=3)
+        assert ids[0][0] == "new0"  # read-your-writes: the acknowledged document is searched
+        assert c.delete(["new0"]) == 1
+        ids, _ = c.search(q, k=3)
+        assert "new0" not in ids[0]
+        with pytest.raises(tilemaxsim.ServerError) as e:
+            c.delete(["new0", "d1"])  # all or none: d1 stays
+        assert e.value.status == 404 and "new0" in e.value.message
+        assert c.info()["n_docs"] == len(corpus["docs"])
+        with pytest.raises(tilemaxsim.ServerError) as e:
+            c.add([q.astype(np.float32)], ["d3"])  # already there, no replace
+        assert e.value.status in (400, 409)
+        c.add([q.astype(np.float32)], ["d3"], replace=True, metadata=[{"tenant": 0}])
+        assert c.search(q, k=1)[0][0] == ["d3"]
+    finally:
+        stop(p)
+
+
+def test_key_filter_cannot_be_escaped(corpus, served):
+    t1 = tilemaxsim.Client(served["url"], T1)
+    tenant = {i: m["tenant"] for i, m in zip(corpus["ids"], corpus["meta"])}
+    ids, _ = t1.search(corpus["queries"], k=20)
+    assert all(tenant[d] == 1 for row in ids for d in row) and sum(map(len, ids)) > 0
+    for f in ["tenant = 2", "tenant = 2 OR 1 = 1", "1 = 1) OR (1 = 1"]:
+        try:
+            ids, _ = t1.search(corpus["queries"], k=20, filter=f)
+        except ValueError:
+            continue  # not an expression at all
+        assert all(tenant[d] == 1 for row in ids for d in row)
+    other = [i for i in corpus["ids"] if tenant[i] != 1][:50]
+    ids, _ = t1.search(corpus["queries"], k=20, subset=other)
+    assert all(len(row) == 0 for row in ids)
+    ids, _ = t1.rerank(corpus["queries"][:2], [other, other[:5]])
+    assert ids == [[], []]
+    # writes: only documents of its tenant, only its own documents deleted
+    doc = [corpus["queries"][1].astype(np.float32)]
+    for meta in ([{"tenant": 2}], None):
+        with pytest.raises(tilemaxsim.ServerError) as e:
+            t1.add(doc, ["t1-new"], metadata=meta)
+        assert e.value.status == 403
+    with pytest.raises(tilemaxsim.ServerError) as e:
+        t1.add(doc, [other[0]], replace=True, metadata=[{"tenant": 1}])
+    assert e.value.status == 403
+    with pytest.raises(tilemaxsim.ServerError) as e:
+        t1.delete([other[0]])
+    assert e.value.status == 404
+    admin = tilemaxsim.Client(served["url"], ADMIN)
+    assert admin.search(corpus["queries"][:1], k=1, subset=[other[0]])[0] == [[other[0]]]  # still there
+    t1.add(doc, ["t1-own"], metadata=[{"tenant": 1}])
+    assert t1.delete(["t1-own"]) == 1
+    # keys and scopes
+    with pytest.raises(tilemaxsim.ServerError) as e:
+        tilemaxsim.Client(served["url"], T1_READ).delete(["d1"])
+    assert e.value.status == 403
+    for key in (None, "no-such-key-0123456789"):
+        with pytest.raises(tilemaxsim.ServerError) as e:
+            tilemaxsim.Client(served["url"], key).info()
+        assert e.value.status == 401
+    with pytest.raises(tilemaxsim.ServerError) as e:
+        t1._request("GET", "/metrics")
+    assert e.value.status == 403
+
+
+def test_key_file_read_again_when_it_changes(corpus, tmp_path):
+    keys = tmp_path / "keys.json"
+    keys.write_text((corpus["dir"] / "keys.json").read_text())
+    index = fresh_index(corpus, "keys")
+    p, host, port = start(index, keys=keys)
+    try:
+        new = "later-key-0123456789abcdef"
+        c = tilemaxsim.Client(f"http://{host}:{port}", new, retries=0)
+        with pytest.raises(tilemaxsim.ServerError):
+            c.info()
+        doc = json.loads(keys.read_text())
+        doc["keys"].append({"name": "later", "key": new, "scopes": ["read"]})
+        keys.write_text(json.dumps(doc))
+        time.sleep(1.2)
+        assert c.info()["dim"] == DIM
+        keys.write_text("{not json")  # a broken file keeps the keys in force
+        time.sleep(1.2)
+        assert c.info()["dim"] == DIM
+    finally:
+        stop(p)
+
+
+def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
+    index = fresh_index(corpus, "bad")
+    p, host, port = start(index, "--max-body-mib", 1, "--max-queries", 8)
+    try:
+        q = corpus["queries"][:2].astype(float).tolist()
+        js = {"Content-Type": "application/json"}
+        npy = {"Content-Type": "application/x-npy"}
+
+        def npy_body(a):
+            b = io.BytesIO()
+            np.save(b, a)
+            return b.getvalue()
+
+        nan = corpus["queries"][:1].astype(np.float32).copy()
+        nan[0, 3, 5] = np.nan
+        cases = [
+            ("POST", "/v1/search", b"{bad json", js, 400, "JSON"),
+            ("POST", "/v1/search", json.dumps({"queries": q, "kk": 3}), js, 400, "kk"),
+            ("POST", "/v1/search", json.dumps({"queries": [[[1.0] * 32]]}), js, 400, "dimension"),
+            ("POST", "/v1/search", json.dumps({"queries": q, "k": 0}), js, 400, "k"),
+            ("POST", "/v1/search", json.dumps({"queries": q, "k": "3"}), js, 400, "k"),
+            ("POST", "/v1/search", json.dumps({"queries": q, "filter": "tenant = = 1"}), js, 400, "filter"),
+            ("POST", "/v1/search", json.dumps({"queries": q, "filter": "nosuch = 1"}), js, 400, "nosuch"),
+            ("POST", "/v1/search", json.dumps({"queries": [[["x"] * DIM]]}), js, 400, "number"),
+            ("POST", "/v1/search", json.dumps({"queries": [q[0]] * 9}), js, 400, "8"),
+            ("POST", "/v1/search", b"[1, 2]", js, 400, "object"),
+            ("POST", "/v1/search", npy_body(nan), npy, 400, "query 0, token 3, column 5"),
+            ("POST", "/v1/search", b"\x93NUMPY\x01\x00garbage", npy, 400, "body"),
+            ("POST", "/v1/search?k=abc", npy_body(corpus["queries"][:1]), npy, 400, "k"),
+            ("POST", "/v1/search", b"x" * (2 << 20), js, 413, "limit"),
+            ("POST", "/v1/documents", json.dumps({"documents": [q[0]], "ids": []}), js, 400, "ids"),
+            ("POST", "/v1/documents/delete", json.dumps({"ids": ["zz"]}), js, 404, "zz"),
+            ("GET", "/v1/search", None, {}, 405, "POST"),
+            ("GET", "/v2/nothing", None, {}, 404, "endpoint"),
+        ]
+        for method, path, body, headers, status, needle in cases:
+            st, h, data = raw(port, method, path, body, headers)
+            assert st == status, (path, body[:60] if body else None, data)
+            msg = json.loads(data)["error"]
+            assert needle in msg and "\n" not in msg, (needle, msg)
+        # nothing above changed the index or stopped the server
+        c = tilemaxsim.Client(f"http://{host}:{port}")
+        assert c.info()["n_docs"] == len(corpus["docs"])
+        assert len(c.search(corpus["queries"][:1], k=3)[0][0]) == 3
+        # a client that disconnects in the middle of a body
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        s.close()
+        assert c.info()["n_docs"] == len(corpus["docs"])
+    finally:
+        stop(p)
+
+
+def test_idle_and_slow_clients_hold_no_worker(corpus, tmp_path):
+    index = fresh_index(corpus, "idle")
+    p, host, port = start(index, "--workers", 2, "--read-timeout-s", 2)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(1000)]
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        c = tilemaxsim.Client(f"http://{host}:{port}")
+        t0 = time.time()
+        for _ in range(5):
+            assert len(c.search(corpus["queries"][:1], k=3)[0][0]) == 3
+        assert time.time() - t0 < 10
+        slow.settimeout(10)
+        assert slow.recv(100) == b""  # cut off after the read timeout
+        for s in idle + [slow]:
+            s.close()
+    finally:
+        stop(p)
+
+
+def test_overload_is_503_with_retry_after(corpus, tmp_path):
+    index = fresh_index(corpus, "busy")
+    p, host, port = start(index, "--workers", 1, "--queue", 1)
+    try:
+        body = json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10, "exhaustive": True})
+        results = []
+
+        def one():
+            results.append(raw(port, "POST", "/v1/search", body, {"Content-Type": "application/json"}))
+
+        threads = [threading.Thread(target=one) for _ in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        codes = sorted(st for st, _, _ in results)
+        assert set(codes) <= {200, 503} and 200 in codes and 503 in codes, codes
+        assert all(h.get("Retry-After") == "1" for st, h, _ in results if st == 503)
+        # the client retries a 503 with back-off
+        c = tilemaxsim.Client(f"http://{host}:{port}")
+        assert len(c.search(corpus["queries"][:1], k=3)[0][0]) == 3
+    finally:
+        stop(p)
+
+
+def test_sigterm_finishes_requests_in_flight(corpus, tmp_path):
+    index = fresh_index(corpus, "term")
+    p, host, port = start(index, "--workers", 2)
+    body = json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10, "exhaustive": True})
+    results = []
+
+    def one():
+        try:
+            results.append(raw(port, "POST", "/v1/search", body, {"Content-Type": "application/json"})[0])
+        except OSError as e:  # not yet accepted when the listener closed
+            results.append(str(e))
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join()
+    assert p.wait(30) == 0
+    assert results.count(200) >= 1 and all(r == 200 or isinstance(r, str) for r in results), results
+
+
+def test_kill_9_loses_no_acknowledged_write(corpus, tmp_path):
+    index = fresh_index(corpus, "kill")
+    p, host, port = start(index)
+    c = tilemaxsim.Client(f"http://{host}:{port}", retries=0)
+    acked = []
+    stop_flag = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop_flag.is_set():
+            try:
+                c.add([corpus["queries"][i % 16].astype(np.float32)], [f"k{i}"], metadata=[{"tenant": 0}])
+                acked.append(f"k{i}")
+            except Exception:
+                return
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    time.sleep(2.0)
+    p.kill()
+    p.wait()
+    stop_flag.set()
+    t.join()
+    assert acked, "no write was acknowledged in 2 s"
+    s = tilemaxsim.Searcher(index, device="cpu")
+    assert s.info["n_docs"] >= len(corpus["docs"]) + len(acked)
+    got, _ = s.search(corpus["queries"][:1], k=1, subset=acked, exhaustive=True)
+    assert got[0], "the acknowledged documents are not searchable"
+    vec = s.document_vectors(acked)
+    assert len(vec) == len(acked)
