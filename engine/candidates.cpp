@@ -77,10 +77,7 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
 
 Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts, SegmentCall* c,
                                  const Allowed* allowed) const {
-    // Alone, the device is held until the pass ends (SegmentCall).
-    std::unique_lock<std::mutex> gpu_lock;
-    if (ctx_ && c->alone) c->held = std::unique_lock<std::mutex>(ctx_->mutex());
-    if (ctx_ && !c->held.owns_lock()) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    std::unique_lock<std::mutex> gpu_lock = LockDevice(c, /*first_stage=*/true);
     SearchOptions o = opts;  // more candidates than documents would only size buffers
     if (o.ncandidates > 0)
         o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));

@@ -49,8 +49,7 @@ Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const flo
 }
 
 Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const {
-    std::unique_lock<std::mutex> gpu_lock;
-    if (ctx_ && !c->held.owns_lock()) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    std::unique_lock<std::mutex> gpu_lock = LockDevice(c);
     keep = int(std::min<int64_t>(keep, std::max<int64_t>(1, data_.info.n_docs)));
     Lists& l = c->lists;
     if (c->on_gpu && c->alone) {

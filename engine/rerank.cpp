@@ -14,8 +14,7 @@ Status ShardSearcher::RerankStage(const QueryBatch& q, SegmentCall* c) const {
     TMS_RETURN_IF_ERROR(CheckExact());
     Lists& l = c->lists;
     if (l.docs.empty()) return Status::OK();
-    std::unique_lock<std::mutex> gpu_lock;
-    if (ctx_ && !c->held.owns_lock()) gpu_lock = std::unique_lock<std::mutex>(ctx_->mutex());
+    std::unique_lock<std::mutex> gpu_lock = LockDevice(c);
     return exact_candidates(gpu_exact() ? nullptr : HostF32(q, &c->qconv), q, l.off, l.docs, &l.scores);
 }
 

@@ -211,6 +211,12 @@ public:
         return Status::OK();
     }
 
+    Status Metadata(const std::vector<int64_t>& docs, const std::vector<std::string>& fields,
+                    std::vector<std::string>* objects) const override {
+        if (!metadata_) return Status::NotSupported("metadata: this index has no metadata");
+        return metadata_->Rows(docs, fields, objects);
+    }
+
     // The documents a search may return: opts.allow and opts.filter together (null when
     // neither is set), with *o the options the search runs with (nprobe widened for them).
     Status Resolve(const QueryBatch& q, const SearchOptions& opts, SearchOptions* o,

@@ -198,6 +198,15 @@ public:
     Status CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const;
     /// Exact scores of c's lists (CheckExact first).
     Status RerankStage(const QueryBatch& q, SegmentCall* c) const;
+    /// The device for one stage of `c` (nothing on the CPU): when `c` is alone, taken at its
+    /// first stage into c->held for the whole pass (and nothing returned); otherwise, unless
+    /// held already, locked for this stage by the lock returned.
+    std::unique_lock<std::mutex> LockDevice(SegmentCall* c, bool first_stage = false) const {
+        if (!ctx_) return {};
+        if (first_stage && c->alone) c->held = std::unique_lock<std::mutex>(ctx_->mutex());
+        if (c->held.owns_lock()) return {};
+        return std::unique_lock<std::mutex>(ctx_->mutex());
+    }
     /// Exhaustive search of a validated batch with options capped by the index's size, in
     /// chunks of chunk_queries.
     Status Exhaustive(const QueryBatch& queries, const SearchOptions& opts,

@@ -35,8 +35,8 @@ int StatusCode(const Status& st) {
     }
 }
 
-const char* kRoutes[] = {"/health",    "/ready",     "/metrics",      "/openapi.json",       "/v1/info",
-                         "/v1/search", "/v1/rerank", "/v1/documents", "/v1/documents/delete"};
+const char* kRoutes[] = {"/health",    "/ready",     "/metrics",      "/openapi.json",        "/v1/info",
+                         "/v1/search", "/v1/rerank", "/v1/documents", "/v1/documents/delete", "/v1/compact"};
 
 std::string RouteLabel(const std::string& path) {
     for (const char* r : kRoutes) {
@@ -221,17 +221,34 @@ bool IsNpy(const HttpRequest& r) {
     return ct.rfind("application/x-npy", 0) == 0 || ct.rfind("application/octet-stream", 0) == 0;
 }
 
-json Hits(const std::vector<std::vector<SearchHit>>& results) {
+// Per query {"ids", "scores"}, and "metadata" (one object per hit) when `objects` holds them,
+// every query's hits in order.
+json Hits(const std::vector<std::vector<SearchHit>>& results, const std::vector<std::string>* objects = nullptr) {
     json out = json::array();
+    size_t at = 0;
     for (const auto& hits : results) {
-        json ids = json::array(), scores = json::array();
+        json ids = json::array(), scores = json::array(), meta = json::array();
         for (const auto& h : hits) {
             ids.push_back(h.doc_id);
             scores.push_back(h.score);
+            if (objects) meta.push_back(json::parse((*objects)[at++]));
         }
-        out.push_back({{"ids", std::move(ids)}, {"scores", std::move(scores)}});
+        json r = {{"ids", std::move(ids)}, {"scores", std::move(scores)}};
+        if (objects) r["metadata"] = std::move(meta);
+        out.push_back(std::move(r));
     }
     return out;
+}
+
+// The metadata of every hit (Hits' objects).
+void HitMetadata(const Searcher& s, const std::vector<std::vector<SearchHit>>& results,
+                 const std::vector<std::string>& fields, std::vector<std::string>* objects) {
+    std::vector<int64_t> docs;
+    for (const auto& hits : results) {
+        for (const auto& h : hits) docs.push_back(h.internal_id);
+    }
+    Status st = s.Metadata(docs, fields, objects);
+    if (!st.ok()) throw Bad{400, st.message()};
 }
 
 // The documents a request may reach: its key's filter, narrowed to `ids` when given.
@@ -276,7 +293,10 @@ struct Api::Call {
 };
 
 Api::Api(const ApiOptions& opts, std::unique_ptr<ApiKeys> keys)
-    : opts_(opts), keys_(std::move(keys)), searchers_(opts.workers, opts.queue), writer_(1, opts.write_queue) {}
+    : opts_(opts),
+      keys_(std::move(keys)),
+      searchers_(opts.workers, opts.queue),
+      writer_(opts.write_workers, opts.write_queue) {}
 
 Api::~Api() { Stop(); }
 
@@ -310,7 +330,8 @@ void Api::Handle(HttpRequest&& req, HttpReply reply) {
                                    {"/v1/search", "POST", kRead},
                                    {"/v1/rerank", "POST", kRead},
                                    {"/v1/documents", "POST", kWrite},
-                                   {"/v1/documents/delete", "POST", kWrite}};
+                                   {"/v1/documents/delete", "POST", kWrite},
+                                   {"/v1/compact", "POST", kAdmin}};
     const Route* route = nullptr;
     for (const Route& r : kTable) {
         if (path == r.path) route = &r;
@@ -405,7 +426,7 @@ void Api::Handle(HttpRequest&& req, HttpReply reply) {
 }
 
 void Api::Dispatch(const std::shared_ptr<Call>& c) {
-    const bool write = c->req.path.rfind("/v1/documents", 0) == 0;
+    const bool write = c->req.path.rfind("/v1/documents", 0) == 0 || c->req.path == "/v1/compact";
     WorkerPool& pool = write ? writer_ : searchers_;
     const bool queued = pool.TryPost([this, c] {
         if (Clock::now() - c->start > opts_.queue_timeout) {
@@ -420,6 +441,8 @@ void Api::Dispatch(const std::shared_ptr<Call>& c) {
                 Rerank(*c);
             else if (c->req.path == "/v1/documents")
                 Add(*c);
+            else if (c->req.path == "/v1/compact")
+                Compact(*c);
             else
                 Delete(*c);
         } catch (const Bad& b) {
@@ -461,14 +484,17 @@ void Api::Search(Call& c) {
     const auto s = c.index->Current();
     Queries q;
     SearchOptions opts;
-    std::vector<std::string> subset;
-    bool has_subset = false;
+    std::vector<std::string> subset, fields;
+    bool has_subset = false, has_fields = false;
     if (IsNpy(c.req)) {
         QueriesFromNpy(c.req.body, opts_, &q);
         for (const auto& [name, value] : c.req.query) {
             if (name == "subset") {
                 subset.push_back(value);
                 has_subset = true;
+            } else if (name == "fields") {
+                if (!value.empty()) fields.push_back(value);
+                has_fields = true;
             } else if (!SetSearchOption(name, nullptr, &value, opts_, &opts)) {
                 throw Bad{400, "unknown parameter '" + name + "' (parameters: " + std::string(kSearchFields + 9) + ")"};
             }
@@ -481,6 +507,13 @@ void Api::Search(Call& c) {
             } else if (name == "subset") {
                 subset = IdList(value, "subset", size_t(1) << 24);
                 has_subset = true;
+            } else if (name == "fields") {
+                if (!value.is_array()) throw Bad{400, "fields: expected an array of metadata column names"};
+                for (const auto& f : value) {
+                    if (!f.is_string()) throw Bad{400, "fields: expected an array of metadata column names"};
+                    fields.push_back(f.get<std::string>());
+                }
+                has_fields = true;
             } else if (!SetSearchOption(name, &value, nullptr, opts_, &opts)) {
                 throw Bad{400, "unknown field '" + name + "' (fields: " + std::string(kSearchFields) + ")"};
             }
@@ -495,7 +528,9 @@ void Api::Search(Call& c) {
     Status st = s->Search(q.batch, opts, &results, &t);
     if (!st.ok()) return c.Error(StatusCode(st), st.message());
     metrics_.Stages(t.candidates, t.scoring, t.rerank);
-    c.Json(200, {{"results", Hits(results)},
+    std::vector<std::string> objects;
+    if (has_fields) HitMetadata(*s, results, fields, &objects);
+    c.Json(200, {{"results", Hits(results, has_fields ? &objects : nullptr)},
                  {"timings_ms",
                   {{"candidates", t.candidates * 1e3},
                    {"scoring", t.scoring * 1e3},
@@ -625,6 +660,14 @@ void Api::Delete(Call& c) {
     if (!st.ok()) return c.Error(StatusCode(st), st.message());
     const IndexInfo& i = c.index->Current()->info();
     c.Json(200, {{"deleted", deleted}, {"n_docs", i.n_docs - i.n_deleted}});
+}
+
+void Api::Compact(Call& c) {
+    if (!c.req.body.empty() && ParseJsonBody(c.req.body).size() > 0) throw Bad{400, "compact takes no fields"};
+    Status st = c.index->Compact();
+    if (!st.ok()) return c.Error(StatusCode(st), st.message());
+    const IndexInfo& i = c.index->Current()->info();
+    c.Json(200, {{"n_docs", i.n_docs - i.n_deleted}, {"n_deleted", i.n_deleted}});
 }
 
 void Api::Finish(Call& c) {

@@ -9,6 +9,7 @@
 //   POST /v1/rerank              queries and candidate ids -> exact scores (read)
 //   POST /v1/documents           add or replace documents (write)
 //   POST /v1/documents/delete    delete documents by id (write)
+//   POST /v1/compact             drop deleted documents now (admin)
 //
 // Searches and writes run on worker pools with bounded queues: a full queue is 503 with
 // Retry-After at once. Every error is {"error": "<one line>"} with its status.
@@ -33,7 +34,8 @@ namespace tms::server {
 struct ApiOptions {
     int workers = 64;        ///< threads that search (concurrent searches are gathered into batches)
     int queue = 256;         ///< searches that may wait for a worker; more: 503
-    int write_queue = 64;    ///< writes that may wait for the writer; more: 503
+    int write_workers = 64;  ///< writes that may wait together for one group commit
+    int write_queue = 1024;  ///< writes that may wait for a writer; more: 503
     int max_queries = 1024;  ///< queries in one request
     int max_query_tokens = 1024;
     int max_k = 10000;
@@ -65,6 +67,7 @@ private:
     void Rerank(Call& c);
     void Add(Call& c);
     void Delete(Call& c);
+    void Compact(Call& c);
     void Info(Call& c);
     void Finish(Call& c);
 

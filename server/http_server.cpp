@@ -64,6 +64,9 @@ struct HttpServer::Impl {
     HttpHandler handler;
     std::atomic<bool> stopping{false};
     std::atomic<int64_t> open{0}, total{0}, refused{0}, timeouts{0};
+    // False once the server is being destroyed: the sessions the context still holds (in
+    // handlers that never ran) go without touching it.
+    std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
     std::mutex mu;  // sessions
     std::vector<std::weak_ptr<Session>> sessions;
     std::optional<net::steady_timer> grace;
@@ -74,12 +77,14 @@ struct HttpServer::Impl {
 
 class Session : public std::enable_shared_from_this<Session> {
 public:
-    Session(tcp::socket&& socket, HttpServer::Impl* srv) : stream_(std::move(socket)), srv_(srv) {
+    Session(tcp::socket&& socket, HttpServer::Impl* srv) : stream_(std::move(socket)), srv_(srv), alive_(srv->alive) {
         beast::error_code ec;
         auto ep = stream_.socket().remote_endpoint(ec);
         if (!ec) remote_ = ep.address().to_string();
     }
-    ~Session() { srv_->Closed(); }
+    ~Session() {
+        if (*alive_) srv_->Closed();
+    }
 
     void Start() {
         net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
@@ -204,6 +209,7 @@ private:
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     HttpServer::Impl* srv_;
+    std::shared_ptr<std::atomic<bool>> alive_;
     std::string remote_;
     bool keep_alive_ = false, busy_ = false, closed_ = false;
 };
@@ -248,7 +254,9 @@ void HttpServer::Impl::Closed() {
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+    if (impl_) *impl_->alive = false;
+}
 
 std::unique_ptr<HttpServer> HttpServer::Listen(const std::string& host, int port, const HttpLimits& limits,
                                                HttpHandler handler, std::string* error) {

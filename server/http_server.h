@@ -58,6 +58,8 @@ public:
     /// Listens on host:port (port 0: any free port; see port()). Throws nothing: errors in *error.
     static std::unique_ptr<HttpServer> Listen(const std::string& host, int port, const HttpLimits& limits,
                                               HttpHandler handler, std::string* error);
+    /// After Run has returned, and after whatever answers requests (the handler's threads) has
+    /// stopped.
     ~HttpServer();
     int port() const;
     /// Serves on `io_threads` threads until Shutdown; returns when every connection is closed.

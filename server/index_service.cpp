@@ -1,18 +1,22 @@
 // Copyright TileMaxSim authors.
 #include "server/index_service.h"
 
+#include <chrono>
 #include <filesystem>
 #include <stdlib.h>
 
+#include "base/log.h"
 #include "index/ingest/metadata_jsonl.h"
 #include "index/metadata/metadata.h"
 #include "tilemaxsim/index_updater.h"
 
 namespace tms::server {
 
-Status IndexService::Open(const std::string& path, const SearcherOptions& opts, std::unique_ptr<IndexService>* out) {
+Status IndexService::Open(const std::string& path, const SearcherOptions& opts, std::unique_ptr<IndexService>* out,
+                          double compact_deleted) {
     std::unique_ptr<IndexService> s(new IndexService());
     s->path_ = path;
+    s->compact_deleted_ = compact_deleted;
     s->opts_ = opts;
     s->opts_.progress = false;
     std::unique_ptr<Searcher> searcher;
@@ -110,7 +114,6 @@ Status IndexService::CheckNewMetadata(const std::vector<std::string>& ids, const
 Status IndexService::Add(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                          const std::vector<std::string>& ids, bool replace, const DocMetadata* metadata,
                          const std::string& required_filter) {
-    std::lock_guard<std::mutex> lk(write_mu_);
     TMS_RETURN_IF_ERROR(CheckNewMetadata(ids, metadata, required_filter));
     if (replace && !required_filter.empty()) {
         // A replaced document must be one this key may see.
@@ -126,16 +129,16 @@ Status IndexService::Add(const EmbeddingView& tokens, const std::vector<int64_t>
             }
         }
     }
-    std::unique_ptr<IndexUpdater> up;
-    TMS_RETURN_IF_ERROR(IndexUpdater::Open(path_, /*progress=*/false, &up));
-    TMS_RETURN_IF_ERROR(up->Add(tokens, doclens, ids, replace, metadata));
-    TMS_RETURN_IF_ERROR(up->Commit());
-    up.reset();
-    return Reopen();
+    Write w;
+    w.tokens = &tokens;
+    w.doclens = &doclens;
+    w.ids = &ids;
+    w.replace = replace;
+    w.metadata = metadata;
+    return Commit(&w);
 }
 
 Status IndexService::Delete(const std::vector<std::string>& ids, const std::string& required_filter, int64_t* deleted) {
-    std::lock_guard<std::mutex> lk(write_mu_);
     const std::shared_ptr<const Searcher> s = Current();
     std::vector<int64_t> internal;
     s->FindDocs(ids, &internal);
@@ -152,14 +155,97 @@ Status IndexService::Delete(const std::vector<std::string>& ids, const std::stri
         return Status::NotFound(std::to_string(n_missing) + " of the ids are not in the index (" + missing +
                                 (n_missing > 5 ? ", ..." : "") + "): nothing was deleted");
     }
+    Write w;
+    w.is_delete = true;
+    w.ids = &ids;
+    Status st = Commit(&w);
+    *deleted = w.deleted;
+    return st;
+}
+
+Status IndexService::Compact() {
+    Write w;
+    w.is_compact = true;
+    return Commit(&w);
+}
+
+Status IndexService::Commit(Write* w) {
+    // Group commit: the first writer to find no group being committed commits every write
+    // queued by then; the others wait for it (and the next group forms meanwhile).
+    std::unique_lock<std::mutex> lk(queue_mu_);
+    pending_.push_back(w);
+    while (!w->done) {
+        if (committing_) {
+            queue_cv_.wait(lk);
+            continue;
+        }
+        committing_ = true;
+        std::vector<Write*> group;
+        group.swap(pending_);
+        lk.unlock();
+        std::vector<Write*> writes, compactions;
+        for (Write* g : group) (g->is_compact ? compactions : writes).push_back(g);
+        if (!writes.empty()) {
+            const Applied a = Apply(writes);
+            if (a.committed || writes.size() == 1) {
+                for (Write* g : writes) g->status = a.status;
+            } else {
+                // One of them failed and nothing was committed: each alone, so that only it fails.
+                for (Write* g : writes) g->status = Apply({g}).status;
+            }
+        }
+        for (Write* g : compactions) g->status = CompactNow();
+        lk.lock();
+        for (Write* g : group) g->done = true;
+        queue_cv_.notify_all();
+        // Past the share of deleted documents, compact now: the writes above are answered, the
+        // next group waits (searches go on with the current searcher).
+        const IndexInfo& info = Current()->info();
+        const bool due = compact_deleted_ > 0 && compactions.empty() && info.n_deleted >= 1000 &&
+                         double(info.n_deleted) >= compact_deleted_ * double(info.n_docs);
+        if (due) {
+            lk.unlock();
+            const Status st = CompactNow();
+            if (!st.ok()) Logf(LogLevel::kError, "tms serve: compaction failed: %s\n", st.message().c_str());
+            lk.lock();
+        }
+        committing_ = false;
+        queue_cv_.notify_all();
+    }
+    return w->status;
+}
+
+Status IndexService::CompactNow() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t deleted = Current()->info().n_deleted;
+    TMS_RETURN_IF_ERROR(CompactIndex(path_, /*progress=*/false));
+    TMS_RETURN_IF_ERROR(Reopen());
+    LogInfo("tms serve: compacted %s (%lld deleted documents dropped) in %.2f s\n", path_.c_str(), (long long)deleted,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return Status::OK();
+}
+
+IndexService::Applied IndexService::Apply(const std::vector<Write*>& group) {
+    Applied a;
     std::unique_ptr<IndexUpdater> up;
-    TMS_RETURN_IF_ERROR(IndexUpdater::Open(path_, /*progress=*/false, &up));
-    int64_t already = 0;
-    TMS_RETURN_IF_ERROR(up->Delete(ids, &already));
-    TMS_RETURN_IF_ERROR(up->Commit());
+    a.status = IndexUpdater::Open(path_, /*progress=*/false, &up);
+    for (size_t i = 0; a.status.ok() && i < group.size(); ++i) {
+        Write& w = *group[i];
+        if (w.is_delete) {
+            int64_t already = 0;
+            a.status = up->Delete(*w.ids, &already);
+            w.deleted = int64_t(w.ids->size()) - already;
+        } else {
+            a.status = up->Add(*w.tokens, *w.doclens, *w.ids, w.replace, w.metadata);
+        }
+    }
+    if (!a.status.ok()) return a;  // the updater goes uncommitted: nothing of the group is applied
+    a.status = up->Commit();
+    if (!a.status.ok()) return a;
     up.reset();
-    *deleted = int64_t(ids.size()) - already;
-    return Reopen();
+    a.committed = true;
+    a.status = Reopen();  // durable already: a failure here fails the writes' answers, not the writes
+    return a;
 }
 
 }  // namespace tms::server

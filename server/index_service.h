@@ -2,13 +2,15 @@
 // its one writer.
 //
 // Searches take the current searcher (a shared pointer: a search that started on one keeps it
-// to the end). A write opens the index's updater, commits durably, opens a searcher of the new
-// state and puts it in place before it returns: a write is acknowledged only when it is on disk
-// and every search that starts after sees it. Writes run one at a time; searches never wait for
-// them.
+// to the end). Writes are committed in groups: the writes that arrive while one group commits
+// form the next, applied by one updater, committed durably at once, then a searcher of the new
+// state is opened and put in place; only then do their calls return. So a write is acknowledged
+// only when it is on disk and every search that starts after sees it, one group's cost (the new
+// searcher) is shared by its writes, and searches never wait for writes.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -24,8 +26,11 @@ namespace tms::server {
 
 class IndexService {
 public:
-    /// Opens the index at `path` for searching with `opts`.
-    static Status Open(const std::string& path, const SearcherOptions& opts, std::unique_ptr<IndexService>* out);
+    /// Opens the index at `path` for searching with `opts`. `compact_deleted`: after a write
+    /// leaves at least this share of the documents deleted (and at least 1,000), the index is
+    /// compacted before the next write (0: only when asked, Compact).
+    static Status Open(const std::string& path, const SearcherOptions& opts, std::unique_ptr<IndexService>* out,
+                       double compact_deleted = 0);
 
     /// The searcher of the latest acknowledged write.
     std::shared_ptr<const Searcher> Current() const;
@@ -41,20 +46,48 @@ public:
     /// hold (or that `required_filter` does not allow, so that another tenant's ids look absent).
     Status Delete(const std::vector<std::string>& ids, const std::string& required_filter, int64_t* deleted);
 
+    /// Rewrites the index without its deleted documents (CompactIndex), between two write
+    /// groups; searches go on meanwhile, with the searcher before, then the one after.
+    Status Compact();
+
     /// The documents `filter` allows in `s` (empty filter: null, every document).
     static Status Allowed(const Searcher& s, const std::string& filter, std::shared_ptr<DocSet>* out);
 
 private:
+    // One write of a group commit (Commit).
+    struct Write {
+        bool is_delete = false, is_compact = false;
+        const EmbeddingView* tokens = nullptr;
+        const std::vector<int64_t>* doclens = nullptr;
+        const std::vector<std::string>* ids = nullptr;
+        bool replace = false;
+        const DocMetadata* metadata = nullptr;
+        int64_t deleted = 0;
+        Status status;
+        bool done = false;
+    };
+    struct Applied {
+        Status status;
+        bool committed = false;  // on disk (a failure after it is the new searcher's)
+    };
+
     IndexService() = default;
-    Status Reopen();  // under write_mu_
+    Status Commit(Write* w);
+    Applied Apply(const std::vector<Write*>& group);  // one updater, one commit, one new searcher
+    Status CompactNow();                              // the group committer only
+    Status Reopen();
     Status CheckNewMetadata(const std::vector<std::string>& ids, const DocMetadata* metadata,
                             const std::string& required_filter) const;
 
     std::string path_;
     SearcherOptions opts_;
+    double compact_deleted_ = 0;
     mutable std::mutex current_mu_;
     std::shared_ptr<const Searcher> current_;
-    std::mutex write_mu_;
+    std::mutex queue_mu_;  // pending_, committing_, Write::done
+    std::condition_variable queue_cv_;
+    std::vector<Write*> pending_;
+    bool committing_ = false;
     std::atomic<int64_t> generation_{0};
 };
 

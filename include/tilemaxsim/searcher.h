@@ -108,6 +108,12 @@ public:
     /// a column or `id`, else InvalidArgument naming it; NotSupported when the index has no
     /// metadata. Repeated expressions are answered from a small cache.
     virtual Status Filter(const std::string& where, DocSet* out) const = 0;
+    /// The metadata of documents by internal id (a hit's internal_id): per document one JSON
+    /// object of the columns `fields` (every column when empty; "id" is the external id), e.g.
+    /// {"tenant":7,"lang":"en"}; a document added without metadata has NULLs. InvalidArgument for
+    /// an unknown field or an id outside [0, n_docs); NotSupported when the index has no metadata.
+    virtual Status Metadata(const std::vector<int64_t>& docs, const std::vector<std::string>& fields,
+                            std::vector<std::string>* objects) const = 0;
     /// The sample of the queries searched so far (empty unless SearcherOptions::record_queries).
     virtual ServedQueries Served() const = 0;
 };

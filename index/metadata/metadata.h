@@ -101,6 +101,12 @@ public:
     /// names gets an index at its first use (a filter on another value of it reads only the
     /// matching rows).
     Status Filter(const std::string& where, std::vector<uint32_t>* bits, int64_t* count) const;
+    /// The columns `fields` (every column when empty; `id` the external id) of documents `docs`
+    /// (internal ids below n_docs), one JSON object each ({} for a document without a row):
+    /// integers and reals as numbers, text as strings, NULL as null. InvalidArgument naming an
+    /// unknown field.
+    Status Rows(const std::vector<int64_t>& docs, const std::vector<std::string>& fields,
+                std::vector<std::string>* objects) const;
     /// Bounds on each evaluation of Filter (SearcherOptions::filter_time_ms, filter_max_bytes):
     /// past either it fails with one line naming the limit.
     void SetLimits(int64_t time_ms, int64_t max_bytes);

@@ -14,6 +14,7 @@
 #include "index/metadata/filter_functions.h"
 #include "index/metadata/filter_language.h"
 #include "index/metadata/metadata.h"
+#include "nlohmann/json.hpp"
 #include "index/metadata/names.h"
 #include "index/store/index_dir.h"
 #include "tilemaxsim/options.h"
@@ -505,6 +506,63 @@ Status MetadataSnapshot::Filter(const std::string& where, std::vector<uint32_t>*
     *count = n;
     c.bits = *bits;
     c.count = n;
+    return Status::OK();
+}
+
+Status MetadataSnapshot::Rows(const std::vector<int64_t>& docs, const std::vector<std::string>& fields,
+                              std::vector<std::string>* objects) const {
+    // The columns asked for, as declared (names match ignoring case, as filters match them).
+    std::vector<std::string> names;
+    for (const std::string& f : fields) {
+        auto it = std::find_if(columns_.begin(), columns_.end(),
+                               [&](const MetaColumn& c) { return lower(c.name) == lower(f); });
+        if (lower(f) == "id") {
+            names.push_back("id");
+        } else if (it == columns_.end()) {
+            std::string known = "id";
+            for (const MetaColumn& c : columns_) known += ", " + c.name;
+            return Status::InvalidArgument("fields: unknown column '" + f + "' (columns: " + known + ")");
+        } else {
+            names.push_back(it->name);
+        }
+    }
+    if (fields.empty()) {
+        for (const MetaColumn& c : columns_) names.push_back(c.name);
+    }
+    objects->assign(docs.size(), "{}");
+    if (names.empty()) return Status::OK();
+    std::string sql = "SELECT ";
+    for (size_t c = 0; c < names.size(); ++c) sql += (c ? ", " : "") + sql_name(names[c]);
+    sql += " FROM docs WHERE doc = ?1";
+    Impl& im = *impl_;
+    std::lock_guard<std::mutex> g(im.mu);
+    Stmt st;
+    if (sqlite3_prepare_v2(im.mem.db, sql.c_str(), int(sql.size()), &st.s, nullptr) != SQLITE_OK || !st.s) {
+        return Status::Internal(std::string("metadata: ") + sqlite3_errmsg(im.mem.db));
+    }
+    for (size_t i = 0; i < docs.size(); ++i) {
+        if (docs[i] < 0 || docs[i] >= n_docs_) {
+            return Status::InvalidArgument("metadata: document " + std::to_string(docs[i]) + " is not in the index");
+        }
+        sqlite3_reset(st.s);
+        sqlite3_bind_int64(st.s, 1, docs[i]);
+        nlohmann::json o = nlohmann::json::object();
+        if (sqlite3_step(st.s) == SQLITE_ROW) {
+            for (size_t c = 0; c < names.size(); ++c) {
+                const int col = int(c);
+                switch (sqlite3_column_type(st.s, col)) {
+                    case SQLITE_INTEGER: o[names[c]] = sqlite3_column_int64(st.s, col); break;
+                    case SQLITE_FLOAT: o[names[c]] = sqlite3_column_double(st.s, col); break;
+                    case SQLITE_TEXT:
+                        o[names[c]] = std::string(reinterpret_cast<const char*>(sqlite3_column_text(st.s, col)),
+                                                  size_t(sqlite3_column_bytes(st.s, col)));
+                        break;
+                    default: o[names[c]] = nullptr;
+                }
+            }
+        }
+        (*objects)[i] = o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
     return Status::OK();
 }
 

@@ -100,8 +100,10 @@ class Client:
             return False
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
-               pruning=None, filter=None, subset=None, target_recall=None):
-        """The k best documents of each query, as Searcher.search (None: the server's defaults)."""
+               pruning=None, filter=None, subset=None, target_recall=None, fields=None):
+        """The k best documents of each query, as Searcher.search (None: the server's defaults).
+        fields: metadata columns to return with each hit (an empty list: all of them); then the
+        result is (ids, scores, metadata), metadata per query a list of dicts."""
         from . import _queries
         q, dtype, lens = _queries(queries)
         params = {"k": k, "nprobe": nprobe, "ncandidates": ncandidates, "rerank": rerank, "pruning": pruning,
@@ -111,6 +113,8 @@ class Client:
             params["exhaustive"] = True
         if subset is not None:
             params["subset"] = [subset] if isinstance(subset, (str, int, np.integer)) else [str(x) for x in subset]
+        if fields is not None:
+            params["fields"] = [fields] if isinstance(fields, str) else [str(f) for f in fields]
         if lens is not None:  # ragged queries: their own lengths, as JSON
             out = self._request("POST", "/v1/search", json.dumps(
                 {"queries": [q[i, :n].astype(np.float32).tolist() for i, n in enumerate(lens)], **params}))
@@ -119,12 +123,18 @@ class Client:
                 q = (q.astype(np.uint32) << 16).view(np.float32)
             buf = io.BytesIO()
             np.save(buf, np.ascontiguousarray(q), allow_pickle=False)
+            lists = ("subset", "fields")
             query = urllib.parse.urlencode(
-                [(n, str(v).lower() if isinstance(v, bool) else str(v)) for n, v in params.items() if n != "subset"]
-                + [("subset", str(x)) for x in params.get("subset", [])])
+                [(n, str(v).lower() if isinstance(v, bool) else str(v)) for n, v in params.items() if n not in lists]
+                + [("subset", str(x)) for x in params.get("subset", [])]
+                + [("fields", f) for f in params.get("fields", [])]
+                + ([("fields", "")] if fields is not None and not params["fields"] else []))
             out = self._request("POST", "/v1/search?" + query, buf.getvalue(), "application/x-npy")
-        return ([r["ids"] for r in out["results"]],
-                [np.asarray(r["scores"], dtype=np.float32) for r in out["results"]])
+        ids = [r["ids"] for r in out["results"]]
+        scores = [np.asarray(r["scores"], dtype=np.float32) for r in out["results"]]
+        if fields is not None:
+            return ids, scores, [r["metadata"] for r in out["results"]]
+        return ids, scores
 
     def search_text(self, queries, k=None, **options):
         """search() of query texts encoded by this client's model."""

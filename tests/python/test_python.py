@@ -591,3 +591,17 @@ def test_log_level():
             tilemaxsim.set_log_level("loud")
     finally:
         tilemaxsim.set_log_level("info")
+
+
+def test_serve_answers_as_the_searcher(corpus):
+    """tilemaxsim.serve starts the package's own tms (the wheel's bin/tms, or TMS_BIN) and its
+    Client returns what Searcher.search returns."""
+    import io
+    log = io.StringIO()
+    with tilemaxsim.serve(corpus["index"], port=0, device="cpu", log=log) as server:
+        ids, scores = server.client().search(corpus["queries"], k=5)
+    want_ids, want_scores = tilemaxsim.Searcher(corpus["index"], device="cpu").search(corpus["queries"], k=5)
+    assert ids == want_ids
+    for a, b in zip(scores, want_scores):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert server.proc.returncode == 0, log.getvalue()

@@ -250,7 +250,6 @@ def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
             ("POST", "/v1/search", npy_body(nan), npy, 400, "query 0, token 3, column 5"),
             ("POST", "/v1/search", b"\x93NUMPY\x01\x00garbage", npy, 400, "body"),
             ("POST", "/v1/search?k=abc", npy_body(corpus["queries"][:1]), npy, 400, "k"),
-            ("POST", "/v1/search", b"x" * (2 << 20), js, 413, "limit"),
             ("POST", "/v1/documents", json.dumps({"documents": [q[0]], "ids": []}), js, 400, "ids"),
             ("POST", "/v1/documents/delete", json.dumps({"ids": ["zz"]}), js, 404, "zz"),
             ("GET", "/v1/search", None, {}, 405, "POST"),
@@ -261,6 +260,19 @@ def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
             assert st == status, (path, body[:60] if body else None, data)
             msg = json.loads(data)["error"]
             assert needle in msg and "\n" not in msg, (needle, msg)
+        # a body past --max-body-mib: 413 as soon as its length is known, read no further
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 2097152\r\n\r\n" + b"x" * 1000)
+        s.settimeout(10)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        s.close()
+        assert answer.startswith(b"HTTP/1.1 413") and b"limit" in answer, answer
         # nothing above changed the index or stopped the server
         c = tilemaxsim.Client(f"http://{host}:{port}")
         assert c.info()["n_docs"] == len(corpus["docs"])
@@ -373,3 +385,159 @@ def test_kill_9_loses_no_acknowledged_write(corpus, tmp_path):
     assert got[0], "the acknowledged documents are not searchable"
     vec = s.document_vectors(acked)
     assert len(vec) == len(acked)
+
+
+def test_hits_carry_the_metadata_asked_for(corpus, served):
+    c = tilemaxsim.Client(served["url"], ADMIN)
+    tenant = {i: m["tenant"] for i, m in zip(corpus["ids"], corpus["meta"])}
+    ids, scores, meta = c.search(corpus["queries"][:3], k=5, fields=["tenant"])
+    for row, mrow in zip(ids, meta):
+        assert [m["tenant"] for m in mrow] == [tenant[d] for d in row]
+    ids, _, meta = c.search(corpus["queries"][:1], k=2, fields=[])  # every column, and as JSON too
+    assert all("tenant" in m for m in meta[0])
+    st, _, body = raw(served["port"], "POST", "/v1/search",
+                      json.dumps({"queries": corpus["queries"][:1].astype(float).tolist(), "k": 2, "fields": ["id"]}),
+                      {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+    r = json.loads(body)["results"][0]
+    assert st == 200 and [m["id"] for m in r["metadata"]] == r["ids"]
+    with pytest.raises(ValueError, match="nosuch"):
+        c.search(corpus["queries"][:1], k=2, fields=["nosuch"])
+
+
+def test_concurrent_writes_commit_together(corpus, tmp_path):
+    index = fresh_index(corpus, "group")
+    p, host, port = start(index)
+    try:
+        c = tilemaxsim.Client(f"http://{host}:{port}")
+        before = c.info()["writes"]
+        errors = []
+
+        def add(i):
+            try:
+                c2 = tilemaxsim.Client(f"http://{host}:{port}")
+                c2.add([corpus["queries"][i % 16].astype(np.float32)], [f"g{i}"], metadata=[{"tenant": 0}])
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=add, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        info = c.info()
+        assert info["n_docs"] == len(corpus["docs"]) + 32
+        assert info["writes"] - before < 32  # several writes shared one commit and one new searcher
+        ids, _ = c.search(corpus["queries"][:1], k=32, subset=[f"g{i}" for i in range(32)], exhaustive=True)
+        assert sorted(ids[0]) == sorted(f"g{i}" for i in range(32))
+        # one write of a group that fails fails alone
+        bad = []
+
+        def add_dup(i):
+            try:
+                tilemaxsim.Client(f"http://{host}:{port}").add([corpus["queries"][0].astype(np.float32)],
+                                                               ["g0" if i == 0 else f"h{i}"])
+            except tilemaxsim.ServerError as e:
+                bad.append(e.status)
+
+        threads = [threading.Thread(target=add_dup, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(bad) == 1 and bad[0] in (400, 409)
+        assert c.info()["n_docs"] == len(corpus["docs"]) + 32 + 7
+    finally:
+        stop(p)
+
+
+def _required(schema, spec):
+    if "$ref" in schema:
+        name = schema["$ref"].split("/")[-1]
+        schema = spec["components"]["schemas"][name]
+    return schema.get("required", [])
+
+
+def test_the_server_answers_what_openapi_json_says(corpus, served):
+    """Every path and method of the document answered with a documented status, each answer
+    holding the properties its schema requires; the document the server serves is the file."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "server", "openapi.json")
+    spec = json.load(open(root))
+    st, _, body = raw(served["port"], "GET", "/openapi.json")
+    assert st == 200 and json.loads(body) == spec
+    q = corpus["queries"][:1].astype(float).tolist()
+    bodies = {
+        "/v1/search": {"queries": q, "k": 3},
+        "/v1/rerank": {"queries": q, "candidates": [["d1", "d2"]]},
+        "/v1/documents": {"documents": [q[0]], "ids": ["api-doc"], "metadata": [{"tenant": 1}]},
+        "/v1/documents/delete": {"ids": ["api-doc"]},
+    }
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    seen = 0
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            body = json.dumps(bodies[path]) if path in bodies else None
+            headers = dict(auth, **({"Content-Type": "application/json"} if body else {}))
+            st, h, data = raw(served["port"], method.upper(), path, body, headers)
+            assert str(st) in op["responses"], (path, st, data)
+            content = op["responses"][str(st)].get("content", {})
+            if "application/json" in content:
+                got = json.loads(data)
+                for prop in _required(content["application/json"]["schema"], spec):
+                    assert prop in got, (path, prop, got)
+            seen += 1
+            # and without a key, where one is needed: 401 as documented
+            if op.get("security", spec.get("security")):
+                st, _, data = raw(served["port"], method.upper(), path, body,
+                                  {"Content-Type": "application/json"} if body else {})
+                assert st == 401 and "error" in json.loads(data)
+    assert seen == sum(len(m) for m in spec["paths"].values()) >= 9
+
+
+def test_python_serve_starts_and_stops_a_server(corpus, tmp_path):
+    index = fresh_index(corpus, "py")
+    log = io.StringIO()
+    with tilemaxsim.serve(index, port=0, device="cpu", workers=4, log=log) as server:
+        c = server.client()
+        ids, scores = c.search(corpus["queries"][:2], k=4)
+        assert len(ids) == 2 and all(len(r) == 4 for r in ids) and scores[0].dtype == np.float32
+        assert c.info()["n_docs"] == len(corpus["docs"])
+    assert server.proc.returncode == 0
+    assert "listening on" in log.getvalue()
+
+
+def test_compaction_swaps_in_without_a_failed_search(corpus, tmp_path):
+    index = fresh_index(corpus, "compact")
+    p, host, port = start(index)
+    try:
+        c = tilemaxsim.Client(f"http://{host}:{port}", retries=0)
+        gone = corpus["ids"][:100]
+        assert c.delete(gone) == 100
+        assert c.info()["n_deleted"] == 100
+        before, _ = c.search(corpus["queries"], k=10, exhaustive=True)
+        failures, searched = [], [0]
+        done = threading.Event()
+
+        def search_loop():
+            c2 = tilemaxsim.Client(f"http://{host}:{port}", retries=0)
+            while not done.is_set():
+                try:
+                    ids, _ = c2.search(corpus["queries"][:4], k=10)
+                    assert not set(gone) & {d for row in ids for d in row}
+                    searched[0] += 1
+                except Exception as e:  # noqa: BLE001
+                    failures.append(e)
+
+        t = threading.Thread(target=search_loop)
+        t.start()
+        st, _, body = raw(port, "POST", "/v1/compact")
+        done.set()
+        t.join()
+        assert st == 200 and json.loads(body)["n_deleted"] == 0, body
+        assert not failures and searched[0] > 0
+        info = c.info()
+        assert info["n_docs"] == len(corpus["docs"]) - 100 and info["n_deleted"] == 0
+        after, _ = c.search(corpus["queries"], k=10, exhaustive=True)
+        assert after == before  # the same documents, renumbered
+    finally:
+        stop(p)

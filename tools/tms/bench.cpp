@@ -1,4 +1,4 @@
-// Copyright TileMaxSim authors. `tms bench kernels | index | search`: the benchmark harnesses (tools/bench/).
+// Copyright TileMaxSim authors. `tms bench kernels | index | search | serve`: the benchmark harnesses (tools/bench/).
 #include "tools/tms/common.h"
 
 #include <fstream>
@@ -7,6 +7,7 @@
 #include "tools/bench/bench_index.h"
 #include "tools/bench/bench_kernels.h"
 #include "tools/bench/bench_search.h"
+#include "tools/bench/bench_serve.h"
 #include "tools/tms/query.h"
 
 namespace tms::cli {
@@ -228,7 +229,55 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
         if (sb_json.empty()) std::fputs(json.c_str(), stdout);
         return 0;
     };
-    return {{bk, run_kernels}, {bi, run_index}, {bs, run_search}};
+    // bench serve
+    struct ServeState {
+        tms::bench::ServeBenchOptions o;
+        std::string json, device = "auto", vectors = "auto";
+    };
+    auto sv = std::make_shared<ServeState>();
+    auto* bv = bench->add_subcommand("serve",
+                                     "tms serve's queries/s and p50/p99 on loopback for N concurrent clients (one "
+                                     "query a request), beside the engine's in-process N callers");
+    bv->add_option("--index", sv->o.index, "Index directory")->required();
+    bv->add_option("--queries", sv->o.queries, "Query embeddings .npy [n_queries, tokens, dim]")->required();
+    bv->add_option("--device", sv->device, "Where to score: auto, cpu or gpu")->capture_default_str();
+    bv->add_option("--vectors", sv->vectors, kVectorsHelp)->capture_default_str();
+    bv->add_option("--k", sv->o.k, "Results per query")->capture_default_str()->check(CLI::Range(1, 10000));
+    bv->add_option("--clients", sv->o.clients, "Concurrent clients (rows)")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    bv->add_option("--seconds", sv->o.seconds, "Seconds each row runs")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+    bv->add_option("--writer-rate", sv->o.writer_rate,
+                   "Rows again while a writer adds this many documents a second through the server (they are "
+                   "deleted at the end; 0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 10000.0));
+    bv->add_option("--workers", sv->o.workers, "The server's search workers (0: the most clients, at least 64)")
+        ->capture_default_str();
+    bv->add_option("--json", sv->json, "Write the results JSON here");
+    auto run_serve = [sv, &ctx]() -> int {
+        sv->o.command = ctx.command_line;
+        tms::Status st = parse_device(sv->device, &sv->o.searcher.device);
+        if (st.ok()) st = tms::ParseVectorTier(sv->vectors, &sv->o.searcher.vectors).WithContext("--vectors");
+        if (st.ok() && !sv->json.empty()) {
+            st = tms::CheckOutputPath(sv->json, tms::OutputKind::kFile,
+                                      {{"--queries", sv->o.queries}, {"--index", sv->o.index}});
+        }
+        std::string json;
+        if (st.ok()) st = tms::bench::RunServeBench(sv->o, &json);
+        if (st.ok() && !sv->json.empty()) {
+            std::ofstream f(sv->json);
+            f << json;
+            if (!f) st = tms::Status::IOError(sv->json + ": write failed");
+        }
+        if (!st.ok()) return fail("bench serve", st);
+        if (sv->json.empty()) std::fputs(json.c_str(), stdout);
+        return 0;
+    };
+    return {{bk, run_kernels}, {bi, run_index}, {bs, run_search}, {bv, run_serve}};
 }
 
 }  // namespace tms::cli

@@ -17,6 +17,7 @@ struct ServeArgs {
     std::string index, host = "127.0.0.1", api_keys, device = "auto", devices, vectors = "auto";
     int port = 8080, io_threads = 2, gather_us = 0, read_timeout_s = 30, grace_s = 30;
     int64_t max_body_mib = 64, queue_timeout_ms = 10000;
+    double compact_deleted = 0.25;
     bool log_json = false, insecure = false;
     server::ApiOptions api;
 };
@@ -99,7 +100,7 @@ int RunServe(const ServeArgs& a) {
     std::thread opener([&] {
         std::unique_ptr<server::IndexService> index;
         const auto t0 = Clock::now();
-        tms::Status ost = server::IndexService::Open(a.index, so, &index);
+        tms::Status ost = server::IndexService::Open(a.index, so, &index, a.compact_deleted);
         if (!ost.ok()) {
             fail("serve", ost);
             open_failed = true;
@@ -186,6 +187,11 @@ Command AddServe(CLI::App& app) {
     c->add_option("--grace-s", s->grace_s, "At SIGTERM, seconds to finish the requests in flight")
         ->capture_default_str()
         ->check(CLI::Range(0, 3600));
+    c->add_option("--compact-deleted", s->compact_deleted,
+                  "Compact the index (between two writes; searches go on) once this share of its documents, "
+                  "and at least 1,000, are deleted (0: only on POST /v1/compact)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     c->add_flag("--log-json", s->log_json, "One JSON object per request on stderr (else one text line)");
     return {c, [s] { return RunServe(*s); }};
 }
