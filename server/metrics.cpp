@@ -74,9 +74,12 @@ std::string Metrics::Text(const std::map<std::string, double>& gauges) const {
         out += "tms_search_request_queries{le=\"" + (le ? std::to_string(le) : std::string("+Inf")) + "\"} " +
                std::to_string(n) + "\n";
     }
+    std::string typed;  // one TYPE line a metric, before its first series (the map keeps them together)
     for (const auto& [name, v] : gauges) {
         const std::string base = name.substr(0, name.find('{'));
-        out += "# TYPE " + base + " gauge\n" + name + " " + Num(v) + "\n";
+        if (base != typed) out += "# TYPE " + base + " gauge\n";
+        typed = base;
+        out += name + " " + Num(v) + "\n";
     }
     return out;
 }

@@ -541,3 +541,18 @@ def test_compaction_swaps_in_without_a_failed_search(corpus, tmp_path):
         assert after == before  # the same documents, renumbered
     finally:
         stop(p)
+
+
+def test_metrics_are_prometheus_text(corpus, served):
+    c = tilemaxsim.Client(served["url"], ADMIN)
+    c.search(corpus["queries"][:2], k=3)
+    text = c._request("GET", "/metrics")
+    types = [l.split()[2] for l in text.splitlines() if l.startswith("# TYPE ")]
+    assert len(types) == len(set(types)), "a metric typed twice"
+    samples = {l.split("{")[0].split()[0]: l for l in text.splitlines() if l and not l.startswith("#")}
+    for name in ("tms_requests_total", "tms_request_seconds_bucket", "tms_search_stage_seconds_count",
+                 "tms_search_queue_depth", "tms_index_documents", "tms_shard_bytes", "tms_connections_open"):
+        assert name in samples, name
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            float(line.rsplit(" ", 1)[1])  # every sample's value is a number
