@@ -4,6 +4,7 @@ requests are 4xx and the server keeps serving, idle and slow clients hold no wor
 503, SIGTERM finishes the requests in flight, kill -9 loses no acknowledged write.
 
 Run with PYTHONPATH=BUILD/python and TMS_BIN (ctest pytest_serve)."""
+import contextlib
 import http.client
 import io
 import json
@@ -78,6 +79,16 @@ def stop(p):
     assert p.wait(30) == 0
 
 
+@contextlib.contextmanager
+def serving(index, *args, keys=None):
+    """tms serve (start) for a with-block: (process, url, port); stopped (SIGTERM, exit 0) after."""
+    p, host, port = start(index, *args, keys=keys)
+    try:
+        yield p, f"http://{host}:{port}", port
+    finally:
+        stop(p)
+
+
 def raw(port, method, path, body=None, headers=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request(method, path, body=body, headers=headers or {})
@@ -130,9 +141,8 @@ def test_served_search_equals_cli(corpus, served, tmp_path):
 
 def test_add_then_search_sees_it_delete_hides_it(corpus, tmp_path):
     index = fresh_index(corpus, "rw")
-    p, host, port = start(index)
-    try:
-        c = tilemaxsim.Client(f"http://{host}:{port}")
+    with serving(index) as (p, url, port):
+        c = tilemaxsim.Client(url)
         q = corpus["queries"][0]
         n = c.add([q.astype(np.float32)], ["new0"], metadata=[{"tenant": 2}])
         assert n == len(corpus["docs"]) + 1
@@ -150,8 +160,6 @@ def test_add_then_search_sees_it_delete_hides_it(corpus, tmp_path):
         assert e.value.status in (400, 409)
         c.add([q.astype(np.float32)], ["d3"], replace=True, metadata=[{"tenant": 0}])
         assert c.search(q, k=1)[0][0] == ["d3"]
-    finally:
-        stop(p)
 
 
 def test_key_filter_cannot_be_escaped(corpus, served):
@@ -203,10 +211,9 @@ def test_key_file_read_again_when_it_changes(corpus, tmp_path):
     keys = tmp_path / "keys.json"
     keys.write_text((corpus["dir"] / "keys.json").read_text())
     index = fresh_index(corpus, "keys")
-    p, host, port = start(index, keys=keys)
-    try:
+    with serving(index, keys=keys) as (p, url, port):
         new = "later-key-0123456789abcdef"
-        c = tilemaxsim.Client(f"http://{host}:{port}", new, retries=0)
+        c = tilemaxsim.Client(url, new, retries=0)
         with pytest.raises(tilemaxsim.ServerError):
             c.info()
         doc = json.loads(keys.read_text())
@@ -217,14 +224,11 @@ def test_key_file_read_again_when_it_changes(corpus, tmp_path):
         keys.write_text("{not json")  # a broken file keeps the keys in force
         time.sleep(1.2)
         assert c.info()["dim"] == DIM
-    finally:
-        stop(p)
 
 
 def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
     index = fresh_index(corpus, "bad")
-    p, host, port = start(index, "--max-body-mib", 1, "--max-queries", 8)
-    try:
+    with serving(index, "--max-body-mib", 1, "--max-queries", 8) as (p, url, port):
         q = corpus["queries"][:2].astype(float).tolist()
         js = {"Content-Type": "application/json"}
         npy = {"Content-Type": "application/x-npy"}
@@ -274,7 +278,7 @@ def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
         s.close()
         assert answer.startswith(b"HTTP/1.1 413") and b"limit" in answer, answer
         # nothing above changed the index or stopped the server
-        c = tilemaxsim.Client(f"http://{host}:{port}")
+        c = tilemaxsim.Client(url)
         assert c.info()["n_docs"] == len(corpus["docs"])
         assert len(c.search(corpus["queries"][:1], k=3)[0][0]) == 3
         # a client that disconnects in the middle of a body
@@ -282,18 +286,15 @@ def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
         s.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
         s.close()
         assert c.info()["n_docs"] == len(corpus["docs"])
-    finally:
-        stop(p)
 
 
 def test_idle_and_slow_clients_hold_no_worker(corpus, tmp_path):
     index = fresh_index(corpus, "idle")
-    p, host, port = start(index, "--workers", 2, "--read-timeout-s", 2)
-    try:
+    with serving(index, "--workers", 2, "--read-timeout-s", 2) as (p, url, port):
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(1000)]
         slow = socket.create_connection(("127.0.0.1", port))
         slow.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\n")  # and never the rest
-        c = tilemaxsim.Client(f"http://{host}:{port}")
+        c = tilemaxsim.Client(url)
         t0 = time.time()
         for _ in range(5):
             assert len(c.search(corpus["queries"][:1], k=3)[0][0]) == 3
@@ -302,14 +303,11 @@ def test_idle_and_slow_clients_hold_no_worker(corpus, tmp_path):
         assert slow.recv(100) == b""  # cut off after the read timeout
         for s in idle + [slow]:
             s.close()
-    finally:
-        stop(p)
 
 
 def test_overload_is_503_with_retry_after(corpus, tmp_path):
     index = fresh_index(corpus, "busy")
-    p, host, port = start(index, "--workers", 1, "--queue", 1)
-    try:
+    with serving(index, "--workers", 1, "--queue", 1) as (p, url, port):
         body = json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10, "exhaustive": True})
         results = []
 
@@ -325,10 +323,8 @@ def test_overload_is_503_with_retry_after(corpus, tmp_path):
         assert set(codes) <= {200, 503} and 200 in codes and 503 in codes, codes
         assert all(h.get("Retry-After") == "1" for st, h, _ in results if st == 503)
         # the client retries a 503 with back-off
-        c = tilemaxsim.Client(f"http://{host}:{port}")
+        c = tilemaxsim.Client(url)
         assert len(c.search(corpus["queries"][:1], k=3)[0][0]) == 3
-    finally:
-        stop(p)
 
 
 def test_sigterm_finishes_requests_in_flight(corpus, tmp_path):
@@ -406,15 +402,14 @@ def test_hits_carry_the_metadata_asked_for(corpus, served):
 
 def test_concurrent_writes_commit_together(corpus, tmp_path):
     index = fresh_index(corpus, "group")
-    p, host, port = start(index)
-    try:
-        c = tilemaxsim.Client(f"http://{host}:{port}")
+    with serving(index) as (p, url, port):
+        c = tilemaxsim.Client(url)
         before = c.info()["writes"]
         errors = []
 
         def add(i):
             try:
-                c2 = tilemaxsim.Client(f"http://{host}:{port}")
+                c2 = tilemaxsim.Client(url)
                 c2.add([corpus["queries"][i % 16].astype(np.float32)], [f"g{i}"], metadata=[{"tenant": 0}])
             except Exception as e:  # noqa: BLE001
                 errors.append(e)
@@ -435,7 +430,7 @@ def test_concurrent_writes_commit_together(corpus, tmp_path):
 
         def add_dup(i):
             try:
-                tilemaxsim.Client(f"http://{host}:{port}").add([corpus["queries"][0].astype(np.float32)],
+                tilemaxsim.Client(url).add([corpus["queries"][0].astype(np.float32)],
                                                                ["g0" if i == 0 else f"h{i}"])
             except tilemaxsim.ServerError as e:
                 bad.append(e.status)
@@ -447,8 +442,6 @@ def test_concurrent_writes_commit_together(corpus, tmp_path):
             t.join()
         assert len(bad) == 1 and bad[0] in (400, 409)
         assert c.info()["n_docs"] == len(corpus["docs"]) + 32 + 7
-    finally:
-        stop(p)
 
 
 def _required(schema, spec):
@@ -508,9 +501,8 @@ def test_python_serve_starts_and_stops_a_server(corpus, tmp_path):
 
 def test_compaction_swaps_in_without_a_failed_search(corpus, tmp_path):
     index = fresh_index(corpus, "compact")
-    p, host, port = start(index)
-    try:
-        c = tilemaxsim.Client(f"http://{host}:{port}", retries=0)
+    with serving(index) as (p, url, port):
+        c = tilemaxsim.Client(url, retries=0)
         gone = corpus["ids"][:100]
         assert c.delete(gone) == 100
         assert c.info()["n_deleted"] == 100
@@ -519,7 +511,7 @@ def test_compaction_swaps_in_without_a_failed_search(corpus, tmp_path):
         done = threading.Event()
 
         def search_loop():
-            c2 = tilemaxsim.Client(f"http://{host}:{port}", retries=0)
+            c2 = tilemaxsim.Client(url, retries=0)
             while not done.is_set():
                 try:
                     ids, _ = c2.search(corpus["queries"][:4], k=10)
@@ -539,8 +531,6 @@ def test_compaction_swaps_in_without_a_failed_search(corpus, tmp_path):
         assert info["n_docs"] == len(corpus["docs"]) - 100 and info["n_deleted"] == 0
         after, _ = c.search(corpus["queries"], k=10, exhaustive=True)
         assert after == before  # the same documents, renumbered
-    finally:
-        stop(p)
 
 
 def test_metrics_are_prometheus_text(corpus, served):
