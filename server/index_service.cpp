@@ -200,7 +200,8 @@ Status IndexService::Commit(Write* w) {
         queue_cv_.notify_all();
         // Past the share of deleted documents, compact now: the writes above are answered, the
         // next group waits (searches go on with the current searcher).
-        const IndexInfo& info = Current()->info();
+        const std::shared_ptr<const Searcher> now = Current();
+        const IndexInfo& info = now->info();
         const bool due = compact_deleted_ > 0 && compactions.empty() && info.n_deleted >= 1000 &&
                          double(info.n_deleted) >= compact_deleted_ * double(info.n_docs);
         if (due) {
