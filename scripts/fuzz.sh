@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-10}
 cmake --preset asan >/dev/null  # CMakePresets.json: build-fuzz/, clang, TMS_FUZZ
 # Only what runs below (not the Python module or the examples).
-cmake --build build-fuzz -j"$(nproc)" --target tms_tests tms fuzz_npy fuzz_safetensors fuzz_text fuzz_config fuzz_metadata
+cmake --build build-fuzz -j"$(nproc)" --target tms_tests tms fuzz_npy fuzz_safetensors fuzz_text fuzz_config fuzz_metadata fuzz_form_data
 # Leaks are checked; ODR reports are off (FAISS and its BLAS define symbols twice in Debian).
 export ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -28,7 +28,7 @@ TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tool
 # Each target writes its inputs as files into a scratch directory of its own, removed at the end.
 scratch=$(mktemp -d /dev/shm/tms-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
-for t in npy safetensors text config metadata; do
+for t in npy safetensors text config metadata form_data; do
   mkdir -p build-fuzz/corpus/$t
   echo "fuzz.sh: fuzz_$t for ${secs}s"
   (cd build-fuzz && TMPDIR="$scratch" ./tests/fuzz/fuzz_$t -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "index/ingest/npy.h"
 #include "nlohmann/json.hpp"
+#include "server/form_data.h"
 #include "server/openapi.h"
 
 namespace tms::server {
@@ -583,68 +584,144 @@ void Api::Rerank(Call& c) {
     c.Json(200, {{"results", Hits(results)}});
 }
 
-void Api::Add(Call& c) {
-    const json j = ParseJsonBody(c.req.body);
-    std::vector<float> values;
+namespace {
+
+// What an add request holds: the documents' tokens (`view`, over `arr`), their lengths, ids and
+// metadata.
+struct AddRequest {
+    HostArray arr;
+    EmbeddingView view;
     std::vector<int64_t> doclens;
     std::vector<std::string> ids;
     DocMetadata md;
-    md.source = "metadata";
-    bool replace = false, has_md = false;
+    bool has_md = false, replace = false;
+};
+
+// An add request's field other than the documents' tokens (ids, metadata, replace, and with a
+// binary body doclens); false when `name` is not one.
+bool AddField(const std::string& name, const json& value, bool binary, const ApiOptions& o, AddRequest* r) {
+    if (name == "ids") {
+        r->ids = IdList(value, "ids", size_t(o.max_docs_per_add));
+    } else if (name == "metadata") {
+        if (!value.is_array()) throw Bad{400, "metadata: expected an array of objects, one per document"};
+        for (size_t i = 0; i < value.size(); ++i) {
+            if (!value[i].is_object()) throw Bad{400, "metadata[" + std::to_string(i) + "]: expected an object"};
+            r->md.objects.push_back(value[i].dump());
+        }
+        r->has_md = true;
+    } else if (name == "replace") {
+        if (!value.is_boolean()) throw Bad{400, "replace: expected true or false"};
+        r->replace = value.get<bool>();
+    } else if (name == "doclens" && binary) {
+        if (!value.is_array() || value.empty()) throw Bad{400, "doclens: expected a non-empty array of token counts"};
+        if (int64_t(value.size()) > o.max_docs_per_add) {
+            throw Bad{400, "doclens: more than " + std::to_string(o.max_docs_per_add) + " documents in one request"};
+        }
+        for (size_t i = 0; i < value.size(); ++i) {
+            if (!value[i].is_number_integer() || value[i].get<int64_t>() < 1 || value[i].get<int64_t>() > (1 << 20)) {
+                throw Bad{400, "doclens[" + std::to_string(i) + "]: expected an integer in [1, 1048576]"};
+            }
+            r->doclens.push_back(value[i].get<int64_t>());
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// A JSON body: {"documents": [[[dim numbers] per token] per document], "ids", "metadata", "replace"}.
+void AddFromJson(const std::string& body, const ApiOptions& o, AddRequest* r) {
+    const json j = ParseJsonBody(body);
+    std::vector<float> values;
     int dim = 0;
     for (const auto& [name, value] : j.items()) {
         if (name == "documents") {
             if (!value.is_array() || value.empty())
                 throw Bad{400, "documents: expected a non-empty array of documents"};
-            if (int64_t(value.size()) > opts_.max_docs_per_add) {
-                throw Bad{400, "documents: more than " + std::to_string(opts_.max_docs_per_add) + " in one request"};
+            if (int64_t(value.size()) > o.max_docs_per_add) {
+                throw Bad{400, "documents: more than " + std::to_string(o.max_docs_per_add) + " in one request"};
             }
             for (size_t i = 0; i < value.size(); ++i) {
-                doclens.push_back(
+                r->doclens.push_back(
                     AppendTokens(value[i], "documents[" + std::to_string(i) + "]", &dim, 1 << 20, &values));
             }
-        } else if (name == "ids") {
-            ids = IdList(value, "ids", size_t(opts_.max_docs_per_add));
-        } else if (name == "metadata") {
-            if (!value.is_array()) throw Bad{400, "metadata: expected an array of objects, one per document"};
-            for (size_t i = 0; i < value.size(); ++i) {
-                if (!value[i].is_object()) throw Bad{400, "metadata[" + std::to_string(i) + "]: expected an object"};
-                md.objects.push_back(value[i].dump());
-            }
-            has_md = true;
-        } else if (name == "replace") {
-            if (!value.is_boolean()) throw Bad{400, "replace: expected true or false"};
-            replace = value.get<bool>();
-        } else {
+        } else if (!AddField(name, value, /*binary=*/false, o, r)) {
             throw Bad{400, "unknown field '" + name + "' (fields: documents, ids, metadata, replace)"};
         }
     }
-    if (doclens.empty()) throw Bad{400, "documents: missing"};
-    if (ids.size() != doclens.size()) {
-        throw Bad{400,
-                  "ids: " + std::to_string(ids.size()) + " ids for " + std::to_string(doclens.size()) + " documents"};
+    if (r->doclens.empty()) throw Bad{400, "documents: missing"};
+    r->arr.descr = "<f4";
+    r->arr.shape = {int64_t(values.size()) / dim, dim};
+    r->arr.bytes.resize(values.size() * 4);
+    memcpy(r->arr.bytes.data(), values.data(), r->arr.bytes.size());
+}
+
+// A multipart/form-data body: a part "documents" (.npy [tokens, dim] of every document's tokens
+// in order: f2, f4 or bf16 as float32) and a part "request" (JSON: "doclens", "ids", "metadata",
+// "replace").
+void AddFromForm(const HttpRequest& req, const ApiOptions& o, AddRequest* r) {
+    std::vector<FormPart> parts;
+    Status st = ParseFormData(req.Header("Content-Type"), req.body, &parts);
+    if (!st.ok()) throw Bad{400, st.message()};
+    bool docs = false, fields = false;
+    for (const FormPart& p : parts) {
+        if (p.name == "documents") {
+            st = ParseNpy(std::string(p.data), "documents", &r->arr);
+            if (!st.ok()) throw Bad{400, st.message()};
+            if (r->arr.shape.size() != 2) throw Bad{400, "documents: expected a .npy of [tokens, dim]"};
+            docs = true;
+        } else if (p.name == "request") {
+            const json j = ParseJsonBody(std::string(p.data));
+            for (const auto& [name, value] : j.items()) {
+                if (!AddField(name, value, /*binary=*/true, o, r)) {
+                    throw Bad{400, "request: unknown field '" + name + "' (fields: doclens, ids, metadata, replace)"};
+                }
+            }
+            fields = true;
+        } else {
+            throw Bad{400, "body: unknown part '" + p.name + "' (parts: documents, request)"};
+        }
     }
-    if (has_md && md.objects.size() != ids.size() &&
-        !(md.objects.size() && json::parse(md.objects[0]).contains("id"))) {
-        throw Bad{400, "metadata: " + std::to_string(md.objects.size()) + " objects for " + std::to_string(ids.size()) +
-                           " documents (or name each document by \"id\")"};
+    if (!docs) throw Bad{400, "documents: missing (a part of .npy [tokens, dim])"};
+    if (!fields || r->doclens.empty()) throw Bad{400, "doclens: missing (in the part \"request\")"};
+    int64_t total = 0;
+    for (const int64_t n : r->doclens) total += n;
+    if (total != r->arr.shape[0]) {
+        throw Bad{400, "doclens: they add up to " + std::to_string(total) + " tokens, documents holds " +
+                           std::to_string(r->arr.shape[0])};
     }
-    HostArray arr;
-    arr.descr = "<f4";
-    arr.shape = {int64_t(values.size()) / dim, dim};
-    arr.bytes.resize(values.size() * 4);
-    memcpy(arr.bytes.data(), values.data(), arr.bytes.size());
-    EmbeddingView view;
-    Status st = EmbeddingsFromArray(arr, 2, "documents", &view);
+}
+
+}  // namespace
+
+void Api::Add(Call& c) {
+    AddRequest r;
+    if (IsFormData(c.req.Header("Content-Type"))) {
+        AddFromForm(c.req, opts_, &r);
+    } else {
+        AddFromJson(c.req.body, opts_, &r);
+    }
+    if (r.ids.size() != r.doclens.size()) {
+        throw Bad{400, "ids: " + std::to_string(r.ids.size()) + " ids for " + std::to_string(r.doclens.size()) +
+                           " documents"};
+    }
+    if (r.has_md && r.md.objects.size() != r.ids.size() &&
+        !(r.md.objects.size() && json::parse(r.md.objects[0]).contains("id"))) {
+        throw Bad{400, "metadata: " + std::to_string(r.md.objects.size()) + " objects for " +
+                           std::to_string(r.ids.size()) + " documents (or name each document by \"id\")"};
+    }
+    r.md.source = "metadata";
+    Status st = EmbeddingsFromArray(r.arr, 2, "documents", &r.view);
     if (!st.ok()) throw Bad{400, st.message()};
     const int index_dim = c.index->Current()->info().dim;
-    if (dim != index_dim) {
-        throw Bad{400, "documents: dimension " + std::to_string(dim) + ", the index's is " + std::to_string(index_dim)};
+    if (r.view.dim != index_dim) {
+        throw Bad{400, "documents: dimension " + std::to_string(r.view.dim) + ", the index's is " +
+                           std::to_string(index_dim)};
     }
-    st = c.index->Add(view, doclens, ids, replace, has_md ? &md : nullptr, c.KeyFilter());
+    st = c.index->Add(r.view, r.doclens, r.ids, r.replace, r.has_md ? &r.md : nullptr, c.KeyFilter());
     if (!st.ok()) return c.Error(StatusCode(st), st.message());
     const IndexInfo& i = c.index->Current()->info();
-    c.Json(200, {{"added", ids.size()}, {"n_docs", i.n_docs - i.n_deleted}});
+    c.Json(200, {{"added", r.ids.size()}, {"n_docs", i.n_docs - i.n_deleted}});
 }
 
 void Api::Delete(Call& c) {

@@ -2,7 +2,8 @@
 
 Client has the call shapes of Searcher: search() returns (ids, scores), per query a list of
 external ids and a float32 array of scores, best first; add(), delete(), info(). Queries travel
-as a .npy body (binary); a busy server (503) is retried with back-off."""
+as a .npy body and documents as a .npy part of a form (binary); a busy server (503) is retried
+with back-off."""
 from __future__ import annotations
 
 import http.client
@@ -164,15 +165,16 @@ class Client:
                 raise ValueError("texts= needs Client(..., model=...)")
             documents = encode(self.model, texts, is_query=False)
         tokens, dtype, lens = _documents(documents, lengths)
-        if dtype == "bf16":
+        if dtype == "bf16":  # a numpy .npy cannot say bfloat16: send float32
             tokens = (tokens.astype(np.uint32) << 16).view(np.float32)
-        tokens = np.asarray(tokens, dtype=np.float32)
-        offsets = np.concatenate([[0], np.cumsum(lens)])
-        body = {"documents": [tokens[offsets[i]: offsets[i + 1]].tolist() for i in range(len(lens))],
-                "ids": _ids(ids, "ids"), "replace": bool(replace)}
+        request = {"doclens": [int(n) for n in lens], "ids": _ids(ids, "ids"), "replace": bool(replace)}
         if metadata is not None:
-            body["metadata"] = list(metadata)
-        return self._request("POST", "/v1/documents", json.dumps(body))["n_docs"]
+            request["metadata"] = list(metadata)
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(tokens), allow_pickle=False)
+        body, content_type = _form_data([("request", "application/json", json.dumps(request).encode()),
+                                         ("documents", "application/x-npy", buf.getvalue())])
+        return self._request("POST", "/v1/documents", body, content_type)["n_docs"]
 
     def delete(self, ids):
         """Deletes documents by external id, all or none (ServerError 404 when one is not there);
@@ -185,6 +187,20 @@ class Client:
         if c is not None:
             c.close()
             self._local.conn = None
+
+
+def _form_data(parts):
+    """A multipart/form-data body of (name, content type, bytes) parts, and its Content-Type."""
+    data = b"".join(p for _, _, p in parts)
+    boundary = "tms-" + os.urandom(16).hex()
+    while boundary.encode() in data:  # (never, in practice)
+        boundary = "tms-" + os.urandom(16).hex()
+    out = []
+    for name, ctype, payload in parts:
+        out += [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n'
+                f"Content-Type: {ctype}\r\n\r\n".encode(), payload, b"\r\n"]
+    out.append(f"--{boundary}--\r\n".encode())
+    return b"".join(out), f"multipart/form-data; boundary={boundary}"
 
 
 def _tms_binary():

@@ -162,6 +162,67 @@ def test_add_then_search_sees_it_delete_hides_it(corpus, tmp_path):
         assert c.search(q, k=1)[0][0] == ["d3"]
 
 
+def test_documents_travel_as_binary_form_data(corpus, tmp_path):
+    """Adds with a multipart/form-data body (a .npy part and a JSON part), from the Python client
+    (fp16 documents) and from curl -F (float32), are searched like JSON adds; broken forms are
+    400 naming the problem, and the server keeps serving."""
+    from tilemaxsim.client import _form_data
+    index = fresh_index(corpus, "form")
+    q = corpus["queries"]
+    with serving(index) as (p, url, port):
+        c = tilemaxsim.Client(url)
+        n0 = len(corpus["docs"])
+        assert c.add([q[1], q[2][:5]], ["f1", "f2"], metadata=[{"tenant": 1}, {"tenant": 2}]) == n0 + 2
+        ids, _ = c.search(q[1], k=1)
+        assert ids == [["f1"]]
+        ids, _, meta = c.search(q[2][:5], k=1, fields=["tenant"])
+        assert ids == [["f2"]] and meta[0][0]["tenant"] == 2
+        # curl: a real client's own multipart encoding
+        np.save(tmp_path / "docs.npy", q[3].astype(np.float32))
+        (tmp_path / "req.json").write_text(json.dumps({"doclens": [len(q[3])], "ids": ["curl1"]}))
+        out = subprocess.run(["curl", "-sS", "-F", f"request=@{tmp_path / 'req.json'};type=application/json",
+                              "-F", f"documents=@{tmp_path / 'docs.npy'};type=application/x-npy",
+                              f"{url}/v1/documents"], capture_output=True, text=True, check=True).stdout
+        assert json.loads(out)["n_docs"] == n0 + 3, out
+        assert c.search(q[3], k=1)[0] == [["curl1"]]
+
+        def npy(a):
+            b = io.BytesIO()
+            np.save(b, a)
+            return b.getvalue()
+
+        good_req = json.dumps({"doclens": [12], "ids": ["bad"]}).encode()
+        docs = npy(q[4].astype(np.float32))
+        form = lambda parts: _form_data(parts)
+        body, ctype = form([("request", "application/json", good_req), ("documents", "application/x-npy", docs)])
+        cases = [
+            (body, "multipart/form-data", "boundary"),
+            (body[: len(body) // 2], ctype, "never closes"),
+            (*form([("request", "application/json", good_req)]), "documents: missing"),
+            (*form([("documents", "application/x-npy", docs)]), "doclens: missing"),
+            (*form([("request", "application/json", good_req), ("documents", "", docs), ("extra", "", b"x")]),
+             "unknown part 'extra'"),
+            (*form([("request", "", good_req), ("request", "", good_req)]), "two parts named 'request'"),
+            (*form([("request", "", json.dumps({"doclens": [5], "ids": ["bad"]}).encode()), ("documents", "", docs)]),
+             "add up to 5 tokens"),
+            (*form([("request", "", good_req), ("documents", "", npy(q[4:5].astype(np.float32)))]), "[tokens, dim]"),
+            (*form([("request", "", json.dumps({"doclens": [0], "ids": ["bad"]}).encode()), ("documents", "", docs)]),
+             "doclens[0]"),
+            (*form([("request", "", json.dumps({"doclens": [12], "ids": ["bad"], "k": 3}).encode()),
+                    ("documents", "", docs)]), "unknown field 'k'"),
+            (*form([("request", "", good_req), ("documents", "", b"\x93NUMPY garbage")]), "documents"),
+            (*form([("request", "", good_req), ("documents", "", npy(q[4][:, :32].astype(np.float32)))]),
+             "dimension 32"),
+            (b"--xyz\r\n\r\nno headers\r\n--xyz--\r\n", "multipart/form-data; boundary=xyz", "Content-Disposition"),
+        ]
+        for body, ctype, needle in cases:
+            st, _, data = raw(port, "POST", "/v1/documents", body, {"Content-Type": ctype})
+            msg = json.loads(data)["error"]
+            assert st == 400 and needle in msg and "\n" not in msg, (needle, st, msg)
+        assert c.info()["n_docs"] == n0 + 3
+        assert c.search(q[4], k=1)[0][0] != ["bad"]
+
+
 def test_key_filter_cannot_be_escaped(corpus, served):
     t1 = tilemaxsim.Client(served["url"], T1)
     tenant = {i: m["tenant"] for i, m in zip(corpus["ids"], corpus["meta"])}
