@@ -7,9 +7,11 @@
 #include "kernels/cuda/gpu_context.h"
 #if TMS_WITH_CUDA
 #include "engine/gpu_shard_cuda.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #endif
 #include "tilemaxsim/options.h"
+#include "tilemaxsim/searcher.h"
 
 namespace tms::engine {
 
@@ -48,6 +50,23 @@ Status GpuFreeMemory(int device, int64_t* free_bytes) {
     return Status::NotSupported("this build has no CUDA");
 #endif
 }
+
+}  // namespace tms::engine
+
+namespace tms {
+
+Status GetGpuMemory(int gpu, GpuMemory* out) {
+    out->gpu = gpu;
+#if TMS_WITH_CUDA
+    return kernels::cuda_memory_info(gpu, &out->free_bytes, &out->total_bytes);
+#else
+    return Status::NotSupported("this build has no CUDA");
+#endif
+}
+
+}  // namespace tms
+
+namespace tms::engine {
 
 Status MakeGpuShard(std::shared_ptr<kernels::GpuContext> ctx, const index::IndexData& d,
                     const std::vector<index::PodVector<uint16_t>>& vector_parts, const VectorRows* file_rows,

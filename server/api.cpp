@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <set>
 
 #include "base/log.h"
 #include "index/ingest/npy.h"
@@ -410,6 +411,18 @@ void Api::Handle(HttpRequest&& req, HttpReply reply) {
                 vbytes += p.vector_bytes;
             }
             g["tms_index_memory_bytes"] = double(bytes + vbytes);
+            // The driver's view of each GPU the index is on (other processes' use included).
+            std::set<int> gpus;
+            for (const auto& p : s->placement()) {
+                if (p.device == Device::kGpu) gpus.insert(p.gpu);
+            }
+            for (const int gpu : gpus) {
+                GpuMemory m;
+                if (!GetGpuMemory(gpu, &m).ok()) continue;
+                const std::string label = "{gpu=\"" + std::to_string(gpu) + "\"}";
+                g["tms_gpu_memory_free_bytes" + label] = double(m.free_bytes);
+                g["tms_gpu_memory_total_bytes" + label] = double(m.total_bytes);
+            }
         }
         c->resp.content_type = "text/plain; version=0.0.4";
         c->resp.body = metrics_.Text(g);
@@ -705,11 +718,7 @@ void Api::Add(Call& c) {
         throw Bad{400, "ids: " + std::to_string(r.ids.size()) + " ids for " + std::to_string(r.doclens.size()) +
                            " documents"};
     }
-    if (r.has_md && r.md.objects.size() != r.ids.size() &&
-        !(r.md.objects.size() && json::parse(r.md.objects[0]).contains("id"))) {
-        throw Bad{400, "metadata: " + std::to_string(r.md.objects.size()) + " objects for " +
-                           std::to_string(r.ids.size()) + " documents (or name each document by \"id\")"};
-    }
+    // (How the metadata objects match the documents, by order or by "id": ResolveMetadata.)
     r.md.source = "metadata";
     Status st = EmbeddingsFromArray(r.arr, 2, "documents", &r.view);
     if (!st.ok()) throw Bad{400, st.message()};
@@ -745,6 +754,15 @@ void Api::Compact(Call& c) {
     if (!st.ok()) return c.Error(StatusCode(st), st.message());
     const IndexInfo& i = c.index->Current()->info();
     c.Json(200, {{"n_docs", i.n_docs - i.n_deleted}, {"n_deleted", i.n_deleted}});
+}
+
+std::unique_ptr<HttpServer> ListenApi(const std::shared_ptr<Api>& api, const std::string& host, int port,
+                                      const HttpLimits& limits, std::string* error) {
+    auto http = HttpServer::Listen(
+        host, port, limits, [api](HttpRequest&& r, HttpReply reply) { api->Handle(std::move(r), std::move(reply)); },
+        error);
+    if (http) api->SetCounters([h = http.get()] { return h->counters(); });
+    return http;
 }
 
 void Api::Finish(Call& c) {

@@ -79,4 +79,9 @@ private:
     WorkerPool searchers_, writer_;
 };
 
+/// An HttpServer listening on host:port whose requests `api` answers (and whose counters its
+/// /metrics reports); null with *error when it cannot listen. After Run returns, api->Stop().
+std::unique_ptr<HttpServer> ListenApi(const std::shared_ptr<Api>& api, const std::string& host, int port,
+                                      const HttpLimits& limits, std::string* error);
+
 }  // namespace tms::server

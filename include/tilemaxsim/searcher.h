@@ -118,6 +118,16 @@ public:
     virtual ServedQueries Served() const = 0;
 };
 
+/// One GPU's memory as its driver reports it (cudaMemGetInfo).
+struct GpuMemory {
+    int gpu = 0;  ///< CUDA ordinal
+    int64_t free_bytes = 0, total_bytes = 0;
+};
+/// The memory of GPU `gpu`; NotSupported in a build without CUDA or for a GPU that cannot be
+/// selected. Creates the device's CUDA context when the process has none there: ask only for the
+/// GPUs a searcher uses (ShardPlacement::gpu).
+Status GetGpuMemory(int gpu, GpuMemory* out);
+
 /// The tier opts.vectors gives the index at `path` on this machine now (kAuto: by the free
 /// memory of the GPUs the searcher would use and of the host; kNone for an index without
 /// vectors), or the error an explicit tier that cannot hold the vectors gives at Open.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/launch_cache.h"
 #include "kernels/cuda/maxsim_cuda.h"
 #include "kernels/cuda/maxsim_kernel.cuh"
@@ -392,22 +393,7 @@ Status maxsim_topk_cuda(const MaxSimParams& p, int k, int32_t* d_out_ids, float*
     return topk_dev::merge_partials(d_workspace, plan.slices, p.n_queries, k, d_out_ids, d_out_scores, st);
 }
 
-Status cuda_free_memory(int device, int64_t* free_bytes) {
-    int prev = 0;
-    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return Status::NotSupported("GPU " + std::to_string(device) + ": cannot be selected");
-    }
-    size_t f = 0, t = 0;
-    const cudaError_t e = cudaMemGetInfo(&f, &t);
-    (void)cudaSetDevice(prev);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return Status::Internal("GPU " + std::to_string(device) + ": cannot read its free memory");
-    }
-    *free_bytes = int64_t(f);
-    return Status::OK();
-}
+Status cuda_free_memory(int device, int64_t* free_bytes) { return cuda_memory_info(device, free_bytes, nullptr); }
 
 Status cuda_device_count(int* n) {
     *n = 0;

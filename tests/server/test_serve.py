@@ -316,6 +316,8 @@ def test_bad_requests_are_4xx_and_the_server_keeps_serving(corpus, tmp_path):
             ("POST", "/v1/search", b"\x93NUMPY\x01\x00garbage", npy, 400, "body"),
             ("POST", "/v1/search?k=abc", npy_body(corpus["queries"][:1]), npy, 400, "k"),
             ("POST", "/v1/documents", json.dumps({"documents": [q[0]], "ids": []}), js, 400, "ids"),
+            ("POST", "/v1/documents", json.dumps({"documents": [q[0]], "ids": ["m1"],
+                                                  "metadata": [{"tenant": 1}, {"tenant": 2}]}), js, 400, "more objects"),
             ("POST", "/v1/documents/delete", json.dumps({"ids": ["zz"]}), js, 404, "zz"),
             ("GET", "/v1/search", None, {}, 405, "POST"),
             ("GET", "/v2/nothing", None, {}, 404, "endpoint"),
@@ -607,3 +609,24 @@ def test_metrics_are_prometheus_text(corpus, served):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             float(line.rsplit(" ", 1)[1])  # every sample's value is a number
+
+
+def test_bench_serve_measures_served_and_in_process(corpus, tmp_path):
+    """tms bench serve: a row per client count, served and in-process queries/s, with the writer
+    row too; the writer's documents are gone after."""
+    index = fresh_index(corpus, "bench")
+    out = tmp_path / "serve.json"
+    r = subprocess.run([TMS, "bench", "serve", "--index", str(index), "--queries", str(corpus["dir"] / "queries.npy"),
+                        "--device", "cpu", "--clients", "1,4", "--seconds", "0.5", "--writer-rate", "4",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(out.read_text())
+    rows = j["rows"]
+    served = [(x["clients"], x["writer_docs_per_s"] > 0) for x in rows if x["kind"] == "served"]
+    assert served == [(1, False), (4, False), (1, True), (4, True)], rows
+    assert sorted(x["clients"] for x in rows if x["kind"] == "in_process") == [1, 4], rows
+    for x in rows:
+        assert x["qps"] > 0 and x["answered"] > 0 and not x["errors"] and x["p99_ms"] >= x["p50_ms"] > 0, x
+    assert j["writes_acknowledged"] > 0
+    with serving(index) as (p, url, port):
+        assert tilemaxsim.Client(url).info()["n_docs"] == len(corpus["docs"])

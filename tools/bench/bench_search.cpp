@@ -25,6 +25,7 @@
 #include "tools/lib/eval.h"
 #include "tilemaxsim/tilemaxsim.h"
 #include "tools/bench/bench_kernels.h"
+#include "tools/bench/latency.h"
 
 namespace tms::bench {
 namespace {
@@ -82,12 +83,6 @@ double recall_at(const std::vector<std::vector<SearchHit>>& truth, const std::ve
         ++n;
     }
     return n ? sum / n : 0;
-}
-
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
 }
 
 }  // namespace
@@ -344,7 +339,7 @@ Status RunSearchBench(const SearchBenchOptions& o, std::string* json) {
                 conc.emplace_back(c, total / SecondsSince(t0));
             }
         }
-        const double p50 = percentile(lat, 0.5), p99 = percentile(lat, 0.99);
+        const double p50 = Percentile(lat, 0.5), p99 = Percentile(lat, 0.99);
         double qps64 = 0;
         for (const auto& [c, v] : conc)
             if (c == 64) qps64 = v;

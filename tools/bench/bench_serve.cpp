@@ -20,6 +20,7 @@
 #include "server/http_server.h"
 #include "tilemaxsim/log.h"
 #include "tilemaxsim/searcher.h"
+#include "tools/bench/latency.h"
 
 namespace tms::bench {
 namespace {
@@ -31,12 +32,6 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double Percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
-}
 
 struct Row {
     int clients = 0;
@@ -249,10 +244,7 @@ Status RunServeBench(const ServeBenchOptions& o, std::string* json) {
     auto api = std::make_shared<server::Api>(ao, nullptr);
     api->SetIndex(std::move(index));
     std::string error;
-    auto httpd = server::HttpServer::Listen(
-        "127.0.0.1", 0, server::HttpLimits{},
-        [api](server::HttpRequest&& r, server::HttpReply reply) { api->Handle(std::move(r), std::move(reply)); },
-        &error);
+    auto httpd = server::ListenApi(api, "127.0.0.1", 0, server::HttpLimits{}, &error);
     if (!httpd) return Status::IOError("bench serve: " + error);
     const int port = httpd->port();
     std::thread serving([&] { httpd->Run(2); });

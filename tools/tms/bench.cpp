@@ -207,10 +207,7 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
             sbo.pruning_list.push_back(parse_pruning(p));
         }
         sbo.searcher.progress = false;
-        tms::Status st = parse_device(sb_device, &sbo.searcher.device);
-        if (st.ok() && !sb_devices.empty())
-            st = tms::ParseDeviceList(sb_devices, &sbo.searcher).WithContext("--devices");
-        if (st.ok()) st = tms::ParseVectorTier(sb_vectors, &sbo.searcher.vectors).WithContext("--vectors");
+        tms::Status st = parse_placement(sb_device, sb_devices, sb_vectors, &sbo.searcher);
         sbo.searcher.stream_bytes = sb_stream_mib << 20;
         for (const std::string& out : {sb_json, sbo.truth_out}) {
             if (st.ok() && !out.empty()) {
@@ -260,8 +257,7 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
     bv->add_option("--json", sv->json, "Write the results JSON here");
     auto run_serve = [sv, &ctx]() -> int {
         sv->o.command = ctx.command_line;
-        tms::Status st = parse_device(sv->device, &sv->o.searcher.device);
-        if (st.ok()) st = tms::ParseVectorTier(sv->vectors, &sv->o.searcher.vectors).WithContext("--vectors");
+        tms::Status st = parse_placement(sv->device, "", sv->vectors, &sv->o.searcher);
         if (st.ok() && !sv->json.empty()) {
             st = tms::CheckOutputPath(sv->json, tms::OutputKind::kFile,
                                       {{"--queries", sv->o.queries}, {"--index", sv->o.index}});

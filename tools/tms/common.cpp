@@ -37,6 +37,13 @@ int fail(const std::string& cmd, const tms::Status& st) {
     return exit_code(st);
 }
 
+tms::Status parse_placement(const std::string& device, const std::string& devices, const std::string& vectors,
+                            tms::SearcherOptions* so) {
+    TMS_RETURN_IF_ERROR(parse_device(device, &so->device));
+    if (!devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(devices, so).WithContext("--devices"));
+    return tms::ParseVectorTier(vectors, &so->vectors).WithContext("--vectors");
+}
+
 tms::Status parse_device(const std::string& s, tms::Device* d) {
     if (s == "auto")
         *d = tms::Device::kAuto;

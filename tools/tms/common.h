@@ -64,6 +64,10 @@ int fail(const std::string& cmd, const tms::Status& st);
 // --device: auto, cpu or gpu.
 tms::Status parse_device(const std::string& s, tms::Device* d);
 
+// --device, --devices (GPU ordinals; "": every GPU) and --vectors (the tier) into `so`.
+tms::Status parse_placement(const std::string& device, const std::string& devices, const std::string& vectors,
+                            tms::SearcherOptions* so);
+
 // --pruning's value (checked against {interaction, probe} by CLI11).
 tms::Pruning parse_pruning(const std::string& s);
 

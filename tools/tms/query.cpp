@@ -62,10 +62,8 @@ tms::Status load_estimate_sample(const std::string& path, EstimateSample* s, tms
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
     opts->pruning = parse_pruning(a.pruning);
-    TMS_RETURN_IF_ERROR(parse_device(a.device, &so->device));
-    if (!a.devices.empty()) TMS_RETURN_IF_ERROR(tms::ParseDeviceList(a.devices, so).WithContext("--devices"));
+    TMS_RETURN_IF_ERROR(parse_placement(a.device, a.devices, a.vectors, so));
     so->load_vectors = true;
-    TMS_RETURN_IF_ERROR(tms::ParseVectorTier(a.vectors, &so->vectors).WithContext("--vectors"));
     so->stream_bytes = a.stream_mib << 20;
     so->filter_time_ms = a.filter_time_ms;
     so->filter_max_bytes = a.filter_max_bytes;

@@ -53,9 +53,7 @@ int RunServe(const ServeArgs& a) {
         if (!st.ok()) return fail("serve", st);
     }
     tms::SearcherOptions so;
-    tms::Status st = parse_device(a.device, &so.device);
-    if (st.ok() && !a.devices.empty()) st = tms::ParseDeviceList(a.devices, &so).WithContext("--devices");
-    if (st.ok()) st = tms::ParseVectorTier(a.vectors, &so.vectors).WithContext("--vectors");
+    tms::Status st = parse_placement(a.device, a.devices, a.vectors, &so);
     if (!st.ok()) return fail("serve", st);
     so.gather = true;
     so.gather_us = a.gather_us;
@@ -84,12 +82,8 @@ int RunServe(const ServeArgs& a) {
     limits.max_body = a.max_body_mib << 20;
     limits.read_timeout = std::chrono::seconds(a.read_timeout_s);
     std::string error;
-    auto http = server::HttpServer::Listen(
-        a.host, a.port, limits,
-        [api](server::HttpRequest&& r, server::HttpReply reply) { api->Handle(std::move(r), std::move(reply)); },
-        &error);
+    auto http = server::ListenApi(api, a.host, a.port, limits, &error);
     if (!http) return fail("serve", tms::Status::IOError(error));
-    api->SetCounters([h = http.get()] { return h->counters(); });
     tms::LogInfo("tms serve: listening on http://%s:%d/ (%s)\n",
                  a.host.find(':') != std::string::npos ? ("[" + a.host + "]").c_str() : a.host.c_str(), http->port(),
                  with_keys ? (std::to_string(n_keys) + " API keys from " + a.api_keys).c_str()
