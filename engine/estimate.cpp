@@ -229,12 +229,18 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         }
         qb = *o.sample;
     }
-    SearcherOptions so;
-    so.device = o.device;
-    so.progress = false;
-    so.gather = false;
-    std::unique_ptr<Searcher> s;
-    TMS_RETURN_IF_ERROR(Searcher::Open(so, path, &s));
+    std::unique_ptr<Searcher> own;
+    const Searcher* s = o.searcher;
+    if (s == nullptr) {
+        SearcherOptions so;
+        so.device = o.device;
+        so.progress = false;
+        so.gather = false;
+        TMS_RETURN_IF_ERROR(Searcher::Open(so, path, &own));
+        s = own.get();
+    } else {
+        device = s->device();
+    }
     if (o.sample == nullptr) {
         const int wanted = o.queries > 0 ? o.queries : device == Device::kGpu ? 256 : 64;
         int n = 0;

@@ -81,7 +81,7 @@ public:
         } else {
             TMS_RETURN_IF_ERROR(SearchShards(q, opts, results, timings));
         }
-        if (record_ > 0) Record(q);
+        if (sample_) sample_->Add(q);
         // A query of no tokens matches nothing (its MaxSim would be 0 for every document).
         for (int i = 0; q.lengths && i < q.n_queries; ++i)
             if (q.lengths[i] == 0) (*results)[size_t(i)].clear();
@@ -361,45 +361,9 @@ public:
     int n_centroids() const { return shards_.n_centroids(); }
 
     ServedQueries Served() const override {
-        std::lock_guard<std::mutex> lock(served_mu_);
-        ServedQueries out;
-        out.seen = served_seen_;
-        out.dim = info_.dim;
-        out.n_queries = int(served_.size());
-        const size_t dim = size_t(std::max(1, info_.dim));
-        for (const auto& r : served_) out.q_tokens = std::max(out.q_tokens, int(r.size() / dim));
-        const size_t row = size_t(out.q_tokens) * dim;
-        out.tokens.assign(served_.size() * row, 0);  // zero rows pad the shorter queries
-        for (size_t i = 0; i < served_.size(); ++i)
-            std::copy(served_[i].begin(), served_[i].end(), out.tokens.begin() + ptrdiff_t(i * row));
+        ServedQueries out = sample_ ? sample_->Get() : ServedQueries();
+        out.dim = info_.dim;  // (also of an empty sample)
         return out;
-    }
-
-    // Offers each query of q (its used tokens; one of none is not kept) to the sample, as
-    // reservoir sampling does (Vitter's algorithm R): the first record_ are kept, then the
-    // n-th seen replaces a random one with probability record_ / n, so that every query seen
-    // is in the sample with the same probability.
-    void Record(const QueryBatch& q) const {
-        const int dim = q.dim;
-        std::lock_guard<std::mutex> lock(served_mu_);
-        for (int i = 0; i < q.n_queries; ++i) {
-            const int len = q.lengths ? std::clamp(q.lengths[i], 0, q.q_tokens) : q.q_tokens;
-            if (len == 0) continue;
-            ++served_seen_;
-            size_t slot = served_.size();
-            if (served_.size() < size_t(record_)) {
-                served_.emplace_back();
-            } else {
-                const uint64_t j = served_rng_() % uint64_t(served_seen_);
-                if (j >= uint64_t(record_)) continue;
-                slot = size_t(j);
-            }
-            std::vector<uint16_t>& row = served_[slot];
-            row.resize(size_t(len) * size_t(dim));
-            const int64_t first = int64_t(i) * q.q_tokens * dim;
-            for (size_t e = 0; e < row.size(); ++e)
-                row[e] = kernels::float_to_half(kernels::load_as_float(q.data, q.dtype, first + int64_t(e)));
-        }
     }
 
     IndexInfo info_;
@@ -418,12 +382,8 @@ public:
     mutable int running_ = 0;  // gathered searches in flight (at most one)
     mutable std::once_flag by_id_once_;
     mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
-    int record_ = 0;                                          // SearcherOptions::record_queries
-    mutable std::mutex served_mu_;
-    mutable std::vector<std::vector<uint16_t>> served_;  // the sample: each query's tokens, fp16
-    mutable int64_t served_seen_ = 0;
-    mutable std::mt19937_64 served_rng_{0x5e7ed};
-    engine::ShardSet shards_;  // the segments on their devices
+    std::shared_ptr<QuerySample> sample_;                     // SearcherOptions::record_into / record_queries
+    engine::ShardSet shards_;                                 // the segments on their devices
 };
 
 // GPUs for the shards: opts.gpus (each present) or every visible one.
@@ -607,7 +567,9 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     auto s = std::make_unique<ShardedSearcher>();
     s->gather_ = opts.gather;
     s->gather_us_ = opts.gather_us;
-    s->record_ = std::max(0, opts.record_queries);
+    s->sample_ = opts.record_into          ? opts.record_into
+                 : opts.record_queries > 0 ? std::make_shared<QuerySample>(opts.record_queries)
+                                           : nullptr;
     kernels::SetThreads(opts.threads);
     kernels::SingleThreadedBlas();
     Trace trace = LoadTrace();

@@ -11,6 +11,7 @@
 #include "index/ingest/npy.h"
 #include "nlohmann/json.hpp"
 #include "server/form_data.h"
+#include "tilemaxsim/estimate.h"
 #include "server/openapi.h"
 
 namespace tms::server {
@@ -298,13 +299,41 @@ Api::Api(const ApiOptions& opts, std::unique_ptr<ApiKeys> keys)
     : opts_(opts),
       keys_(std::move(keys)),
       searchers_(opts.workers, opts.queue),
-      writer_(opts.write_workers, opts.write_queue) {}
+      writer_(opts.write_workers, opts.write_queue) {
+    if (opts_.recalibrate_after > 0) calibrator_ = std::thread([this] { Recalibrate(); });
+}
 
 Api::~Api() { Stop(); }
 
 void Api::Stop() {
+    {
+        std::lock_guard<std::mutex> lk(calibrator_mu_);
+        stopping_ = true;
+    }
+    calibrator_cv_.notify_all();
+    if (calibrator_.joinable()) calibrator_.join();
     searchers_.Stop();
     writer_.Stop();
+}
+
+void Api::Recalibrate() {
+    std::unique_lock<std::mutex> lk(calibrator_mu_);
+    while (!stopping_) {
+        calibrator_cv_.wait_for(lk, std::chrono::milliseconds(250));
+        const auto index = std::atomic_load(&index_);
+        if (stopping_ || !index || !index->RecalibrationDue(opts_.recalibrate_after)) continue;
+        const int64_t idle_ns = Clock::now().time_since_epoch().count() - last_search_ns_.load();
+        if (idle_ns < std::chrono::nanoseconds(opts_.recalibrate_idle).count() || searchers_.running() > 0 ||
+            searchers_.queued() > 0) {
+            continue;
+        }
+        lk.unlock();
+        bool measured = false;
+        const Status st = index->Recalibrate(opts_.recalibrate_after, &measured);
+        if (!st.ok())
+            Logf(LogLevel::kWarning, "tms serve: recall estimate on served queries: %s\n", st.message().c_str());
+        lk.lock();
+    }
 }
 
 void Api::SetIndex(std::unique_ptr<IndexService> index) {
@@ -481,6 +510,15 @@ void Api::Info(Call& c) {
     const IndexInfo& i = s->info();
     json cols = json::array();
     for (const auto& m : i.metadata_columns) cols.push_back({{"name", m.name}, {"type", MetaTypeName(m.type)}});
+    // The recall estimate the default search plans from, and what it plans.
+    json estimate = nullptr;
+    RecallEstimate e;
+    if (ReadRecallEstimate(c.index->path(), &e).ok()) {
+        estimate = {{"source", e.sampled ? "sample" : "pseudo-queries"},
+                    {"queries", e.queries},
+                    {"measured_at", e.measured_at}};
+    }
+    const SearchOptions plan = s->Plan(SearchOptions());
     c.Json(200, {{"n_docs", i.n_docs - i.n_deleted},
                  {"n_deleted", i.n_deleted},
                  {"n_tokens", i.n_tokens},
@@ -491,10 +529,18 @@ void Api::Info(Call& c) {
                  {"shards", i.shards.size()},
                  {"metadata_columns", cols},
                  {"device", DeviceName(s->device())},
-                 {"writes", c.index->generation()}});
+                 {"writes", c.index->generation()},
+                 {"queries_recorded", c.index->queries_seen()},
+                 {"estimate", estimate},
+                 {"default_search",
+                  {{"nprobe", plan.nprobe},
+                   {"ncandidates", plan.ncandidates},
+                   {"rerank", plan.rerank},
+                   {"exhaustive", plan.exhaustive}}}});
 }
 
 void Api::Search(Call& c) {
+    last_search_ns_ = Clock::now().time_since_epoch().count();
     const auto s = c.index->Current();
     Queries q;
     SearchOptions opts;
@@ -540,6 +586,7 @@ void Api::Search(Call& c) {
     std::vector<std::vector<SearchHit>> results;
     SearchTimings t;
     Status st = s->Search(q.batch, opts, &results, &t);
+    last_search_ns_ = Clock::now().time_since_epoch().count();
     if (!st.ok()) return c.Error(StatusCode(st), st.message());
     metrics_.Stages(t.candidates, t.scoring, t.rerank);
     std::vector<std::string> objects;

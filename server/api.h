@@ -21,7 +21,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "server/api_keys.h"
 #include "server/http_server.h"
@@ -43,6 +46,11 @@ struct ApiOptions {
     size_t max_filter_chars = 100000;
     std::chrono::milliseconds queue_timeout{10000};  ///< a request that waited longer: 503
     bool log_json = false;
+    /// Measure the recall estimate again on the sample of the queries served (the index's
+    /// SearcherOptions::record_into) once this many more were served (0: never), when no search
+    /// has run for recalibrate_idle (IndexService::Recalibrate).
+    int64_t recalibrate_after = 1000;
+    std::chrono::milliseconds recalibrate_idle{2000};
 };
 
 class Api {
@@ -70,6 +78,7 @@ private:
     void Compact(Call& c);
     void Info(Call& c);
     void Finish(Call& c);
+    void Recalibrate();  // the calibrator thread
 
     ApiOptions opts_;
     std::unique_ptr<ApiKeys> keys_;
@@ -77,6 +86,11 @@ private:
     std::function<HttpCounters()> counters_;
     Metrics metrics_;
     WorkerPool searchers_, writer_;
+    std::atomic<int64_t> last_search_ns_{0};  // steady clock, when a search last started or ended
+    std::mutex calibrator_mu_;
+    std::condition_variable calibrator_cv_;
+    bool stopping_ = false;
+    std::thread calibrator_;
 };
 
 /// An HttpServer listening on host:port whose requests `api` answers (and whose counters its

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "index/ingest/metadata_jsonl.h"
 #include "index/metadata/metadata.h"
+#include "tilemaxsim/estimate.h"
 #include "tilemaxsim/index_updater.h"
 
 namespace tms::server {
@@ -31,7 +32,7 @@ std::shared_ptr<const Searcher> IndexService::Current() const {
     return current_;
 }
 
-Status IndexService::Reopen() {
+Status IndexService::Reopen(bool count_write) {
     std::unique_ptr<Searcher> searcher;
     TMS_RETURN_IF_ERROR(Searcher::Open(opts_, path_, &searcher));
     std::shared_ptr<const Searcher> next(std::move(searcher));
@@ -39,7 +40,7 @@ Status IndexService::Reopen() {
         std::lock_guard<std::mutex> lk(current_mu_);
         current_.swap(next);
     }
-    ++generation_;
+    if (count_write) ++generation_;
     return Status::OK();  // `next` (the old searcher) goes when its last search ends
 }
 
@@ -169,6 +170,50 @@ Status IndexService::Compact() {
     return Commit(&w);
 }
 
+Status IndexService::Recalibrate(int64_t min_new, bool* measured) {
+    Write w;
+    w.is_estimate = true;
+    w.min_new = min_new;
+    const Status st = Commit(&w);
+    *measured = w.measured;
+    return st;
+}
+
+int64_t IndexService::queries_seen() const { return opts_.record_into ? opts_.record_into->seen() : 0; }
+
+bool IndexService::RecalibrationDue(int64_t min_new) const {
+    return opts_.record_into && queries_seen() - estimated_seen_.load() >= std::max<int64_t>(1, min_new);
+}
+
+Status IndexService::EstimateNow(Write* w) {
+    const std::shared_ptr<QuerySample>& sample = opts_.record_into;
+    if (!sample) return Status::OK();
+    if (!RecalibrationDue(w->min_new)) return Status::OK();
+    const ServedQueries sq = sample->Get();
+    estimated_seen_ = sq.seen;
+    if (sq.n_queries == 0) return Status::OK();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::shared_ptr<const Searcher> s = Current();
+    const QueryBatch q{sq.tokens.data(), DType::kF16, sq.n_queries, sq.q_tokens, sq.dim, nullptr};
+    EstimateOptions eo;
+    eo.sample = &q;
+    eo.searcher = s.get();
+    RecallEstimate e;
+    sample->set_recording(false);  // the measurement's own searches are not served queries
+    const Status st = EstimateRecall(path_, eo, &e);
+    sample->set_recording(true);
+    TMS_RETURN_IF_ERROR(st);
+    TMS_RETURN_IF_ERROR(Reopen(/*count_write=*/false));
+    w->measured = true;
+    const SearchOptions plan = Current()->Plan(SearchOptions());
+    LogInfo(
+        "tms serve: recall estimate measured on %d served queries in %.2f s: default search now nprobe %d, "
+        "ncandidates %d, rerank %d%s\n",
+        sq.n_queries, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), plan.nprobe,
+        plan.ncandidates, plan.rerank, plan.exhaustive ? " (exhaustive)" : "");
+    return Status::OK();
+}
+
 Status IndexService::Commit(Write* w) {
     // Group commit: the first writer to find no group being committed commits every write
     // queued by then; the others wait for it (and the next group forms meanwhile).
@@ -183,8 +228,8 @@ Status IndexService::Commit(Write* w) {
         std::vector<Write*> group;
         group.swap(pending_);
         lk.unlock();
-        std::vector<Write*> writes, compactions;
-        for (Write* g : group) (g->is_compact ? compactions : writes).push_back(g);
+        std::vector<Write*> writes, compactions, estimates;
+        for (Write* g : group) (g->is_compact ? compactions : g->is_estimate ? estimates : writes).push_back(g);
         if (!writes.empty()) {
             const Applied a = Apply(writes);
             if (a.committed || writes.size() == 1) {
@@ -195,6 +240,7 @@ Status IndexService::Commit(Write* w) {
             }
         }
         for (Write* g : compactions) g->status = CompactNow();
+        for (Write* g : estimates) g->status = EstimateNow(g);
         lk.lock();
         for (Write* g : group) g->done = true;
         queue_cv_.notify_all();

@@ -50,13 +50,27 @@ public:
     /// groups; searches go on meanwhile, with the searcher before, then the one after.
     Status Compact();
 
+    /// Measures the recall estimate again on the sample of the queries served
+    /// (SearcherOptions::record_into, EstimateRecall), when at least `min_new` queries were
+    /// served since the last measurement, and opens a searcher that plans from it; between two
+    /// write groups (writes wait for it: call it when the server is idle). *measured: whether it
+    /// did. A failed measurement is not tried again before min_new more queries.
+    Status Recalibrate(int64_t min_new, bool* measured);
+    /// Whether Recalibrate(min_new) would measure: min_new queries served since the last time.
+    bool RecalibrationDue(int64_t min_new) const;
+    /// The queries searched so far (0 without a sample).
+    int64_t queries_seen() const;
+    const std::string& path() const { return path_; }
+
     /// The documents `filter` allows in `s` (empty filter: null, every document).
     static Status Allowed(const Searcher& s, const std::string& filter, std::shared_ptr<DocSet>* out);
 
 private:
     // One write of a group commit (Commit).
     struct Write {
-        bool is_delete = false, is_compact = false;
+        bool is_delete = false, is_compact = false, is_estimate = false;
+        int64_t min_new = 0;    // is_estimate
+        bool measured = false;  // is_estimate
         const EmbeddingView* tokens = nullptr;
         const std::vector<int64_t>* doclens = nullptr;
         const std::vector<std::string>* ids = nullptr;
@@ -75,7 +89,8 @@ private:
     Status Commit(Write* w);
     Applied Apply(const std::vector<Write*>& group);  // one updater, one commit, one new searcher
     Status CompactNow();                              // the group committer only
-    Status Reopen();
+    Status EstimateNow(Write* w);                     // the group committer only
+    Status Reopen(bool count_write = true);
     Status CheckNewMetadata(const std::vector<std::string>& ids, const DocMetadata* metadata,
                             const std::string& required_filter) const;
 
@@ -89,6 +104,7 @@ private:
     std::vector<Write*> pending_;
     bool committing_ = false;
     std::atomic<int64_t> generation_{0};
+    std::atomic<int64_t> estimated_seen_{0};  // queries seen at the last measurement
 };
 
 /// Messages of writes a key's filter refuses start with this.

@@ -14,6 +14,7 @@
 namespace tms {
 
 struct QueryBatch;
+class Searcher;
 
 /// recall@k of approximate search against exhaustive search at one setting.
 struct RecallPoint {
@@ -69,6 +70,10 @@ struct EstimateOptions {
     /// Queries of your own (a sample of real ones) measured instead of pseudo-queries: all of them
     /// are searched, and the estimate is of their recall. Null: pseudo-queries.
     const QueryBatch* sample = nullptr;
+    /// An open searcher of the index at `path` to measure with (its device and placement; it
+    /// must have loaded the vectors), instead of opening one (twice the memory). Null: one is
+    /// opened on `device`.
+    const Searcher* searcher = nullptr;
 };
 
 /// Measures the index at `path` (it must keep its vectors: exhaustive search is the truth) and

@@ -11,6 +11,8 @@
 
 namespace tms {
 
+class QuerySample;  // searcher.h
+
 /// How an index is built. Load from JSON with LoadBuildOptionsJson (configs/*.json).
 struct IndexBuildOptions {
     /// Token codec: "pq" (product quantization of the residual to the coarse centroid)
@@ -115,6 +117,10 @@ struct SearcherOptions {
     /// index really gets (EstimateOptions::sample) rather than on pseudo-queries. 0: none (no
     /// cost). Default: 0
     int record_queries = 0;
+    /// Record into this sample instead (record_queries is then not used): one sample kept across
+    /// the searchers an application opens one after another (tms serve, after each write).
+    /// Default: null
+    std::shared_ptr<QuerySample> record_into;
     /// Search each device's consecutive shards as one segment (one pipeline, one candidate list
     /// per query). false: every shard is a segment of its own, cut together with the others
     /// (SearchCuts), which gives the same results more slowly: for tests and measurements.

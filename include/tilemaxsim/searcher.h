@@ -1,7 +1,11 @@
 // Copyright TileMaxSim authors. Searching an index.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -60,6 +64,37 @@ struct ServedQueries {
     int n_queries = 0, q_tokens = 0, dim = 0;
     /// Queries searched since the Searcher opened (the sample holds min(seen, record_queries)).
     int64_t seen = 0;
+};
+
+/// A uniform random sample (a reservoir: Vitter's algorithm R) of at most `capacity` queries,
+/// fed by the searches of the searchers that record into it (SearcherOptions::record_queries or
+/// ::record_into): an application that reopens its index (after writes) keeps one sample across
+/// its searchers. Thread-safe.
+class QuerySample {
+public:
+    explicit QuerySample(int capacity);
+    /// Offers each query of q (its used tokens; a query of none is not kept): the first
+    /// `capacity` are kept, then the n-th seen replaces a random one with probability capacity / n,
+    /// so that every query seen is in the sample with the same probability. Nothing while not
+    /// recording.
+    void Add(const QueryBatch& q);
+    /// The sample, shorter queries padded with zero rows (an EstimateOptions::sample as it is).
+    ServedQueries Get() const;
+    /// Stops (false) and resumes (true) taking queries: searches of the sample itself (a recall
+    /// estimate on it) must not feed it again.
+    void set_recording(bool on) { recording_.store(on); }
+    int capacity() const { return capacity_; }
+    /// Queries offered while recording, kept or not.
+    int64_t seen() const;
+
+private:
+    const int capacity_;
+    std::atomic<bool> recording_{true};
+    mutable std::mutex mu_;
+    std::vector<std::vector<uint16_t>> rows_;  // each query's tokens, fp16
+    int64_t seen_ = 0;
+    int dim_ = 0;
+    std::mt19937_64 rng_{0x5e7ed};
 };
 
 /// An opened index, ready to answer queries. Search is const and thread-safe.

@@ -687,6 +687,29 @@ TEST(SearchCpu, RecordsASampleOfTheQueriesSearched) {
             }
         }
     }
+    // One sample shared by searchers opened one after another (record_into): it holds every
+    // searcher's queries, in order, and not while recording is off.
+    auto shared = std::make_shared<QuerySample>(100);
+    for (int searcher = 0; searcher < 2; ++searcher) {
+        SearcherOptions so;
+        so.device = Device::kCpu;
+        so.record_queries = 1;  // (not used: record_into wins)
+        so.record_into = shared;
+        std::unique_ptr<Searcher> s;
+        ASSERT_TRUE(Searcher::Open(so, path, &s).ok());
+        ASSERT_TRUE(s->Search(qb, o, &res).ok());
+        shared->set_recording(false);
+        ASSERT_TRUE(s->Search(qb, o, &res).ok());
+        shared->set_recording(true);
+        EXPECT_EQ(s->Served().seen, (searcher + 1) * (c.nq - 1));
+    }
+    const ServedQueries sq = shared->Get();
+    ASSERT_EQ(sq.n_queries, 2 * (c.nq - 1));
+    EXPECT_EQ(shared->seen(), sq.seen);
+    for (int i = 0; i < sq.n_queries; ++i) {
+        const int j = i % (c.nq - 1);
+        expect_query(sq, i, j < 2 ? j : j + 1);
+    }
 }
 
 TEST(SearchCpu, DegenerateCorporaAnswerEveryQuery) { testing::ExpectDegenerateCorporaAnswered(Device::kCpu); }

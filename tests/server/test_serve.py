@@ -630,3 +630,36 @@ def test_bench_serve_measures_served_and_in_process(corpus, tmp_path):
     assert j["writes_acknowledged"] > 0
     with serving(index) as (p, url, port):
         assert tilemaxsim.Client(url).info()["n_docs"] == len(corpus["docs"])
+
+
+def test_recall_estimate_follows_the_queries_served(corpus, tmp_path):
+    """The server keeps a sample of the queries it serves (--record-queries) across the searchers
+    that writes open, and once --recalibrate-after more were served and it is idle, measures the
+    recall estimate on them; the default search then plans from it, and no write is counted."""
+    index = fresh_index(corpus, "calib")
+    q = corpus["queries"]
+    with serving(index, "--record-queries", 20, "--recalibrate-after", 24, "--recalibrate-idle-ms", 100) as (
+            p, url, port):
+        c = tilemaxsim.Client(url)
+        info = c.info()
+        assert info["queries_recorded"] == 0 and info["writes"] == 0
+        assert info["estimate"] is None or info["estimate"]["source"] == "pseudo-queries", info
+        first = c.search(q[:12], k=5)
+        c.add([q[0]], ["calib-new"])  # a new searcher, the same sample
+        c.search(q[4:16], k=5)
+        deadline = time.time() + 60
+        while (info := c.info())["estimate"] is None or info["estimate"]["source"] != "sample":
+            assert time.time() < deadline, info
+            time.sleep(0.1)
+        assert info["queries_recorded"] == 24 and info["estimate"]["queries"] == 20, info
+        assert info["writes"] == 1, info
+        stored = json.loads((index / "estimate.json").read_text())
+        assert stored["sample"] is True and stored["queries"] == 20
+        d = info["default_search"]
+        assert d["nprobe"] >= 1 and d["rerank"] >= 0, d
+        # searches after the measurement answer as before (the document added aside)
+        again = c.search(q[:12], k=5)
+        for a, b in zip(first[0], again[0]):
+            assert [x for x in b if x != "calib-new"] == a[: len([x for x in b if x != "calib-new"])]
+        # the measurement's own searches were not recorded as served queries
+        assert c.info()["queries_recorded"] == 36

@@ -235,12 +235,15 @@ Status RunServeBench(const ServeBenchOptions& o, std::string* json) {
             inproc.push_back(r);
         }
     }
-    // The server, as tms serve runs it (no keys, loopback).
+    // The server, as tms serve runs it (no keys, loopback, a sample of the queries kept).
+    SearcherOptions served = so;
+    served.record_into = std::make_shared<QuerySample>(1000);
     std::unique_ptr<server::IndexService> index;
-    TMS_RETURN_IF_ERROR(server::IndexService::Open(o.index, so, &index));
+    TMS_RETURN_IF_ERROR(server::IndexService::Open(o.index, served, &index));
     server::ApiOptions ao;
     ao.workers = o.workers > 0 ? o.workers : std::max(64, *std::max_element(o.clients.begin(), o.clients.end()));
     ao.queue = 4 * ao.workers;
+    ao.recalibrate_after = 0;  // (tms serve measures only when idle: never during a row)
     auto api = std::make_shared<server::Api>(ao, nullptr);
     api->SetIndex(std::move(index));
     std::string error;

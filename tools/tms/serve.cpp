@@ -16,7 +16,8 @@ namespace {
 struct ServeArgs {
     std::string index, host = "127.0.0.1", api_keys, device = "auto", devices, vectors = "auto";
     int port = 8080, io_threads = 2, gather_us = 0, read_timeout_s = 30, grace_s = 30;
-    int64_t max_body_mib = 64, queue_timeout_ms = 10000;
+    int64_t max_body_mib = 64, queue_timeout_ms = 10000, recalibrate_idle_ms = 2000;
+    int record_queries = 1000;
     double compact_deleted = 0.25;
     bool log_json = false, insecure = false;
     server::ApiOptions api;
@@ -57,6 +58,7 @@ int RunServe(const ServeArgs& a) {
     if (!st.ok()) return fail("serve", st);
     so.gather = true;
     so.gather_us = a.gather_us;
+    if (a.record_queries > 0) so.record_into = std::make_shared<tms::QuerySample>(a.record_queries);
     tms::IndexInfo info;
     st = tms::ReadIndexInfo(a.index, &info);  // a missing or broken index fails before listening
     if (!st.ok()) return fail("serve", st);
@@ -75,6 +77,8 @@ int RunServe(const ServeArgs& a) {
     server::ApiOptions ao = a.api;
     ao.log_json = a.log_json;
     ao.queue_timeout = std::chrono::milliseconds(a.queue_timeout_ms);
+    ao.recalibrate_idle = std::chrono::milliseconds(a.recalibrate_idle_ms);
+    if (a.record_queries == 0) ao.recalibrate_after = 0;
     const bool with_keys = keys != nullptr;
     const size_t n_keys = with_keys ? keys->size() : 0;
     auto api = std::make_shared<server::Api>(ao, std::move(keys));
@@ -186,6 +190,20 @@ Command AddServe(CLI::App& app) {
                   "and at least 1,000, are deleted (0: only on POST /v1/compact)")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
+    c->add_option("--record-queries", s->record_queries,
+                  "Keep a uniform sample of this many of the queries served, on which the recall estimate is "
+                  "measured again (0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000000));
+    c->add_option("--recalibrate-after", s->api.recalibrate_after,
+                  "Measure the recall estimate again on the sample once this many more queries were served, so that "
+                  "the default search (--target-recall) plans from the queries the index really gets (0: never)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+    c->add_option("--recalibrate-idle-ms", s->recalibrate_idle_ms,
+                  "... and only when no search has run for this long (writes wait while it measures)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(1), int64_t(3600000)));
     c->add_flag("--log-json", s->log_json, "One JSON object per request on stderr (else one text line)");
     return {c, [s] { return RunServe(*s); }};
 }
