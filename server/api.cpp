@@ -279,8 +279,9 @@ struct Api::Call {
     std::string route;
     std::shared_ptr<const ApiKey> key;
     std::shared_ptr<IndexService> index;
-    int queries = 0;
-    HttpResponse resp;
+    std::atomic<int> queries{0};
+    std::atomic<bool> answered{false};
+    HttpResponse resp;  // the worker's (the deadline thread answers with one of its own)
 
     void Json(int status, const json& j) {
         resp.status = status;
@@ -301,6 +302,7 @@ Api::Api(const ApiOptions& opts, std::unique_ptr<ApiKeys> keys)
       searchers_(opts.workers, opts.queue),
       writer_(opts.write_workers, opts.write_queue) {
     if (opts_.recalibrate_after > 0) calibrator_ = std::thread([this] { Recalibrate(); });
+    if (opts_.request_timeout.count() > 0) expirer_ = std::thread([this] { Expire(); });
 }
 
 Api::~Api() { Stop(); }
@@ -311,9 +313,38 @@ void Api::Stop() {
         stopping_ = true;
     }
     calibrator_cv_.notify_all();
+    deadline_cv_.notify_all();
     if (calibrator_.joinable()) calibrator_.join();
+    if (expirer_.joinable()) expirer_.join();
     searchers_.Stop();
     writer_.Stop();
+}
+
+void Api::Expire() {
+    std::unique_lock<std::mutex> lk(calibrator_mu_);
+    while (!stopping_) {
+        if (deadlines_.empty()) {
+            deadline_cv_.wait(lk);
+            continue;
+        }
+        const auto at = deadlines_.top().first;
+        if (Clock::now() < at) {
+            deadline_cv_.wait_until(lk, at);
+            continue;
+        }
+        const std::shared_ptr<Call> c = deadlines_.top().second.lock();
+        deadlines_.pop();
+        if (!c || c->answered) continue;
+        lk.unlock();
+        HttpResponse r;
+        r.status = 504;
+        r.content_type = "application/json";
+        r.body = json{{"error", "not answered within " + std::to_string(opts_.request_timeout.count()) +
+                                    " ms (--request-timeout-ms): try fewer queries, a smaller k, or later"}}
+                     .dump();
+        Send(*c, std::move(r));
+        lk.lock();
+    }
 }
 
 void Api::Recalibrate() {
@@ -471,7 +502,14 @@ void Api::Handle(HttpRequest&& req, HttpReply reply) {
 void Api::Dispatch(const std::shared_ptr<Call>& c) {
     const bool write = c->req.path.rfind("/v1/documents", 0) == 0 || c->req.path == "/v1/compact";
     WorkerPool& pool = write ? writer_ : searchers_;
+    if (!write && opts_.request_timeout.count() > 0) {
+        std::lock_guard<std::mutex> lk(calibrator_mu_);
+        const bool earliest = deadlines_.empty() || c->start + opts_.request_timeout < deadlines_.top().first;
+        deadlines_.emplace(c->start + opts_.request_timeout, c);
+        if (earliest) deadline_cv_.notify_all();
+    }
     const bool queued = pool.TryPost([this, c] {
+        if (c->answered) return;  // expired while it waited: nobody waits for its work
         if (Clock::now() - c->start > opts_.queue_timeout) {
             c->Busy("the request waited longer than " + std::to_string(opts_.queue_timeout.count()) +
                     " ms for a worker");
@@ -812,28 +850,31 @@ std::unique_ptr<HttpServer> ListenApi(const std::shared_ptr<Api>& api, const std
     return http;
 }
 
-void Api::Finish(Call& c) {
+void Api::Finish(Call& c) { Send(c, std::move(c.resp)); }
+
+void Api::Send(Call& c, HttpResponse resp) {
+    if (c.answered.exchange(true)) return;
     const double secs = std::chrono::duration<double>(Clock::now() - c.start).count();
-    metrics_.Request(c.route, c.resp.status, secs, c.queries);
+    metrics_.Request(c.route, resp.status, secs, c.queries.load());
     if (LogEnabled(LogLevel::kInfo)) {
         const std::string who = c.key ? c.key->name : "-";
         if (opts_.log_json) {
             json line = {{"ts", double(time(nullptr))},
                          {"method", c.req.method},
                          {"path", c.route},
-                         {"status", c.resp.status},
+                         {"status", resp.status},
                          {"ms", secs * 1e3},
-                         {"queries", c.queries},
+                         {"queries", c.queries.load()},
                          {"key", who},
                          {"remote", c.req.remote}};
             Logf(LogLevel::kInfo, "%s\n", line.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
         } else {
             Logf(LogLevel::kInfo, "tms serve: %s %s %d %.2f ms queries=%d key=%s remote=%s\n", c.req.method.c_str(),
-                 c.route.c_str(), c.resp.status, secs * 1e3, c.queries, who.c_str(), c.req.remote.c_str());
+                 c.route.c_str(), resp.status, secs * 1e3, c.queries.load(), who.c_str(), c.req.remote.c_str());
         }
     }
     HttpReply reply = std::move(c.reply);
-    reply(std::move(c.resp));
+    reply(std::move(resp));
 }
 
 }  // namespace tms::server

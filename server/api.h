@@ -23,6 +23,7 @@
 #include <memory>
 #include <condition_variable>
 #include <mutex>
+#include <queue>
 #include <string>
 #include <thread>
 
@@ -45,6 +46,10 @@ struct ApiOptions {
     int64_t max_docs_per_add = 100000;
     size_t max_filter_chars = 100000;
     std::chrono::milliseconds queue_timeout{10000};  ///< a request that waited longer: 503
+    /// A search or rerank not answered this long after it arrived is answered 504 then (its work,
+    /// if it started, runs to its end and is dropped; a request expired in the queue never runs).
+    /// Writes have none: their outcome must be the answer. 0: none.
+    std::chrono::milliseconds request_timeout{30000};
     bool log_json = false;
     /// Measure the recall estimate again on the sample of the queries served (the index's
     /// SearcherOptions::record_into) once this many more were served (0: never), when no search
@@ -78,7 +83,9 @@ private:
     void Compact(Call& c);
     void Info(Call& c);
     void Finish(Call& c);
-    void Recalibrate();  // the calibrator thread
+    void Send(Call& c, HttpResponse resp);  // the first answer of c goes, later ones are dropped
+    void Recalibrate();                     // the calibrator thread
+    void Expire();                          // the deadline thread (request_timeout)
 
     ApiOptions opts_;
     std::unique_ptr<ApiKeys> keys_;
@@ -91,6 +98,14 @@ private:
     std::condition_variable calibrator_cv_;
     bool stopping_ = false;
     std::thread calibrator_;
+    // Read requests by deadline (earliest first), for the deadline thread.
+    using Deadline = std::pair<std::chrono::steady_clock::time_point, std::weak_ptr<Call>>;
+    struct Later {
+        bool operator()(const Deadline& a, const Deadline& b) const { return a.first > b.first; }
+    };
+    std::priority_queue<Deadline, std::vector<Deadline>, Later> deadlines_;  // under calibrator_mu_
+    std::condition_variable deadline_cv_;
+    std::thread expirer_;
 };
 
 /// An HttpServer listening on host:port whose requests `api` answers (and whose counters its

@@ -663,3 +663,23 @@ def test_recall_estimate_follows_the_queries_served(corpus, tmp_path):
             assert [x for x in b if x != "calib-new"] == a[: len([x for x in b if x != "calib-new"])]
         # the measurement's own searches were not recorded as served queries
         assert c.info()["queries_recorded"] == 36
+
+
+def test_reads_past_the_request_timeout_are_504_and_writes_have_none(corpus, tmp_path):
+    """--request-timeout-ms: a search not answered in time gets 504 then (one JSON line), the
+    server goes on serving; a write, slower than the timeout, still gets its outcome."""
+    index = fresh_index(corpus, "deadline")
+    with serving(index, "--request-timeout-ms", 1, "--workers", 1) as (p, url, port):
+        big = np.repeat(corpus["queries"], 64, axis=0)  # 1,024 queries: far more than a millisecond
+        b = io.BytesIO()
+        np.save(b, big)
+        t0 = time.time()
+        st, _, data = raw(port, "POST", "/v1/search?k=10&exhaustive=true", b.getvalue(),
+                          {"Content-Type": "application/x-npy"})
+        assert st == 504 and "--request-timeout-ms" in json.loads(data)["error"], (st, data[:200])
+        assert time.time() - t0 < 5
+        c = tilemaxsim.Client(url)
+        assert c.add([corpus["queries"][0]], ["late-doc"]) == len(corpus["docs"]) + 1  # no timeout for writes
+        assert c.info()["n_docs"] == len(corpus["docs"]) + 1
+        st, _, text = raw(port, "GET", "/metrics")
+        assert 'tms_requests_total{route="/v1/search",code="504"} 1' in text.decode(), text.decode()[:2000]

@@ -16,7 +16,7 @@ namespace {
 struct ServeArgs {
     std::string index, host = "127.0.0.1", api_keys, device = "auto", devices, vectors = "auto";
     int port = 8080, io_threads = 2, gather_us = 0, read_timeout_s = 30, grace_s = 30;
-    int64_t max_body_mib = 64, queue_timeout_ms = 10000, recalibrate_idle_ms = 2000;
+    int64_t max_body_mib = 64, queue_timeout_ms = 10000, request_timeout_ms = 30000, recalibrate_idle_ms = 2000;
     int record_queries = 1000;
     double compact_deleted = 0.25;
     bool log_json = false, insecure = false;
@@ -77,6 +77,7 @@ int RunServe(const ServeArgs& a) {
     server::ApiOptions ao = a.api;
     ao.log_json = a.log_json;
     ao.queue_timeout = std::chrono::milliseconds(a.queue_timeout_ms);
+    ao.request_timeout = std::chrono::milliseconds(a.request_timeout_ms);
     ao.recalibrate_idle = std::chrono::milliseconds(a.recalibrate_idle_ms);
     if (a.record_queries == 0) ao.recalibrate_after = 0;
     const bool with_keys = keys != nullptr;
@@ -175,6 +176,11 @@ Command AddServe(CLI::App& app) {
     c->add_option("--queue-timeout-ms", s->queue_timeout_ms, "A request that waited this long for a worker: 503")
         ->capture_default_str()
         ->check(CLI::Range(1, 3600000));
+    c->add_option("--request-timeout-ms", s->request_timeout_ms,
+                  "A search or rerank not answered this long after it arrived gets 504 (writes have no timeout: "
+                  "their answer is their outcome; 0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(0), int64_t(3600000)));
     c->add_option("--read-timeout-s", s->read_timeout_s,
                   "A request must arrive whole within this time, and an idle connection closes after it")
         ->capture_default_str()
