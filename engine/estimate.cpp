@@ -292,13 +292,21 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         e.points.push_back({l[0], l[1], l[2], counted ? sum / counted : 1.0});
         if (e.points.size() >= n_first && e.points.back().recall >= kEnough) break;  // deeper cannot do better
     }
+    e.documents = info.n_docs - info.n_deleted;
+    if (o.store) TMS_RETURN_IF_ERROR(StoreRecallEstimate(path, e, &o));
+    *out = std::move(e);
+    return Status::OK();
+}
+
+Status StoreRecallEstimate(const std::string& path, const RecallEstimate& e, const EstimateOptions* recipe) {
     nlohmann::json j;
     j["queries"] = e.queries;
     j["k"] = e.k;
     j["measured_at"] = e.measured_at;
     if (e.sampled) {
         j["sample"] = true;
-    } else {
+    } else if (recipe != nullptr) {
+        const EstimateOptions& o = *recipe;
         j["query_tokens"] = o.query_tokens;
         j["noise"] = std::round(double(o.noise) * 1e4) / 1e4;
         j["mix"] = std::round(double(o.mix) * 1e4) / 1e4;
@@ -306,17 +314,15 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         j["pad_noise"] = std::round(double(o.pad_noise) * 1e4) / 1e4;
         j["seed"] = o.seed;
     }
-    j["documents"] = info.n_docs - info.n_deleted;
+    j["documents"] = e.documents;
     for (const RecallPoint& p : e.points) {
         j["points"].push_back(
             {{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank}, {"recall", p.recall}});
     }
     const std::string text = j.dump(1) + "\n";
     remove_dead_writers_files(path);
-    TMS_RETURN_IF_ERROR(index::WriteFileAtomically(
-        estimate_path(path), [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); }));
-    *out = std::move(e);
-    return Status::OK();
+    return index::WriteFileAtomically(
+        estimate_path(path), [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); });
 }
 
 Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
@@ -332,6 +338,7 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
         e.k = j.at("k").get<int>();
         e.sampled = j.value("sample", false);
         e.measured_at = j.value("measured_at", std::string());
+        e.documents = j.value("documents", int64_t(0));
         for (const auto& x : j.at("points")) {
             RecallPoint pt{x.at("nprobe").get<int>(), x.at("ncandidates").get<int>(), x.at("rerank").get<int>(),
                            x.at("recall").get<double>()};

@@ -171,24 +171,10 @@ Status IndexService::Compact() {
 }
 
 Status IndexService::Recalibrate(int64_t min_new, bool* measured) {
-    Write w;
-    w.is_estimate = true;
-    w.min_new = min_new;
-    const Status st = Commit(&w);
-    *measured = w.measured;
-    return st;
-}
-
-int64_t IndexService::queries_seen() const { return opts_.record_into ? opts_.record_into->seen() : 0; }
-
-bool IndexService::RecalibrationDue(int64_t min_new) const {
-    return opts_.record_into && queries_seen() - estimated_seen_.load() >= std::max<int64_t>(1, min_new);
-}
-
-Status IndexService::EstimateNow(Write* w) {
+    *measured = false;
+    std::lock_guard<std::mutex> one(recalibrate_mu_);
     const std::shared_ptr<QuerySample>& sample = opts_.record_into;
-    if (!sample) return Status::OK();
-    if (!RecalibrationDue(w->min_new)) return Status::OK();
+    if (!RecalibrationDue(min_new)) return Status::OK();
     const ServedQueries sq = sample->Get();
     estimated_seen_ = sq.seen;
     if (sq.n_queries == 0) return Status::OK();
@@ -198,13 +184,17 @@ Status IndexService::EstimateNow(Write* w) {
     EstimateOptions eo;
     eo.sample = &q;
     eo.searcher = s.get();
+    eo.store = false;
     RecallEstimate e;
     sample->set_recording(false);  // the measurement's own searches are not served queries
     const Status st = EstimateRecall(path_, eo, &e);
     sample->set_recording(true);
     TMS_RETURN_IF_ERROR(st);
-    TMS_RETURN_IF_ERROR(Reopen(/*count_write=*/false));
-    w->measured = true;
+    Write w;
+    w.is_estimate = true;
+    w.estimate = &e;
+    TMS_RETURN_IF_ERROR(Commit(&w));
+    *measured = true;
     const SearchOptions plan = Current()->Plan(SearchOptions());
     LogInfo(
         "tms serve: recall estimate measured on %d served queries in %.2f s: default search now nprobe %d, "
@@ -212,6 +202,17 @@ Status IndexService::EstimateNow(Write* w) {
         sq.n_queries, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), plan.nprobe,
         plan.ncandidates, plan.rerank, plan.exhaustive ? " (exhaustive)" : "");
     return Status::OK();
+}
+
+int64_t IndexService::queries_seen() const { return opts_.record_into ? opts_.record_into->seen() : 0; }
+
+bool IndexService::RecalibrationDue(int64_t min_new) const {
+    return opts_.record_into && queries_seen() - estimated_seen_.load() >= std::max<int64_t>(1, min_new);
+}
+
+Status IndexService::StoreEstimate(const RecallEstimate& e) {
+    TMS_RETURN_IF_ERROR(StoreRecallEstimate(path_, e));
+    return Reopen(/*count_write=*/false);
 }
 
 Status IndexService::Commit(Write* w) {
@@ -240,7 +241,7 @@ Status IndexService::Commit(Write* w) {
             }
         }
         for (Write* g : compactions) g->status = CompactNow();
-        for (Write* g : estimates) g->status = EstimateNow(g);
+        for (Write* g : estimates) g->status = StoreEstimate(*g->estimate);
         lk.lock();
         for (Write* g : group) g->done = true;
         queue_cv_.notify_all();

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tilemaxsim/estimate.h"
 #include "tilemaxsim/metadata.h"
 #include "tilemaxsim/options.h"
 #include "tilemaxsim/searcher.h"
@@ -51,10 +52,11 @@ public:
     Status Compact();
 
     /// Measures the recall estimate again on the sample of the queries served
-    /// (SearcherOptions::record_into, EstimateRecall), when at least `min_new` queries were
-    /// served since the last measurement, and opens a searcher that plans from it; between two
-    /// write groups (writes wait for it: call it when the server is idle). *measured: whether it
-    /// did. A failed measurement is not tried again before min_new more queries.
+    /// (SearcherOptions::record_into, EstimateRecall) with the current searcher, when at least
+    /// `min_new` queries were served since the last measurement (writes go on meanwhile; call it
+    /// when searches are idle); then, between two write groups, stores it and opens a searcher
+    /// that plans from it. *measured: whether it did. A failed measurement is not tried again
+    /// before min_new more queries.
     Status Recalibrate(int64_t min_new, bool* measured);
     /// Whether Recalibrate(min_new) would measure: min_new queries served since the last time.
     bool RecalibrationDue(int64_t min_new) const;
@@ -69,8 +71,7 @@ private:
     // One write of a group commit (Commit).
     struct Write {
         bool is_delete = false, is_compact = false, is_estimate = false;
-        int64_t min_new = 0;    // is_estimate
-        bool measured = false;  // is_estimate
+        const RecallEstimate* estimate = nullptr;  // is_estimate: to store
         const EmbeddingView* tokens = nullptr;
         const std::vector<int64_t>* doclens = nullptr;
         const std::vector<std::string>* ids = nullptr;
@@ -89,7 +90,7 @@ private:
     Status Commit(Write* w);
     Applied Apply(const std::vector<Write*>& group);  // one updater, one commit, one new searcher
     Status CompactNow();                              // the group committer only
-    Status EstimateNow(Write* w);                     // the group committer only
+    Status StoreEstimate(const RecallEstimate& e);    // the group committer only
     Status Reopen(bool count_write = true);
     Status CheckNewMetadata(const std::vector<std::string>& ids, const DocMetadata* metadata,
                             const std::string& required_filter) const;
@@ -105,6 +106,7 @@ private:
     bool committing_ = false;
     std::atomic<int64_t> generation_{0};
     std::atomic<int64_t> estimated_seen_{0};  // queries seen at the last measurement
+    std::mutex recalibrate_mu_;               // one measurement at a time
 };
 
 /// Messages of writes a key's filter refuses start with this.

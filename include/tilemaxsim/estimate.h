@@ -34,6 +34,8 @@ struct RecallEstimate {
     /// written before the time was recorded.
     std::string measured_at;
     int k = 10;
+    /// Live documents of the index it was measured on.
+    int64_t documents = 0;
     std::vector<RecallPoint> points;
     /// The cheapest point whose recall reaches `target`, or the last (the deepest) when none
     /// does; null without points. For targets at or above SearchOptions' default one, only
@@ -74,11 +76,18 @@ struct EstimateOptions {
     /// must have loaded the vectors), instead of opening one (twice the memory). Null: one is
     /// opened on `device`.
     const Searcher* searcher = nullptr;
+    /// Store the result beside the index (false: only return it; StoreRecallEstimate stores it
+    /// later, e.g. where writes to the index are serialized).
+    bool store = true;
 };
 
 /// Measures the index at `path` (it must keep its vectors: exhaustive search is the truth) and
 /// stores the result beside it, atomically.
 Status EstimateRecall(const std::string& path, const EstimateOptions& opts, RecallEstimate* out);
+/// Stores `e` beside the index at `path`, atomically (the measurement searches plan from when
+/// the index is opened next). `recipe`: the pseudo-queries' options, recorded with an estimate
+/// that is not `sampled`.
+Status StoreRecallEstimate(const std::string& path, const RecallEstimate& e, const EstimateOptions* recipe = nullptr);
 /// The stored measurement of the index at `path`; NotFound when it has none.
 Status ReadRecallEstimate(const std::string& path, RecallEstimate* out);
 }  // namespace tms
