@@ -25,6 +25,12 @@ build-fuzz/tests/tms_tests --gtest_brief=1 \
 # The CLI's bad-input and filter tests (its end-to-end flows, test_cli.py, are the kernels again
 # and run in the plain build).
 TMS_BIN=build-fuzz/tools/tms python3 -m pytest -q -p no:cacheprovider tests/tools/test_filter.py tests/tools/test_safety.py
+# The server's parsing of hostile requests (JSON, .npy and multipart bodies), with the Python
+# package of the plain build (build/) as its client.
+if [ -d build/python/tilemaxsim ]; then
+  TMS_BIN=build-fuzz/tools/tms PYTHONPATH=build/python python3 -m pytest -q -p no:cacheprovider tests/server/test_serve.py \
+    -k "bad_requests or binary_form"
+fi
 # Each target writes its inputs as files into a scratch directory of its own, removed at the end.
 scratch=$(mktemp -d /dev/shm/tms-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT

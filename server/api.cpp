@@ -309,7 +309,7 @@ Api::~Api() { Stop(); }
 
 void Api::Stop() {
     {
-        std::lock_guard<std::mutex> lk(calibrator_mu_);
+        std::lock_guard<std::mutex> lk(threads_mu_);
         stopping_ = true;
     }
     calibrator_cv_.notify_all();
@@ -321,7 +321,7 @@ void Api::Stop() {
 }
 
 void Api::Expire() {
-    std::unique_lock<std::mutex> lk(calibrator_mu_);
+    std::unique_lock<std::mutex> lk(threads_mu_);
     while (!stopping_) {
         if (deadlines_.empty()) {
             deadline_cv_.wait(lk);
@@ -348,7 +348,7 @@ void Api::Expire() {
 }
 
 void Api::Recalibrate() {
-    std::unique_lock<std::mutex> lk(calibrator_mu_);
+    std::unique_lock<std::mutex> lk(threads_mu_);
     while (!stopping_) {
         calibrator_cv_.wait_for(lk, std::chrono::milliseconds(250));
         const auto index = std::atomic_load(&index_);
@@ -503,7 +503,7 @@ void Api::Dispatch(const std::shared_ptr<Call>& c) {
     const bool write = c->req.path.rfind("/v1/documents", 0) == 0 || c->req.path == "/v1/compact";
     WorkerPool& pool = write ? writer_ : searchers_;
     if (!write && opts_.request_timeout.count() > 0) {
-        std::lock_guard<std::mutex> lk(calibrator_mu_);
+        std::lock_guard<std::mutex> lk(threads_mu_);
         const bool earliest = deadlines_.empty() || c->start + opts_.request_timeout < deadlines_.top().first;
         deadlines_.emplace(c->start + opts_.request_timeout, c);
         if (earliest) deadline_cv_.notify_all();

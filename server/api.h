@@ -94,7 +94,7 @@ private:
     Metrics metrics_;
     WorkerPool searchers_, writer_;
     std::atomic<int64_t> last_search_ns_{0};  // steady clock, when a search last started or ended
-    std::mutex calibrator_mu_;
+    std::mutex threads_mu_;                   // stopping_, deadlines_
     std::condition_variable calibrator_cv_;
     bool stopping_ = false;
     std::thread calibrator_;
@@ -103,7 +103,7 @@ private:
     struct Later {
         bool operator()(const Deadline& a, const Deadline& b) const { return a.first > b.first; }
     };
-    std::priority_queue<Deadline, std::vector<Deadline>, Later> deadlines_;  // under calibrator_mu_
+    std::priority_queue<Deadline, std::vector<Deadline>, Later> deadlines_;  // under threads_mu_
     std::condition_variable deadline_cv_;
     std::thread expirer_;
 };
