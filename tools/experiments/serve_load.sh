@@ -27,6 +27,8 @@ for _ in range(600):
     try: u.urlopen('http://127.0.0.1:18181/ready', timeout=5); break
     except Exception: time.sleep(0.5)"
   python3 "$(dirname "$0")/serve_calibrate.py" http://127.0.0.1:18181 $d/queries.npy 1000 2>&1 | tee "$out/serve-calibrate-$device-$docs.txt"
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:18181/metrics').read().decode())" \
+    | grep -E "^tms_(gpu_memory|shard_bytes|index_memory)" | tee -a "$out/serve-calibrate-$device-$docs.txt"
   kill -TERM $sp; wait $sp
 fi
 tms bench serve --index $d/pq --queries $d/queries.npy --device "$device" --clients 1,16,64,256 --seconds "$secs" \
