@@ -17,6 +17,7 @@ const char* StatusCodeName(Status::Code code) {
         case Status::Code::kResourceExhausted: return "ResourceExhausted";
         case Status::Code::kAlreadyExists: return "AlreadyExists";
         case Status::Code::kInternal: return "Internal";
+        case Status::Code::kCancelled: return "Cancelled";
     }
     return "Unknown";
 }

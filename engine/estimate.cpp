@@ -259,10 +259,13 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
         e.measured_at = when;
     }
+    const auto stopped = [&] { return o.stop != nullptr && o.stop->load(); };
+    const Status kStopped = Status::Cancelled("estimate: stopped before its end (nothing stored)");
     SearchOptions ex;
     ex.exhaustive = true;
     ex.k = e.k;
     std::vector<std::vector<SearchHit>> truth, got;
+    if (stopped()) return kStopped;
     TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
     const SearchOptions defaults;
     std::vector<std::array<int, 3>> ladder;
@@ -277,6 +280,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         a.nprobe = l[0];
         a.ncandidates = l[1];
         a.rerank = l[2];
+        if (stopped()) return kStopped;
         TMS_RETURN_IF_ERROR(s->Search(qb, a, &got));
         double sum = 0;
         int counted = 0;

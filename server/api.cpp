@@ -312,6 +312,7 @@ void Api::Stop() {
         std::lock_guard<std::mutex> lk(threads_mu_);
         stopping_ = true;
     }
+    if (const auto index = std::atomic_load(&index_)) index->StopRecalibrating();
     calibrator_cv_.notify_all();
     deadline_cv_.notify_all();
     if (calibrator_.joinable()) calibrator_.join();
@@ -361,7 +362,7 @@ void Api::Recalibrate() {
         lk.unlock();
         bool measured = false;
         const Status st = index->Recalibrate(opts_.recalibrate_after, &measured);
-        if (!st.ok())
+        if (!st.ok() && st.code() != Status::Code::kCancelled)
             Logf(LogLevel::kWarning, "tms serve: recall estimate on served queries: %s\n", st.message().c_str());
         lk.lock();
     }

@@ -174,7 +174,7 @@ Status IndexService::Recalibrate(int64_t min_new, bool* measured) {
     *measured = false;
     std::lock_guard<std::mutex> one(recalibrate_mu_);
     const std::shared_ptr<QuerySample>& sample = opts_.record_into;
-    if (!RecalibrationDue(min_new)) return Status::OK();
+    if (stop_measuring_ || !RecalibrationDue(min_new)) return Status::OK();
     const ServedQueries sq = sample->Get();
     estimated_seen_ = sq.seen;
     if (sq.n_queries == 0) return Status::OK();
@@ -185,6 +185,7 @@ Status IndexService::Recalibrate(int64_t min_new, bool* measured) {
     eo.sample = &q;
     eo.searcher = s.get();
     eo.store = false;
+    eo.stop = &stop_measuring_;
     RecallEstimate e;
     sample->set_recording(false);  // the measurement's own searches are not served queries
     const Status st = EstimateRecall(path_, eo, &e);

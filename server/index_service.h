@@ -63,6 +63,9 @@ public:
     /// The queries searched so far (0 without a sample).
     int64_t queries_seen() const;
     const std::string& path() const { return path_; }
+    /// Ends a measurement of Recalibrate in progress at its next step (Cancelled), and keeps
+    /// later ones from starting: for a server that stops.
+    void StopRecalibrating() { stop_measuring_ = true; }
 
     /// The documents `filter` allows in `s` (empty filter: null, every document).
     static Status Allowed(const Searcher& s, const std::string& filter, std::shared_ptr<DocSet>* out);
@@ -107,6 +110,7 @@ private:
     std::atomic<int64_t> generation_{0};
     std::atomic<int64_t> estimated_seen_{0};  // queries seen at the last measurement
     std::mutex recalibrate_mu_;               // one measurement at a time
+    std::atomic<bool> stop_measuring_{false};
 };
 
 /// Messages of writes a key's filter refuses start with this.

@@ -3,6 +3,7 @@
 // and used to choose the search's parameters for a target recall.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -76,6 +77,9 @@ struct EstimateOptions {
     /// must have loaded the vectors), instead of opening one (twice the memory). Null: one is
     /// opened on `device`.
     const Searcher* searcher = nullptr;
+    /// Set (to true) by another thread: the measurement ends before its next search with
+    /// Cancelled, storing nothing (a server shutting down). Null: it runs to its end.
+    const std::atomic<bool>* stop = nullptr;
     /// Store the result beside the index (false: only return it; StoreRecallEstimate stores it
     /// later, e.g. where writes to the index are serialized).
     bool store = true;

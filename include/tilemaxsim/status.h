@@ -21,6 +21,7 @@ public:
         kResourceExhausted,  ///< out of memory (host or device)
         kAlreadyExists,      ///< refusing to overwrite
         kInternal,           ///< a bug: please report
+        kCancelled,          ///< the caller asked the work to stop
     };
 
     Status() = default;
@@ -35,6 +36,7 @@ public:
     static Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
     static Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
     static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+    static Status Cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
 
     bool ok() const { return code_ == Code::kOk; }
     Code code() const { return code_; }

@@ -683,3 +683,24 @@ def test_reads_past_the_request_timeout_are_504_and_writes_have_none(corpus, tmp
         assert c.info()["n_docs"] == len(corpus["docs"]) + 1
         st, _, text = raw(port, "GET", "/metrics")
         assert 'tms_requests_total{route="/v1/search",code="504"} 1' in text.decode(), text.decode()[:2000]
+
+
+def test_sigterm_stops_a_recall_measurement_in_progress(tmp_path):
+    """A measurement on the served queries that runs when SIGTERM comes ends at its next step:
+    the server exits 0 in seconds, not after the whole measurement, and stores nothing."""
+    rng = np.random.default_rng(7)
+    docs = [unit(rng.standard_normal((n, DIM)).astype(np.float32)) for n in rng.integers(20, 60, size=3000)]
+    index = tmp_path / "slow"
+    tilemaxsim.build_index(index, docs, [f"s{i}" for i in range(len(docs))], keep_vectors=True, n_centroids=64,
+                           estimate=False)
+    p, host, port = start(index, "--record-queries", 400, "--recalibrate-after", 400, "--recalibrate-idle-ms", 50)
+    c = tilemaxsim.Client(f"http://{host}:{port}")
+    q = unit(rng.standard_normal((400, 16, DIM)).astype(np.float32))
+    for i in range(0, 400, 8):
+        c.search(list(q[i:i + 8]), k=10)
+    time.sleep(1.5)  # idle: the measurement (an exhaustive search, then the ladder) has started
+    t0 = time.time()
+    p.terminate()
+    assert p.wait(30) == 0
+    assert time.time() - t0 < 10, time.time() - t0
+    assert not (index / "estimate.json").exists()
