@@ -48,7 +48,7 @@ index() {  # NAME FLAGS...
   shift
   "$TMS" index --docs "$docs" --doclens "$doclens" --doc-ids "$W/c/doc_ids.txt" --out "$W/$name" --threads 2 --device "$DEVICE" \
     --no-progress --metadata "$W/meta.jsonl" "$@" > "$R/$name.index.txt" 2>&1
-  "$TMS" info --index "$W/$name" | grep -v -e $'^index\t' -e '^path' -e 'bytes' -e 'MiB' -e 'GiB' \
+  "$TMS" info --index "$W/$name" | grep -v -e $'^index\t' -e '^path' -e 'bytes' -e 'MiB' -e 'GiB' -e '^estimate_measured_at' \
     > "$R/$name.info.txt" || true
 }
 search() {  # NAME TAG FLAGS...

@@ -545,17 +545,17 @@ void Api::Dispatch(const std::shared_ptr<Call>& c) {
 }
 
 void Api::Info(Call& c) {
-    const auto s = c.index->Current();
+    std::shared_ptr<const RecallEstimate> e;
+    const auto s = c.index->Current(&e);
     const IndexInfo& i = s->info();
     json cols = json::array();
     for (const auto& m : i.metadata_columns) cols.push_back({{"name", m.name}, {"type", MetaTypeName(m.type)}});
     // The recall estimate the default search plans from, and what it plans.
     json estimate = nullptr;
-    RecallEstimate e;
-    if (ReadRecallEstimate(c.index->path(), &e).ok()) {
-        estimate = {{"source", e.sampled ? "sample" : "pseudo-queries"},
-                    {"queries", e.queries},
-                    {"measured_at", e.measured_at}};
+    if (e) {
+        estimate = {{"source", e->sampled ? "sample" : "pseudo-queries"},
+                    {"queries", e->queries},
+                    {"measured_at", e->measured_at}};
     }
     const SearchOptions plan = s->Plan(SearchOptions());
     c.Json(200, {{"n_docs", i.n_docs - i.n_deleted},

@@ -20,11 +20,27 @@ Status IndexService::Open(const std::string& path, const SearcherOptions& opts, 
     s->compact_deleted_ = compact_deleted;
     s->opts_ = opts;
     s->opts_.progress = false;
-    std::unique_ptr<Searcher> searcher;
-    TMS_RETURN_IF_ERROR(Searcher::Open(s->opts_, path, &searcher));
-    s->current_ = std::move(searcher);
+    TMS_RETURN_IF_ERROR(s->Reopen(/*count_write=*/false));
     *out = std::move(s);
     return Status::OK();
+}
+
+namespace {
+
+// The estimate stored with the index at `path` (null: none or unreadable), read just after a
+// searcher opened it: the one that searcher plans from (writes to it are serialized with opens).
+std::shared_ptr<const RecallEstimate> ReadEstimate(const std::string& path) {
+    auto e = std::make_shared<RecallEstimate>();
+    if (!ReadRecallEstimate(path, e.get()).ok()) return nullptr;
+    return e;
+}
+
+}  // namespace
+
+std::shared_ptr<const Searcher> IndexService::Current(std::shared_ptr<const RecallEstimate>* estimate) const {
+    std::lock_guard<std::mutex> lk(current_mu_);
+    *estimate = current_estimate_;
+    return current_;
 }
 
 std::shared_ptr<const Searcher> IndexService::Current() const {
@@ -36,9 +52,11 @@ Status IndexService::Reopen(bool count_write) {
     std::unique_ptr<Searcher> searcher;
     TMS_RETURN_IF_ERROR(Searcher::Open(opts_, path_, &searcher));
     std::shared_ptr<const Searcher> next(std::move(searcher));
+    std::shared_ptr<const RecallEstimate> estimate = ReadEstimate(path_);
     {
         std::lock_guard<std::mutex> lk(current_mu_);
         current_.swap(next);
+        current_estimate_.swap(estimate);
     }
     if (count_write) ++generation_;
     return Status::OK();  // `next` (the old searcher) goes when its last search ends

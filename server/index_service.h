@@ -35,6 +35,8 @@ public:
 
     /// The searcher of the latest acknowledged write.
     std::shared_ptr<const Searcher> Current() const;
+    /// The same, and the recall estimate it plans from, as read when it opened (null: none).
+    std::shared_ptr<const Searcher> Current(std::shared_ptr<const RecallEstimate>* estimate) const;
     /// Writes acknowledged since the server started.
     int64_t generation() const { return generation_.load(); }
 
@@ -103,6 +105,7 @@ private:
     double compact_deleted_ = 0;
     mutable std::mutex current_mu_;
     std::shared_ptr<const Searcher> current_;
+    std::shared_ptr<const RecallEstimate> current_estimate_;  // under current_mu_, with current_
     std::mutex queue_mu_;  // pending_, committing_, Write::done
     std::condition_variable queue_cv_;
     std::vector<Write*> pending_;
