@@ -106,7 +106,7 @@ private:
     mutable std::mutex current_mu_;
     std::shared_ptr<const Searcher> current_;
     std::shared_ptr<const RecallEstimate> current_estimate_;  // under current_mu_, with current_
-    std::mutex queue_mu_;  // pending_, committing_, Write::done
+    std::mutex queue_mu_;                                     // pending_, committing_, Write::done
     std::condition_variable queue_cv_;
     std::vector<Write*> pending_;
     bool committing_ = false;
