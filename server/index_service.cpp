@@ -311,7 +311,12 @@ IndexService::Applied IndexService::Apply(const std::vector<Write*>& group) {
     if (!a.status.ok()) return a;
     up.reset();
     a.committed = true;
-    a.status = Reopen();  // durable already: a failure here fails the writes' answers, not the writes
+    // Durable already: a failure here fails the writes' answers, not the writes, and says so (a
+    // retry would find the documents there).
+    const Status opened = Reopen();
+    if (!opened.ok()) {
+        a.status = Status(opened.code(), "committed (durable), but not yet searchable: " + opened.message());
+    }
     return a;
 }
 

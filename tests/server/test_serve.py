@@ -628,6 +628,7 @@ def test_bench_serve_measures_served_and_in_process(corpus, tmp_path):
     for x in rows:
         assert x["qps"] > 0 and x["answered"] > 0 and not x["errors"] and x["p99_ms"] >= x["p50_ms"] > 0, x
     assert j["writes_acknowledged"] > 0
+    assert set(j["write_error_answers"]) == set(j["write_errors"])  # each failure's first answer, kept
     with serving(index) as (p, url, port):
         assert tilemaxsim.Client(url).info()["n_docs"] == len(corpus["docs"])
 

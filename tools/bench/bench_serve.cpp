@@ -168,8 +168,9 @@ Row Served(int port, const std::vector<std::string>& bodies, int k, int clients,
     return row;
 }
 
-// POSTs `body` to `target` on a connection of its own; the status (0: no answer).
-int PostOnce(int port, const std::string& target, const std::string& body) {
+// POSTs `body` to `target` on a connection of its own; the status (0: no answer), and in *answer
+// (when given) the answer's body or why there was none.
+int PostOnce(int port, const std::string& target, const std::string& body, std::string* answer = nullptr) {
     try {
         net::io_context ioc;
         beast::tcp_stream s(ioc);
@@ -185,8 +186,10 @@ int PostOnce(int port, const std::string& target, const std::string& body) {
         http::read(s, buf, res);
         beast::error_code ec;
         s.socket().shutdown(tcp::socket::shutdown_both, ec);
+        if (answer) *answer = res.body();
         return int(res.result_int());
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+        if (answer) *answer = e.what();
         return 0;
     }
 }
@@ -260,7 +263,8 @@ Status RunServeBench(const ServeBenchOptions& o, std::string* json) {
     const std::vector<double> rates =
         o.writer_rate > 0 ? std::vector<double>{0, o.writer_rate} : std::vector<double>{0};
     std::atomic<int64_t> written{0};
-    std::map<int, int64_t> write_errors;  // status (0: no answer) -> count, under acked_mu
+    std::map<int, int64_t> write_errors;        // status (0: no answer) -> count, under acked_mu
+    std::map<int, std::string> write_messages;  // status -> the first such answer, under acked_mu
     int64_t next_write = 0;
     std::mutex acked_mu;
     std::vector<std::string> acked;  // ids of the documents the writer added
@@ -290,13 +294,15 @@ Status RunServeBench(const ServeBenchOptions& o, std::string* json) {
                     const std::string id = "bench-write-" + std::to_string(next_write++);
                     const std::string body = nlohmann::json{{"documents", {doc}}, {"ids", {id}}}.dump();
                     sends.emplace_back([&, body, id] {
-                        const int status = PostOnce(port, "/v1/documents", body);
+                        std::string answer;
+                        const int status = PostOnce(port, "/v1/documents", body, &answer);
                         std::lock_guard<std::mutex> lk(acked_mu);
                         if (status == 200) {
                             ++written;
                             acked.push_back(id);
                         } else {
                             ++write_errors[status];
+                            write_messages.emplace(status, answer.substr(0, 500));
                         }
                     });
                 }
@@ -327,8 +333,15 @@ Status RunServeBench(const ServeBenchOptions& o, std::string* json) {
                            {"k", o.k},
                            {"device", DeviceName(so.device)},
                            {"writes_acknowledged", written.load()},
-                           {"write_errors", nlohmann::json::object()}};
-    for (const auto& [st, n] : write_errors) head["write_errors"][st ? std::to_string(st) : "connection"] = n;
+                           {"write_errors", nlohmann::json::object()},
+                           {"write_error_answers", nlohmann::json::object()}};
+    for (const auto& [st, n] : write_errors) {
+        const std::string key = st ? std::to_string(st) : "connection";
+        head["write_errors"][key] = n;
+        head["write_error_answers"][key] = write_messages[st];
+        std::fprintf(stderr, "bench serve: %lld writes answered %s, the first: %s\n", (long long)n, key.c_str(),
+                     write_messages[st].c_str());
+    }
     std::string h = head.dump();
     h.pop_back();
     *json = h + ", \"rows\": [\n  " + rows + "\n]}\n";
