@@ -17,12 +17,12 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
                                      std::vector<float>* cs, Lists* lists, const uint32_t* allow,
                                      int64_t allow_stride) const {
     const int nq = q.n_queries, qt = q.q_tokens;
-    const int K = data_.model.n_centroids;
+    const int K = p_->data.model.n_centroids;
     const int nprobe = engine::ProbesPerToken(opts, K);
     const bool by_probes = opts.ncandidates > 0 && opts.pruning == Pruning::kProbe;
     cs->resize(size_t(nq) * qt * K);
-    kernels::inner_products_cpu(qf, int64_t(nq) * qt, data_.model.centroids.data(), data_.model.n_centroids,
-                                data_.model.dim, cs->data());
+    kernels::inner_products_cpu(qf, int64_t(nq) * qt, p_->data.model.centroids.data(), p_->data.model.n_centroids,
+                                p_->data.model.dim, cs->data());
     // Probe-score pruning also needs each row's best unprobed centroid (its floor): the rows'
     // take-th best, then each row's first nprobe moved together (in place).
     const int64_t rows = int64_t(nq) * qt;
@@ -46,10 +46,10 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
     up.q_stride = qt;
     up.nprobe = nprobe;
     up.query_lens = q.lengths;
-    up.ivf_offsets = data_.ivf_offsets.data();
-    up.ivf_docs = data_.ivf_docs.data();
+    up.ivf_offsets = p_->data.ivf_offsets.data();
+    up.ivf_docs = p_->data.ivf_docs.data();
     up.n_centroids = K;
-    up.n_docs = data_.info.n_docs;
+    up.n_docs = info_.n_docs;
     up.allow = allow;
     up.allow_stride = allow_stride;
     lists->scores.clear();
@@ -79,9 +79,8 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
                                  const Allowed* allowed) const {
     std::unique_lock<std::mutex> gpu_lock = LockDevice(c, /*first_stage=*/true);
     SearchOptions o = opts;  // more candidates than documents would only size buffers
-    if (o.ncandidates > 0)
-        o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, data_.info.n_docs)));
-    const int nprobe = engine::ProbesPerToken(o, data_.info.n_centroids);
+    if (o.ncandidates > 0) o.ncandidates = int(std::min<int64_t>(o.ncandidates, std::max<int64_t>(1, info_.n_docs)));
+    const int nprobe = engine::ProbesPerToken(o, info_.n_centroids);
     const int nq = q.n_queries;
     // With the codes and IVF lists on the GPU, probing, the union and the pruning run there;
     // the [nq, qt, K] centroid scores never exist on the host.
@@ -95,23 +94,30 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
         local = LocalAllow(*allowed, nq);
         for (int i = 0; i < nq; ++i) n_direct += allowed->direct(i);
     }
-    const int64_t stride = allowed && allowed->per_query() ? kernels::bitmap_words(data_.info.n_docs) : 0;
+    const int64_t stride = allowed && allowed->per_query() ? kernels::bitmap_words(info_.n_docs) : 0;
+    // Documents deleted since the lists were placed: every list is restricted to the live ones.
+    if (!live_.empty()) {
+        if (!allowed) local = live_;
+        for (size_t w = 0; allowed && w < local.size(); ++w) local[w] &= live_[w % live_.size()];
+    }
+    const uint32_t* allow = allowed || !live_.empty() ? local.data() : nullptr;
     if (n_direct < nq) {  // some query probes
         if (c->on_gpu) {
-            TMS_RETURN_IF_ERROR(dev_->Candidates(
-                q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates, o.pruning, &c->lists.off,
-                keep_on_device ? nullptr : &c->lists.docs, keep_on_device ? nullptr : &c->lists.scores,
-                keep_on_device ? nullptr : &c->ticket, allowed ? local.data() : nullptr, stride > 0));
+            TMS_RETURN_IF_ERROR(p_->dev->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates,
+                                                    o.pruning, &c->lists.off, keep_on_device ? nullptr : &c->lists.docs,
+                                                    keep_on_device ? nullptr : &c->lists.scores,
+                                                    keep_on_device ? nullptr : &c->ticket, allow, stride > 0));
         } else {
-            TMS_RETURN_IF_ERROR(HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists,
-                                               allowed ? local.data() : nullptr, stride));
+            TMS_RETURN_IF_ERROR(
+                HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists, allow, stride));
         }
     } else {  // the compressed stage scores the lists below: on the host, with these centroid scores
         c->ticket = 0;
         if (!c->on_gpu) {
-            c->cs.resize(size_t(nq) * q.q_tokens * data_.model.n_centroids);
-            kernels::inner_products_cpu(HostF32(q, &c->qconv), int64_t(nq) * q.q_tokens, data_.model.centroids.data(),
-                                        data_.model.n_centroids, data_.model.dim, c->cs.data());
+            c->cs.resize(size_t(nq) * q.q_tokens * p_->data.model.n_centroids);
+            kernels::inner_products_cpu(HostF32(q, &c->qconv), int64_t(nq) * q.q_tokens,
+                                        p_->data.model.centroids.data(), p_->data.model.n_centroids, p_->data.model.dim,
+                                        c->cs.data());
         }
         c->lists.off.assign(size_t(nq) + 1, 0);
         c->lists.docs.clear();
@@ -150,7 +156,7 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
 }
 
 std::vector<uint32_t> ShardSearcher::LocalAllow(const Allowed& a, int n_queries) const {
-    const int64_t n = data_.info.n_docs, words = kernels::bitmap_words(n), first = data_.first_doc;
+    const int64_t n = info_.n_docs, words = kernels::bitmap_words(n), first = p_->data.first_doc;
     const int rows = a.per_query() ? n_queries : 1;
     std::vector<uint32_t> out(size_t(rows) * size_t(words), 0u);
     const int sh = int(first % 32);
@@ -170,13 +176,13 @@ std::vector<uint32_t> ShardSearcher::LocalAllow(const Allowed& a, int n_queries)
 
 void ShardSearcher::AllowedDocs(const std::vector<uint32_t>& local, const Allowed& a, int q,
                                 std::vector<int32_t>* out) const {
-    const int64_t words = kernels::bitmap_words(data_.info.n_docs);
+    const int64_t words = kernels::bitmap_words(info_.n_docs);
     const uint32_t* row = AllowRow(local, a, q);
     out->clear();
     for (int64_t w = 0; w < words; ++w) {
         for (uint32_t x = row[w]; x; x &= x - 1) {
             const int32_t d = int32_t(w * 32 + __builtin_ctz(x));
-            if (!data_.deleted[size_t(d)]) out->push_back(d);
+            if (!deleted_[size_t(d)]) out->push_back(d);
         }
     }
 }

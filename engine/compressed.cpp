@@ -14,8 +14,8 @@ namespace tms::engine {
 Status ShardSearcher::code_scores(const kernels::CodeMaxSimParams& p, bool centroids_only) const {
     if (gpu_codes()) {
         std::vector<float> out;
-        TMS_RETURN_IF_ERROR(dev_->CodeScore(p.queries, p.n_queries, p.q_stride, p.query_lens, p.cand_offsets,
-                                            p.cand_docs, centroids_only, &out));
+        TMS_RETURN_IF_ERROR(p_->dev->CodeScore(p.queries, p.n_queries, p.q_stride, p.query_lens, p.cand_offsets,
+                                               p.cand_docs, centroids_only, &out));
         std::copy(out.begin(), out.end(), p.scores);
         return Status::OK();
     }
@@ -34,14 +34,14 @@ Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const flo
     cp.dim = q.dim;
     cp.query_lens = q.lengths;
     cp.centroid_scores = cs;
-    cp.n_centroids = data_.model.n_centroids;
-    cp.token_centroids = data_.token_centroids.data();
-    cp.doc_offsets = data_.doc_offsets.data();
-    cp.n_docs = data_.info.n_docs;
-    cp.codes = data_.codes.data();
-    cp.n_code_bytes = data_.model.n_code_bytes;
-    cp.codebook = data_.model.codebook.data();
-    cp.token_scales = scales_.empty() ? nullptr : scales_.data();
+    cp.n_centroids = p_->data.model.n_centroids;
+    cp.token_centroids = p_->data.token_centroids.data();
+    cp.doc_offsets = p_->data.doc_offsets.data();
+    cp.n_docs = info_.n_docs;
+    cp.codes = p_->data.codes.data();
+    cp.n_code_bytes = p_->data.model.n_code_bytes;
+    cp.codebook = p_->data.model.codebook.data();
+    cp.token_scales = p_->scales.empty() ? nullptr : p_->scales.data();
     cp.cand_offsets = l.off.data();
     cp.cand_docs = l.docs.data();
     cp.scores = scores->data();
@@ -50,17 +50,17 @@ Status ShardSearcher::ListScores(const float* qf, const QueryBatch& q, const flo
 
 Status ShardSearcher::CompressedStage(const QueryBatch& q, int keep, SegmentCall* c) const {
     std::unique_lock<std::mutex> gpu_lock = LockDevice(c);
-    keep = int(std::min<int64_t>(keep, std::max<int64_t>(1, data_.info.n_docs)));
+    keep = int(std::min<int64_t>(keep, std::max<int64_t>(1, info_.n_docs)));
     Lists& l = c->lists;
     if (c->on_gpu && c->alone) {
         // The lists PruneStage left on the device (with its query rows and centroid scores):
         // only their `keep` best come back.
-        return dev_->ScoreCandidatesTop(keep, &l.off, &l.docs, &l.scores);
+        return p_->dev->ScoreCandidatesTop(keep, &l.off, &l.docs, &l.scores);
     }
     if (c->on_gpu) {
         Lists top;
-        TMS_RETURN_IF_ERROR(dev_->ScoreLists(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, l.off.data(),
-                                             l.docs.data(), keep, &top.off, &top.docs, &top.scores, c->ticket));
+        TMS_RETURN_IF_ERROR(p_->dev->ScoreLists(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, l.off.data(),
+                                                l.docs.data(), keep, &top.off, &top.docs, &top.scores, c->ticket));
         l = std::move(top);
         return Status::OK();
     }

@@ -14,15 +14,15 @@ namespace tms::engine {
 
 Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                           std::vector<float>* scores, const Allowed* allowed) const {
-    const int64_t n_docs = data_.info.n_docs;
-    const int64_t* doff = data_.doc_offsets.data();
+    const int64_t n_docs = info_.n_docs;
+    const int64_t* doff = p_->data.doc_offsets.data();
     const int nq = q.n_queries;
     constexpr int kGpuMaxTopK = 1024;
     // Chunks of at most stream_bytes_ of rows (a document alone may be more).
-    const int64_t max_tokens = std::max<int64_t>(1, stream_bytes_ / (int64_t(data_.info.dim) * 2));
+    const int64_t max_tokens = std::max<int64_t>(1, stream_bytes_ / (int64_t(info_.dim) * 2));
     const std::vector<uint32_t> local = allowed ? LocalAllow(*allowed, nq) : std::vector<uint32_t>();
     // Without deletions or a filter a GPU scores each chunk densely and selects its top-k.
-    const bool dense = ctx_ && data_.info.n_deleted == 0 && !allowed && k <= kGpuMaxTopK;
+    const bool dense = ctx_ && info_.n_deleted == 0 && !allowed && k <= kGpuMaxTopK;
     ids->assign(size_t(nq) * k, -1);
     scores->assign(size_t(nq) * k, -INFINITY);
     std::vector<int32_t> c_ids(size_t(nq) * k);
@@ -48,11 +48,11 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
                 return Status::ResourceExhausted("no host memory for the rows of an exhaustive step");
             }
             if (!ctx_) return Status::OK();
-            if (mapped_) {
+            if (p_->mapped) {
                 // Registered host memory in one piece (a range within one part): copied at
                 // the link's speed, not gathered by the scoring kernel's stream.
                 if (rb.sources.empty()) return Status::OK();
-                const size_t row = size_t(data_.info.dim) * sizeof(uint16_t);
+                const size_t row = size_t(info_.dim) * sizeof(uint16_t);
                 const uintptr_t base = reinterpret_cast<uintptr_t>(rb.sources[0]);
                 for (size_t i = 0; i < rb.sources.size(); ++i) {
                     if (reinterpret_cast<uintptr_t>(rb.sources[i]) != base + size_t(rb.offsets[i]) * row) {
@@ -65,7 +65,7 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
             // On to the GPU while the step before is scored; without room there the scoring
             // call copies them itself.
             engine::GpuShard::Rows r = rb.rows();
-            const Status st = dev_->StageRows(slot, size_t(rb.offsets.back()) * data_.info.dim, &r);
+            const Status st = p_->dev->StageRows(slot, size_t(rb.offsets.back()) * info_.dim, &r);
             if (st.code() == Status::Code::kResourceExhausted) return Status::OK();
             TMS_RETURN_IF_ERROR(st);
             rb.device_tokens = r.device_tokens;
@@ -94,8 +94,8 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
         if (dense) {
             std::vector<int32_t> bi;
             std::vector<float> bs;
-            TMS_RETURN_IF_ERROR(
-                dev_->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, nullptr, nullptr, k, &bi, &bs, &rows));
+            TMS_RETURN_IF_ERROR(p_->dev->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, nullptr, nullptr, k,
+                                                        &bi, &bs, &rows));
             c_ids = std::move(bi);
             c_scores = std::move(bs);
         } else {
@@ -105,13 +105,13 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
             for (int i = 0; i < nq; ++i) {
                 const uint32_t* row = allowed ? AllowRow(local, *allowed, i) : nullptr;
                 for (int64_t d = d0; d < d1; ++d) {
-                    if (!data_.deleted[d] && (!row || kernels::bitmap_has(row, d))) cand.push_back(int32_t(d - d0));
+                    if (!deleted_[d] && (!row || kernels::bitmap_has(row, d))) cand.push_back(int32_t(d - d0));
                 }
                 off.push_back(int64_t(cand.size()));
             }
             if (ctx_ && k <= kGpuMaxTopK) {
-                TMS_RETURN_IF_ERROR(dev_->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, off.data(),
-                                                         cand.data(), k, &c_ids, &c_scores, &rows));
+                TMS_RETURN_IF_ERROR(p_->dev->ExactScoreTopK(q.data, q.dtype, nq, q.q_tokens, q.lengths, off.data(),
+                                                            cand.data(), k, &c_ids, &c_scores, &rows));
             } else {
                 TMS_RETURN_IF_ERROR(score_rows(qf, q, rb, off.data(), cand.data(), &s));
                 TMS_RETURN_IF_ERROR(
@@ -130,14 +130,14 @@ Status ShardSearcher::exhaustive_streamed(const float* qf, const QueryBatch& q, 
 Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                  std::vector<float>* scores, const Allowed* allowed) const {
     if (streamed()) return exhaustive_streamed(qf, q, k, ids, scores, allowed);
-    const int64_t n_docs = data_.info.n_docs;
-    const int64_t n_deleted = data_.info.n_deleted;
+    const int64_t n_docs = info_.n_docs;
+    const int64_t n_deleted = info_.n_deleted;
     // The GPU selects the top-k itself up to kGpuMaxTopK; past that, or with deletions or a
     // filter, it scores candidate lists of live (allowed) documents and the CPU selects.
     constexpr int kGpuMaxTopK = 1024;
     if (gpu_exact() && n_deleted == 0 && !allowed && k <= kGpuMaxTopK) {
-        return dev_->ExactScoreTopK(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids,
-                                    scores);
+        return p_->dev->ExactScoreTopK(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, nullptr, nullptr, k, ids,
+                                       scores);
     }
     const std::vector<uint32_t> local = allowed ? LocalAllow(*allowed, q.n_queries) : std::vector<uint32_t>();
     if (gpu_exact()) {
@@ -148,7 +148,7 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
             AllowedDocs(local, *allowed, 0, &live);
         } else if (shared) {
             for (int64_t d = 0; d < n_docs; ++d)
-                if (!data_.deleted[d]) live.push_back(static_cast<int32_t>(d));
+                if (!deleted_[d]) live.push_back(static_cast<int32_t>(d));
         }
         ids->assign(size_t(q.n_queries) * k, -1);
         scores->assign(size_t(q.n_queries) * k, -INFINITY);
@@ -173,12 +173,12 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
                 std::vector<int32_t> bi;
                 std::vector<float> bs;
                 TMS_RETURN_IF_ERROR(
-                    dev_->ExactScoreTopK(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
+                    p_->dev->ExactScoreTopK(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), k, &bi, &bs));
                 std::copy(bi.begin(), bi.end(), ids->begin() + size_t(q0) * k);
                 std::copy(bs.begin(), bs.end(), scores->begin() + size_t(q0) * k);
                 continue;
             }
-            TMS_RETURN_IF_ERROR(dev_->ExactScore(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
+            TMS_RETURN_IF_ERROR(p_->dev->ExactScore(qb, q.dtype, nq, q.q_tokens, lb, off.data(), cand.data(), &s));
             TMS_RETURN_IF_ERROR(select_topk(s.data(), off.data(), 0, nq, cand.data(), k, ids->data() + size_t(q0) * k,
                                             scores->data() + size_t(q0) * k));
         }
@@ -200,7 +200,7 @@ Status ShardSearcher::exhaustive(const float* qf, const QueryBatch& q, int k, st
         if (n_deleted > 0) {
             for (int i = 0; i < nq; ++i)
                 for (int64_t d = 0; d < n_docs; ++d)
-                    if (data_.deleted[d]) dense[size_t(i) * n_docs + d] = -INFINITY;
+                    if (deleted_[d]) dense[size_t(i) * n_docs + d] = -INFINITY;
         }
         if (allowed) {
 #pragma omp parallel for schedule(static)

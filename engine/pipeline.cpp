@@ -197,7 +197,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 live.reserve(size_t(l.off[size_t(i) + 1] - l.off[size_t(i)]));
                 for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
                     const int32_t id = l.docs[size_t(e)];
-                    if (!d.deleted[size_t(id)]) live.push_back({{l.scores[size_t(e)], d.first_doc + id}, id});
+                    if (!segs[s]->deleted()[size_t(id)]) live.push_back({{l.scores[size_t(e)], d.first_doc + id}, id});
                 }
                 const size_t top = std::min(live.size(), size_t(o.k));
                 std::partial_sort(live.begin(), live.begin() + ptrdiff_t(top), live.end(),

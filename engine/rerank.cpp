@@ -21,7 +21,8 @@ Status ShardSearcher::RerankStage(const QueryBatch& q, SegmentCall* c) const {
 Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, const std::vector<int64_t>& off,
                                        const std::vector<int32_t>& docs, std::vector<float>* scores) const {
     if (gpu_exact()) {
-        return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(), scores);
+        return p_->dev->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off.data(), docs.data(),
+                                   scores);
     }
     if (streamed()) {
         // The batch's distinct documents, their rows read once into one buffer (pinned for a
@@ -47,8 +48,8 @@ Status ShardSearcher::exact_candidates(const float* qf, const QueryBatch& q, con
 }
 
 Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_t d0, int64_t d1, RowBuffer* rb) const {
-    const int dim = data_.info.dim;
-    const int64_t* doff = data_.doc_offsets.data();
+    const int dim = info_.dim;
+    const int64_t* doff = p_->data.doc_offsets.data();
     // The documents' rows back to back: their offsets in the buffer.
     const int64_t m = docs ? n : d1 - d0;
     const auto doc = [&](int64_t i) { return docs ? int64_t(docs[i]) : d0 + i; };
@@ -57,15 +58,15 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
     for (int64_t i = 0; i < m; ++i)
         rb->offsets[size_t(i) + 1] = rb->offsets[size_t(i)] + doff[doc(i) + 1] - doff[doc(i)];
     const int64_t tokens = rb->offsets.back();
-    if (mapped_) {  // the GPU reads the rows where they are
+    if (p_->mapped) {  // the GPU reads the rows where they are
         rb->tokens = nullptr;
         rb->sources.resize(size_t(m));
-        for (int64_t i = 0; i < m; ++i) rb->sources[size_t(i)] = rows_.HostRow(doff[doc(i)]);
+        for (int64_t i = 0; i < m; ++i) rb->sources[size_t(i)] = p_->rows.HostRow(doff[doc(i)]);
         return Status::OK();
     }
     const size_t elems = std::max<size_t>(size_t(tokens) * dim, 1);
     if (ctx_) {
-        TMS_RETURN_IF_ERROR(dev_->PinnedRows(slot, elems, &rb->tokens));
+        TMS_RETURN_IF_ERROR(p_->dev->PinnedRows(slot, elems, &rb->tokens));
     } else {
         try {
             rb->own.resize(elems);
@@ -74,7 +75,7 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
         }
         rb->tokens = rb->own.data();
     }
-    if (docs) return rows_.Gather(doff, docs, n, rb->offsets.data(), rb->tokens);
+    if (docs) return p_->rows.Gather(doff, docs, n, rb->offsets.data(), rb->tokens);
     // A range in pieces of 4 MB, read or copied on every thread.
     const int64_t piece = std::max<int64_t>(1, (int64_t(4) << 20) / (int64_t(dim) * 2));
     const int64_t n_pieces = (tokens + piece - 1) / piece;
@@ -82,7 +83,7 @@ Status ShardSearcher::read_rows(int slot, const int32_t* docs, int64_t n, int64_
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_pieces; ++i) {
         const int64_t t = i * piece;
-        sts[size_t(i)] = rows_.Range(doff[d0] + t, std::min(piece, tokens - t), rb->tokens + size_t(t) * dim);
+        sts[size_t(i)] = p_->rows.Range(doff[d0] + t, std::min(piece, tokens - t), rb->tokens + size_t(t) * dim);
     }
     for (const Status& st : sts) TMS_RETURN_IF_ERROR(st);
     return Status::OK();
@@ -93,7 +94,7 @@ Status ShardSearcher::score_rows(const float* qf, const QueryBatch& q, const Row
     const int64_t n_docs = int64_t(rb.offsets.size()) - 1;
     if (ctx_) {
         const engine::GpuShard::Rows rows = rb.rows();
-        return dev_->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off, docs, scores, &rows);
+        return p_->dev->ExactScore(q.data, q.dtype, q.n_queries, q.q_tokens, q.lengths, off, docs, scores, &rows);
     }
     scores->resize(size_t(off[q.n_queries]));
     kernels::MaxSimParams p = exact_params(qf, q.n_queries, q.q_tokens, q.lengths);

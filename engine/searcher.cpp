@@ -344,21 +344,37 @@ public:
     }
 
     void FindDocs(const std::vector<std::string>& doc_ids, std::vector<int64_t>* internal_ids) const override {
-        std::call_once(by_id_once_, [this] {
-            for (size_t s = 0; s < shards_.size(); ++s) {
-                const index::IndexData& d = shards_.segment(s).data();
+        // The segments opened whole: their ids as placed (shared by the searchers refreshed from
+        // this one); the added segments': this searcher's own. A document deleted since it was
+        // placed is looked for among the added ones (a replace's new version) and else absent.
+        const size_t n_base = shards_.size() - added_.size();
+        const auto fill = [&](size_t s0, size_t s1, bool placed, std::unordered_map<std::string, int64_t>* m) {
+            for (size_t s = s0; s < s1; ++s) {
+                const engine::ShardSearcher& sg = shards_.segment(s);
+                const std::vector<char>& del = placed ? sg.data().deleted : sg.deleted();
+                const index::IndexData& d = sg.data();
                 for (int64_t i = 0; i < d.info.n_docs; ++i)
-                    if (!d.deleted[size_t(i)]) by_id_.emplace(d.doc_ids[size_t(i)], d.first_doc + i);
+                    if (!del[size_t(i)]) m->emplace(d.doc_ids[size_t(i)], d.first_doc + i);
             }
-        });
+        };
+        std::call_once(base_ids_->once, [&] { fill(0, n_base, true, &base_ids_->ids); });
+        std::call_once(added_ids_once_, [&] { fill(n_base, shards_.size(), false, &added_ids_); });
         internal_ids->resize(doc_ids.size());
         for (size_t i = 0; i < doc_ids.size(); ++i) {
-            const auto it = by_id_.find(doc_ids[i]);
-            (*internal_ids)[i] = it == by_id_.end() ? -1 : it->second;
+            int64_t& out = (*internal_ids)[i];
+            out = -1;
+            if (const auto a = added_ids_.find(doc_ids[i]); a != added_ids_.end()) {
+                out = a->second;
+            } else if (const auto b = base_ids_->ids.find(doc_ids[i]); b != base_ids_->ids.end()) {
+                int32_t local = 0;
+                if (shards_.Find(b->second, &local)) out = b->second;  // (null: deleted since)
+            }
         }
     }
 
     int n_centroids() const { return shards_.n_centroids(); }
+
+    Status Refresh(std::unique_ptr<Searcher>* out, bool* whole) const override;
 
     ServedQueries Served() const override {
         ServedQueries out = sample_ ? sample_->Get() : ServedQueries();
@@ -380,11 +396,130 @@ public:
     mutable std::vector<Request*> pending_;
     mutable bool leading_ = false;
     mutable int running_ = 0;  // gathered searches in flight (at most one)
-    mutable std::once_flag by_id_once_;
-    mutable std::unordered_map<std::string, int64_t> by_id_;  // FindDocs' lookup, built once
-    std::shared_ptr<QuerySample> sample_;                     // SearcherOptions::record_into / record_queries
-    engine::ShardSet shards_;                                 // the segments on their devices
+    // FindDocs' lookups, each built at its first use: the ids of the segments opened whole
+    // (shared with the searchers refreshed from this one), and of the added ones.
+    struct IdMap {
+        std::once_flag once;
+        std::unordered_map<std::string, int64_t> ids;
+    };
+    std::shared_ptr<IdMap> base_ids_ = std::make_shared<IdMap>();
+    mutable std::once_flag added_ids_once_;
+    mutable std::unordered_map<std::string, int64_t> added_ids_;
+    std::shared_ptr<QuerySample> sample_;  // SearcherOptions::record_into / record_queries
+    engine::ShardSet shards_;              // the segments on their devices
+    // For Refresh: how it was opened, each store as loaded (empty: some shards only), and the
+    // segments of documents added since the index was opened whole (the last ones of shards_,
+    // each the head store's documents from `start`, ascending).
+    SearcherOptions opts_;
+    std::string path_;
+    VectorTier tier_ = VectorTier::kNone;
+    std::vector<index::StoreMark> marks_;
+    struct Added {
+        index::StoreStart start;
+        int64_t n_docs = 0, bytes = 0;
+    };
+    std::vector<Added> added_;
 };
+
+// Segments of added documents a refreshed searcher holds at most: as a binary counter's digits,
+// a new segment absorbs the last ones that are no larger (each document is read again about
+// log2 of the additions times), and past this many the last is absorbed anyway.
+constexpr size_t kMaxAddedSegments = 8;
+
+Status ShardedSearcher::Refresh(std::unique_ptr<Searcher>* out, bool* whole) const {
+    if (whole) *whole = true;
+    const auto open_whole = [&] {
+        SearcherOptions o = opts_;
+        o.record_into = sample_;  // the queries recorded so far stay
+        return Searcher::Open(o, path_, out);
+    };
+    if (marks_.empty()) return open_whole();
+    kernels::SetThreads(opts_.threads);
+    const index::StoreStart loaded = marks_.back().end;
+    // The added segments kept as they are (the first `keep`), and where the new one starts.
+    size_t keep = added_.size();
+    index::StoreStart from = loaded;
+    index::IndexUpdate u;
+    std::unique_ptr<index::MetadataSnapshot> meta;
+    const auto choose_from = [&](int64_t head_docs) {
+        int64_t reading = head_docs - loaded.doc;
+        while (reading > 0 && keep > 0 && (added_[keep - 1].n_docs <= reading || keep >= kMaxAddedSegments)) {
+            reading += added_[keep - 1].n_docs;
+            from = added_[--keep].start;
+        }
+        return from;
+    };
+    TMS_RETURN_IF_ERROR(index::ReadIndexUpdate(path_, marks_, choose_from, tier_ != VectorTier::kNone, &u, &meta));
+    if (u.rewritten) return open_whole();
+    if (whole) *whole = false;
+    auto s = std::make_unique<ShardedSearcher>();
+    s->gather_ = gather_;
+    s->gather_us_ = gather_us_;
+    s->sample_ = sample_;
+    s->base_ids_ = base_ids_;
+    s->device_ = device_;
+    s->opts_ = opts_;
+    s->path_ = path_;
+    s->tier_ = tier_;
+    s->vectors_ = vectors_;
+    s->marks_ = u.marks;
+    s->metadata_ = std::move(meta);
+    s->info_ = u.info;
+    if (s->metadata_) {
+        s->metadata_->SetLimits(opts_.filter_time_ms, opts_.filter_max_bytes);
+        s->info_.metadata_rows = s->metadata_->rows();
+        s->info_.metadata_columns = s->metadata_->columns();
+    }
+    // The segments kept, with every tombstone now; the new one placed where the head store is.
+    std::vector<char> deleted(size_t(u.info.n_docs), 0);
+    for (int64_t g : u.tombstones) deleted[size_t(g)] = 1;
+    const size_t n_base = shards_.size() - added_.size(), n_kept = n_base + keep;
+    for (size_t i = 0; i < n_kept; ++i) {
+        const engine::ShardSearcher& sg = shards_.segment(i);
+        const auto first = deleted.begin() + sg.data().first_doc;
+        s->shards_.Add(sg.WithTombstones(std::vector<char>(first, first + sg.info().n_docs)));
+    }
+    std::vector<std::vector<size_t>> groups;
+    size_t head_group = 0;
+    for (const auto& g : shards_.by_device()) {
+        std::vector<size_t> kept;
+        for (size_t i : g) {
+            if (i < n_kept) kept.push_back(i);
+            if (i == n_base - 1) head_group = groups.size();
+        }
+        groups.push_back(std::move(kept));
+    }
+    s->added_.assign(added_.begin(), added_.begin() + ptrdiff_t(keep));
+    ShardPlacement& head = (s->placement_ = placement_).back();
+    for (size_t i = keep; i < added_.size(); ++i) head.bytes -= added_[i].bytes;
+    if (u.added.info.n_docs > 0) {
+        const int64_t bytes = shard_bytes(u.added, false);
+        std::vector<index::IndexData> one(1);
+        one[0] = std::move(u.added);
+        std::vector<index::PodVector<uint16_t>> parts;
+        const std::shared_ptr<kernels::GpuContext>& ctx = shards_.segment(n_base - 1).context();
+        auto seg = std::make_unique<engine::ShardSearcher>(&one, ctx ? &parts : nullptr, opts_.stream_bytes);
+        // Read into memory (a disk tier's rows come from the stores' files, which the added
+        // documents' are not kept as): on a GPU, those stay in host memory.
+        const VectorTier tier = tier_ == VectorTier::kDisk && ctx ? VectorTier::kHost : tier_;
+        {  // the context's stream and scratch serve one caller at a time (a search holds them too)
+            std::unique_lock<std::mutex> lock;
+            if (ctx) lock = std::unique_lock<std::mutex>(ctx->mutex());
+            TMS_RETURN_IF_ERROR(seg->Place(ctx, /*warm_up=*/false, tier, &parts));
+        }
+        groups[head_group].push_back(s->shards_.Add(std::move(seg)));
+        s->added_.push_back({from, s->shards_.segment(s->shards_.size() - 1).info().n_docs, bytes});
+        head.bytes += bytes;
+    }
+    for (auto& g : groups) s->shards_.AddDevice(std::move(g));
+    head.n_docs = u.info.shards.back().n_docs;
+    if (head.vectors != VectorTier::kNone) head.vector_bytes = u.info.shards.back().n_tokens * u.info.dim * 2;
+    const Status est = ReadRecallEstimate(path_, &s->estimate_);
+    if (!est.ok() && est.code() != Status::Code::kNotFound) return est;
+    s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
+    *out = std::move(s);
+    return Status::OK();
+}
 
 // GPUs for the shards: opts.gpus (each present) or every visible one.
 Status choose_gpus(const SearcherOptions& opts, std::vector<int>* gpus) {
@@ -590,6 +725,14 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, load, opts.progress, &data, opts.shards, &s->metadata_));
     if (s->metadata_) s->metadata_->SetLimits(opts.filter_time_ms, opts.filter_max_bytes);
     trace.Mark("read (total)");
+    s->opts_ = opts;
+    s->opts_.progress = false;  // a refresh reads few documents, without bars
+    s->path_ = path;
+    s->tier_ = tier;
+    if (opts.shards.empty()) {
+        for (const index::IndexData& d : data)
+            s->marks_.push_back({d.store_identity, {d.info.n_docs, d.info.n_tokens, d.info.n_chunks}});
+    }
     s->info_ = index::SumShardInfos(data);
     if (s->metadata_) {  // as ReadIndexInfo says it (the rows of the documents the stores hold)
         s->info_.metadata_rows = s->metadata_->rows();

@@ -41,13 +41,35 @@ Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchO
 ShardSearcher::ShardSearcher(std::vector<index::IndexData>* shards,
                              std::vector<index::PodVector<uint16_t>>* vector_parts, int64_t stream_bytes)
     : stream_bytes_(stream_bytes) {
-    index::ConcatShards(shards, &data_, vector_parts);
+    index::ConcatShards(shards, &p_->data, vector_parts);
+    info_ = p_->data.info;
+    deleted_ = p_->data.deleted;
+}
+
+std::unique_ptr<ShardSearcher> ShardSearcher::WithTombstones(std::vector<char> deleted) const {
+    std::unique_ptr<ShardSearcher> v(new ShardSearcher());
+    v->p_ = p_;
+    v->stream_bytes_ = stream_bytes_;
+    v->ctx_ = ctx_;
+    v->info_ = info_;
+    v->info_.n_deleted = std::count(deleted.begin(), deleted.end(), char(1));
+    const std::vector<char>& skipped = p_->data.deleted;  // the IVF lists hold every other document
+    bool late = false;
+    for (size_t d = 0; d < deleted.size() && !late; ++d) late = deleted[d] && !skipped[d];
+    if (late) {
+        const int64_t n = info_.n_docs;
+        v->live_.assign(size_t(kernels::bitmap_words(n)), 0u);
+        for (int64_t d = 0; d < n; ++d)
+            if (!deleted[size_t(d)]) v->live_[size_t(d / 32)] |= 1u << (d % 32);
+    }
+    v->deleted_ = std::move(deleted);
+    return v;
 }
 
 Status ShardSearcher::Search(const QueryBatch& q, const SearchOptions& opts,
                              std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
                              const Allowed* allowed) const {
-    const IndexInfo& info = data_.info;
+    const IndexInfo& info = info_;
     TMS_RETURN_IF_ERROR(validate_search(info, q, opts));
     // No request asks for more than the index holds: k, rerank and candidates beyond the
     // number of documents would only size buffers (k = 10^8 over 300 documents: gigabytes).
@@ -77,7 +99,7 @@ Status ShardSearcher::Exhaustive(const QueryBatch& q, const SearchOptions& opts,
                                  std::vector<std::vector<SearchHit>>* results, SearchTimings* timings,
                                  const Allowed* allowed) const {
     const auto t_start = Clock::now();
-    const IndexInfo& info = data_.info;
+    const IndexInfo& info = info_;
     if (!have_vectors()) {
         return Status::NotSupported(
             info.has_vectors
@@ -112,8 +134,8 @@ Status ShardSearcher::Exhaustive(const QueryBatch& q, const SearchOptions& opts,
             r.reserve(size_t(std::min<int64_t>(k, info.n_docs)));
             for (int j = 0; j < k; ++j) {
                 const int32_t id = top_ids[size_t(qi) * k + j];
-                if (id < 0 || data_.deleted[id]) break;  // padding; deleted documents rank last (-inf)
-                r.push_back({data_.doc_ids[id], data_.first_doc + id, top_scores[size_t(qi) * k + j]});
+                if (id < 0 || deleted_[id]) break;  // padding; deleted documents rank last (-inf)
+                r.push_back({p_->data.doc_ids[id], p_->data.first_doc + id, top_scores[size_t(qi) * k + j]});
             }
         }
         trace.Mark("results");
@@ -125,55 +147,55 @@ Status ShardSearcher::Exhaustive(const QueryBatch& q, const SearchOptions& opts,
 
 Status ShardSearcher::Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                             std::vector<index::PodVector<uint16_t>>* vector_parts) {
-    rows_.dim = data_.info.dim;
-    for (const index::VectorFileSpan& f : data_.vector_files) rows_.AddFile(f);
+    p_->rows.dim = info_.dim;
+    for (const index::VectorFileSpan& f : p_->data.vector_files) p_->rows.AddFile(f);
     if (!ctx) return HostScales();
     ctx_ = ctx;
     const std::vector<index::PodVector<uint16_t>> none;
     const bool to_gpu = tier == VectorTier::kGpu;
     TMS_RETURN_IF_ERROR(
-        engine::MakeGpuShard(ctx, data_, to_gpu ? *vector_parts : none, to_gpu ? &rows_ : nullptr, &dev_));
+        engine::MakeGpuShard(ctx, p_->data, to_gpu ? *vector_parts : none, to_gpu ? &p_->rows : nullptr, &p_->dev));
     // The device copy is the one used (MakeGpuShard uploads every vector it is given).
-    if (dev_->has_vectors()) {
-        index::PodVector<uint16_t>().swap(data_.vectors);
-        rows_ = engine::VectorRows();
-        data_.vector_files.clear();
+    if (p_->dev->has_vectors()) {
+        index::PodVector<uint16_t>().swap(p_->data.vectors);
+        p_->rows = engine::VectorRows();
+        p_->data.vector_files.clear();
     }
     if (tier == VectorTier::kHost) {
-        host_parts_ = std::move(*vector_parts);
+        p_->host_parts = std::move(*vector_parts);
         int64_t t0 = 0;
-        mapped_ = true;
-        for (const auto& part : host_parts_) {
-            const int64_t n = int64_t(part.size()) / data_.info.dim;
-            rows_.AddHost(t0, part.data(), n);
-            mapped_ = dev_->RegisterHost(part.data(), part.size() * sizeof(uint16_t)) && mapped_;
+        p_->mapped = true;
+        for (const auto& part : p_->host_parts) {
+            const int64_t n = int64_t(part.size()) / info_.dim;
+            p_->rows.AddHost(t0, part.data(), n);
+            p_->mapped = p_->dev->RegisterHost(part.data(), part.size() * sizeof(uint16_t)) && p_->mapped;
             t0 += n;
         }
     }
     vector_parts->clear();
     if (!gpu_codes()) TMS_RETURN_IF_ERROR(HostScales());
-    if (warm_up && data_.info.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
+    if (warm_up && info_.n_docs > 0) TMS_RETURN_IF_ERROR(WarmUp());
     return Status::OK();
 }
 
 Status ShardSearcher::HostScales() {
-    const index::IndexModel& m = data_.model;
+    const index::IndexModel& m = p_->data.model;
     if (!m.unit_norm || m.n_code_bytes == 0) return Status::OK();
     kernels::DecodedScaleParams p;
     p.centroids = m.centroids.data();
     p.n_centroids = m.n_centroids;
     p.dim = m.dim;
-    p.token_centroids = data_.token_centroids.data();
-    p.codes = data_.codes.data();
+    p.token_centroids = p_->data.token_centroids.data();
+    p.codes = p_->data.codes.data();
     p.n_code_bytes = m.n_code_bytes;
     p.codebook = m.codebook.data();
-    p.n_tokens = int64_t(data_.token_centroids.size());
+    p.n_tokens = int64_t(p_->data.token_centroids.size());
     try {
-        scales_.resize(size_t(p.n_tokens));
+        p_->scales.resize(size_t(p.n_tokens));
     } catch (...) {
         return Status::ResourceExhausted("out of host memory for the token scales");
     }
-    p.scales = scales_.data();
+    p.scales = p_->scales.data();
     return kernels::decoded_scales_cpu(p);
 }
 
@@ -187,14 +209,14 @@ int64_t shard_bytes(const index::IndexData& d, bool file_vectors) {
 
 Status ShardSearcher::DocRows(int32_t doc, std::vector<uint16_t>* out) const {
     TMS_RETURN_IF_ERROR(CheckExact());
-    const int64_t dim = data_.info.dim, t0 = data_.doc_offsets[size_t(doc)];
-    const int64_t n = data_.doc_offsets[size_t(doc) + 1] - t0;
+    const int64_t dim = info_.dim, t0 = p_->data.doc_offsets[size_t(doc)];
+    const int64_t n = p_->data.doc_offsets[size_t(doc) + 1] - t0;
     out->resize(size_t(n * dim));
-    if (!data_.vectors.empty()) {
-        std::copy_n(data_.vectors.data() + t0 * dim, n * dim, out->data());
+    if (!p_->data.vectors.empty()) {
+        std::copy_n(p_->data.vectors.data() + t0 * dim, n * dim, out->data());
         return Status::OK();
     }
-    if (!rows_.empty()) return rows_.Range(t0, n, out->data());
+    if (!p_->rows.empty()) return p_->rows.Range(t0, n, out->data());
     return Status::NotSupported(
         "the vectors are on the GPU only: open the index with vectors host or disk to read them");
 }

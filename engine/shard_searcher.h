@@ -136,9 +136,19 @@ public:
                   int64_t stream_bytes);
     ShardSearcher(const ShardSearcher&) = delete;
     ShardSearcher& operator=(const ShardSearcher&) = delete;
-    const IndexInfo& info() const { return data_.info; }
-    /// The segment's documents: ids, offsets, deletions, model, codes (read only).
-    const index::IndexData& data() const { return data_; }
+    /// Its documents' counts (n_deleted: of deleted()).
+    const IndexInfo& info() const { return info_; }
+    /// The segment's documents: ids, offsets, model, codes (read only). Its tombstones are
+    /// deleted(), not data().deleted (the ones its IVF lists skip, as placed).
+    const index::IndexData& data() const { return p_->data; }
+    /// Its tombstones [n_docs] (a deleted document is never returned).
+    const std::vector<char>& deleted() const { return deleted_; }
+    /// The same placed documents (their memory shared, on the host and the GPU) with the
+    /// tombstones `deleted` [n_docs], a superset of data().deleted: a searcher refreshed after
+    /// deletions. The ones its IVF lists still hold are kept from every candidate list.
+    std::unique_ptr<ShardSearcher> WithTombstones(std::vector<char> deleted) const;
+    /// The GPU it is on (null: the host).
+    const std::shared_ptr<kernels::GpuContext>& context() const { return ctx_; }
     /// This segment alone: approximate search is the pipeline's pass over one segment
     /// (search_cut), exhaustive search Exhaustive's.
     Status Search(const QueryBatch& queries, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
@@ -149,10 +159,10 @@ public:
     /// kernel instances): loads the kernels and sizes the scratch buffers of the default batch
     /// shape.
     Status WarmUp() const {
-        const int nq = 256, qt = 32, dim = data_.info.dim, K = data_.model.n_centroids;
+        const int nq = 256, qt = 32, dim = info_.dim, K = p_->data.model.n_centroids;
         std::vector<float> q(size_t(nq) * qt * dim);
         for (int64_t r = 0; r < int64_t(nq) * qt; ++r) {
-            const float* c = data_.model.centroids.data() + size_t(r * 7919 % K) * dim;
+            const float* c = p_->data.model.centroids.data() + size_t(r * 7919 % K) * dim;
             std::copy(c, c + dim, q.begin() + r * dim);
         }
         QueryBatch b;
@@ -171,19 +181,19 @@ public:
 
     /// The shard can score exactly (its vectors are loaded, on the host or its GPU, or open on
     /// disk).
-    bool have_vectors() const { return gpu_exact() || !data_.vectors.empty() || !rows_.empty(); }
+    bool have_vectors() const { return gpu_exact() || !p_->data.vectors.empty() || !p_->rows.empty(); }
     Status CheckExact() const {
         if (have_vectors()) return Status::OK();
         return Status::NotSupported(
-            data_.info.has_vectors ? "rerank needs the stored vectors, which were not loaded"
-                                   : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
+            info_.has_vectors ? "rerank needs the stored vectors, which were not loaded"
+                              : "rerank needs stored vectors: this index has none (rebuild with --keep-vectors)");
     }
     /// The stored rows of local document `doc` into *out ([tokens, dim] fp16 bits), from host
     /// memory or the vectors files; NotSupported when they are only on the GPU.
     Status DocRows(int32_t doc, std::vector<uint16_t>* out) const;
     /// Vectors not where scoring runs (host or disk tier on a GPU, disk tier on the CPU): each
-    /// exact step reads its documents' rows through rows_.
-    bool streamed() const { return !rows_.empty(); }
+    /// exact step reads its documents' rows through the placed rows.
+    bool streamed() const { return !p_->rows.empty(); }
 
     // The stages of the approximate search (pipeline.cpp runs them, on every segment at once,
     // cutting the candidates of all segments and participants together between them; see
@@ -214,33 +224,43 @@ public:
                       const Allowed* allowed) const;
 
     /// Puts the shard on the GPU of `ctx` (null: it stays on the host) and warms it up;
-    /// `vector_parts`: its vectors when data_ holds none (ConcatShards'): uploaded and freed
+    /// `vector_parts`: its vectors when data() holds none (ConcatShards'): uploaded and freed
     /// (tier kGpu), or kept on the host (kHost). A segment on disk (kDisk) reads
-    /// data_.vector_files.
+    /// p_->data.vector_files.
     Status Place(std::shared_ptr<kernels::GpuContext> ctx, bool warm_up, VectorTier tier,
                  std::vector<index::PodVector<uint16_t>>* vector_parts);
 
 private:
-    /// scales_ for the host path (IndexModel::unit_norm with codes), when the codes stay here.
+    ShardSearcher() = default;
+    /// scales for the host path (IndexModel::unit_norm with codes), when the codes stay here.
     Status HostScales();
 
-    index::IndexData data_;
-    // The host path's token_scales (IndexModel::unit_norm; the GPU shard holds its own).
-    index::PodVector<float> scales_;
-    // Streamed tiers: where the rows are read from (host_parts_ on a GPU's host tier, else
-    // data_.vector_files).
-    engine::VectorRows rows_;
-    std::vector<index::PodVector<uint16_t>> host_parts_;
+    // What the segment holds once placed, shared by its views (WithTombstones).
+    struct Placed {
+        index::IndexData data;  // data.deleted: the tombstones its IVF lists skip
+        // The host path's token_scales (IndexModel::unit_norm; the GPU shard holds its own).
+        index::PodVector<float> scales;
+        // Streamed tiers: where the rows are read from (host_parts on a GPU's host tier, else
+        // data.vector_files).
+        engine::VectorRows rows;
+        std::vector<index::PodVector<uint16_t>> host_parts;
+        // host_parts are registered with the GPU: it reads the rows a step needs itself.
+        bool mapped = false;
+        std::unique_ptr<engine::GpuShard> dev;  // the shard's data on its GPU
+    };
+    std::shared_ptr<Placed> p_ = std::make_shared<Placed>();
+    IndexInfo info_;             // p_->data.info, n_deleted of deleted_
+    std::vector<char> deleted_;  // this view's tombstones
+    // Where the IVF lists hold documents of deleted_: the live documents' bitmap, which every
+    // candidate generation is restricted to (empty otherwise).
+    std::vector<uint32_t> live_;
     int64_t stream_bytes_ = 0;  // SearcherOptions::stream_bytes
-    // host_parts_ are registered with the GPU: it reads the rows a step needs itself.
-    bool mapped_ = false;
     // The GPU scorers run on the context's stream with its shared scratch, and keep per-call
     // state (device lists between Candidates and ScoreCandidatesTop): a search holds the
     // context's mutex.
     std::shared_ptr<kernels::GpuContext> ctx_;
-    std::unique_ptr<engine::GpuShard> dev_;  // the shard's data on its GPU
-    bool gpu_codes() const { return dev_ && dev_->has_codes(); }
-    bool gpu_exact() const { return dev_ && dev_->has_vectors(); }
+    bool gpu_codes() const { return p_->dev && p_->dev->has_codes(); }
+    bool gpu_exact() const { return p_->dev && p_->dev->has_vectors(); }
 
     /// On the host: centroid scores (*cs), probing, and the documents the probes reach, cut to
     /// ncandidates per query by probe score (kProbe) or, when a query has more than ncandidates
@@ -255,7 +275,7 @@ private:
     std::vector<uint32_t> LocalAllow(const Allowed& a, int n_queries) const;
     /// Query q's row of `local` (LocalAllow's).
     const uint32_t* AllowRow(const std::vector<uint32_t>& local, const Allowed& a, int q) const {
-        return local.data() + (a.per_query() ? size_t(q) * size_t(kernels::bitmap_words(data_.info.n_docs)) : 0);
+        return local.data() + (a.per_query() ? size_t(q) * size_t(kernels::bitmap_words(info_.n_docs)) : 0);
     }
     /// Query q's live allowed documents of this segment (local ids, ascending) into *out.
     void AllowedDocs(const std::vector<uint32_t>& local, const Allowed& a, int q, std::vector<int32_t>* out) const;
@@ -267,7 +287,7 @@ private:
     Status exhaustive(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                       std::vector<float>* scores, const Allowed* allowed) const;
     // The streamed tiers' exhaustive search: the documents in chunks of rows read through
-    // rows_, each chunk's top-k merged into the whole's.
+    // the placed rows, each chunk's top-k merged into the whole's.
     Status exhaustive_streamed(const float* qf, const QueryBatch& q, int k, std::vector<int32_t>* ids,
                                std::vector<float>* scores, const Allowed* allowed) const;
     // Rows read for one exact step: a buffer (the GPU shard's pinned one, or owned here) and
@@ -300,12 +320,12 @@ private:
         p.q_dtype = DType::kF32;
         p.n_queries = n_queries;
         p.q_stride = q_stride;
-        p.dim = data_.info.dim;
+        p.dim = info_.dim;
         p.query_lens = lens;
-        p.doc_tokens = data_.vectors.data();
+        p.doc_tokens = p_->data.vectors.data();
         p.d_dtype = DType::kF16;
-        p.doc_offsets = data_.doc_offsets.data();
-        p.n_docs = data_.info.n_docs;
+        p.doc_offsets = p_->data.doc_offsets.data();
+        p.n_docs = info_.n_docs;
         return p;
     }
     // qf: the queries as fp32 on the host; read only without a GPU (which takes q as it is).

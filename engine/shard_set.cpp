@@ -111,7 +111,7 @@ Status ShardSet::Rerank(const QueryBatch& q, const std::vector<std::vector<int64
             const auto hi = std::lower_bound(lo, c.end(), d.first_doc + d.info.n_docs);
             for (auto it = lo; it != hi; ++it) {
                 const int32_t local = int32_t(*it - d.first_doc);
-                if (!d.deleted[size_t(local)]) docs.push_back(local);
+                if (!sh->deleted()[size_t(local)]) docs.push_back(local);
             }
             off.push_back(int64_t(docs.size()));
         }
@@ -135,7 +135,7 @@ const ShardSearcher* ShardSet::Find(int64_t doc, int32_t* local) const {
         const index::IndexData& d = sg->data();
         if (doc < d.first_doc || doc >= d.first_doc + d.info.n_docs) continue;
         *local = int32_t(doc - d.first_doc);
-        return d.deleted[size_t(*local)] ? nullptr : sg.get();
+        return sg->deleted()[size_t(*local)] ? nullptr : sg.get();
     }
     return nullptr;
 }

@@ -78,6 +78,8 @@ struct IndexData {
     std::vector<char> deleted;                 ///< [n_docs] tombstones (read only; IVF lists skip them)
     /// Global internal id of document 0: ids above are local to this shard (0 unsharded).
     int64_t first_doc = 0;
+    /// The store's RocksDB identity as read (a rewrite of the store, as compaction's, changes it).
+    std::string store_identity;
 };
 
 }  // namespace tms::index

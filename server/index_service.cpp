@@ -49,8 +49,12 @@ std::shared_ptr<const Searcher> IndexService::Current() const {
 }
 
 Status IndexService::Reopen(bool count_write) {
+    // After writes, the searcher in service is refreshed: it shares its documents (and their GPU
+    // memory) with the next, which reads only what the writes added; a compaction's new stores
+    // are opened whole.
     std::unique_ptr<Searcher> searcher;
-    TMS_RETURN_IF_ERROR(Searcher::Open(opts_, path_, &searcher));
+    const std::shared_ptr<const Searcher> now = Current();
+    TMS_RETURN_IF_ERROR(now ? now->Refresh(&searcher) : Searcher::Open(opts_, path_, &searcher));
     std::shared_ptr<const Searcher> next(std::move(searcher));
     std::shared_ptr<const RecallEstimate> estimate = ReadEstimate(path_);
     {

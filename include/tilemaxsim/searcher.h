@@ -151,6 +151,13 @@ public:
                             std::vector<std::string>* objects) const = 0;
     /// The sample of the queries searched so far (empty unless SearcherOptions::record_queries).
     virtual ServedQueries Served() const = 0;
+    /// The index as it is now, with this searcher's options, sharing what this one loaded (host
+    /// and GPU memory): only the documents added since are read and placed (beside the head
+    /// shard, as segments of their own), and deletions apply from the tombstones; it searches
+    /// as a searcher opened now would (the same hits and scores). Where the index was rewritten
+    /// since (compaction, a rebuild) or this searcher opened some shards only, it is opened
+    /// whole, as Open does; *whole (when given) says which. This searcher is left as it was.
+    virtual Status Refresh(std::unique_ptr<Searcher>* out, bool* whole = nullptr) const = 0;
 };
 
 /// One GPU's memory as its driver reports it (cudaMemGetInfo).

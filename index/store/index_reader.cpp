@@ -203,6 +203,27 @@ IndexInfo combine_infos(const Layout& layout, const std::vector<IndexInfo>& info
     return info;
 }
 
+namespace {
+
+// Counts d's tombstones (d->deleted) into its info and drops their documents from its IVF lists.
+void drop_deleted(IndexData* d) {
+    d->info.n_deleted = std::count(d->deleted.begin(), d->deleted.end(), char(1));
+    if (d->info.n_deleted == 0) return;
+    size_t w = 0;
+    int64_t begin = 0;
+    for (int k = 0; k < d->model.n_centroids; ++k) {
+        const int64_t end = d->ivf_offsets[k + 1];
+        for (int64_t e = begin; e < end; ++e) {
+            if (!d->deleted[d->ivf_docs[e]]) d->ivf_docs[w++] = d->ivf_docs[e];
+        }
+        begin = end;
+        d->ivf_offsets[k + 1] = static_cast<int64_t>(w);
+    }
+    d->ivf_docs.resize(w);
+}
+
+}  // namespace
+
 // Loads the stores of the layout (in parallel, one thread each), then applies every store's
 // tombstones to the shards they name. A partial layout's head store, when not asked for, is
 // read for its tombstones only and not returned. *index_docs: the whole index's documents.
@@ -267,22 +288,7 @@ Status read_shards(const Layout& layout, std::vector<Db>& dbs, const std::string
         }
     }
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (size_t s = 0; s < n; ++s) {
-        IndexData& d = (*shards)[s];
-        d.info.n_deleted = std::count(d.deleted.begin(), d.deleted.end(), char(1));
-        if (d.info.n_deleted == 0) continue;
-        size_t w = 0;
-        int64_t begin = 0;
-        for (int k = 0; k < d.model.n_centroids; ++k) {
-            const int64_t end = d.ivf_offsets[k + 1];
-            for (int64_t e = begin; e < end; ++e) {
-                if (!d.deleted[d.ivf_docs[e]]) d.ivf_docs[w++] = d.ivf_docs[e];
-            }
-            begin = end;
-            d.ivf_offsets[k + 1] = static_cast<int64_t>(w);
-        }
-        d.ivf_docs.resize(w);
-    }
+    for (size_t s = 0; s < n; ++s) drop_deleted(&(*shards)[s]);
     for (size_t s = 0; s < n; ++s) {
         (*shards)[s].first_doc = total.shards[s].first_doc;
         (*shards)[s].info.shards = {total.shards[s]};
@@ -322,6 +328,61 @@ Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progres
             return metadata ? MetadataSnapshot::Load(layout.dir.string(), n_docs, metadata) : Status::OK();
         },
         want);
+}
+
+Status ReadIndexUpdate(const std::string& path, const std::vector<StoreMark>& loaded,
+                       const std::function<StoreStart(int64_t)>& choose_from, bool vectors, IndexUpdate* out,
+                       std::unique_ptr<MetadataSnapshot>* metadata) {
+    return with_read_stores(path, [&](const Layout& layout, std::vector<Db>& dbs) {
+        *out = IndexUpdate();
+        const size_t n = dbs.size();
+        std::vector<IndexInfo> infos;
+        std::vector<nlohmann::json> stats;
+        TMS_RETURN_IF_ERROR(read_shard_metas(layout, dbs, path, &infos, &stats));
+        out->info = combine_infos(layout, infos, stats);
+        out->marks.resize(n);
+        for (size_t s = 0; s < n; ++s) {
+            const std::string sp = layout.sharded ? layout.stores[s].string() : path;
+            TMS_RETURN_IF_ERROR(from_rocks(dbs[s].db->GetDbIdentity(out->marks[s].identity), sp));
+            out->marks[s].end = {infos[s].n_docs, infos[s].n_tokens, infos[s].n_chunks};
+        }
+        // The same stores, each holding what it held (the head: at least that).
+        bool same = n == loaded.size();
+        for (size_t s = 0; same && s < n; ++s) {
+            const StoreMark &a = loaded[s], &b = out->marks[s];
+            same = a.identity == b.identity && b.end.doc >= a.end.doc && b.end.token >= a.end.token &&
+                   b.end.chunk >= a.end.chunk && (s + 1 == n || b.end.doc == a.end.doc);
+        }
+        if (!same) {
+            out->rewritten = true;
+            return Status::OK();
+        }
+        const StoreStart from = choose_from(out->marks.back().end.doc);
+        if (from.doc > loaded.back().end.doc)
+            return Status::Internal(path + ": a refresh read from past what it loaded");
+        const int64_t limit = out->info.n_docs, head_first = out->info.shards.back().first_doc;
+        std::vector<int64_t> tomb;
+        for (size_t s = 0; s < n; ++s) {
+            const std::string sp = layout.sharded ? layout.stores[s].string() : path;
+            TMS_RETURN_IF_ERROR(s + 1 < n ? read_tombstones(dbs[s], sp, limit, &tomb)
+                                          : read_store(dbs[s], sp, vectors ? VectorLoad::kMemory : VectorLoad::kNone,
+                                                       false, head_first, limit, &out->added, &tomb, from));
+            out->tombstones.insert(out->tombstones.end(), tomb.begin(), tomb.end());
+        }
+        std::sort(out->tombstones.begin(), out->tombstones.end());
+        out->tombstones.erase(std::unique(out->tombstones.begin(), out->tombstones.end()), out->tombstones.end());
+        out->info.n_deleted = int64_t(out->tombstones.size());
+        IndexData& a = out->added;
+        a.first_doc = head_first + from.doc;
+        a.info.format_version = out->info.format_version;
+        a.info.shards = {out->info.shards.back()};
+        a.deleted.assign(size_t(a.info.n_docs), 0);
+        for (auto it = std::lower_bound(out->tombstones.begin(), out->tombstones.end(), a.first_doc);
+             it != out->tombstones.end() && *it < a.first_doc + a.info.n_docs; ++it)
+            a.deleted[size_t(*it - a.first_doc)] = 1;
+        drop_deleted(&a);
+        return metadata ? MetadataSnapshot::Load(layout.dir.string(), limit, metadata) : Status::OK();
+    });
 }
 
 Status ReadShardCount(const std::string& path, int* n) {

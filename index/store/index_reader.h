@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. Reading an index: whole, or shard by shard, with its metadata.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 
 #include "index/index_data.h"
 #include "index/store/db.h"
+#include "index/store/store_reader.h"
 #include "tilemaxsim/status.h"
 
 namespace tms::index {
@@ -27,6 +29,32 @@ Status ReadIndex(const std::string& path, bool load_vectors, bool progress, Inde
 /// the whole index's documents whatever `want` selects.
 Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progress, std::vector<IndexData>* shards,
                        const std::vector<int>& want = {}, std::unique_ptr<MetadataSnapshot>* metadata = nullptr);
+/// A store as a reader loaded it: its RocksDB identity and where what it held ends.
+struct StoreMark {
+    std::string identity;
+    StoreStart end;
+};
+
+/// What changed in an index since it was loaded (ReadIndexUpdate).
+struct IndexUpdate {
+    /// A store is not the one loaded (compaction or a rebuild replaced it) or lost documents: the
+    /// index must be read whole, and nothing else below is set.
+    bool rewritten = false;
+    IndexInfo info;                   ///< the whole index now (n_deleted: its tombstones)
+    IndexData added;                  ///< the head store's documents from `from` (first_doc global)
+    std::vector<int64_t> tombstones;  ///< every store's, global ids, ascending
+    std::vector<StoreMark> marks;     ///< each store now
+};
+
+/// The index at `path` now, against `loaded` (each of its stores as a reader loaded it, in
+/// order): the head store's documents from choose_from(the head's documents now) (at or before
+/// where its loaded part ends: a part loaded before may be read again), their vectors in memory
+/// when `vectors`; every store's tombstones; and the metadata (null when none), under one
+/// reader lock.
+Status ReadIndexUpdate(const std::string& path, const std::vector<StoreMark>& loaded,
+                       const std::function<StoreStart(int64_t)>& choose_from, bool vectors, IndexUpdate* out,
+                       std::unique_ptr<MetadataSnapshot>* metadata);
+
 /// The number of shards of the index at `path` (1 unsharded), from its manifest alone.
 Status ReadShardCount(const std::string& path, int* n);
 

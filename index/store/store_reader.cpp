@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -19,18 +20,50 @@ namespace tms::index {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The IVF lists of d's documents from their tokens' centroids: each document once in each list
+// of its tokens, ascending (as the stored lists are).
+void ivf_from_tokens(IndexData* d, int64_t n_docs) {
+    const int K = d->model.n_centroids;
+    std::vector<std::pair<uint32_t, int32_t>> pairs;  // (centroid, document), documents ascending
+    std::vector<uint32_t> mine;
+    for (int64_t doc = 0; doc < n_docs; ++doc) {
+        mine.assign(d->token_centroids.begin() + d->doc_offsets[size_t(doc)],
+                    d->token_centroids.begin() + d->doc_offsets[size_t(doc) + 1]);
+        std::sort(mine.begin(), mine.end());
+        mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+        for (uint32_t k : mine) pairs.push_back({k, int32_t(doc)});
+    }
+    d->ivf_offsets.assign(size_t(K) + 1, 0);
+    for (const auto& p : pairs) ++d->ivf_offsets[p.first + 1];
+    for (int k = 0; k < K; ++k) d->ivf_offsets[size_t(k) + 1] += d->ivf_offsets[size_t(k)];
+    d->ivf_docs.resize(pairs.size());
+    std::vector<int64_t> at(d->ivf_offsets.begin(), d->ivf_offsets.end() - 1);
+    for (const auto& p : pairs) d->ivf_docs[size_t(at[p.first]++)] = p.second;
+}
+
+}  // namespace
+
 // One store's documents (local ids 0..n_docs-1 in `d`; stored as global ids from `first_doc`)
 // and its raw tombstones (global ids below `limit`). `d->deleted` and the IVF filtering are the
 // caller's (read_shards: a tombstone may live in another shard's store).
 Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool progress, int64_t first_doc, int64_t limit,
-                  IndexData* d, std::vector<int64_t>* tombstones) {
+                  IndexData* d, std::vector<int64_t>* tombstones, const StoreStart& from) {
     nlohmann::json stats;
     TMS_RETURN_IF_ERROR(read_meta(db, path, &d->info, &stats));
     IndexModel& m = d->model;
     const IndexInfo& info = d->info;
     TMS_RETURN_IF_ERROR(read_model(db, path, info, stats, &m));
+    TMS_RETURN_IF_ERROR(from_rocks(db.db->GetDbIdentity(d->store_identity), path));
     Trace trace = LoadTrace();
-    const int64_t n_docs = info.n_docs, n_tokens = info.n_tokens;
+    const bool partial = from.doc > 0 || from.token > 0 || from.chunk > 0;
+    if (from.doc < 0 || from.token < 0 || from.chunk < 0 || from.doc > info.n_docs || from.token > info.n_tokens ||
+        from.chunk > info.n_chunks) {
+        return Status::Corruption(path + ": holds fewer documents than it did when it was read before");
+    }
+    // The documents read: the store's from `from` on.
+    const int64_t n_docs = info.n_docs - from.doc, n_tokens = info.n_tokens - from.token;
     const int ncb = m.n_code_bytes;
     // vec: the vectors are read into d->vectors; vec_refs: their chunks' references are kept
     // (d->vector_files) and nothing is read.
@@ -39,6 +72,7 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
                      (vectors == VectorLoad::kMemory || (vectors == VectorLoad::kFileOrMemory && inline_vectors));
     const bool vec_refs =
         info.has_vectors && (vectors == VectorLoad::kFile || (vectors == VectorLoad::kFileOrMemory && !inline_vectors));
+    if (vec_refs && partial) return Status::Internal(path + ": part of a store read with its vectors left on disk");
     if (vec_refs && inline_vectors) {
         return Status::NotSupported(
             path + ": this index keeps its vectors inside the store (format " + std::to_string(kInlineVectorsFormat) +
@@ -98,7 +132,7 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
     };
     std::vector<Part> parts(window);
     int64_t next_doc = 0, next_tok = 0, reported = 0;
-    for (int64_t w0 = 0; w0 < info.n_chunks; w0 += window) {
+    for (int64_t w0 = from.chunk; w0 < info.n_chunks; w0 += window) {
         const int64_t nw = std::min(window, info.n_chunks - w0);
 #pragma omp parallel for schedule(dynamic, 1)
         for (int64_t i = 0; i < nw; ++i) {
@@ -126,7 +160,8 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
             TMS_RETURN_IF_ERROR(r.get(&magic, 1));
             TMS_RETURN_IF_ERROR(r.get(&first, 1));
             TMS_RETURN_IF_ERROR(r.get(&cnt, 1));
-            if (magic != kChunkMagic || int64_t(first) != first_doc + next_doc || next_doc + int64_t(cnt) > n_docs) {
+            if (magic != kChunkMagic || int64_t(first) != first_doc + from.doc + next_doc ||
+                next_doc + int64_t(cnt) > n_docs) {
                 return Status::Corruption(what + ": bad chunk header");
             }
             std::vector<uint32_t> lens(cnt);
@@ -159,7 +194,8 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
                 TMS_RETURN_IF_ERROR(vr.get(&ref.offset, 1));
                 TMS_RETURN_IF_ERROR(vr.get(&ref.bytes, 1));
                 TMS_RETURN_IF_ERROR(vr.get(&ref.crc, 1));
-                if (vmagic != kVectorRefMagic || !vr.done() || ref.offset != uint64_t(next_tok) * m.dim * 2 ||
+                if (vmagic != kVectorRefMagic || !vr.done() ||
+                    ref.offset != uint64_t(from.token + next_tok) * m.dim * 2 ||
                     ref.bytes != uint64_t(ntok) * m.dim * 2) {
                     return Status::Corruption(vw + ": bad reference to " + kVectorsFile);
                 }
@@ -209,8 +245,12 @@ Status read_store(Db& db, const std::string& path, VectorLoad vectors, bool prog
             {0, VectorFileBuilder::Make(vec_path, &vec_file, m.dim, std::move(chunk_t0), std::move(chunk_crc))});
     }
     trace.Mark("chunks");
-    // IVF lists: fetched and decoded in parallel, then concatenated.
-    {
+    if (partial) {
+        d->info.n_docs = n_docs;
+        d->info.n_tokens = n_tokens;
+        d->info.n_chunks -= from.chunk;
+        ivf_from_tokens(d, n_docs);
+    } else {  // IVF lists: fetched and decoded in parallel, then concatenated.
         std::vector<std::vector<int32_t>> lists(m.n_centroids);
         std::vector<Status> lst(m.n_centroids);
 #pragma omp parallel for schedule(dynamic, 64)

@@ -139,7 +139,9 @@ public:
         o.threads = threads;
         o.progress = progress;
         py::gil_scoped_release nogil;
-        check(tms::Searcher::Open(o, path, &s_));
+        std::unique_ptr<tms::Searcher> opened;
+        check(tms::Searcher::Open(o, path, &opened));
+        s_ = std::move(opened);
     }
 
     static tms::SearchOptions search_options(int k, bool exhaustive, int nprobe, int ncandidates, int rerank,
@@ -190,19 +192,20 @@ public:
                                   std::to_string(b.n_queries) + " queries (one list, or one per query)");
         }
         std::vector<std::vector<tms::SearchHit>> res;
+        const std::shared_ptr<const tms::Searcher> s = s_;  // a refresh() meanwhile leaves it
         {
             py::gil_scoped_release nogil;
             if (!subset.empty()) {  // ids the index does not hold allow nothing
-                auto set = std::make_shared<tms::DocSet>(s_->info().n_docs, int(subset.size()));
+                auto set = std::make_shared<tms::DocSet>(s->info().n_docs, int(subset.size()));
                 std::vector<int64_t> internal;
                 for (size_t r = 0; r < subset.size(); ++r) {
-                    s_->FindDocs(subset[r], &internal);
+                    s->FindDocs(subset[r], &internal);
                     for (int64_t d : internal)
                         if (d >= 0) set->Add(int(r), d);
                 }
                 o.allow = std::move(set);
             }
-            check(s_->Search(b, o, &res));
+            check(s->Search(b, o, &res));
         }
         return hits_to_python(res);
     }
@@ -215,11 +218,12 @@ public:
                                   std::to_string(b.n_queries) + " queries");
         }
         std::vector<std::vector<tms::SearchHit>> res;
+        const std::shared_ptr<const tms::Searcher> s = s_;  // a refresh() meanwhile leaves it
         {
             py::gil_scoped_release nogil;
             std::vector<std::vector<int64_t>> internal(candidates.size());
             for (size_t i = 0; i < candidates.size(); ++i) {
-                s_->FindDocs(candidates[i], &internal[i]);
+                s->FindDocs(candidates[i], &internal[i]);
                 std::vector<int64_t> kept;
                 for (size_t j = 0; j < internal[i].size(); ++j) {
                     if (internal[i][j] >= 0) {
@@ -231,7 +235,7 @@ public:
                 }
                 internal[i] = std::move(kept);
             }
-            check(s_->Rerank(b, internal, k, &res));
+            check(s->Rerank(b, internal, k, &res));
         }
         return hits_to_python(res);
     }
@@ -241,17 +245,18 @@ public:
     py::list document_vectors(const std::vector<std::string>& ids) {
         std::vector<int64_t> internal;
         std::vector<std::vector<uint16_t>> rows;
+        const std::shared_ptr<const tms::Searcher> s = s_;  // a refresh() meanwhile leaves it
         {
             py::gil_scoped_release nogil;
-            s_->FindDocs(ids, &internal);
+            s->FindDocs(ids, &internal);
         }
         for (size_t i = 0; i < ids.size(); ++i)
             if (internal[i] < 0) throw py::key_error("document '" + ids[i] + "' is not in the index");
         {
             py::gil_scoped_release nogil;
-            check(s_->DocumentVectors(internal, &rows));
+            check(s->DocumentVectors(internal, &rows));
         }
-        const py::ssize_t dim = s_->info().dim;
+        const py::ssize_t dim = s->info().dim;
         py::list out;
         for (const auto& r : rows) {
             py::array_t<uint16_t> a({py::ssize_t(r.size()) / dim, dim});
@@ -272,8 +277,20 @@ public:
         return py::make_tuple(a, s.seen);
     }
 
+    // The index as it is now, sharing what this searcher loaded (Searcher::Refresh); searches in
+    // flight finish on the searcher they started on.
+    void refresh() {
+        std::unique_ptr<tms::Searcher> next;
+        const std::shared_ptr<const tms::Searcher> now = s_;
+        {
+            py::gil_scoped_release nogil;
+            check(now->Refresh(&next));
+        }
+        s_ = std::move(next);
+    }
+
 private:
-    std::unique_ptr<tms::Searcher> s_;
+    std::shared_ptr<tms::Searcher> s_;
 };
 
 tms::EmbeddingView tokens_view(const py::array& tokens, const std::string& dtype) {
@@ -447,6 +464,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("path"), py::arg("device"), py::arg("load_vectors"), py::arg("threads"), py::arg("progress"),
              py::arg("vectors"), py::arg("filter_time_ms"), py::arg("filter_max_bytes"), py::arg("record_queries"))
         .def("served", &PySearcher::served)
+        .def("refresh", &PySearcher::refresh)
         .def("search", &PySearcher::search)
         .def("plan", &PySearcher::plan)
         .def("rerank", &PySearcher::rerank)

@@ -475,17 +475,24 @@ class Searcher:
     def add(self, documents=None, ids=None, lengths=None, *, texts=None, model=None, replace=False, metadata=None,
             metadata_types=None):
         """Adds documents (embeddings, or texts= with model=; and their metadata) to the index
-        (add_documents), then reopens it."""
+        (add_documents), then refreshes this searcher (refresh())."""
         add_documents(self.path, documents, ids, lengths, texts=texts, model=model, replace=replace, metadata=metadata,
                       metadata_types=metadata_types)
-        self._reopen()
+        self.refresh()
 
     def delete(self, ids):
-        """Deletes documents by external id (delete_documents), then reopens the index; returns
-        how many it deleted."""
+        """Deletes documents by external id (delete_documents), then refreshes this searcher
+        (refresh()); returns how many it deleted."""
         n = delete_documents(self.path, ids)
-        self._reopen()
+        self.refresh()
         return n
+
+    def refresh(self):
+        """Sees the index as it is now (writes by this or another process): only the documents
+        added since are read and placed, beside the ones already loaded (their memory, on the
+        GPU too, is shared, not loaded again); deletions apply at once. After a compaction or a
+        rebuild the index is opened whole. Searches give what a searcher opened now would."""
+        self._s.refresh()
 
     def _reopen(self):
         o = self._open

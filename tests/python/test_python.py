@@ -437,6 +437,43 @@ def test_one_version_everywhere():
         assert out.strip() == f"tms {tilemaxsim.__version__}"
 
 
+def test_refresh_sees_other_writers_and_searches_as_opened(corpus, tmp_path):
+    """Searcher.refresh() sees what another writer added and deleted, and then searches as a
+    searcher opened now; searches running in other threads meanwhile finish on theirs."""
+    import threading
+    idx = tmp_path / "refresh"
+    tilemaxsim.build_index(idx, corpus["docs"][:300], corpus["ids"][:300], keep_vectors=True, n_centroids=32,
+                           estimate=False)
+    s = tilemaxsim.Searcher(idx, "cpu")
+    q = corpus["queries"]
+    stop, errors = threading.Event(), []
+
+    def keep_searching():
+        while not stop.is_set():
+            try:
+                s.search(q, k=5)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+    t = threading.Thread(target=keep_searching)
+    t.start()
+    for at in range(300, 340, 10):
+        tilemaxsim.add_documents(idx, corpus["docs"][at:at + 10], corpus["ids"][at:at + 10])
+        tilemaxsim.delete_documents(idx, [corpus["ids"][at - 299]])
+        assert s.info["n_docs"] == at  # not before the refresh
+        s.refresh()
+    stop.set()
+    t.join()
+    assert not errors
+    fresh = tilemaxsim.Searcher(idx, "cpu")
+    assert s.info["n_docs"] == fresh.info["n_docs"] == 340 and s.info["n_deleted"] == fresh.info["n_deleted"] == 4
+    for kw in ({}, {"exhaustive": True}, {"k": 40, "nprobe": 2, "ncandidates": 60, "rerank": 20}):
+        a, b = s.search(q, **kw), fresh.search(q, **kw)
+        assert a[0] == b[0], kw
+        assert all(np.allclose(x, y) for x, y in zip(a[1], b[1])), kw
+    assert not {"doc1", "doc11", "doc21", "doc31"} & {d for ids in s.search(q, k=40)[0] for d in ids}
+
+
 def test_peer_names_add_with_metadata_and_counts(corpus, tmp_path):
     """fast-plaid's option names are aliases of ours; Searcher.add takes metadata; delete counts
     what it deleted; Searcher.info agrees with index_info."""

@@ -505,6 +505,15 @@ def test_concurrent_writes_commit_together(corpus, tmp_path):
             t.join()
         assert len(bad) == 1 and bad[0] in (400, 409)
         assert c.info()["n_docs"] == len(corpus["docs"]) + 32 + 7
+        # Each group refreshed the searcher in service (the added documents beside the loaded
+        # ones): it searches as a searcher opened now does.
+        c.delete([f"g{i}" for i in range(0, 32, 5)] + ["d2"])
+        fresh = tilemaxsim.Searcher(index, "cpu")
+        for kw in ({}, {"k": 20, "nprobe": 2, "ncandidates": 40, "rerank": 20}, {"k": 5, "exhaustive": True}):
+            (a_ids, a_scores), (b_ids, b_scores) = c.search(corpus["queries"], **kw), fresh.search(corpus["queries"], **kw)
+            assert a_ids == b_ids, kw
+            for x, y in zip(a_scores, b_scores):
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
 
 
 def _required(schema, spec):

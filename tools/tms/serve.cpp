@@ -206,7 +206,8 @@ Command AddServe(CLI::App& app) {
                   "the default search (--target-recall) plans from the queries the index really gets (0: never)")
         ->capture_default_str()
         ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-    c->add_option("--recalibrate-idle-ms", s->recalibrate_idle_ms, "... and only when no search has run for this long")
+    c->add_option("--recalibrate-idle-ms", s->recalibrate_idle_ms,
+                  "A measurement due (--recalibrate-after) waits until no search has run for this long")
         ->capture_default_str()
         ->check(CLI::Range(int64_t(1), int64_t(3600000)));
     c->add_flag("--log-json", s->log_json, "One JSON object per request on stderr (else one text line)");
