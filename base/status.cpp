@@ -58,6 +58,12 @@ const char* VectorTierName(VectorTier t) {
 
 const char* PruningName(Pruning p) { return p == Pruning::kProbe ? "probe" : "interaction"; }
 
+const char* SearchModeName(SearchMode m) {
+    return m == SearchMode::kBm25 ? "bm25" : m == SearchMode::kHybrid ? "hybrid" : "maxsim";
+}
+
+const char* FusionName(Fusion f) { return f == Fusion::kWeighted ? "weighted" : "rrf"; }
+
 const char* MetaTypeName(MetaType t) {
     switch (t) {
         case MetaType::kInteger: return "integer";

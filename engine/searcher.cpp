@@ -27,6 +27,7 @@
 #include "engine/backend.h"
 #include "engine/plan.h"
 #include "engine/gpu_shard.h"
+#include "engine/hybrid.h"
 #include "engine/vector_rows.h"
 #include "kernels/cuda/gpu_context.h"
 #include "index/index_data.h"
@@ -71,6 +72,7 @@ public:
     Status Search(const QueryBatch& q, const SearchOptions& given, std::vector<std::vector<SearchHit>>* results,
                   SearchTimings* timings) const override {
         kernels::SetThreads();  // the caller's thread runs the parallel regions
+        if (given.mode != SearchMode::kMaxSim) return SearchText(q, given, results, timings);
         TMS_RETURN_IF_ERROR(check_finite(q));
         const SearchOptions opts = Plan(given);
         // Per-query sets name queries by their place in the caller's batch: they go alone.
@@ -85,6 +87,96 @@ public:
         // A query of no tokens matches nothing (its MaxSim would be 0 for every document).
         for (int i = 0; q.lengths && i < q.n_queries; ++i)
             if (q.lengths[i] == 0) (*results)[size_t(i)].clear();
+        return Status::OK();
+    }
+
+    // Modes kBm25 and kHybrid: BM25 over the metadata's text index, each query restricted to its
+    // allowed live documents; hybrid fuses it with the MaxSim search (engine/hybrid.h).
+    Status SearchText(const QueryBatch& q, const SearchOptions& given, std::vector<std::vector<SearchHit>>* results,
+                      SearchTimings* timings) const {
+        const auto t0 = Clock::now();
+        const int nq = q.n_queries;
+        if (!given.query_texts || int64_t(given.query_texts->size()) != nq) {
+            return Status::InvalidArgument(
+                "query texts: " + std::to_string(given.query_texts ? given.query_texts->size() : 0) + " for " +
+                std::to_string(nq) + " queries (one text per query)");
+        }
+        if (given.k <= 0) return Status::InvalidArgument("k must be > 0, got " + std::to_string(given.k));
+        if (!(given.bm25_weight >= 0 && given.bm25_weight <= 1)) {
+            return Status::InvalidArgument("bm25_weight must be in [0, 1], got " + std::to_string(given.bm25_weight));
+        }
+        if (given.lexical_candidates < 1 || given.lexical_candidates > 100000) {
+            return Status::InvalidArgument("lexical_candidates must be in [1, 100000], got " +
+                                           std::to_string(given.lexical_candidates));
+        }
+        if (!metadata_ || !metadata_->has_text()) {
+            return Status::NotSupported(std::string(SearchModeName(given.mode)) +
+                                        ": this index has no text (build it with a text field: tms index "
+                                        "--metadata FILE --text-field NAME)");
+        }
+        SearchOptions o;
+        std::optional<Allowed> allowed;
+        TMS_RETURN_IF_ERROR(Resolve(q, given, &o, &allowed));
+        // The live documents, and each query's allowed ones among them.
+        const int64_t n = info_.n_docs, words = DocSet::Words(n);
+        std::vector<uint32_t> live(size_t(words), 0u);
+        for (size_t s = 0; s < shards_.size(); ++s) {
+            const engine::ShardSearcher& sg = shards_.segment(s);
+            const int64_t first = sg.data().first_doc;
+            for (int64_t i = 0; i < sg.info().n_docs; ++i)
+                if (!sg.deleted()[size_t(i)]) live[size_t((first + i) / 32)] |= 1u << ((first + i) % 32);
+        }
+        const bool hybrid = given.mode == SearchMode::kHybrid;
+        const int n_lex = hybrid ? std::max(given.k, given.lexical_candidates) : given.k;
+        std::vector<engine::Scored> lexical(static_cast<size_t>(nq));
+        std::vector<uint32_t> row;
+        for (int i = 0; i < nq; ++i) {
+            const uint32_t* bits = live.data();
+            if (allowed) {
+                const uint32_t* a = allowed->set->Row(allowed->row(i));
+                const int64_t aw = std::min(words, DocSet::Words(allowed->set->n_docs));
+                row.assign(size_t(words), 0u);
+                for (int64_t w = 0; w < aw; ++w) row[size_t(w)] = a[w] & live[size_t(w)];
+                bits = row.data();
+            }
+            TMS_RETURN_IF_ERROR(metadata_->Lexical((*given.query_texts)[size_t(i)], n_lex, bits, &lexical[size_t(i)]));
+        }
+        std::vector<engine::Scored> maxsim(static_cast<size_t>(nq));
+        if (hybrid) {
+            SearchOptions ms = given;
+            ms.mode = SearchMode::kMaxSim;
+            ms.query_texts = nullptr;
+            ms.k = n_lex;
+            std::vector<std::vector<SearchHit>> found;
+            TMS_RETURN_IF_ERROR(Search(q, ms, &found, nullptr));
+            // The union, scored by exact MaxSim where the vectors are loaded (BM25's documents
+            // the MaxSim search did not reach included); else the MaxSim hits' own scores.
+            std::vector<std::vector<int64_t>> both(static_cast<size_t>(nq));
+            for (int i = 0; i < nq; ++i) {
+                for (const SearchHit& h : found[size_t(i)]) both[size_t(i)].push_back(h.internal_id);
+                for (const auto& [d, sc] : lexical[size_t(i)]) both[size_t(i)].push_back(d);
+            }
+            if (shards_.CheckExact().ok()) {
+                TMS_RETURN_IF_ERROR(Rerank(q, both, 0, &found));
+            }
+            for (int i = 0; i < nq; ++i)
+                for (const SearchHit& h : found[size_t(i)]) maxsim[size_t(i)].push_back({h.internal_id, h.score});
+        }
+        results->assign(size_t(nq), {});
+        for (int i = 0; i < nq; ++i) {
+            const engine::Scored top = hybrid ? engine::FuseRankings(maxsim[size_t(i)], lexical[size_t(i)],
+                                                                     given.fusion, given.bm25_weight, given.k)
+                                              : lexical[size_t(i)];
+            for (const auto& [d, sc] : top) {
+                int32_t local = 0;
+                const engine::ShardSearcher* sg = shards_.Find(d, &local);
+                if (sg) (*results)[size_t(i)].push_back({sg->data().doc_ids[size_t(local)], d, sc});
+            }
+        }
+        if (timings) {
+            *timings = SearchTimings();
+            timings->total = SecondsSince(t0);
+        }
         return Status::OK();
     }
 

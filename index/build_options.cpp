@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <sstream>
 
+#include "index/metadata/metadata.h"
 #include "tilemaxsim/options.h"
 
 namespace tms {
@@ -68,6 +69,10 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
                 st = integer(&o->residual_nbits);
             else if (k == "keep_vectors")
                 o->keep_vectors = v.get<bool>();
+            else if (k == "text_field")
+                o->text_field = v.get<std::string>();
+            else if (k == "text_tokenizer")
+                o->text_tokenizer = v.get<std::string>();
             else if (k == "chunk_docs")
                 st = integer(&o->chunk_docs);
             else if (k == "shards")
@@ -111,6 +116,8 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
         return Status::InvalidArgument("residual_nbits must be 1, 2 or 4, got " + std::to_string(o.residual_nbits));
     }
     TMS_RETURN_IF_ERROR(range("chunk_docs", o.chunk_docs, 1, 1 << 20));
+    if (!o.text_field.empty()) TMS_RETURN_IF_ERROR(index::CheckMetaColumnName(o.text_field, "text_field"));
+    TMS_RETURN_IF_ERROR(index::CheckTextTokenizer(o.text_tokenizer));
     TMS_RETURN_IF_ERROR(range("shards", o.shards, 0, kMaxShards));
     TMS_RETURN_IF_ERROR(range("gpu", o.gpu, 0, 1023));
     TMS_RETURN_IF_ERROR(range("threads", o.threads, 0, kMaxThreads));
@@ -137,6 +144,10 @@ std::string BuildOptionsToJson(const IndexBuildOptions& o) {
     j["pq_nbits"] = o.pq_nbits;
     j["residual_nbits"] = o.residual_nbits;
     j["keep_vectors"] = o.keep_vectors;
+    if (!o.text_field.empty()) {
+        j["text_field"] = o.text_field;
+        j["text_tokenizer"] = o.text_tokenizer;
+    }
     j["chunk_docs"] = o.chunk_docs;
     j["shards"] = o.shards;
     j["gpu"] = o.gpu;

@@ -197,6 +197,17 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
         const std::string v = j ? (j->is_string() ? j->get<std::string>() : "") : *text;
         if (v != "probe" && v != "interaction") throw Bad{400, "pruning: expected \"probe\" or \"interaction\""};
         opts->pruning = v == "probe" ? Pruning::kProbe : Pruning::kInteraction;
+    } else if (name == "mode" || name == "fusion") {
+        const std::string v = j ? (j->is_string() ? j->get<std::string>() : "") : *text;
+        const Status st = name == "mode" ? ParseSearchMode(v, &opts->mode) : ParseFusion(v, &opts->fusion);
+        if (!st.ok()) throw Bad{400, st.message()};
+    } else if (name == "bm25_weight") {
+        double v = 0;
+        const bool ok = j ? j->is_number() && (v = j->get<double>(), true) : ParseDouble(*text, &v);
+        if (!ok || !(v >= 0 && v <= 1)) throw Bad{400, "bm25_weight: expected a number in [0, 1]"};
+        opts->bm25_weight = v;
+    } else if (name == "lexical_candidates") {
+        opts->lexical_candidates = integer(1, 100000);
     } else if (name == "filter") {
         if (j && !j->is_string()) throw Bad{400, "filter: expected a string"};
         opts->filter = j ? j->get<std::string>() : *text;
@@ -210,7 +221,20 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
 }
 
 constexpr const char* kSearchFields =
-    "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, pruning, filter, subset";
+    "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, pruning, filter, subset, mode, texts, "
+    "fusion, bm25_weight, lexical_candidates";
+
+// A query's text (modes bm25 and hybrid), at most this long.
+constexpr size_t kMaxTextBytes = 65536;
+
+void AddText(const std::string& t, const ApiOptions& o, std::vector<std::string>* texts) {
+    if (t.size() > kMaxTextBytes)
+        throw Bad{400, "texts: a text longer than " + std::to_string(kMaxTextBytes) + " bytes"};
+    if (texts->size() >= size_t(o.max_queries)) {
+        throw Bad{400, "texts: more than " + std::to_string(o.max_queries) + " (a request's queries at most)"};
+    }
+    texts->push_back(t);
+}
 
 json ParseJsonBody(const std::string& body) {
     json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -583,12 +607,14 @@ void Api::Search(Call& c) {
     const auto s = c.index->Current();
     Queries q;
     SearchOptions opts;
-    std::vector<std::string> subset, fields;
+    std::vector<std::string> subset, fields, texts;
     bool has_subset = false, has_fields = false;
     if (IsNpy(c.req)) {
         QueriesFromNpy(c.req.body, opts_, &q);
         for (const auto& [name, value] : c.req.query) {
-            if (name == "subset") {
+            if (name == "text") {  // one per query, in order
+                AddText(value, opts_, &texts);
+            } else if (name == "subset") {
                 subset.push_back(value);
                 has_subset = true;
             } else if (name == "fields") {
@@ -603,6 +629,12 @@ void Api::Search(Call& c) {
         for (const auto& [name, value] : j.items()) {
             if (name == "queries") {
                 QueriesFromJson(value, opts_, &q);
+            } else if (name == "texts") {
+                if (!value.is_array()) throw Bad{400, "texts: expected an array of strings (one per query)"};
+                for (const auto& t : value) {
+                    if (!t.is_string()) throw Bad{400, "texts: expected an array of strings (one per query)"};
+                    AddText(t.get<std::string>(), opts_, &texts);
+                }
             } else if (name == "subset") {
                 subset = IdList(value, "subset", size_t(1) << 24);
                 has_subset = true;
@@ -617,10 +649,24 @@ void Api::Search(Call& c) {
                 throw Bad{400, "unknown field '" + name + "' (fields: " + std::string(kSearchFields) + ")"};
             }
         }
-        if (!j.contains("queries")) throw Bad{400, "queries: missing"};
+        if (!j.contains("queries") && opts.mode == SearchMode::kBm25 && !texts.empty()) {
+            // BM25 alone reads no embeddings: a query of one zero token per text.
+            q.arr.descr = "<f4";
+            q.arr.shape = {int64_t(texts.size()), 1, int64_t(s->info().dim)};
+            q.arr.bytes.assign(size_t(q.arr.numel()) * 4, 0);
+        } else if (!j.contains("queries")) {
+            throw Bad{400, "queries: missing"};
+        }
     }
     MakeBatch(&q, IsNpy(c.req) ? "body" : "queries", s->info());
     c.queries = q.batch.n_queries;
+    if (opts.mode != SearchMode::kMaxSim) {
+        if (texts.size() != size_t(q.batch.n_queries)) {
+            throw Bad{400, "texts: " + std::to_string(texts.size()) + " for " + std::to_string(q.batch.n_queries) +
+                               " queries (mode " + SearchModeName(opts.mode) + " takes one text per query)"};
+        }
+        opts.query_texts = std::make_shared<const std::vector<std::string>>(std::move(texts));
+    }
     opts.allow = Reach(*s, c.KeyFilter(), has_subset ? &subset : nullptr);
     std::vector<std::vector<SearchHit>> results;
     SearchTimings t;

@@ -42,6 +42,13 @@ struct IndexBuildOptions {
     int residual_nbits = 2;
     /// Store fp16 token vectors too (exhaustive search, exact rerank). Default: false
     bool keep_vectors = false;
+    /// The metadata field (text values) that holds each document's text: indexed for BM25 and
+    /// hybrid search (an SQLite FTS5 table beside the metadata, kept in step by adds, deletes
+    /// and compaction). Empty: no text. Default: ""
+    std::string text_field;
+    /// The text's tokenizer: unicode61, porter (unicode61 with Porter stemming) or trigram.
+    /// Default: unicode61
+    std::string text_tokenizer = "unicode61";
     /// Documents per stored chunk. Default: 2048
     int chunk_docs = 2048;
     /// Shards: ranges of documents (about equal in tokens), each with its own store, searched
@@ -217,6 +224,26 @@ struct SearchOptions {
     /// scores barely tell them apart), and at least 65,536. A query allowed no more than
     /// max(ncandidates, rerank, k) always does. Default: -1
     int64_t direct_max = -1;
+
+    /// kMaxSim: late interaction over the query embeddings (as above). kBm25: the query texts
+    /// alone, ranked by BM25 over the index's text (IndexBuildOptions::text_field), with
+    /// SQLite FTS5 (k1 1.2, b 0.75; a query's words OR-ed). kHybrid: both: BM25's best
+    /// lexical_candidates documents join the MaxSim search's best, each document of the union
+    /// is scored by exact MaxSim (stored vectors; else its MaxSim hit's score, when it has one)
+    /// and by BM25, and the two rankings are fused (`fusion`). Filters, allow sets and deleted
+    /// documents bind both halves. The scores returned are the fused ones. Default: kMaxSim
+    SearchMode mode = SearchMode::kMaxSim;
+    /// One text per query of the batch (modes kBm25 and kHybrid). Default: null
+    std::shared_ptr<const std::vector<std::string>> query_texts;
+    /// kRrf: sum over the rankings of weight / (60 + rank); kWeighted: the weighted sum of each
+    /// ranking's scores scaled to [0, 1] over the documents fused. Default: kRrf
+    Fusion fusion = Fusion::kRrf;
+    /// BM25's weight in the fusion, in [0, 1]; MaxSim's is 1 - bm25_weight (0: MaxSim's ranking,
+    /// 1: BM25's, each over the documents it scored). Default: 0.5
+    double bm25_weight = 0.5;
+    /// BM25's documents that join a hybrid search's MaxSim candidates (and the MaxSim search's
+    /// best that many, at least k). Default: 100
+    int lexical_candidates = 100;
 };
 
 /// The automatic shard count: one shard per this many tokens (2^28: 64 GiB of fp16 vectors at
@@ -229,6 +256,10 @@ inline constexpr int kMaxShards = 256;
 
 /// Threads any option may ask for (OpenMP aborts far above a machine's cores).
 inline constexpr int kMaxThreads = 1024;
+
+/// The inverses of SearchModeName and FusionName; InvalidArgument naming the accepted words.
+Status ParseSearchMode(const std::string& word, SearchMode* out);
+Status ParseFusion(const std::string& word, Fusion* out);
 
 /// The inverse of VectorTierName ("auto", "gpu", "host", "disk", "none"); InvalidArgument
 /// naming the accepted words otherwise.

@@ -39,6 +39,15 @@ const char* VectorTierName(VectorTier t);
 enum class Pruning : uint8_t { kProbe = 0, kInteraction = 1 };
 const char* PruningName(Pruning p);
 
+/// What a search ranks by (SearchOptions::mode).
+enum class SearchMode : uint8_t { kMaxSim = 0, kBm25 = 1, kHybrid = 2 };
+/// How a hybrid search fuses its two rankings (SearchOptions::fusion).
+enum class Fusion : uint8_t { kRrf = 0, kWeighted = 1 };
+/// "maxsim", "bm25", "hybrid"; "rrf", "weighted". Parse*: InvalidArgument naming the accepted
+/// words otherwise.
+const char* SearchModeName(SearchMode m);
+const char* FusionName(Fusion f);
+
 /// Declared type of a metadata column (SQLite's type affinity; values keep their own type).
 enum class MetaType : uint8_t { kInteger = 0, kReal = 1, kText = 2 };
 /// "integer", "real", "text".

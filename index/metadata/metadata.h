@@ -42,6 +42,24 @@ using FilterParam = MetaValue;
 /// The attributes of one document: (column index, value); columns not named are NULL.
 using MetaCells = std::vector<std::pair<int, MetaValue>>;
 
+/// The lexical index of an index's text: an FTS5 table (`texts`) over one metadata column of
+/// type text, with external content (the docs table holds the text; triggers keep the FTS5
+/// index in step with every insert and delete of a row, in the same transaction, so it follows
+/// the metadata's crash rules). Recorded in the file (table text_index). Deleted documents'
+/// rows, and so their text, count in BM25's statistics until a compaction drops them.
+struct TextIndexSpec {
+    std::string column;                   ///< the docs column indexed
+    std::string tokenizer = "unicode61";  ///< unicode61, porter (stemmed unicode61), trigram
+};
+/// InvalidArgument naming the accepted words unless `t` is unicode61, porter or trigram.
+Status CheckTextTokenizer(const std::string& t);
+/// The text index of the metadata file at `path` (*has false when there is none, or no file).
+Status ReadTextIndexSpec(const std::string& path, TextIndexSpec* out, bool* has);
+/// The FTS5 query a search's text becomes: each whitespace-separated word that holds a letter
+/// or digit, as a quoted string (FTS5 tokenizes it as the index does: a phrase of its tokens),
+/// the words OR-ed; empty when there is none.
+std::string FtsQuery(const std::string& text);
+
 /// A column name as the file and filters accept it; messages start with `what`.
 Status CheckMetaColumnName(const std::string& name, const std::string& what);
 
@@ -50,9 +68,10 @@ Status CheckMetaColumnName(const std::string& name, const std::string& what);
 class MetadataWriter {
 public:
     /// A new file at `path` with `columns` (built as PATH.tmp, put in place by Commit with the
-    /// file and its directory synced).
+    /// file and its directory synced), and with `text` its text index (the column must be one
+    /// of `columns`, of type text).
     static Status Create(const std::string& path, const std::vector<MetaColumn>& columns,
-                         std::unique_ptr<MetadataWriter>* out);
+                         std::unique_ptr<MetadataWriter>* out, const TextIndexSpec* text = nullptr);
     /// The existing file at `path`, one transaction until Commit.
     static Status Open(const std::string& path, std::unique_ptr<MetadataWriter>* out);
     ~MetadataWriter();
@@ -107,6 +126,14 @@ public:
     /// unknown field.
     Status Rows(const std::vector<int64_t>& docs, const std::vector<std::string>& fields,
                 std::vector<std::string>* objects) const;
+    /// The index has a text index (TextIndexSpec).
+    bool has_text() const { return has_text_; }
+    /// BM25 over the text index (FTS5's bm25(), k1 1.2, b 0.75): the best `k` documents for
+    /// `text` (FtsQuery) among those set in `allowed` (bits over n_docs; null: all), best first,
+    /// ties to the lower id; scores are -bm25() (higher is better, above 0). NotSupported without
+    /// a text index. Thread-safe.
+    Status Lexical(const std::string& text, int k, const uint32_t* allowed,
+                   std::vector<std::pair<int64_t, float>>* hits) const;
     /// Bounds on each evaluation of Filter (SearcherOptions::filter_time_ms, filter_max_bytes):
     /// past either it fails with one line naming the limit.
     void SetLimits(int64_t time_ms, int64_t max_bytes);
@@ -117,6 +144,7 @@ private:
     std::unique_ptr<Impl> impl_;
     std::vector<MetaColumn> columns_;
     int64_t rows_ = 0, n_docs_ = 0;
+    bool has_text_ = false;
 };
 
 /// The filter expression rewritten for SQLite: every identifier a known column (or `id`), a

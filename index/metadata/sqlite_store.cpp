@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <list>
@@ -166,7 +167,75 @@ bool file_exists(const std::string& path) {
     return fs::exists(path, ec);
 }
 
+// An SQL string literal of `s`.
+std::string sql_literal(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+}
+
+// FTS5's tokenize= argument for each tokenizer's name.
+std::string fts_tokenize(const std::string& t) { return t == "porter" ? "porter unicode61" : t; }
+
+// The text index recorded in `db` (*has false without one).
+Status read_text_spec(sqlite3* db, const std::string& what, TextIndexSpec* out, bool* has) {
+    *has = false;
+    Stmt st;
+    TMS_RETURN_IF_ERROR(
+        prepare(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'text_index'", what, &st));
+    int rc = sqlite3_step(st.s);
+    if (rc != SQLITE_ROW) return sql_error(db, rc, what);
+    if (sqlite3_column_int(st.s, 0) == 0) return Status::OK();
+    TMS_RETURN_IF_ERROR(prepare(db, "SELECT column_name, tokenizer FROM text_index", what, &st));
+    if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return Status::Corruption(what + ": its text index is not described");
+    const auto text = [&](int c) {
+        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st.s, c));
+        return std::string(p ? p : "");
+    };
+    out->column = text(0);
+    out->tokenizer = text(1);
+    *has = true;
+    return Status::OK();
+}
+
 }  // namespace
+
+Status CheckTextTokenizer(const std::string& t) {
+    if (t == "unicode61" || t == "porter" || t == "trigram") return Status::OK();
+    return Status::InvalidArgument("text tokenizer '" + t + "': expected unicode61, porter or trigram");
+}
+
+Status ReadTextIndexSpec(const std::string& path, TextIndexSpec* out, bool* has) {
+    *has = false;
+    if (!file_exists(path)) return Status::OK();
+    Conn c;
+    TMS_RETURN_IF_ERROR(open_file(path, false, false, &c));
+    return read_text_spec(c.db, path, out, has);
+}
+
+std::string FtsQuery(const std::string& text) {
+    std::string out, word;
+    const auto flush = [&] {
+        const bool has_word = std::any_of(word.begin(), word.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || static_cast<unsigned char>(c) >= 0x80;
+        });
+        if (has_word) {
+            out += out.empty() ? "\"" : " OR \"";
+            for (char c : word) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+            out += '"';
+        }
+        word.clear();
+    };
+    for (char c : text) {
+        if (std::isspace(static_cast<unsigned char>(c))) {
+            flush();
+        } else {
+            word += c;
+        }
+    }
+    flush();
+    return out;
+}
 
 // ---- writing ---------------------------------------------------------------------------------
 
@@ -189,7 +258,7 @@ MetadataWriter::~MetadataWriter() {
 }
 
 Status MetadataWriter::Create(const std::string& path, const std::vector<MetaColumn>& columns,
-                              std::unique_ptr<MetadataWriter>* out) {
+                              std::unique_ptr<MetadataWriter>* out, const TextIndexSpec* text) {
     std::unique_ptr<MetadataWriter> w(new MetadataWriter());
     w->path_ = path;
     w->tmp_ = path + ".tmp";
@@ -202,6 +271,29 @@ Status MetadataWriter::Create(const std::string& path, const std::vector<MetaCol
                       "; CREATE TABLE docs (doc INTEGER PRIMARY KEY, id TEXT NOT NULL";
     for (const MetaColumn& c : columns) ddl += ", " + sql_name(c.name) + " " + sql_type(c.type);
     ddl += "); CREATE INDEX docs_id ON docs(id);";
+    if (text) {
+        const auto col = std::find_if(columns.begin(), columns.end(),
+                                      [&](const MetaColumn& c) { return lower(c.name) == lower(text->column); });
+        if (col == columns.end() || col->type != MetaType::kText) {
+            return Status::InvalidArgument(path + ": the text field '" + text->column +
+                                           "' is not a metadata field of text values");
+        }
+        TMS_RETURN_IF_ERROR(CheckTextTokenizer(text->tokenizer));
+        // External content: the FTS5 index reads the text from docs; the triggers keep it in step.
+        const std::string c = sql_name(col->name);
+        ddl +=
+            "CREATE TABLE text_index (column_name TEXT NOT NULL, tokenizer TEXT NOT NULL); "
+            "INSERT INTO text_index VALUES (" +
+            sql_literal(col->name) + ", " + sql_literal(text->tokenizer) + "); CREATE VIRTUAL TABLE texts USING fts5(" +
+            c + ", content='docs', content_rowid='doc', tokenize=" + sql_literal(fts_tokenize(text->tokenizer)) +
+            "); CREATE TRIGGER texts_ai AFTER INSERT ON docs BEGIN INSERT INTO texts(rowid, " + c +
+            ") VALUES (new.doc, new." + c +
+            "); END; CREATE TRIGGER texts_ad AFTER DELETE ON docs BEGIN INSERT INTO texts(texts, rowid, " + c +
+            ") VALUES ('delete', old.doc, old." + c +
+            "); END; CREATE TRIGGER texts_au AFTER UPDATE ON docs BEGIN INSERT INTO texts(texts, rowid, " + c +
+            ") VALUES ('delete', old.doc, old." + c + "); INSERT INTO texts(rowid, " + c + ") VALUES (new.doc, new." +
+            c + "); END;";
+    }
     TMS_RETURN_IF_ERROR(exec(w->db_->conn.db, ddl, path));
     w->db_->in_txn = true;
     w->columns_ = columns;
@@ -352,6 +444,10 @@ int filter_authorizer(void*, int action, const char* a, const char* b, const cha
 struct MetadataSnapshot::Impl {
     Conn mem;
     std::mutex mu;
+    // Lexical's statement, and the documents it may return while it runs (mu held; null: all).
+    Stmt lexical;
+    const uint32_t* allow = nullptr;
+    int64_t n_docs = 0;
     FilterDeadline deadline;  // of the evaluation under way (mu held)
     int64_t time_ms = SearcherOptions().filter_time_ms, max_bytes = SearcherOptions().filter_max_bytes;
     struct Compiled {
@@ -417,6 +513,19 @@ Status MetadataSnapshot::Load(const std::string& index_dir, int64_t n_docs, std:
     if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return sql_error(mem, rc, path);
     s->rows_ = sqlite3_column_int64(st.s, 0);
     st.reset();  // no statement may be active while functions are replaced
+    TextIndexSpec text;
+    TMS_RETURN_IF_ERROR(read_text_spec(mem, path, &text, &s->has_text_));
+    s->impl_->n_docs = n_docs;
+    rc = sqlite3_create_function_v2(
+        mem, "tms_allowed", 1, SQLITE_UTF8, s->impl_.get(),
+        [](sqlite3_context* ctx, int, sqlite3_value** v) {
+            const auto* im = static_cast<const Impl*>(sqlite3_user_data(ctx));
+            const int64_t d = sqlite3_value_int64(v[0]);
+            const bool in = d >= 0 && d < im->n_docs && (!im->allow || ((im->allow[d / 32] >> (d % 32)) & 1u));
+            sqlite3_result_int(ctx, in ? 1 : 0);
+        },
+        nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return sql_error(mem, rc, path);
     sqlite3_set_authorizer(mem, filter_authorizer, nullptr);
     // Bounded evaluation: our LIKE, GLOB and instr() (linear, interruptible), a check of the
     // deadline every 1,000 virtual-machine steps, and a limit on every value's length.
@@ -506,6 +615,45 @@ Status MetadataSnapshot::Filter(const std::string& where, std::vector<uint32_t>*
     *count = n;
     c.bits = *bits;
     c.count = n;
+    return Status::OK();
+}
+
+Status MetadataSnapshot::Lexical(const std::string& text, int k, const uint32_t* allowed,
+                                 std::vector<std::pair<int64_t, float>>* hits) const {
+    hits->clear();
+    if (!has_text_) {
+        return Status::NotSupported("bm25: this index has no text (index or add documents with a text field)");
+    }
+    const std::string q = FtsQuery(text);
+    if (q.empty() || k <= 0) return Status::OK();
+    Impl& im = *impl_;
+    std::lock_guard<std::mutex> g(im.mu);
+    // The authorizer admits filters only: lifted while this fixed statement is prepared and run
+    // (FTS5 prepares its own reads of its tables as it runs; the query text is a bound value,
+    // which FTS5's query language cannot turn into SQL).
+    sqlite3_set_authorizer(im.mem.db, nullptr, nullptr);
+    struct Restore {
+        sqlite3* db;
+        ~Restore() { sqlite3_set_authorizer(db, filter_authorizer, nullptr); }
+    } restore{im.mem.db};
+    if (!im.lexical.s) {
+        TMS_RETURN_IF_ERROR(prepare(im.mem.db,
+                                    "SELECT rowid, bm25(texts) FROM texts WHERE texts MATCH ?1 AND "
+                                    "tms_allowed(rowid) ORDER BY rank, rowid LIMIT ?2",
+                                    "bm25", &im.lexical));
+    }
+    sqlite3_stmt* s = im.lexical.s;
+    sqlite3_reset(s);
+    sqlite3_bind_text64(s, 1, q.data(), q.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+    sqlite3_bind_int(s, 2, k);
+    im.allow = allowed;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        hits->push_back({sqlite3_column_int64(s, 0), float(-sqlite3_column_double(s, 1))});
+    im.allow = nullptr;
+    const std::string msg = rc == SQLITE_DONE ? "" : sqlite3_errmsg(im.mem.db);
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) return Status::InvalidArgument("bm25: " + msg);
     return Status::OK();
 }
 

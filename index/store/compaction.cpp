@@ -65,9 +65,12 @@ Status CompactIndex(const std::string& path, bool progress) {
             for (int64_t doc = 0, k = 0; doc < n; ++doc) {
                 if (!d.deleted[doc]) new_of[size_t(doc)] = k++;
             }
+            TextIndexSpec text;  // the text index goes with the rows
+            bool has_text = false;
+            TMS_RETURN_IF_ERROR(ReadTextIndexSpec(meta_path, &text, &has_text));
             std::unique_ptr<MetadataWriter> w;
-            TMS_RETURN_IF_ERROR(
-                MetadataWriter::Create((fs::path(build_dir) / kMetadataFile).string(), lock->meta_columns, &w));
+            TMS_RETURN_IF_ERROR(MetadataWriter::Create((fs::path(build_dir) / kMetadataFile).string(),
+                                                       lock->meta_columns, &w, has_text ? &text : nullptr));
             std::vector<MetaColumn> columns;
             TMS_RETURN_IF_ERROR(ForEachMetadataRow(
                 meta_path, n, &columns, [&](int64_t doc, const std::string& id, const MetaCells& cells) {

@@ -180,13 +180,21 @@ public:
     }
 
     // subset: allowed external ids, none (no subset), one list (every query) or one per query.
+    // mode maxsim, bm25 or hybrid; texts: one per query (bm25, hybrid).
     py::tuple search(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens, int k,
                      bool exhaustive, int nprobe, int ncandidates, int rerank, const std::string& pruning,
                      const std::string& filter, double target_recall,
-                     const std::vector<std::vector<std::string>>& subset) {
+                     const std::vector<std::vector<std::string>>& subset, const std::string& mode,
+                     const std::vector<std::string>& texts, const std::string& fusion, double bm25_weight,
+                     int lexical_candidates) {
         tms::QueryBatch b = query_batch(q, dtype, lens);
         tms::SearchOptions o =
             search_options(k, exhaustive, nprobe, ncandidates, rerank, pruning, filter, target_recall);
+        check(tms::ParseSearchMode(mode, &o.mode));
+        check(tms::ParseFusion(fusion, &o.fusion));
+        o.bm25_weight = bm25_weight;
+        o.lexical_candidates = lexical_candidates;
+        if (o.mode != tms::SearchMode::kMaxSim) o.query_texts = std::make_shared<const std::vector<std::string>>(texts);
         if (subset.size() > 1 && int64_t(subset.size()) != b.n_queries) {
             throw py::value_error("subset: " + std::to_string(subset.size()) + " lists for " +
                                   std::to_string(b.n_queries) + " queries (one list, or one per query)");

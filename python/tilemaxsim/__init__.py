@@ -69,7 +69,8 @@ def _unalias(given, aliases, what):
 
 # IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
 BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "train_tokens_per_centroid", "pq_m", "pq_nbits", "residual_nbits",
-                 "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries")
+                 "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries", "text_field",
+                 "text_tokenizer")
 
 
 def _is_torch(x):
@@ -380,7 +381,8 @@ class Searcher:
         return ids, scores
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
-               pruning=None, filter=None, subset=None, target_recall=None, **aliases):
+               pruning=None, filter=None, subset=None, target_recall=None, mode="maxsim", texts=None,
+               fusion="rrf", bm25_weight=0.5, lexical_candidates=100, **aliases):
         """The k best documents of each query (k: 10 by default; the engine's SearchOptions as
         keywords; None: the engine's default, search_defaults()). filter: an SQL boolean
         expression over the metadata ("tenant = 7 AND year >= 2024"; values are bound, never
@@ -391,8 +393,29 @@ class Searcher:
         come from the cheapest measured setting that reaches it (below the default 0.99 also
         settings cheaper than the defaults); a small index is searched exhaustively (cheaper
         and exact); plan() returns the setting. 0: as given. fast-plaid's
-        names are accepted too: top_k (k), n_ivf_probe (nprobe), n_full_scores (ncandidates)."""
+        names are accepted too: top_k (k), n_ivf_probe (nprobe), n_full_scores (ncandidates).
+        mode: "maxsim" (the query embeddings), "bm25" (the query `texts` alone, BM25 over the index's
+        text, build_index(text_field=...); queries may then be None) or "hybrid" (both: BM25's best
+        lexical_candidates join the MaxSim candidates, every one scored exactly, the rankings fused
+        by fusion "rrf" or "weighted" with BM25's weight bm25_weight); scores are then the fused
+        ones. texts: one str per query."""
         k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
+        if mode not in ("maxsim", "bm25", "hybrid"):
+            raise ValueError(f"mode {mode!r}: expected 'maxsim', 'bm25' or 'hybrid'")
+        if mode != "maxsim":
+            if texts is None or isinstance(texts, str):
+                texts = [texts] if isinstance(texts, str) else texts
+                if texts is None:
+                    raise ValueError(f"mode {mode!r} needs texts= (one str per query)")
+            texts = [str(t) for t in texts]
+            if queries is None and mode == "bm25":  # no embeddings: a query of zero tokens each
+                queries = np.zeros((len(texts), 1, self.info["dim"]), np.float16)
+            if queries is None:
+                raise ValueError("mode 'hybrid' needs the query embeddings (queries) beside texts=")
+            if len(texts) != len(queries):
+                raise ValueError(f"texts: {len(texts)} for {len(queries)} queries (one str per query)")
+        else:
+            texts = []
         args = args[:4] + (filter or "",) + args[4:]
         # subset: one collection of ids (a str is one id), or one collection per query.
         if isinstance(subset, np.ndarray) and subset.ndim == 2:
@@ -412,7 +435,8 @@ class Searcher:
             shared = [_ids(subset if rows is None else rows, "subset")]
             sets = lambda q0, n: shared
         return self._batches(queries, lambda q, dt, l, q0: self._s.search(
-            q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0])))
+            q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0]), mode, texts[q0: q0 + q.shape[0]], fusion,
+            float(bm25_weight), int(lexical_candidates)))
 
     def _options(self, what, k, nprobe, ncandidates, rerank, pruning, target_recall, aliases):
         """k and the engine's search settings (nprobe, ncandidates, rerank, pruning, target_recall),

@@ -101,14 +101,30 @@ class Client:
             return False
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
-               pruning=None, filter=None, subset=None, target_recall=None, fields=None):
-        """The k best documents of each query, as Searcher.search (None: the server's defaults).
-        fields: metadata columns to return with each hit (an empty list: all of them); then the
-        result is (ids, scores, metadata), metadata per query a list of dicts."""
+               pruning=None, filter=None, subset=None, target_recall=None, fields=None, mode=None, texts=None,
+               fusion=None, bm25_weight=None, lexical_candidates=None):
+        """The k best documents of each query, as Searcher.search (None: the server's defaults;
+        mode "bm25" or "hybrid" with texts=, one str per query, as there; bm25 may leave queries
+        None). fields: metadata columns to return with each hit (an empty list: all of them); then
+        the result is (ids, scores, metadata), metadata per query a list of dicts."""
         from . import _queries
-        q, dtype, lens = _queries(queries)
         params = {"k": k, "nprobe": nprobe, "ncandidates": ncandidates, "rerank": rerank, "pruning": pruning,
-                  "target_recall": target_recall, "filter": filter}
+                  "target_recall": target_recall, "filter": filter, "mode": mode, "fusion": fusion,
+                  "bm25_weight": bm25_weight, "lexical_candidates": lexical_candidates}
+        if texts is not None:
+            texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
+        if queries is None:  # BM25 alone: the texts, as JSON
+            body = {n: v for n, v in params.items() if v is not None}
+            body.update(texts=texts or [], **({"exhaustive": True} if exhaustive else {}))
+            if subset is not None:
+                body["subset"] = [subset] if isinstance(subset, (str, int, np.integer)) else [str(x) for x in subset]
+            if fields is not None:
+                body["fields"] = [fields] if isinstance(fields, str) else [str(f) for f in fields]
+            out = self._request("POST", "/v1/search", json.dumps(body))
+            ids = [r["ids"] for r in out["results"]]
+            scores = [np.asarray(r["scores"], dtype=np.float32) for r in out["results"]]
+            return (ids, scores, [r["metadata"] for r in out["results"]]) if fields is not None else (ids, scores)
+        q, dtype, lens = _queries(queries)
         params = {n: v for n, v in params.items() if v is not None}
         if exhaustive:
             params["exhaustive"] = True
@@ -118,7 +134,8 @@ class Client:
             params["fields"] = [fields] if isinstance(fields, str) else [str(f) for f in fields]
         if lens is not None:  # ragged queries: their own lengths, as JSON
             out = self._request("POST", "/v1/search", json.dumps(
-                {"queries": [q[i, :n].astype(np.float32).tolist() for i, n in enumerate(lens)], **params}))
+                {"queries": [q[i, :n].astype(np.float32).tolist() for i, n in enumerate(lens)], **params,
+                 **({"texts": texts} if texts is not None else {})}))
         else:
             if dtype == "bf16":  # a numpy .npy cannot say bfloat16: send float32
                 q = (q.astype(np.uint32) << 16).view(np.float32)
@@ -129,6 +146,7 @@ class Client:
                 [(n, str(v).lower() if isinstance(v, bool) else str(v)) for n, v in params.items() if n not in lists]
                 + [("subset", str(x)) for x in params.get("subset", [])]
                 + [("fields", f) for f in params.get("fields", [])]
+                + [("text", t) for t in (texts or [])]
                 + ([("fields", "")] if fields is not None and not params["fields"] else []))
             out = self._request("POST", "/v1/search?" + query, buf.getvalue(), "application/x-npy")
         ids = [r["ids"] for r in out["results"]]

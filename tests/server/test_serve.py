@@ -714,3 +714,35 @@ def test_sigterm_stops_a_recall_measurement_in_progress(tmp_path):
     assert p.wait(30) == 0
     assert time.time() - t0 < 10, time.time() - t0
     assert not (index / "estimate.json").exists()
+
+
+def test_bm25_and_hybrid_served_as_in_process_and_bound_by_keys(corpus, tmp_path):
+    """mode bm25 and hybrid through the server (JSON texts, .npy with text parameters, no
+    embeddings for bm25) give the in-process searcher's results; a tenant's key binds both."""
+    words = "maxsim token vector search index query engine gpu recall hybrid rank shard".split()
+    rng = np.random.default_rng(9)
+    texts = [" ".join(rng.choice(words, size=6)) for _ in corpus["docs"]]
+    index = tmp_path / "text"
+    tilemaxsim.build_index(index, corpus["docs"], corpus["ids"], keep_vectors=True, n_centroids=64,
+                           estimate=False, text_field="text",
+                           metadata=[dict(m, text=t) for m, t in zip(corpus["meta"], texts)])
+    q, qt = corpus["queries"], [" ".join(rng.choice(words, size=2)) for _ in range(len(corpus["queries"]))]
+    s = tilemaxsim.Searcher(index, "cpu")
+    with serving(index, keys=corpus["dir"] / "keys.json") as (p, url, port):
+        c = tilemaxsim.Client(url, ADMIN)
+        for mode in ("bm25", "hybrid"):
+            want = s.search(q, k=8, mode=mode, texts=qt)
+            got = c.search(q, k=8, mode=mode, texts=qt)  # .npy body, texts as parameters
+            assert got[0] == want[0], mode
+            for x, y in zip(got[1], want[1]):
+                np.testing.assert_allclose(x, y, rtol=1e-5)
+        assert c.search(None, k=8, mode="bm25", texts=qt)[0] == s.search(None, k=8, mode="bm25", texts=qt)[0]
+        t1 = tilemaxsim.Client(url, T1_READ)
+        for mode in ("bm25", "hybrid"):
+            ids, _ = t1.search(q, k=8, mode=mode, texts=qt)
+            assert ids == s.search(q, k=8, mode=mode, texts=qt, filter="tenant = 1")[0], mode
+            assert all(int(d[1:]) % 3 == 1 for x in ids for d in x)
+        with pytest.raises(ValueError, match="texts: 2 for 16 queries"):  # a 400
+            c.search(q, k=8, mode="hybrid", texts=qt[:2])
+        with pytest.raises(ValueError, match="expected maxsim, bm25 or hybrid"):
+            c.search(q, k=8, mode="lexical", texts=qt)

@@ -104,6 +104,14 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
     idx->add_flag("--no-progress", no_progress, "No progress bars");
     auto* index_meta_opt = idx->add_option("--metadata", index_meta, kMetadataHelp);
     idx->add_option("--metadata-types", index_meta_types, kMetadataTypesHelp)->needs(index_meta_opt);
+    idx->add_option("--text-field", io.text_field,
+                    "The --metadata field that holds each document's text (strings): indexed for BM25 and hybrid "
+                    "search (tms search --mode bm25|hybrid --query-text), kept in step by add, delete and compact")
+        ->needs(index_meta_opt);
+    idx->add_option("--text-tokenizer", io.text_tokenizer,
+                    "The text's tokenizer (SQLite FTS5): unicode61, porter (unicode61 with Porter stemming) or trigram")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"unicode61", "porter", "trigram"}));
 #if TMS_WITH_MPI
     idx->add_option("--mpi-timeout", index_mpi_timeout,
                     "Under mpirun: seconds any rank waits for the others (training, the slowest rank's shards) "

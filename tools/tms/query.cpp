@@ -62,6 +62,8 @@ tms::Status load_estimate_sample(const std::string& path, EstimateSample* s, tms
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
     opts->pruning = parse_pruning(a.pruning);
+    TMS_RETURN_IF_ERROR(tms::ParseSearchMode(a.mode, &opts->mode));
+    TMS_RETURN_IF_ERROR(tms::ParseFusion(a.fusion, &opts->fusion));
     TMS_RETURN_IF_ERROR(parse_placement(a.device, a.devices, a.vectors, so));
     so->load_vectors = true;
     so->stream_bytes = a.stream_mib << 20;
@@ -134,6 +136,18 @@ tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j) {
     TMS_RETURN_IF_ERROR(load_queries(a, &j->arr, &j->whole, &j->qids));
     tms::SearcherOptions so;
     TMS_RETURN_IF_ERROR(search_options(a, quiet, &j->opts, &so));
+    if (j->opts.mode != tms::SearchMode::kMaxSim) {
+        if (a.query_text.empty()) {
+            return tms::Status::InvalidArgument("--mode " + a.mode +
+                                                " needs --query-text FILE (each query's text, one per line)");
+        }
+        TMS_RETURN_IF_ERROR(tms::ReadLines(a.query_text, &j->texts));
+        if (j->texts.size() != size_t(j->whole.n_queries)) {
+            return tms::Status::InvalidArgument(a.query_text + ": " + std::to_string(j->texts.size()) + " texts for " +
+                                                std::to_string(j->whole.n_queries) + " queries in " + a.queries +
+                                                " (one line per query)");
+        }
+    }
     TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &j->searcher));
     return check_query_dim(a, j->whole, j->searcher->info());
 }
@@ -246,6 +260,10 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         std::vector<std::vector<tms::SearchHit>> res;
         tms::SearchTimings t;
         if (subset.size() > 1) allow(q0, b.n_queries);
+        if (!job.texts.empty()) {
+            opts.query_texts = std::make_shared<const std::vector<std::string>>(job.texts.begin() + q0,
+                                                                                job.texts.begin() + q0 + b.n_queries);
+        }
         TMS_RETURN_IF_ERROR(searcher->Search(b, opts, &res, &t));
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
@@ -351,6 +369,27 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
     c->add_option("--subset", a->subset,
                   "Only these documents: a file of external ids, one per line (every query), or QUERY_ID<TAB>DOC_ID "
                   "lines (per query; a query with no line gets no results); with --filter, both must hold");
+    c->add_option("--mode", a->mode,
+                  "maxsim (late interaction over --queries), bm25 (the queries' texts alone, BM25 over the index's "
+                  "text: tms index --text-field) or hybrid (both, fused; BM25's best --lexical-candidates join the "
+                  "MaxSim candidates and every one is scored exactly)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"maxsim", "bm25", "hybrid"}));
+    c->add_option("--query-text", a->query_text,
+                  "Each query's text, one line per query in --queries' order (--mode bm25 and hybrid)")
+        ->check(CLI::ExistingFile);
+    c->add_option("--fusion", a->fusion,
+                  "How hybrid search fuses its rankings: rrf (reciprocal rank, 60 + rank) or weighted (scores "
+                  "scaled to [0, 1], weighted sum)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"rrf", "weighted"}));
+    c->add_option("--bm25-weight", a->opts.bm25_weight, "BM25's weight in hybrid fusion (MaxSim's: 1 - this)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    c->add_option("--lexical-candidates", a->opts.lexical_candidates,
+                  "Hybrid search: BM25's best this many join the MaxSim search's best this many")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
     c->add_option("--direct-max", a->opts.direct_max,
                   "With --filter or --subset: a query allowed at most this many documents scores all of them "
                   "instead of probing (-1: as many as the widest probing visits, at least 65,536)")

@@ -21,6 +21,7 @@ struct SearchArgs {
     bool no_progress = false;
     std::string record_queries;  // tms search --record-queries: the sample's file
     int record_max = 1000;
+    std::string query_text, mode = "maxsim", fusion = "rrf";  // --query-text, --mode, --fusion
 };
 
 // The queries of a search (--queries, --query-ids) as one batch over arr's bytes.
@@ -47,6 +48,7 @@ struct QueryJob {
     std::vector<std::string> qids;
     tms::SearchOptions opts;
     std::unique_ptr<tms::Searcher> searcher;
+    std::vector<std::string> texts;  // --query-text's, one per query (modes bm25 and hybrid)
 };
 tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j);
 

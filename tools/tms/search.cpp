@@ -23,6 +23,7 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     *quiet_failure = rank != 0;
     if (!a.subset.empty()) return tms::Status::NotSupported("--subset is not supported under mpirun (use --filter)");
     if (!a.record_queries.empty()) return tms::Status::NotSupported("--record-queries is not supported under mpirun");
+    if (a.mode != "maxsim") return tms::Status::NotSupported("--mode " + a.mode + " is not supported under mpirun yet");
     TMS_RETURN_IF_ERROR(check_run_output(a));
     tms::HostArray arr;
     tms::QueryBatch whole;

@@ -1,0 +1,160 @@
+"""BM25 and hybrid search over an index's text (SQLite FTS5 beside the metadata): BM25 alone equals
+FTS5's ranking computed here with Python's sqlite3; hybrid search at BM25 weight 0 is MaxSim's
+ranking, at weight 1 BM25's; filters bind both halves; after adds, deletes and a compaction the
+index searches as a fresh build over the same documents; the CLI's runs equal the package's.
+
+Run with PYTHONPATH=BUILD/python (ctest pytest_python) and TMS_BIN for the CLI.
+"""
+import os
+import sqlite3
+import subprocess
+
+import numpy as np
+import pytest
+
+tilemaxsim = pytest.importorskip("tilemaxsim")
+TMS = os.environ.get("TMS_BIN")
+
+WORDS = ("maxsim late interaction token vector search index query document engine gpu kernel recall "
+         "bm25 lexical hybrid fusion rank score shard centroid probe rerank colbert plaid text").split()
+
+
+def fts_query(text):
+    """The engine's translation (index/metadata/metadata.h FtsQuery), written again here."""
+    words = [w for w in text.split() if any(c.isalnum() or ord(c) >= 0x80 for c in w)]
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def fts_rank(texts, query, k, allowed=None, tokenize="unicode61"):
+    """FTS5's own BM25 ranking of `texts` (rowid = position) for `query`: [(rowid, -bm25)]."""
+    c = sqlite3.connect(":memory:")
+    c.execute(f"CREATE VIRTUAL TABLE t USING fts5(body, tokenize='{tokenize}')")
+    c.executemany("INSERT INTO t(rowid, body) VALUES (?, ?)", list(enumerate(texts)))
+    q = fts_query(query)
+    if not q:
+        return []
+    rows = c.execute("SELECT rowid, bm25(t) FROM t WHERE t MATCH ? ORDER BY rank, rowid", (q,)).fetchall()
+    return [(r, -s) for r, s in rows if allowed is None or r in allowed][:k]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hybrid")
+    rng = np.random.default_rng(11)
+    n = 300
+    lens = rng.integers(8, 30, size=n)
+    centers = rng.standard_normal((20, 32)).astype(np.float32)
+    docs = []
+    for m in lens:
+        x = centers[rng.integers(0, 20, size=m)] + 0.3 * rng.standard_normal((m, 32)).astype(np.float32)
+        docs.append((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16))
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 15)))) for _ in range(n)]
+    q = centers[rng.integers(0, 20, size=(10, 8))] + 0.3 * rng.standard_normal((10, 8, 32)).astype(np.float32)
+    q = (q / np.linalg.norm(q, axis=2, keepdims=True)).astype(np.float16)
+    qtexts = [" ".join(rng.choice(WORDS, size=3)) + (" what's?" if i % 3 == 0 else "") for i in range(10)]
+    return {"dir": d, "docs": docs, "ids": [f"d{i}" for i in range(n)], "texts": texts, "queries": q,
+            "qtexts": qtexts}
+
+
+def build(corpus, path, sel, **kw):
+    tilemaxsim.build_index(path, [corpus["docs"][i] for i in sel], [corpus["ids"][i] for i in sel],
+                           keep_vectors=True, n_centroids=16, estimate=False, text_field="text",
+                           metadata=[{"text": corpus["texts"][i], "g": i % 2} for i in sel], **kw)
+
+
+def test_bm25_is_fts5s_ranking_and_filters_bind_it(corpus, tmp_path):
+    idx = tmp_path / "idx"
+    build(corpus, idx, range(300))
+    s = tilemaxsim.Searcher(idx, "cpu")
+    ids, scores = s.search(None, k=15, mode="bm25", texts=corpus["qtexts"])
+    for qi, qt in enumerate(corpus["qtexts"]):
+        want = fts_rank(corpus["texts"], qt, 15)
+        assert ids[qi] == [f"d{r}" for r, _ in want], qt
+        np.testing.assert_allclose(scores[qi], [x for _, x in want], rtol=1e-5)
+    even = {i for i in range(300) if i % 2 == 0}
+    ids, _ = s.search(None, k=15, mode="bm25", texts=corpus["qtexts"], filter="g = 0")
+    for qi, qt in enumerate(corpus["qtexts"]):
+        assert ids[qi] == [f"d{r}" for r, _ in fts_rank(corpus["texts"], qt, 15, even)], qt
+    ids, _ = s.search(None, k=5, mode="bm25", texts=["?? !!", ""] + corpus["qtexts"][2:])  # no word: no hits
+    assert ids[0] == [] and ids[1] == []
+    with pytest.raises(ValueError, match="needs texts="):
+        s.search(corpus["queries"], mode="bm25")
+    with pytest.raises(ValueError, match="texts: 2 for 10 queries"):
+        s.search(corpus["queries"], mode="hybrid", texts=["a", "b"])
+    plain = tmp_path / "plain"
+    tilemaxsim.build_index(plain, corpus["docs"][:50], n_centroids=8, estimate=False)
+    with pytest.raises(Exception, match="this index has no text"):
+        tilemaxsim.Searcher(plain, "cpu").search(None, mode="bm25", texts=["maxsim"])
+    with pytest.raises(Exception, match="text field 'body'"):
+        tilemaxsim.build_index(tmp_path / "x", corpus["docs"][:50], metadata=[{"text": "a"}] * 50,
+                               text_field="body", n_centroids=8, estimate=False)
+
+
+def test_hybrid_weights_give_each_ranking(corpus, tmp_path):
+    idx = tmp_path / "idx"
+    build(corpus, idx, range(300))
+    s = tilemaxsim.Searcher(idx, "cpu")
+    q, qt = corpus["queries"], corpus["qtexts"]
+    exact, _ = s.search(q, k=10, exhaustive=True)
+    bm25, _ = s.search(None, k=10, mode="bm25", texts=qt)
+    for fusion in ("rrf", "weighted"):
+        only_maxsim, _ = s.search(q, k=10, mode="hybrid", texts=qt, bm25_weight=0, exhaustive=True, fusion=fusion)
+        assert only_maxsim == exact, fusion
+        only_bm25, _ = s.search(q, k=10, mode="hybrid", texts=qt, bm25_weight=1, fusion=fusion)
+        assert only_bm25 == bm25, fusion
+        mixed, sc = s.search(q, k=10, mode="hybrid", texts=qt, fusion=fusion)
+        assert all(len(m) == 10 for m in mixed) and all(np.all(np.diff(x) <= 0) for x in sc)
+    # filters bind both halves
+    mixed, _ = s.search(q, k=10, mode="hybrid", texts=qt, filter="g = 1")
+    assert all(int(d[1:]) % 2 == 1 for m in mixed for d in m)
+
+
+@pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
+def test_updates_and_compaction_keep_the_text_exact(corpus, tmp_path):
+    idx, fresh = tmp_path / "upd", tmp_path / "fresh"
+    build(corpus, idx, range(200))
+    s = tilemaxsim.Searcher(idx, "cpu")
+    s.add([corpus["docs"][i] for i in range(200, 300)], [f"d{i}" for i in range(200, 300)],
+          metadata=[{"text": corpus["texts"][i], "g": i % 2} for i in range(200, 300)])
+    gone = [f"d{i}" for i in range(0, 300, 7)]
+    s.delete(gone)
+    ids, _ = s.search(None, k=20, mode="bm25", texts=corpus["qtexts"])
+    assert not set(gone) & {d for x in ids for d in x}  # deleted documents never come back
+    subprocess.run([TMS, "compact", "--index", idx], check=True, capture_output=True)
+    s.refresh()
+    keep = [i for i in range(300) if i % 7]
+    build(corpus, fresh, keep)
+    f = tilemaxsim.Searcher(fresh, "cpu")
+    for kw in ({"mode": "bm25"}, {"mode": "hybrid"}, {"mode": "hybrid", "fusion": "weighted", "bm25_weight": 0.3}):
+        a = s.search(None if kw["mode"] == "bm25" else corpus["queries"], k=10, texts=corpus["qtexts"], **kw)
+        b = f.search(None if kw["mode"] == "bm25" else corpus["queries"], k=10, texts=corpus["qtexts"], **kw)
+        assert a[0] == b[0], kw
+        for x, y in zip(a[1], b[1]):
+            np.testing.assert_allclose(x, y, rtol=1e-5)
+
+
+@pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
+def test_cli_runs_equal_the_packages(corpus, tmp_path):
+    idx = tmp_path / "idx"
+    build(corpus, idx, range(300), text_tokenizer="porter")
+    np.save(tmp_path / "q.npy", corpus["queries"])
+    (tmp_path / "q.txt").write_text("\n".join(corpus["qtexts"]) + "\n")
+    s = tilemaxsim.Searcher(idx, "cpu")
+    for mode in ("bm25", "hybrid"):
+        out = tmp_path / f"{mode}.trec"
+        r = subprocess.run([TMS, "search", "--index", idx, "--queries", tmp_path / "q.npy", "--query-text",
+                            tmp_path / "q.txt", "--mode", mode, "--out", out, "--device", "cpu", "--k", "10",
+                            "--no-progress"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        run = {}
+        for line in open(out):
+            qid, _, doc, _, score, _ = line.split()
+            run.setdefault(int(qid), []).append(doc)
+        ids, _ = s.search(corpus["queries"], k=10, mode=mode, texts=corpus["qtexts"])
+        assert [run.get(i, []) for i in range(10)] == ids, mode
+    # porter stems: "searching" finds "search"
+    ids, _ = s.search(None, k=3, mode="bm25", texts=["searching"])
+    assert ids[0] and all("search" in corpus["texts"][int(d[1:])] for d in ids[0])
+    r = subprocess.run([TMS, "search", "--index", idx, "--queries", tmp_path / "q.npy", "--mode", "bm25", "--out",
+                        tmp_path / "x.trec", "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--mode bm25 needs --query-text" in r.stderr
