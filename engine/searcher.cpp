@@ -468,6 +468,64 @@ public:
 
     Status Refresh(std::unique_ptr<Searcher>* out, bool* whole) const override;
 
+    Status Explain(const QueryBatch& q, const std::vector<std::vector<int64_t>>& docs,
+                   std::vector<std::vector<Explanation>>* out) const override {
+        TMS_RETURN_IF_ERROR(validate_search(info_, q, SearchOptions{}));
+        TMS_RETURN_IF_ERROR(check_finite(q));
+        if (int64_t(docs.size()) != q.n_queries) {
+            return Status::InvalidArgument("explain: " + std::to_string(docs.size()) + " document lists for " +
+                                           std::to_string(q.n_queries) + " queries");
+        }
+        std::vector<float> conv;
+        const float* qf = q.n_queries > 0 ? engine::HostF32(q, &conv) : nullptr;
+        const int dim = q.dim;
+        out->assign(docs.size(), {});
+        std::vector<uint16_t> half;
+        std::vector<float> rows;
+        for (int i = 0; i < q.n_queries; ++i) {
+            const int len = q.lengths ? q.lengths[i] : q.q_tokens;
+            for (int64_t d : docs[size_t(i)]) {
+                int32_t local = 0;
+                const engine::ShardSearcher* sg = d >= 0 && d < info_.n_docs ? shards_.Find(d, &local) : nullptr;
+                if (!sg) {
+                    return Status::InvalidArgument("explain: query " + std::to_string(i) + ": document " +
+                                                   std::to_string(d) + " is not in the index (or deleted)");
+                }
+                Explanation e;
+                e.doc = d;
+                const Status st = sg->DocRows(local, &half);
+                if (st.ok()) {
+                    rows.resize(half.size());
+                    for (size_t j = 0; j < half.size(); ++j) rows[j] = kernels::half_to_float(half[j]);
+                } else if (st.code() == Status::Code::kNotSupported) {
+                    sg->DecodedRows(local, &rows);
+                    e.from_codes = true;
+                } else {
+                    return st;
+                }
+                const int64_t n = int64_t(rows.size()) / dim;
+                for (int t = 0; t < len; ++t) {
+                    const float* qt = qf + (size_t(i) * q.q_tokens + t) * dim;
+                    float best = -INFINITY;
+                    int32_t arg = -1;
+                    for (int64_t r = 0; r < n; ++r) {
+                        float s = 0;
+                        for (int j = 0; j < dim; ++j) s += qt[j] * rows[size_t(r * dim + j)];
+                        if (s > best) {
+                            best = s;
+                            arg = int32_t(r);
+                        }
+                    }
+                    e.doc_tokens.push_back(arg);
+                    e.similarities.push_back(best);
+                    e.score += best;
+                }
+                (*out)[size_t(i)].push_back(std::move(e));
+            }
+        }
+        return Status::OK();
+    }
+
     ServedQueries Served() const override {
         ServedQueries out = sample_ ? sample_->Get() : ServedQueries();
         out.dim = info_.dim;  // (also of an empty sample)

@@ -221,6 +221,29 @@ Status ShardSearcher::DocRows(int32_t doc, std::vector<uint16_t>* out) const {
         "the vectors are on the GPU only: open the index with vectors host or disk to read them");
 }
 
+void ShardSearcher::DecodedRows(int32_t doc, std::vector<float>* out) const {
+    const index::IndexData& d = p_->data;
+    const index::IndexModel& m = d.model;
+    const int dim = m.dim, nb = m.n_code_bytes, dsub = nb ? dim / nb : 0;
+    const int64_t t0 = d.doc_offsets[size_t(doc)], t1 = d.doc_offsets[size_t(doc) + 1];
+    out->assign(size_t((t1 - t0) * dim), 0.f);
+    for (int64_t t = t0; t < t1; ++t) {
+        float* x = out->data() + (t - t0) * dim;
+        const float* c = m.centroids.data() + size_t(d.token_centroids[size_t(t)]) * dim;
+        std::copy(c, c + dim, x);
+        for (int b = 0; b < nb; ++b) {
+            const float* r = m.codebook.data() + (size_t(b) * 256 + d.codes[size_t(t) * nb + b]) * dsub;
+            for (int j = 0; j < dsub; ++j) x[b * dsub + j] += r[j];
+        }
+        if (m.unit_norm && nb > 0) {
+            double n2 = 0;
+            for (int j = 0; j < dim; ++j) n2 += double(x[j]) * x[j];
+            const float inv = n2 > 0 ? float(1 / std::sqrt(n2)) : 0.f;
+            for (int j = 0; j < dim; ++j) x[j] *= inv;
+        }
+    }
+}
+
 // Values must be finite and within kMaxEmbeddingValue: fp16 by its exponent bits (every finite
 // fp16 is within it), bf16 and fp32 by their magnitude bits.
 Status check_finite(const QueryBatch& q) {

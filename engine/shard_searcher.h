@@ -191,6 +191,9 @@ public:
     /// The stored rows of local document `doc` into *out ([tokens, dim] fp16 bits), from host
     /// memory or the vectors files; NotSupported when they are only on the GPU.
     Status DocRows(int32_t doc, std::vector<uint16_t>* out) const;
+    /// Local document `doc`'s tokens decoded from its codes (centroid plus residual; scaled to
+    /// unit norm where the codec scores them so), [tokens, dim] fp32, into *out.
+    void DecodedRows(int32_t doc, std::vector<float>* out) const;
     /// Vectors not where scoring runs (host or disk tier on a GPU, disk tier on the CPU): each
     /// exact step reads its documents' rows through the placed rows.
     bool streamed() const { return !p_->rows.empty(); }

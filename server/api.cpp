@@ -222,7 +222,7 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
 
 constexpr const char* kSearchFields =
     "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, pruning, filter, subset, mode, texts, "
-    "fusion, bm25_weight, lexical_candidates";
+    "fusion, bm25_weight, lexical_candidates, fields, explain";
 
 // A query's text (modes bm25 and hybrid), at most this long.
 constexpr size_t kMaxTextBytes = 65536;
@@ -248,20 +248,30 @@ bool IsNpy(const HttpRequest& r) {
     return ct.rfind("application/x-npy", 0) == 0 || ct.rfind("application/octet-stream", 0) == 0;
 }
 
-// Per query {"ids", "scores"}, and "metadata" (one object per hit) when `objects` holds them,
-// every query's hits in order.
-json Hits(const std::vector<std::vector<SearchHit>>& results, const std::vector<std::string>* objects = nullptr) {
+// Per query {"ids", "scores"}, "metadata" (one object per hit) when `objects` holds them, every
+// query's hits in order, and "explanations" (one per hit) when `ex` holds them.
+json Hits(const std::vector<std::vector<SearchHit>>& results, const std::vector<std::string>* objects = nullptr,
+          const std::vector<std::vector<Explanation>>* ex = nullptr) {
     json out = json::array();
     size_t at = 0;
-    for (const auto& hits : results) {
-        json ids = json::array(), scores = json::array(), meta = json::array();
-        for (const auto& h : hits) {
+    for (size_t q = 0; q < results.size(); ++q) {
+        json ids = json::array(), scores = json::array(), meta = json::array(), why = json::array();
+        for (size_t j = 0; j < results[q].size(); ++j) {
+            const SearchHit& h = results[q][j];
             ids.push_back(h.doc_id);
             scores.push_back(h.score);
             if (objects) meta.push_back(json::parse((*objects)[at++]));
+            if (ex) {
+                const Explanation& e = (*ex)[q][j];
+                why.push_back({{"doc_tokens", e.doc_tokens},
+                               {"similarities", e.similarities},
+                               {"maxsim", e.score},
+                               {"from_codes", e.from_codes}});
+            }
         }
         json r = {{"ids", std::move(ids)}, {"scores", std::move(scores)}};
         if (objects) r["metadata"] = std::move(meta);
+        if (ex) r["explanations"] = std::move(why);
         out.push_back(std::move(r));
     }
     return out;
@@ -608,12 +618,18 @@ void Api::Search(Call& c) {
     Queries q;
     SearchOptions opts;
     std::vector<std::string> subset, fields, texts;
-    bool has_subset = false, has_fields = false;
+    bool has_subset = false, has_fields = false, explain = false;
+    const auto set_explain = [&](bool is, bool v) {
+        if (!is) throw Bad{400, "explain: expected true or false"};
+        explain = v;
+    };
     if (IsNpy(c.req)) {
         QueriesFromNpy(c.req.body, opts_, &q);
         for (const auto& [name, value] : c.req.query) {
             if (name == "text") {  // one per query, in order
                 AddText(value, opts_, &texts);
+            } else if (name == "explain") {
+                set_explain(value == "true" || value == "false", value == "true");
             } else if (name == "subset") {
                 subset.push_back(value);
                 has_subset = true;
@@ -629,6 +645,8 @@ void Api::Search(Call& c) {
         for (const auto& [name, value] : j.items()) {
             if (name == "queries") {
                 QueriesFromJson(value, opts_, &q);
+            } else if (name == "explain") {
+                set_explain(value.is_boolean(), value.is_boolean() && value.get<bool>());
             } else if (name == "texts") {
                 if (!value.is_array()) throw Bad{400, "texts: expected an array of strings (one per query)"};
                 for (const auto& t : value) {
@@ -676,7 +694,15 @@ void Api::Search(Call& c) {
     metrics_.Stages(t.candidates, t.scoring, t.rerank);
     std::vector<std::string> objects;
     if (has_fields) HitMetadata(*s, results, fields, &objects);
-    c.Json(200, {{"results", Hits(results, has_fields ? &objects : nullptr)},
+    std::vector<std::vector<Explanation>> ex;
+    if (explain) {
+        std::vector<std::vector<int64_t>> docs(results.size());
+        for (size_t i = 0; i < results.size(); ++i)
+            for (const SearchHit& h : results[i]) docs[i].push_back(h.internal_id);
+        st = s->Explain(q.batch, docs, &ex);
+        if (!st.ok()) return c.Error(StatusCode(st), st.message());
+    }
+    c.Json(200, {{"results", Hits(results, has_fields ? &objects : nullptr, explain ? &ex : nullptr)},
                  {"timings_ms",
                   {{"candidates", t.candidates * 1e3},
                    {"scoring", t.scoring * 1e3},

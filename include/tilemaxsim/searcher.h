@@ -55,6 +55,18 @@ struct ShardPlacement {
     int64_t vector_bytes = 0;                ///< their size, in that tier
 };
 
+/// Why a document matched a query (Searcher::Explain): for each query token, the document token
+/// most similar to it and that similarity; their sum is the document's MaxSim score.
+struct Explanation {
+    int64_t doc = -1;                 ///< internal id
+    std::vector<int32_t> doc_tokens;  ///< per query token (of its length): the best document token
+    std::vector<float> similarities;  ///< per query token: that token's similarity
+    float score = 0;                  ///< the sum of `similarities`
+    /// From the decoded codes (an approximation) rather than the stored vectors: the index keeps
+    /// none, or they are on the GPU only (open with vectors host or disk for exact ones).
+    bool from_codes = false;
+};
+
 /// A uniform sample of the queries a Searcher searched (SearcherOptions::record_queries).
 struct ServedQueries {
     /// [n_queries, q_tokens, dim] fp16 bits, in no particular order; a query of fewer tokens
@@ -151,6 +163,12 @@ public:
                             std::vector<std::string>* objects) const = 0;
     /// The sample of the queries searched so far (empty unless SearcherOptions::record_queries).
     virtual ServedQueries Served() const = 0;
+    /// For each query q and each document of docs[q] (internal ids, e.g. its hits'), which
+    /// document token gave each query token its maximum, and that similarity (Explanation), from
+    /// the stored vectors where the host can read them, else from the decoded codes. A client
+    /// highlights the passage's tokens with it. InvalidArgument for a deleted or unknown id.
+    virtual Status Explain(const QueryBatch& queries, const std::vector<std::vector<int64_t>>& docs,
+                           std::vector<std::vector<Explanation>>* out) const = 0;
     /// The index as it is now, with this searcher's options, sharing what this one loaded (host
     /// and GPU memory): only the documents added since are read and placed (beside the head
     /// shard, as segments of their own), and deletions apply from the tombstones; it searches

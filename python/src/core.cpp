@@ -285,6 +285,46 @@ public:
         return py::make_tuple(a, s.seen);
     }
 
+    // Searcher::Explain of each query's documents (external ids): per query a list of
+    // (doc_tokens int32 array, similarities float32 array, from_codes); KeyError for an unknown id.
+    py::list explain(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens,
+                     const std::vector<std::vector<std::string>>& ids) {
+        tms::QueryBatch b = query_batch(q, dtype, lens);
+        if (int64_t(ids.size()) != b.n_queries) {
+            throw py::value_error(std::to_string(ids.size()) + " id lists for " + std::to_string(b.n_queries) +
+                                  " queries");
+        }
+        std::vector<std::vector<tms::Explanation>> ex;
+        const std::shared_ptr<const tms::Searcher> s = s_;
+        std::string missing;
+        tms::Status st;
+        {
+            py::gil_scoped_release nogil;
+            std::vector<std::vector<int64_t>> docs(ids.size());
+            for (size_t i = 0; i < ids.size() && missing.empty(); ++i) {
+                s->FindDocs(ids[i], &docs[i]);
+                for (size_t j = 0; j < docs[i].size() && missing.empty(); ++j)
+                    if (docs[i][j] < 0) missing = ids[i][j];
+            }
+            if (missing.empty()) st = s->Explain(b, docs, &ex);
+        }
+        if (!missing.empty()) throw py::key_error("document '" + missing + "' is not in the index");
+        check(st);
+        py::list out;
+        for (const auto& per_query : ex) {
+            py::list l;
+            for (const tms::Explanation& e : per_query) {
+                py::array_t<int32_t> t(py::ssize_t(e.doc_tokens.size()));
+                py::array_t<float> sim(py::ssize_t(e.similarities.size()));
+                std::copy(e.doc_tokens.begin(), e.doc_tokens.end(), t.mutable_data());
+                std::copy(e.similarities.begin(), e.similarities.end(), sim.mutable_data());
+                l.append(py::make_tuple(t, sim, e.from_codes));
+            }
+            out.append(l);
+        }
+        return out;
+    }
+
     // The index as it is now, sharing what this searcher loaded (Searcher::Refresh); searches in
     // flight finish on the searcher they started on.
     void refresh() {
@@ -473,6 +513,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("vectors"), py::arg("filter_time_ms"), py::arg("filter_max_bytes"), py::arg("record_queries"))
         .def("served", &PySearcher::served)
         .def("refresh", &PySearcher::refresh)
+        .def("explain", &PySearcher::explain)
         .def("search", &PySearcher::search)
         .def("plan", &PySearcher::plan)
         .def("rerank", &PySearcher::rerank)

@@ -511,6 +511,23 @@ class Searcher:
         self.refresh()
         return n
 
+    def explain(self, queries, ids):
+        """Why documents matched: for each query and each of its documents (ids[q], e.g. its
+        search hits), a dict {"doc_tokens": int32 array, the document token that gave each query
+        token its maximum; "similarities": float32 array, those similarities (their sum is the
+        MaxSim score); "from_codes": True when they come from the decoded codes, not the stored
+        vectors}. Highlight a passage with doc_tokens (its token positions as encoded)."""
+        out = []
+        def run(q, dt, l, q0):
+            lists = [[str(x) for x in r] for r in ids[q0: q0 + q.shape[0]]]
+            for per_query in self._s.explain(q, dt, l, lists):
+                out.append([{"doc_tokens": t, "similarities": s, "from_codes": c} for t, s, c in per_query])
+            return [], []
+        if len(ids) != len(queries):
+            raise ValueError(f"ids: {len(ids)} lists for {len(queries)} queries")
+        self._batches(queries, run)
+        return out
+
     def refresh(self):
         """Sees the index as it is now (writes by this or another process): only the documents
         added since are read and placed, beside the ones already loaded (their memory, on the

@@ -102,15 +102,18 @@ class Client:
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
                pruning=None, filter=None, subset=None, target_recall=None, fields=None, mode=None, texts=None,
-               fusion=None, bm25_weight=None, lexical_candidates=None):
+               fusion=None, bm25_weight=None, lexical_candidates=None, explain=False):
         """The k best documents of each query, as Searcher.search (None: the server's defaults;
         mode "bm25" or "hybrid" with texts=, one str per query, as there; bm25 may leave queries
         None). fields: metadata columns to return with each hit (an empty list: all of them); then
-        the result is (ids, scores, metadata), metadata per query a list of dicts."""
+        the result is (ids, scores, metadata), metadata per query a list of dicts. explain: the
+        result ends with the hits' explanations, as Searcher.explain returns them."""
         from . import _queries
         params = {"k": k, "nprobe": nprobe, "ncandidates": ncandidates, "rerank": rerank, "pruning": pruning,
                   "target_recall": target_recall, "filter": filter, "mode": mode, "fusion": fusion,
                   "bm25_weight": bm25_weight, "lexical_candidates": lexical_candidates}
+        if explain:
+            params["explain"] = True
         if texts is not None:
             texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
         if queries is None:  # BM25 alone: the texts, as JSON
@@ -120,10 +123,7 @@ class Client:
                 body["subset"] = [subset] if isinstance(subset, (str, int, np.integer)) else [str(x) for x in subset]
             if fields is not None:
                 body["fields"] = [fields] if isinstance(fields, str) else [str(f) for f in fields]
-            out = self._request("POST", "/v1/search", json.dumps(body))
-            ids = [r["ids"] for r in out["results"]]
-            scores = [np.asarray(r["scores"], dtype=np.float32) for r in out["results"]]
-            return (ids, scores, [r["metadata"] for r in out["results"]]) if fields is not None else (ids, scores)
+            return self._results(self._request("POST", "/v1/search", json.dumps(body)), fields, explain)
         q, dtype, lens = _queries(queries)
         params = {n: v for n, v in params.items() if v is not None}
         if exhaustive:
@@ -149,11 +149,20 @@ class Client:
                 + [("text", t) for t in (texts or [])]
                 + ([("fields", "")] if fields is not None and not params["fields"] else []))
             out = self._request("POST", "/v1/search?" + query, buf.getvalue(), "application/x-npy")
-        ids = [r["ids"] for r in out["results"]]
-        scores = [np.asarray(r["scores"], dtype=np.float32) for r in out["results"]]
+        return self._results(out, fields, explain)
+
+    @staticmethod
+    def _results(out, fields, explain):
+        """(ids, scores[, metadata][, explanations]) of a search's answer."""
+        res = out["results"]
+        r = ([x["ids"] for x in res], [np.asarray(x["scores"], dtype=np.float32) for x in res])
         if fields is not None:
-            return ids, scores, [r["metadata"] for r in out["results"]]
-        return ids, scores
+            r += ([x["metadata"] for x in res],)
+        if explain:
+            r += ([[{"doc_tokens": np.asarray(e["doc_tokens"], dtype=np.int32),
+                     "similarities": np.asarray(e["similarities"], dtype=np.float32),
+                     "from_codes": e["from_codes"]} for e in x["explanations"]] for x in res],)
+        return r
 
     def search_text(self, queries, k=None, **options):
         """search() of query texts encoded by this client's model."""

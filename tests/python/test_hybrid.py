@@ -5,6 +5,7 @@ index searches as a fresh build over the same documents; the CLI's runs equal th
 
 Run with PYTHONPATH=BUILD/python (ctest pytest_python) and TMS_BIN for the CLI.
 """
+import json
 import os
 import sqlite3
 import subprocess
@@ -152,9 +153,42 @@ def test_cli_runs_equal_the_packages(corpus, tmp_path):
             run.setdefault(int(qid), []).append(doc)
         ids, _ = s.search(corpus["queries"], k=10, mode=mode, texts=corpus["qtexts"])
         assert [run.get(i, []) for i in range(10)] == ids, mode
-    # porter stems: "searching" finds "search"
+    # --explain: one JSON line per hit, its explanation summing to the hit's MaxSim score
+    r = subprocess.run([TMS, "search", "--index", idx, "--queries", tmp_path / "q.npy", "--out", tmp_path / "m.trec",
+                        "--explain", tmp_path / "why.jsonl", "--exhaustive", "--device", "cpu", "--k", "3",
+                        "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in open(tmp_path / "why.jsonl")]
+    assert len(lines) == 30 and all(abs(sum(x["similarities"]) - x["score"]) < 2e-3 for x in lines)
+    assert lines[0]["query"] == "0" and not lines[0]["from_codes"]
+    r = subprocess.run([TMS, "search", "--index", idx, "--queries", tmp_path / "q.npy", "--out", tmp_path / "m.trec",
+                        "--explain", tmp_path / "q.npy", "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--explain" in r.stderr  # never over an input
+        # porter stems: "searching" finds "search"
     ids, _ = s.search(None, k=3, mode="bm25", texts=["searching"])
     assert ids[0] and all("search" in corpus["texts"][int(d[1:])] for d in ids[0])
     r = subprocess.run([TMS, "search", "--index", idx, "--queries", tmp_path / "q.npy", "--mode", "bm25", "--out",
                         tmp_path / "x.trec", "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode != 0 and "--mode bm25 needs --query-text" in r.stderr
+
+
+def test_explanations_sum_to_the_scores(corpus, tmp_path):
+    """Searcher.explain: per query token the best document token and its similarity; the sum is
+    the exhaustive score, the positions are the document's tokens."""
+    idx = tmp_path / "idx"
+    build(corpus, idx, range(300))
+    s = tilemaxsim.Searcher(idx, "cpu")
+    q = corpus["queries"]
+    ids, scores = s.search(q, k=5, exhaustive=True)
+    ex = s.explain(q, ids)
+    for qi in range(len(q)):
+        for j, d in enumerate(ids[qi]):
+            e = ex[qi][j]
+            assert not e["from_codes"] and len(e["doc_tokens"]) == q.shape[1]
+            assert abs(float(e["similarities"].sum()) - float(scores[qi][j])) < 2e-3
+            rows = s.document_vectors([d])[0].astype(np.float32)
+            sims = q[qi].astype(np.float32) @ rows.T
+            np.testing.assert_array_equal(e["doc_tokens"], sims.argmax(axis=1))
+            np.testing.assert_allclose(e["similarities"], sims.max(axis=1), atol=1e-4)
+    with pytest.raises(KeyError, match="'nope' is not in the index"):
+        s.explain(q[:1], [["nope"]])

@@ -737,6 +737,12 @@ def test_bm25_and_hybrid_served_as_in_process_and_bound_by_keys(corpus, tmp_path
             for x, y in zip(got[1], want[1]):
                 np.testing.assert_allclose(x, y, rtol=1e-5)
         assert c.search(None, k=8, mode="bm25", texts=qt)[0] == s.search(None, k=8, mode="bm25", texts=qt)[0]
+        ids, _, why = c.search(q, k=4, explain=True)  # explanations as in process
+        want = s.explain(q, ids)
+        for x, y in zip(why, want):
+            for a, b in zip(x, y):
+                np.testing.assert_array_equal(a["doc_tokens"], b["doc_tokens"])
+                np.testing.assert_allclose(a["similarities"], b["similarities"], atol=1e-5)
         t1 = tilemaxsim.Client(url, T1_READ)
         for mode in ("bm25", "hybrid"):
             ids, _ = t1.search(q, k=8, mode=mode, texts=qt)

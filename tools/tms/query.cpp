@@ -13,6 +13,8 @@
 #include "base/log.h"
 #include "base/progress.h"
 #include "engine/plan.h"
+#include "index/ingest/files.h"
+#include "nlohmann/json.hpp"
 
 namespace tms::cli {
 
@@ -212,6 +214,7 @@ tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage
                                 {{"--queries", a.queries},
                                  {"--query-ids", a.query_ids},
                                  {"--subset", a.subset},
+                                 {"--query-text", a.query_text},
                                  {"--run", first_stage},
                                  {"--index", a.index}})
         .WithContext("--out");
@@ -228,6 +231,17 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                                                   {"--out", a.out},
                                                   {"--index", a.index}})
                                 .WithContext("--record-queries"));
+    }
+    if (!a.explain.empty()) {
+        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(a.explain, tms::OutputKind::kFile,
+                                                 {{"--queries", a.queries},
+                                                  {"--query-ids", a.query_ids},
+                                                  {"--query-text", a.query_text},
+                                                  {"--subset", a.subset},
+                                                  {"--out", a.out},
+                                                  {"--record-queries", a.record_queries},
+                                                  {"--index", a.index}})
+                                .WithContext("--explain"));
     }
     QueryJob job;
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
@@ -252,6 +266,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     };
     if (subset.size() == 1) allow(0, 1);
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
+    std::string explained;  // --explain's JSON lines
     tms::SearchTimings phase;
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
     const auto t0 = Clock::now();
@@ -268,6 +283,27 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
         phase.rerank += t.rerank;
+        if (!a.explain.empty()) {
+            std::vector<std::vector<int64_t>> docs(res.size());
+            for (size_t i = 0; i < res.size(); ++i)
+                for (const tms::SearchHit& h : res[i]) docs[i].push_back(h.internal_id);
+            std::vector<std::vector<tms::Explanation>> ex;
+            TMS_RETURN_IF_ERROR(searcher->Explain(b, docs, &ex));
+            for (size_t i = 0; i < res.size(); ++i) {
+                for (size_t j = 0; j < res[i].size(); ++j) {
+                    const tms::Explanation& e = ex[i][j];
+                    explained += nlohmann::json({{"query", qids[size_t(q0) + i]},
+                                                 {"doc", res[i][j].doc_id},
+                                                 {"score", res[i][j].score},
+                                                 {"maxsim", e.score},
+                                                 {"doc_tokens", e.doc_tokens},
+                                                 {"similarities", e.similarities},
+                                                 {"from_codes", e.from_codes}})
+                                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                 "\n";
+                }
+            }
+        }
         for (int i = 0; i < b.n_queries; ++i) {
             for (auto& h : res[i]) all[q0 + i].emplace_back(std::move(h.doc_id), h.score);
         }
@@ -277,6 +313,11 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     const double secs = tms::SecondsSince(t0);
     *qps = secs > 0 ? nq / secs : 0;
     TMS_RETURN_IF_ERROR(tms::WriteRun(a.out, qids, all, a.tag));
+    if (!a.explain.empty()) {
+        TMS_RETURN_IF_ERROR(tms::index::WriteFileAtomically(a.explain, [&](std::FILE* f) {
+            return std::fwrite(explained.data(), 1, explained.size(), f) == explained.size();
+        }));
+    }
     if (!a.record_queries.empty()) TMS_RETURN_IF_ERROR(save_served_queries(a, *searcher, quiet));
     if (!quiet) {
         tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
@@ -390,6 +431,11 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Hybrid search: BM25's best this many join the MaxSim search's best this many")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
+    c->add_option("--explain", a->explain,
+                  "Also write why each hit matched, JSON lines: per hit its query, doc, score, maxsim, and per "
+                  "query token the best document token (doc_tokens) and its similarity; from the stored vectors "
+                  "where readable on the host (--vectors host or disk on a GPU), else the decoded codes "
+                  "(from_codes true)");
     c->add_option("--direct-max", a->opts.direct_max,
                   "With --filter or --subset: a query allowed at most this many documents scores all of them "
                   "instead of probing (-1: as many as the widest probing visits, at least 65,536)")
