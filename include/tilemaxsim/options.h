@@ -235,9 +235,11 @@ struct SearchOptions {
     SearchMode mode = SearchMode::kMaxSim;
     /// One text per query of the batch (modes kBm25 and kHybrid). Default: null
     std::shared_ptr<const std::vector<std::string>> query_texts;
-    /// kRrf: sum over the rankings of weight / (60 + rank); kWeighted: the weighted sum of each
-    /// ranking's scores scaled to [0, 1] over the documents fused. Default: kRrf
-    Fusion fusion = Fusion::kRrf;
+    /// kWeighted: the weighted sum of each ranking's scores scaled to [0, 1] over the documents
+    /// fused; kRrf: sum over the rankings of weight / (60 + rank). kWeighted keeps how far apart
+    /// the scores are, which ranks alone lose: on real text it beat both halves where reciprocal
+    /// rank fusion fell below BM25 (BENCHMARKS.md, "BM25, MaxSim and hybrid"). Default: kWeighted
+    Fusion fusion = Fusion::kWeighted;
     /// BM25's weight in the fusion, in [0, 1]; MaxSim's is 1 - bm25_weight (0: MaxSim's ranking,
     /// 1: BM25's, each over the documents it scored). Default: 0.5
     double bm25_weight = 0.5;

@@ -382,7 +382,7 @@ class Searcher:
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
                pruning=None, filter=None, subset=None, target_recall=None, mode="maxsim", texts=None,
-               fusion="rrf", bm25_weight=0.5, lexical_candidates=100, **aliases):
+               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, **aliases):
         """The k best documents of each query (k: 10 by default; the engine's SearchOptions as
         keywords; None: the engine's default, search_defaults()). filter: an SQL boolean
         expression over the metadata ("tenant = 7 AND year >= 2024"; values are bound, never
@@ -397,7 +397,8 @@ class Searcher:
         mode: "maxsim" (the query embeddings), "bm25" (the query `texts` alone, BM25 over the index's
         text, build_index(text_field=...); queries may then be None) or "hybrid" (both: BM25's best
         lexical_candidates join the MaxSim candidates, every one scored exactly, the rankings fused
-        by fusion "rrf" or "weighted" with BM25's weight bm25_weight); scores are then the fused
+        by fusion "weighted" (scores scaled to [0, 1]) or "rrf" (reciprocal rank) with BM25's weight
+        bm25_weight); scores are then the fused
         ones. texts: one str per query."""
         k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
         if mode not in ("maxsim", "bm25", "hybrid"):

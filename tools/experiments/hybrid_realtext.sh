@@ -2,7 +2,8 @@
 # BM25, MaxSim and hybrid search on the man-page corpus (realtext_prep.py, then realtext_encode.py):
 # the pages' text (docs.tsv.gz, as encoded) is the index's text field; each query is a page's NAME
 # line, its embeddings and its text. MRR@10 and recall@10 against the qrels, and queries/s of each
-# mode, from one index. Usage: hybrid_realtext.sh PREPDIR ENCDIR OUTDIR [DEVICE (cpu)] [TOKENIZER]
+# mode, from one index (MODES: tms search options per row, separated by |).
+# Usage: hybrid_realtext.sh PREPDIR ENCDIR OUTDIR [DEVICE (cpu)] [TOKENIZER]
 set -euo pipefail
 prep=${1:?PREPDIR}
 enc=${2:?ENCDIR}
@@ -36,7 +37,9 @@ q="--queries $enc/queries.npy --query-ids $enc/query_ids.txt --query-text $w/que
 {
   echo "$(wc -l < "$enc/doc_ids.txt") pages, $(wc -l < "$enc/query_ids.txt") queries, $device, tokenizer $tokenizer, $(date -u +%F)"
   printf "| mode | MRR@10 | recall@10 | queries/s |\n|---|---|---|---|\n"
-  for m in "maxsim" "bm25" "hybrid" "hybrid --fusion weighted --bm25-weight 0.3" "hybrid --lexical-candidates 300"; do
+  modes=${MODES:-"maxsim|bm25|hybrid|hybrid --bm25-weight 0.7|hybrid --fusion weighted|hybrid --fusion weighted --bm25-weight 0.3"}
+  IFS='|' read -r -a mlist <<< "$modes"
+  for m in "${mlist[@]}"; do
     tms search --index "$w/idx" $q --mode $m --out "$w/run.trec" --k 10 --device "$device" --no-progress \
       2> "$w/search.log"
     qps=$(grep -o '([0-9.]* queries/s' "$w/search.log" | tr -d '(' | cut -d' ' -f1)

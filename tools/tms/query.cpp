@@ -420,8 +420,8 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Each query's text, one line per query in --queries' order (--mode bm25 and hybrid)")
         ->check(CLI::ExistingFile);
     c->add_option("--fusion", a->fusion,
-                  "How hybrid search fuses its rankings: rrf (reciprocal rank, 60 + rank) or weighted (scores "
-                  "scaled to [0, 1], weighted sum)")
+                  "How hybrid search fuses its rankings: weighted (each ranking's scores scaled to [0, 1], "
+                  "weighted sum) or rrf (reciprocal rank, 1 / (60 + rank))")
         ->capture_default_str()
         ->check(CLI::IsMember({"rrf", "weighted"}));
     c->add_option("--bm25-weight", a->opts.bm25_weight, "BM25's weight in hybrid fusion (MaxSim's: 1 - this)")

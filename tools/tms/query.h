@@ -21,8 +21,8 @@ struct SearchArgs {
     bool no_progress = false;
     std::string record_queries;  // tms search --record-queries: the sample's file
     int record_max = 1000;
-    std::string query_text, mode = "maxsim", fusion = "rrf";  // --query-text, --mode, --fusion
-    std::string explain;                                      // --explain: the explanations' file
+    std::string query_text, mode = "maxsim", fusion = "weighted";  // --query-text, --mode, --fusion
+    std::string explain;                                           // --explain: the explanations' file
 };
 
 // The queries of a search (--queries, --query-ids) as one batch over arr's bytes.
