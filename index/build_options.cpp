@@ -1,4 +1,5 @@
 // Copyright TileMaxSim authors. IndexBuildOptions <-> JSON (the nlohmann adapter).
+#include <cctype>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -116,7 +117,15 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
         return Status::InvalidArgument("residual_nbits must be 1, 2 or 4, got " + std::to_string(o.residual_nbits));
     }
     TMS_RETURN_IF_ERROR(range("chunk_docs", o.chunk_docs, 1, 1 << 20));
-    if (!o.text_field.empty()) TMS_RETURN_IF_ERROR(index::CheckMetaColumnName(o.text_field, "text_field"));
+    if (!o.text_field.empty()) {
+        TMS_RETURN_IF_ERROR(index::CheckMetaColumnName(o.text_field, "text_field"));
+        std::string low = o.text_field;
+        for (char& c : low) c = char(std::tolower(static_cast<unsigned char>(c)));
+        if (low == "rank" || low == "rowid" || low == "texts") {  // FTS5's own names
+            return Status::InvalidArgument("text_field '" + o.text_field +
+                                           "': rank, rowid and texts are reserved by SQLite FTS5 (rename the field)");
+        }
+    }
     TMS_RETURN_IF_ERROR(index::CheckTextTokenizer(o.text_tokenizer));
     TMS_RETURN_IF_ERROR(range("shards", o.shards, 0, kMaxShards));
     TMS_RETURN_IF_ERROR(range("gpu", o.gpu, 0, 1023));

@@ -174,6 +174,12 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
         }
         return int(v);
     };
+    auto fraction = [&]() {  // a number in [0, 1]
+        double v = 0;
+        const bool ok = j ? j->is_number() && (v = j->get<double>(), true) : ParseDouble(*text, &v);
+        if (!ok || !(v >= 0 && v <= 1)) throw Bad{400, name + ": expected a number in [0, 1]"};
+        return v;
+    };
     if (name == "k") {
         opts->k = integer(1, o.max_k);
     } else if (name == "nprobe") {
@@ -183,10 +189,7 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
     } else if (name == "rerank") {
         opts->rerank = integer(0, 1 << 30);
     } else if (name == "target_recall") {
-        double v = 0;
-        const bool ok = j ? j->is_number() && (v = j->get<double>(), true) : ParseDouble(*text, &v);
-        if (!ok || !(v >= 0 && v <= 1)) throw Bad{400, "target_recall: expected a number in [0, 1]"};
-        opts->target_recall = v;
+        opts->target_recall = fraction();
     } else if (name == "exhaustive") {
         bool v = false;
         if (j ? !j->is_boolean() : (*text != "true" && *text != "false"))
@@ -202,10 +205,7 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
         const Status st = name == "mode" ? ParseSearchMode(v, &opts->mode) : ParseFusion(v, &opts->fusion);
         if (!st.ok()) throw Bad{400, st.message()};
     } else if (name == "bm25_weight") {
-        double v = 0;
-        const bool ok = j ? j->is_number() && (v = j->get<double>(), true) : ParseDouble(*text, &v);
-        if (!ok || !(v >= 0 && v <= 1)) throw Bad{400, "bm25_weight: expected a number in [0, 1]"};
-        opts->bm25_weight = v;
+        opts->bm25_weight = fraction();
     } else if (name == "lexical_candidates") {
         opts->lexical_candidates = integer(1, 100000);
     } else if (name == "filter") {

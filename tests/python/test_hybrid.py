@@ -86,6 +86,9 @@ def test_bm25_is_fts5s_ranking_and_filters_bind_it(corpus, tmp_path):
     tilemaxsim.build_index(plain, corpus["docs"][:50], n_centroids=8, estimate=False)
     with pytest.raises(Exception, match="this index has no text"):
         tilemaxsim.Searcher(plain, "cpu").search(None, mode="bm25", texts=["maxsim"])
+    with pytest.raises(ValueError, match="reserved by SQLite FTS5"):
+        tilemaxsim.build_index(tmp_path / "r", corpus["docs"][:50], metadata=[{"rank": "a"}] * 50,
+                               text_field="rank", n_centroids=8, estimate=False)
     with pytest.raises(Exception, match="text field 'body'"):
         tilemaxsim.build_index(tmp_path / "x", corpus["docs"][:50], metadata=[{"text": "a"}] * 50,
                                text_field="body", n_centroids=8, estimate=False)

@@ -336,8 +336,8 @@ def test_kill_at_random_instants_leaves_old_or_new(corpus, tmp_path, writer):
 @pytest.fixture(scope="module")
 def meta_corpus(corpus):
     """The corpus with attributes: base_meta, the base index built with --metadata (keyed by id;
-    every 7th document without an object), the added documents' (a new column) and a
-    replacement's for 30 documents of the base."""
+    every 7th document without an object) and its text field `tag`, the added documents' (a new
+    column) and a replacement's for 30 documents of the base."""
     d = corpus
     ids = (d / "doc_ids.txt").read_text().split()
     with open(d / "base_meta.jsonl", "w") as f:
@@ -346,14 +346,14 @@ def meta_corpus(corpus):
                 f.write(json.dumps({"id": doc, "n": i, "tag": f"t{i % 5}", "score": i / 10}) + "\n")
     with open(d / "new_meta.jsonl", "w") as f:
         for i in range(30):
-            f.write(json.dumps({"n": 1000 + i, "color": f"c{i}"}) + "\n")
+            f.write(json.dumps({"n": 1000 + i, "color": f"c{i}", "tag": f"added t{i % 3}"}) + "\n")
     (d / "rep_ids.txt").write_text("".join(f"{doc}\n" for doc in ids[100:130]))
     with open(d / "rep_meta.jsonl", "w") as f:
         for i, doc in enumerate(ids[100:130]):
-            f.write(json.dumps({"id": doc, "n": -i, "color": f"r{i}"}) + "\n")
+            f.write(json.dumps({"id": doc, "n": -i, "color": f"r{i}", "tag": f"replaced t{i % 4}"}) + "\n")
     tms("index", "--docs", d / "docs.npy", "--doclens", d / "doclens.npy", "--doc-ids", d / "doc_ids.txt",
         "--out", d / "base_meta", "--keep-vectors", "--no-estimate", "--centroids", 64, "--no-progress", "--metadata",
-        d / "base_meta.jsonl", "--metadata-types", "score:real", check=True)
+        d / "base_meta.jsonl", "--metadata-types", "score:real", "--text-field", "tag", check=True)
     return d
 
 
@@ -384,6 +384,13 @@ def meta_state(index):
     n = int(i["documents"])
     rows = meta_rows(index, n)
     assert int(i["metadata_rows"]) == len(rows) == n
+    # The text field's FTS5 index holds exactly the rows' text (FTS5's own check of an external
+    # content table against its content).
+    con = sqlite3.connect(Path(index) / "metadata.sqlite")
+    try:
+        con.execute("INSERT INTO texts(texts, rank) VALUES ('integrity-check', 1)")
+    finally:
+        con.close()
     return n, int(i["deleted"]), rows
 
 

@@ -4,7 +4,7 @@
 # second, beside the engine's in-process concurrent callers. First (CALIBRATE=1, the default) a
 # tms serve is sent 1,000 of the queries, so that the recall estimate is measured on them as the
 # server does by itself (serve_calibrate.py).
-# Usage: serve_load.sh OUTDIR [DOCS (1000000)] [DEVICE (gpu)] [SECONDS (5)]
+# Usage: [CALIBRATE=0] [CLIENTS=64] serve_load.sh OUTDIR [DOCS (1000000)] [DEVICE (gpu)] [SECONDS (5)]
 #   GPU, one device call: serve_load.sh $OUT            CPU here: serve_load.sh out 20000 cpu
 set -uo pipefail
 out=$1
@@ -31,6 +31,6 @@ for _ in range(600):
     | grep -E "^tms_(gpu_memory|shard_bytes|index_memory)" | tee -a "$out/serve-calibrate-$device-$docs.txt"
   kill -TERM $sp; wait $sp
 fi
-tms bench serve --index $d/pq --queries $d/queries.npy --device "$device" --clients 1,16,64,256 --seconds "$secs" \
+tms bench serve --index $d/pq --queries $d/queries.npy --device "$device" --clients "${CLIENTS:-1,16,64,256}" --seconds "$secs" \
   --writer-rate 10 --json "$out/serve-$device-$docs.json" 2>&1 | tee "$out/serve-$device-$docs.txt"
 rm -rf $d
