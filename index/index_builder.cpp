@@ -18,6 +18,7 @@
 
 #include "base/memory.h"
 #include "base/progress.h"
+#include "index/build_metadata.h"
 #include "index/encode/encoder.h"
 #include "index/index_data.h"
 #include "index/ingest/input_checks.h"
@@ -69,19 +70,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::ResolveMetadata(*metadata, ids, {}, &meta_rows) : Status::OK()));
     }
     // The text field: a metadata field of text values.
-    index::TextIndexSpec text{opts.text_field, opts.text_tokenizer};
-    if (!opts.text_field.empty() && rank == 0) {
-        const auto& cols = meta_rows.columns;
-        const auto c =
-            std::find_if(cols.begin(), cols.end(), [&](const MetaColumn& m) { return m.name == text.column; });
-        if (!metadata || c == cols.end() || c->type != MetaType::kText) {
-            return agree(Status::InvalidArgument("text field '" + text.column +
-                                                 "': the documents' metadata has no field of that name with text "
-                                                 "values (give it in the metadata, e.g. {\"" +
-                                                 text.column + "\": \"the document's text\"})"));
-        }
-    }
-    TMS_RETURN_IF_ERROR(agree(Status::OK()));
+    TMS_RETURN_IF_ERROR(
+        agree(rank == 0 ? index::CheckTextField(opts, metadata ? &meta_rows.columns : nullptr) : Status::OK()));
     // Training runs BLAS products on every thread, beside its samples and score blocks.
     const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
     TMS_RETURN_IF_ERROR(agree(kernels::check_blas_room(threads, int64_t(128) << 20, path)));
@@ -292,15 +282,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     // directory and puts the index in place (with its metadata, or none).
     const auto complete = [&]() -> Status {
         if (metadata) {
-            std::unique_ptr<index::MetadataWriter> w;
             TMS_RETURN_IF_ERROR(
-                index::MetadataWriter::Create((fs::path(writer->build_dir()) / index::kMetadataFile).string(),
-                                              meta_rows.columns, &w, opts.text_field.empty() ? nullptr : &text));
-            for (size_t d = 0; d < ids.size(); ++d) {
-                TMS_RETURN_IF_ERROR(w->Insert(int64_t(d), ids[d], meta_rows.cells[d]));
-            }
-            TMS_RETURN_IF_ERROR(w->Commit());
-            index::CrashPoint("meta:built");
+                index::WriteBuildMetadata(writer->build_dir(), meta_rows.columns, ids, meta_rows.cells, opts));
         }
         return writer->Complete();
     };

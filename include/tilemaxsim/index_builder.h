@@ -76,6 +76,49 @@ private:
     BuildGroup* group_ = nullptr;
 };
 
+/// Builds an index from documents as they are produced (an encoder's batches, chunks of a
+/// stream), never holding the collection: the first documents are held until they fill the
+/// training sample (max_train_tokens at most: fp16, 256 bytes a token at d = 128), the model
+/// trains on them, and from then on every batch is encoded and written as it comes. Peak memory:
+/// that sample and its training (about 3x its bytes), two encoded groups of about 1M tokens, the
+/// IVF entries held before a spill (ivf_memory_entries), the external ids and the metadata cells;
+/// not the embeddings. The index appears at `path` only when Finish completes (as Build's).
+///
+/// The centroid count needs the corpus size before the corpus is seen: `expected_tokens` (an
+/// estimate is enough; 0: sized for kStreamDefaultTokens) sets it by PLAID's rule unless
+/// opts.n_centroids does, and the shard count (opts.shards, else one per kTokensPerShard of it):
+/// with more than one, shards close as they fill, as many as the stream needs. A stream that
+/// ends before the sample is full is built exactly as Build builds the same documents.
+/// The sample is the stream's first documents: a stream ordered by topic trains on its first
+/// topics (shuffle such a collection, or build from files, which samples the whole corpus).
+/// Thread-compatible: one call at a time.
+class IndexStreamBuilder {
+public:
+    /// The corpus size a stream without `expected_tokens` is sized for (1M documents of 128 tokens).
+    static constexpr int64_t kStreamDefaultTokens = int64_t(1) << 27;
+    /// Validates options; nothing is written until the sample is full (or Finish).
+    static Status Create(const IndexBuildOptions& opts, const std::string& path, int64_t expected_tokens,
+                         std::unique_ptr<IndexStreamBuilder>* out);
+    ~IndexStreamBuilder();  // an unfinished build leaves nothing that opens as an index
+
+    /// The next documents, as Build takes them: `tokens` [n, dim] (float32/float16/bfloat16),
+    /// `doclens`, `doc_ids` (empty: numbered on from the documents before, "0".."n-1" overall),
+    /// `metadata` for these documents (none: NULLs; a field's type is fixed where it first appears).
+    /// The memory is not kept past the call. An error leaves the build failed (Finish refuses).
+    Status Add(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
+               const std::vector<std::string>& doc_ids, const DocMetadata* metadata = nullptr);
+    /// Writes what remains and puts the index in place.
+    Status Finish(BuildStats* stats = nullptr);
+
+    int64_t n_docs() const;
+    int64_t n_tokens() const;
+
+private:
+    IndexStreamBuilder();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
 /// Metadata of an index (tms info), without loading it.
 Status ReadIndexInfo(const std::string& path, IndexInfo* info);
 /// The number of shards of the index at `path` (1 when unsharded), from its manifest alone (no

@@ -100,8 +100,8 @@ Status index::CheckShape(const std::vector<int64_t>& shape, int64_t elem_size, c
 namespace {
 
 // Checks the preamble and header at the start of `head` (the first bytes of a .npy of `total`
-// bytes; `noun`: "file" or "body"): on success *data_offset is where the payload starts, and `total` matches the
-// header's shape exactly. `what` names the input in messages.
+// bytes, or < 0 for a stream; `noun`: "file" or "body"): on success *data_offset is where the payload starts, and
+// `total` matches the header's shape exactly. `what` names the input in messages.
 Status parse_preamble(const std::string& head, int64_t total, const std::string& what, const char* noun, HostArray* out,
                       int64_t* data_offset, int64_t* elem_size) {
     if (head.size() < 8 || std::memcmp(head.data(), "\x93NUMPY", 6) != 0) {
@@ -122,7 +122,7 @@ Status parse_preamble(const std::string& head, int64_t total, const std::string&
     } else {
         return Status::InvalidArgument(what + ": unsupported .npy version " + std::to_string(major));
     }
-    if (hlen > (1u << 20) || pre + int64_t(hlen) > total || pre + int64_t(hlen) > int64_t(head.size()))
+    if (hlen > (1u << 20) || (total >= 0 && pre + int64_t(hlen) > total) || pre + int64_t(hlen) > int64_t(head.size()))
         return Status::InvalidArgument(what + ": truncated .npy header");
     TMS_RETURN_IF_ERROR(parse_header(what, head.substr(size_t(pre), hlen), out));
     const int es = descr_size(out->descr);
@@ -133,7 +133,7 @@ Status parse_preamble(const std::string& head, int64_t total, const std::string&
     TMS_RETURN_IF_ERROR(index::CheckShape(out->shape, es, what));
     const int64_t need = out->numel() * es;
     const int64_t have = total - pre - hlen;
-    if (have != need) {
+    if (total >= 0 && have != need) {  // a stream (total < 0) reads the payload the header says
         return Status::InvalidArgument(what + ": " + (have < need ? "truncated" : "trailing bytes") + ": header says " +
                                        shape_str(out->shape) + " " + out->descr + " (" + std::to_string(need) +
                                        " bytes of data), " + noun + " has " + std::to_string(have));
@@ -163,6 +163,48 @@ Status ParseNpy(const std::string& bytes, const std::string& what, HostArray* ou
     int64_t off = 0, es = 0;
     TMS_RETURN_IF_ERROR(parse_preamble(bytes, int64_t(bytes.size()), what, "body", out, &off, &es));
     out->bytes.assign(bytes.begin() + off, bytes.end());
+    return Status::OK();
+}
+
+Status ReadNpyStream(std::FILE* f, const std::string& what, HostArray* out, bool* end) {
+    *end = false;
+    std::string head(10, '\0');
+    const size_t got = std::fread(head.data(), 1, 10, f);
+    if (got == 0 && std::feof(f)) {
+        *end = true;
+        return Status::OK();
+    }
+    if (got < 10) return Status::InvalidArgument(what + ": truncated .npy header");
+    const auto* b = reinterpret_cast<const unsigned char*>(head.data());
+    if (std::memcmp(head.data(), "\x93NUMPY", 6) != 0)
+        return Status::InvalidArgument(what + ": not a .npy (bad magic)");
+    if (b[6] == 2 || b[6] == 3) {
+        head.resize(12);
+        if (std::fread(head.data() + 10, 1, 2, f) != 2)
+            return Status::InvalidArgument(what + ": truncated .npy header");
+    }
+    const auto* h = reinterpret_cast<const unsigned char*>(head.data());
+    const uint32_t hlen = head.size() == 10 ? uint32_t(h[8] | (h[9] << 8))
+                                            : uint32_t(h[8] | (h[9] << 8) | (h[10] << 16) | (uint32_t(h[11]) << 24));
+    if (hlen > (1u << 20)) return Status::InvalidArgument(what + ": truncated .npy header");
+    const size_t pre = head.size();
+    head.resize(pre + hlen);
+    if (std::fread(head.data() + pre, 1, hlen, f) != hlen)
+        return Status::InvalidArgument(what + ": truncated .npy header");
+    int64_t off = 0, es = 0;
+    TMS_RETURN_IF_ERROR(parse_preamble(head, -1, what, "stream", out, &off, &es));
+    const int64_t need = out->numel() * es;
+    try {
+        out->bytes.resize(static_cast<size_t>(need));
+    } catch (const std::bad_alloc&) {
+        return Status::ResourceExhausted(what + ": out of memory reading " + std::to_string(need) + " bytes");
+    }
+    const size_t read = need > 0 ? std::fread(out->bytes.data(), 1, size_t(need), f) : 0;
+    if (int64_t(read) != need) {
+        return Status::InvalidArgument(what + ": truncated: header says " + shape_str(out->shape) + " " + out->descr +
+                                       " (" + std::to_string(need) + " bytes of data), the stream ended after " +
+                                       std::to_string(read));
+    }
     return Status::OK();
 }
 

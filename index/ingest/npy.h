@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct HostArray {
 Status LoadNpy(const std::string& path, HostArray* out);
 /// A .npy held in memory (an HTTP body), checked as LoadNpy checks a file; `what` names it.
 Status ParseNpy(const std::string& bytes, const std::string& what, HostArray* out);
+/// The next .npy of a stream of them (`f`: standard input, a pipe), checked as LoadNpy checks a
+/// file; *end (and OK) when the stream ends before its first byte. `what` names the stream.
+Status ReadNpyStream(std::FILE* f, const std::string& what, HostArray* out, bool* end);
 /// The .npy (format 1.0) preamble and header for `descr` and `shape`, padded to 64 bytes:
 /// write it, then the C-order payload.
 std::string NpyHeader(const std::string& descr, const std::vector<int64_t>& shape);

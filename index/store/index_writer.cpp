@@ -27,6 +27,9 @@ struct IndexWriter::Impl {
     bool joined = false;  // a part of a distributed build in a build directory rank 0 owns
     // Documents of each shard; one entry: an unsharded index (one store, in tmp itself).
     std::vector<int64_t> shard_docs;
+    // > 0: a stream's shards, opened as documents come, each closed at a document boundary once
+    // it holds this many tokens (shard_docs grows with them).
+    int64_t shard_tokens = 0;
     std::vector<int> mine;  // the shards this writer writes, ascending (every one but in a part)
     std::vector<std::unique_ptr<StoreWriter>> done;  // finished stores, in order
     std::unique_ptr<StoreWriter> cur;                // the shard being written
@@ -34,10 +37,14 @@ struct IndexWriter::Impl {
     std::unique_ptr<VectorsAhead> ahead;  // WriteVectorsAhead's, until FinishShards
     int ahead_dim = 0;
     double ahead_seconds = 0;  // from WriteVectorsAhead until every vector was written
-    bool sharded() const { return shard_docs.size() > 1; }
+    bool sharded() const { return shard_tokens > 0 || shard_docs.size() > 1; }
     fs::path store_dir(size_t s) const { return sharded() ? tmp / ShardDirName(int(s)) : tmp; }
 
     Status open_next() {
+        if (shard_tokens > 0) {
+            mine.push_back(int(done.size()));
+            shard_docs.push_back(INT64_MAX);
+        }
         const size_t s = size_t(mine[done.size()]);
         int64_t first = 0;
         for (size_t i = 0; i < s; ++i) first += shard_docs[i];
@@ -52,7 +59,12 @@ struct IndexWriter::Impl {
     }
     Status finish_cur() {
         nlohmann::json meta;
-        if (sharded()) meta = {{"shard", cur_shard}, {"n_shards", shard_docs.size()}};
+        if (shard_tokens > 0) {
+            shard_docs[size_t(cur_shard)] = cur->n_docs;
+            meta = {{"shard", cur_shard}};  // how many follow is not known yet
+        } else if (sharded()) {
+            meta = {{"shard", cur_shard}, {"n_shards", shard_docs.size()}};
+        }
         TMS_RETURN_IF_ERROR(cur->Finish(meta));
         CrashPoint("build:shard");
         done.push_back(std::move(cur));
@@ -157,6 +169,17 @@ Status IndexWriter::Begin(const std::string& path, const IndexBuildOptions& opts
     return Status::OK();
 }
 
+Status IndexWriter::SetShardTokens(int64_t shard_tokens) {
+    Impl& im = *impl_;
+    if (im.model || im.ahead || im.sharded() || im.mine.size() != 1 || shard_tokens <= 0) {
+        return Status::Internal(im.path + ": a stream's shards are set on an unsharded writer, before its model");
+    }
+    im.shard_tokens = shard_tokens;
+    im.shard_docs.clear();
+    im.mine.clear();
+    return Status::OK();
+}
+
 Status IndexWriter::SetModel(const IndexModel& model) {
     Impl& im = *impl_;
     if (im.model) return Status::Internal(im.path + ": the writer has its model");
@@ -197,6 +220,7 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
     const int nb = im.model->n_code_bytes, dim = im.model->dim;
     int64_t t = 0;
     for (int64_t i = 0; i < n;) {
+        if (!im.cur && im.shard_tokens > 0) TMS_RETURN_IF_ERROR(im.open_next());  // a stream's next shard
         if (!im.cur) return Status::InvalidArgument(im.path + ": more documents than this writer's shards hold");
         if (im.cur->n_docs == im.shard_docs[size_t(im.cur_shard)]) {
             TMS_RETURN_IF_ERROR(im.finish_cur());
@@ -206,8 +230,14 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
             TMS_RETURN_IF_ERROR(im.open_next());
         }
         // The documents the current shard still takes: their vectors in one write, then each.
-        const int64_t room = im.shard_docs[size_t(im.cur_shard)] - im.cur->n_docs;  // INT64_MAX - n unsharded
-        const int64_t i1 = room >= n - i ? n : i + room;
+        int64_t i1 = n;
+        if (im.shard_tokens > 0) {  // up to the document that fills the shard
+            int64_t held = im.cur->n_tokens;
+            for (i1 = i; i1 < n && held < im.shard_tokens; ++i1) held += doclens[i1];
+        } else {
+            const int64_t room = im.shard_docs[size_t(im.cur_shard)] - im.cur->n_docs;  // INT64_MAX - n unsharded
+            i1 = room >= n - i ? n : i + room;
+        }
         const bool vecs = im.opts.keep_vectors && !im.ahead;
         if (vecs) {
             int64_t run = 0;
@@ -220,6 +250,8 @@ Status IndexWriter::AppendDocs(const int64_t* doclens, int64_t n, const uint32_t
                 im.cur->Append(len, token_centroids + t, codes + t * nb, vecs ? vectors + t * dim : nullptr, ids[i]));
             t += len;
         }
+        // A stream's shard closes once full; the next opens with the next document.
+        if (im.shard_tokens > 0 && im.cur->n_tokens >= im.shard_tokens) TMS_RETURN_IF_ERROR(im.finish_cur());
     }
     return Status::OK();
 }

@@ -45,6 +45,10 @@ public:
                         std::unique_ptr<FileLock> target_lock = nullptr, std::vector<int64_t> shard_docs = {},
                         const WriterPart* part = nullptr);
     Status SetModel(const IndexModel& model);
+    /// A stream's shards (after Begin with no shard_docs, before SetModel): shards are opened as
+    /// documents come, each closed at a document boundary once it holds `shard_tokens` tokens, as
+    /// many as the documents fill (a sharded index, even of one shard).
+    Status SetShardTokens(int64_t shard_tokens);
     /// Writes the fp16 vectors of every document (`doclens`: all of them) into the stores'
     /// vectors files on threads of its own, from now on (they do not depend on the model), at
     /// most about `max_lead` bytes ahead of the documents appended; AppendDocs then takes no

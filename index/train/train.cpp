@@ -102,16 +102,14 @@ void normalize_rows(float* x, int64_t n, int dim) {
     }
 }
 
-// PLAID's default: the power of two nearest 16 * sqrt(n_tokens) (floor of log2), capped so
-// that every centroid has at least 8 training tokens.
-int auto_centroids(int64_t n_tokens, int64_t n_train) {
+}  // namespace
+
+int AutoCentroids(int64_t n_tokens, int64_t n_train) {
     const double target = 16.0 * std::sqrt(static_cast<double>(n_tokens));
     int k = 1 << static_cast<int>(std::floor(std::log2(std::max(1.0, target))));
     while (k > 1 && int64_t(k) * 8 > n_train) k >>= 1;
     return k;
 }
-
-}  // namespace
 
 int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOptions& opts) {
     int64_t n = std::max(kMinTrainTokens, int64_t(opts.train_tokens_per_centroid) * n_centroids);
@@ -309,7 +307,7 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     // 1. Sample training tokens: n_train distinct rows drawn directly (no pass over the corpus),
     //    read in increasing order; memory is the sample only, whatever the corpus size.
     const int64_t most = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
-    m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : auto_centroids(n_tokens, most);
+    m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : AutoCentroids(n_tokens, most);
     const int64_t n_train = TrainSampleTokens(n_tokens, m.n_centroids, opts);
     if (m.n_centroids > n_train) {
         return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +

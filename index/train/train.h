@@ -23,6 +23,9 @@ using ReleaseFn = std::function<void(size_t shard, int64_t rows)>;
 /// opts.max_train_tokens (when > 0) and n_tokens.
 inline constexpr int64_t kMinTrainTokens = 262144;
 int64_t TrainSampleTokens(int64_t n_tokens, int n_centroids, const IndexBuildOptions& opts);
+/// PLAID's centroid count for `n_tokens` (the power of two nearest 16 sqrt(n_tokens) from
+/// below), halved until every centroid has at least 8 of the `n_train` tokens sampled at most.
+int AutoCentroids(int64_t n_tokens, int64_t n_train);
 
 /// Sample (TrainSampleTokens rows for k-means and an independent 65,536 for the codec, drawn
 /// directly: no memory beyond the samples), k-means, codec training on the residuals of its

@@ -389,6 +389,52 @@ py::dict build_index(const std::string& path, const py::array& tokens, const std
     return d;
 }
 
+// An index built from batches as they come (IndexStreamBuilder): add(...) per batch, finish().
+class PyStreamBuilder {
+public:
+    PyStreamBuilder(const std::string& path, const std::string& options_json, bool overwrite, bool progress,
+                    const std::string& device, int64_t expected_tokens) {
+        tms::IndexBuildOptions o;
+        if (!options_json.empty()) check(tms::ParseBuildOptionsJson(options_json, &o));
+        o.overwrite = overwrite;
+        o.progress = progress;
+        tms::SearcherOptions dev;
+        check(tms::ParseDeviceList(device, &dev));
+        o.device = dev.device;
+        if (!dev.gpus.empty()) o.gpu = dev.gpus[0];
+        py::gil_scoped_release nogil;
+        check(tms::IndexStreamBuilder::Create(o, path, expected_tokens, &b_));
+    }
+    void add(const py::array& tokens, const std::string& dtype,
+             const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
+             const std::vector<std::string>& ids, const std::vector<std::string>& metadata,
+             const std::string& metadata_types) {
+        const tms::EmbeddingView v = tokens_view(tokens, dtype);
+        const std::vector<int64_t> lens = as_lengths(lengths);
+        const auto md = doc_metadata(metadata, metadata_types);
+        py::gil_scoped_release nogil;
+        check(b_->Add(v, lens, ids, md.get()));
+    }
+    py::dict finish() {
+        tms::BuildStats st;
+        {
+            py::gil_scoped_release nogil;
+            check(b_->Finish(&st));
+        }
+        py::dict d;
+        d["n_docs"] = st.n_docs;
+        d["n_tokens"] = st.n_tokens;
+        d["n_centroids"] = st.n_centroids;
+        d["seconds"] = st.seconds_total;
+        return d;
+    }
+    int64_t n_docs() const { return b_->n_docs(); }
+    int64_t n_tokens() const { return b_->n_tokens(); }
+
+private:
+    std::unique_ptr<tms::IndexStreamBuilder> b_;
+};
+
 void add_documents(const std::string& path, const py::array& tokens, const std::string& dtype,
                    const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
                    const std::vector<std::string>& ids, bool replace, bool progress,
@@ -498,6 +544,15 @@ PYBIND11_MODULE(_core, m) {
     m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"),
           py::arg("metadata"), py::arg("metadata_types"));
+    py::class_<PyStreamBuilder>(m, "StreamBuilder")
+        .def(py::init<const std::string&, const std::string&, bool, bool, const std::string&, int64_t>(),
+             py::arg("path"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"),
+             py::arg("expected_tokens"))
+        .def("add", &PyStreamBuilder::add, py::arg("tokens"), py::arg("dtype"), py::arg("lengths"), py::arg("ids"),
+             py::arg("metadata"), py::arg("metadata_types"))
+        .def("finish", &PyStreamBuilder::finish)
+        .def_property_readonly("n_docs", &PyStreamBuilder::n_docs)
+        .def_property_readonly("n_tokens", &PyStreamBuilder::n_tokens);
     m.def("add_documents", &add_documents, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("replace"), py::arg("progress"), py::arg("metadata"), py::arg("metadata_types"));
     m.def("delete_documents", &delete_documents, py::arg("path"), py::arg("ids"));

@@ -266,9 +266,52 @@ def _progress(progress):
     return sys.stderr.isatty() if progress is None else bool(progress)
 
 
+def _is_stream(documents, lengths):
+    """A stream of batches: any iterable that is not an array or a list of arrays (a generator,
+    an iterator, a list of (documents, ids[, metadata]) tuples)."""
+    if documents is None or lengths is not None or isinstance(documents, (str, bytes, dict)):
+        return False
+    if isinstance(documents, (list, tuple)):
+        return bool(documents) and isinstance(documents[0], tuple)
+    if hasattr(documents, "shape") or hasattr(documents, "__array__"):
+        return False
+    return hasattr(documents, "__iter__")
+
+
+def _batch(batch, i):
+    """One batch of a stream: (documents, ids[, metadata]) or documents alone (ids numbered on)."""
+    if isinstance(batch, tuple):
+        if not 1 <= len(batch) <= 3:
+            raise ValueError(f"batch {i}: expected (documents, ids[, metadata]), got a tuple of {len(batch)}")
+        return batch + (None,) * (3 - len(batch))
+    if isinstance(batch, (list, np.ndarray)) or hasattr(batch, "shape"):
+        return batch, None, None
+    raise ValueError(f"batch {i}: expected (documents, ids[, metadata]) or a list of [tokens, dim] arrays, "
+                     f"got {type(batch).__name__}")
+
+
+def _build_stream(path, batches, options, overwrite, progress, device, metadata_types, expected_tokens):
+    """build_index from a stream of batches: each is encoded and written as it comes
+    (IndexStreamBuilder), so the collection is never held."""
+    b = _core.StreamBuilder(str(path), json.dumps(options), overwrite, _progress(progress), device,
+                            int(expected_tokens or 0))
+    try:
+        for i, batch in enumerate(batches, 1):
+            docs, bids, bmeta = _batch(batch, i)
+            if isinstance(docs, (list, tuple)) and not docs:
+                continue
+            tokens, dtype, lens = _documents(docs, None)
+            b.add(tokens, dtype, lens, _ids(bids, f"batch {i}: ids", len(lens)) if bids is not None else [],
+                  *_metadata(bmeta, metadata_types))
+        return b.finish()
+    except BaseException:
+        del b  # an unfinished build leaves nothing at `path`, now rather than when the traceback goes
+        raise
+
+
 def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, model=None, overwrite=False,
                 progress=None, device="auto", metadata=None, metadata_types=None, estimate=True, estimate_sample=None,
-                **options):
+                expected_tokens=None, **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
     model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`), or
     from `texts` encoded by `model` (anything with PyLate's encode(texts, is_query=...)).
@@ -276,6 +319,12 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
     document order, or each naming its document by "id"), which Searcher.search(filter=...)
     filters by; `metadata_types`: declared column types ({"year": "integer"}; others inferred).
     Options as IndexBuildOptions' fields, e.g. keep_vectors=True, codec="residual", shards=4.
+    `documents` may also be a stream: any iterable of batches (documents, ids[, metadata]) or of
+    document lists alone (ids numbered on), e.g. a generator over an encoder's output; each batch
+    is encoded and written as it comes, so memory stays bounded whatever the collection's size
+    (the model trains on the stream's first documents, max_train_tokens of them: shuffle a
+    collection ordered by topic). `expected_tokens`: the stream's size, roughly, which sets the
+    centroid and shard counts (default: sized for 2^27 tokens, about 1M documents).
     With keep_vectors, the build ends by measuring its recall (estimate_recall; on
     `estimate_sample`, queries of your own, when given) unless estimate=False. Returns the
     build's counts. fast-plaid's `nbits` is accepted for residual_nbits (either chooses the residual
@@ -289,6 +338,16 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
         if options.setdefault("codec", "residual") != "residual":
             raise ValueError(f"residual_nbits (nbits) is the residual codec's bits per dimension; codec={options['codec']!r} "
                              "takes pq_m and pq_nbits")
+    if _is_stream(documents, lengths):
+        if ids is not None or metadata is not None or texts is not None or model is not None:
+            raise TypeError("build_index: a stream of batches carries its own ids and metadata "
+                            "((documents, ids[, metadata]) each); ids=, metadata=, texts= and model= are for "
+                            "documents given whole")
+        counts = _build_stream(path, documents, options, overwrite, progress, device, metadata_types,
+                               expected_tokens)
+        if estimate and options.get("keep_vectors"):
+            estimate_recall(path, device=device, sample=estimate_sample)
+        return counts
     documents = _documents_or_texts(documents, texts, model, "build_index")
     tokens, dtype, lens = _documents(documents, lengths)
     counts = _core.build_index(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)) if ids is not None else [],

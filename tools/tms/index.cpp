@@ -1,5 +1,8 @@
 // Copyright TileMaxSim authors. `tms index`: an on-disk index from token embeddings (under mpirun, a
 // distributed build), then its recall estimate.
+#include <cstdio>
+#include <fstream>
+
 #include "tools/tms/common.h"
 #include "base/log.h"
 
@@ -10,17 +13,9 @@
 
 namespace tms::cli {
 
-// Builds the index (as one rank of `group` when given: only rank 0 prints the summary), then,
-// with `estimate`, measures its recall (rank 0).
-tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids,
-                        const std::string& out, const tms::IndexBuildOptions& o, tms::BuildGroup* group,
-                        const tms::DocMetadata* metadata, const tms::EstimateOptions* estimate) {
-    std::unique_ptr<tms::IndexBuilder> b;
-    TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
-    b->SetGroup(group);
-    tms::BuildStats st;
-    TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
-    if (group && group->rank() != 0) return tms::Status::OK();
+// The build's summary line and timing, then, with `estimate`, its recall estimate.
+tms::Status report_build(const tms::BuildStats& st, const std::string& out, const tms::IndexBuildOptions& o,
+                         tms::BuildGroup* group, const tms::EstimateOptions* estimate) {
     if (group) tms::LogInfo("tms index: %d ranks\n", group->size());
     tms::LogInfo("tms index: %lld documents, %lld tokens, dim %d, %d centroids, codec %s, %.1f bytes/token -> %s\n",
                  (long long)st.n_docs, (long long)st.n_tokens, st.dim, st.n_centroids, o.codec.c_str(),
@@ -42,6 +37,87 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     return tms::Status::OK();
 }
 
+// Builds the index (as one rank of `group` when given: only rank 0 prints the summary), then,
+// with `estimate`, measures its recall (rank 0).
+tms::Status build_index(const std::string& docs, const std::string& doclens, const std::string& ids,
+                        const std::string& out, const tms::IndexBuildOptions& o, tms::BuildGroup* group,
+                        const tms::DocMetadata* metadata, const tms::EstimateOptions* estimate) {
+    std::unique_ptr<tms::IndexBuilder> b;
+    TMS_RETURN_IF_ERROR(tms::IndexBuilder::Create(o, out, &b));
+    b->SetGroup(group);
+    tms::BuildStats st;
+    TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
+    if (group && group->rank() != 0) return tms::Status::OK();
+    return report_build(st, out, o, group, estimate);
+}
+
+// `tms index --docs -`: a stream of .npy pairs on standard input, (tokens [n, dim], doclens [m])
+// each, built as it comes (IndexStreamBuilder). Ids: the lines of `ids` in order, else numbered;
+// metadata: one object per document, in order.
+tms::Status build_index_stream(const std::string& ids, const std::string& out, const tms::IndexBuildOptions& o,
+                               int64_t expected_tokens, const tms::DocMetadata* metadata,
+                               const tms::EstimateOptions* estimate) {
+    std::unique_ptr<tms::IndexStreamBuilder> b;
+    TMS_RETURN_IF_ERROR(tms::IndexStreamBuilder::Create(o, out, expected_tokens, &b));
+    std::ifstream id_file;
+    if (!ids.empty()) {
+        id_file.open(ids);
+        if (!id_file) return tms::Status::IOError(ids + ": cannot open");
+    }
+    std::FILE* in = stdin;
+    for (int64_t pair = 1;; ++pair) {
+        const std::string what = "standard input: pair " + std::to_string(pair);
+        tms::HostArray tokens, lens_arr;
+        bool end = false;
+        TMS_RETURN_IF_ERROR(tms::ReadNpyStream(in, what + " (tokens)", &tokens, &end));
+        if (end) break;
+        TMS_RETURN_IF_ERROR(tms::ReadNpyStream(in, what + " (doclens)", &lens_arr, &end));
+        if (end) return tms::Status::InvalidArgument(what + ": the stream ended before its doclens .npy");
+        tms::EmbeddingView v;
+        TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(tokens, 2, what + " (tokens)", &v));
+        std::vector<int64_t> lens;
+        TMS_RETURN_IF_ERROR(tms::IntegersFromArray(lens_arr, what + " (doclens)", &lens));
+        std::vector<std::string> batch_ids;
+        if (id_file.is_open()) {
+            std::string line;
+            while (batch_ids.size() < lens.size() && std::getline(id_file, line)) batch_ids.push_back(line);
+            if (batch_ids.size() < lens.size()) {
+                return tms::Status::InvalidArgument(ids + ": " +
+                                                    std::to_string(b->n_docs() + int64_t(batch_ids.size())) +
+                                                    " ids, fewer than the stream's documents");
+            }
+        }
+        tms::DocMetadata md;
+        const int64_t d0 = b->n_docs(), d1 = d0 + int64_t(lens.size());
+        if (metadata) {
+            if (int64_t(metadata->objects.size()) < d1) {
+                return tms::Status::InvalidArgument(metadata->source + ": " + std::to_string(metadata->objects.size()) +
+                                                    " objects, fewer than the stream's documents (one per document, "
+                                                    "in order)");
+            }
+            md.objects.assign(metadata->objects.begin() + d0, metadata->objects.begin() + d1);
+            md.declared = metadata->declared;
+            md.source = metadata->source;
+            for (int64_t d = d0; d < d1; ++d)
+                md.lines.push_back(metadata->lines.empty() ? d + 1 : metadata->lines[size_t(d)]);
+        }
+        TMS_RETURN_IF_ERROR(b->Add(v, lens, batch_ids, metadata ? &md : nullptr));
+    }
+    if (metadata && int64_t(metadata->objects.size()) > b->n_docs()) {
+        return tms::Status::InvalidArgument(metadata->source + ": " + std::to_string(metadata->objects.size()) +
+                                            " objects, more than the stream's " + std::to_string(b->n_docs()) +
+                                            " documents");
+    }
+    std::string extra;
+    if (id_file.is_open() && std::getline(id_file, extra)) {
+        return tms::Status::InvalidArgument(ids + ": more ids than the stream's " + std::to_string(b->n_docs()) +
+                                            " documents");
+    }
+    tms::BuildStats st;
+    TMS_RETURN_IF_ERROR(b->Finish(&st));
+    return report_build(st, out, o, nullptr, estimate);
+}
+
 Command AddIndex(CLI::App& app, const Context& ctx) {
     struct State {
         tms::IndexBuildOptions io;
@@ -55,6 +131,7 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         bool no_estimate = false;
         tms::EstimateOptions index_eo;
         std::string index_sample;
+        int64_t expected_tokens = 0;
     };
     auto s = std::make_shared<State>();
     auto& io = s->io;
@@ -81,8 +158,14 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
     auto* idx = app.add_subcommand("index", "Build an on-disk index from token embeddings");
     idx->add_option("--docs", docs,
                     "Token embeddings: .npy [n_tokens, dim] (float16/bfloat16/float32), a directory of shards "
-                    "docs_*.npy + doclens_*.npy, or .safetensors (tensors 'embeddings', 'doclens')")
+                    "docs_*.npy + doclens_*.npy, .safetensors (tensors 'embeddings', 'doclens'), or - : a stream "
+                    "of .npy pairs on standard input (tokens [n, dim], then doclens [m]; e.g. an encoder's batches), "
+                    "each encoded and written as it comes, in bounded memory")
         ->required();
+    idx->add_option("--expected-tokens", s->expected_tokens,
+                    "With --docs -: the stream's tokens, roughly; sets the centroid and shard counts (default: "
+                    "sized for 2^27 tokens, about 1M documents)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
     idx->add_option("--doclens", doclens, "Tokens per document .npy [n_docs], int32 or int64 (with a .npy --docs)");
     idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");
     idx->add_option("--out", index_out, "Index directory to create")->required();
@@ -159,8 +242,18 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         auto& index_sample = s->index_sample;
         int& argc = *ctx.argc;
         char**& argv = *ctx.argv;
+        const bool from_stdin = docs == "-";
+        if (from_stdin && !doclens.empty()) {
+            return fail("index",
+                        tms::Status::InvalidArgument(
+                            "--doclens: the stream on standard input (--docs -) carries each batch's doclens"));
+        }
+        if (!from_stdin && s->expected_tokens > 0) {
+            return fail("index", tms::Status::InvalidArgument(
+                                     "--expected-tokens: for a stream (--docs -); files are measured, not expected"));
+        }
         if (tms::Status st = tms::CheckOutputPath(index_out, tms::OutputKind::kIndex,
-                                                  {{"--docs", docs},
+                                                  {{"--docs", from_stdin ? std::string() : docs},
                                                    {"--doclens", doclens},
                                                    {"--doc-ids", doc_ids},
                                                    {"--metadata", index_meta},
@@ -197,6 +290,10 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
             return fail("index", st);
         }
 #if TMS_WITH_MPI
+        if (under_mpirun() && from_stdin) {
+            return fail("index", tms::Status::InvalidArgument(
+                                     "--docs -: a distributed build reads files every rank sees, not a stream"));
+        }
         if (under_mpirun()) {
             int provided = 0, rank = 0;
             MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -218,8 +315,10 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         }
 #endif
         index_eo.device = io.device;
-        tms::Status st = build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
-                                     no_estimate ? nullptr : &index_eo);
+        tms::Status st = from_stdin ? build_index_stream(doc_ids, index_out, io, s->expected_tokens, metadata.get(),
+                                                         no_estimate ? nullptr : &index_eo)
+                                    : build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
+                                                  no_estimate ? nullptr : &index_eo);
         return st.ok() ? 0 : fail("index", st);
     };
     return {idx, run};
