@@ -107,6 +107,21 @@ def make_queries(corpus, n_queries, q_tokens, seed):
     return out.astype(np.float16), rel
 
 
+def block_scores(queries, toks, lens, qd, torch):
+    """MaxSim of every query against each document of a block: [nq, n_docs]."""
+    nq, qt, dim = queries.shape
+    n = len(lens)
+    if qd is not None:
+        sim = qd @ torch.from_numpy(toks).cuda().float().T  # [nq * qt, t], fp32 as the engine accumulates
+        seg = torch.repeat_interleave(torch.arange(n, device="cuda"), torch.from_numpy(lens).cuda())
+        mx = torch.full((nq * qt, n), -65504.0, device="cuda", dtype=sim.dtype)
+        mx.scatter_reduce_(1, seg.expand(nq * qt, -1), sim, reduce="amax")
+        return mx.float().view(nq, qt, n).sum(1).cpu().numpy()
+    sim = queries.reshape(-1, dim).astype(np.float32) @ toks.astype(np.float32).T
+    off = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    return np.maximum.reduceat(sim, off, axis=1).reshape(nq, qt, n).sum(1)
+
+
 def exact_topk(corpus, queries, k):
     """The exhaustive top-k (MaxSim over every document) of each query, generating the corpus again."""
     dev = "cuda" if corpus.torch else None
@@ -115,25 +130,26 @@ def exact_topk(corpus, queries, k):
     best_d = np.full((nq, k), -1, dtype=np.int64)
     if dev:
         torch = corpus.torch
-        qd = torch.from_numpy(queries.reshape(-1, dim)).to(dev)
-    for b0, (toks, lens) in corpus.batches():
-        n = len(lens)
-        if dev:
-            sim = qd @ torch.from_numpy(toks).to(dev).T  # [nq * qt, t], fp16
-            seg = torch.repeat_interleave(torch.arange(n, device=dev), torch.from_numpy(lens).to(dev))
-            mx = torch.full((nq * qt, n), -65504.0, device=dev, dtype=sim.dtype)
-            mx.scatter_reduce_(1, seg.expand(nq * qt, -1), sim, reduce="amax")
-            scores = mx.float().view(nq, qt, n).sum(1).cpu().numpy()
-        else:
-            sim = queries.reshape(-1, dim).astype(np.float32) @ toks.astype(np.float32).T
-            off = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            scores = np.maximum.reduceat(sim, off, axis=1).reshape(nq, qt, n).sum(1)
-        cat_s = np.concatenate([best_s, scores], axis=1)
-        cat_d = np.concatenate([best_d, np.broadcast_to(np.arange(b0, b0 + n), (nq, n))], axis=1)
-        # best k, ties to the lower document (the engine's order)
-        order = np.lexsort((cat_d, -cat_s), axis=1)[:, :k]
-        best_s = np.take_along_axis(cat_s, order, 1)
-        best_d = np.take_along_axis(cat_d, order, 1)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        qd = torch.from_numpy(queries.reshape(-1, dim)).to(dev).float()
+    # Scored in blocks of whole documents whose similarity matrix [nq * qt, tokens] stays small.
+    room = ((4 << 30) if dev else (256 << 20)) // (4 * nq * qt)
+    for b0, (all_toks, all_lens) in corpus.batches():
+        ends = np.cumsum(all_lens)
+        first = 0
+        while first < len(all_lens):
+            t0 = 0 if first == 0 else int(ends[first - 1])
+            last = max(first + 1, int(np.searchsorted(ends, t0 + room, side="right")))
+            toks, lens = all_toks[t0:int(ends[last - 1])], all_lens[first:last]
+            scores = block_scores(queries, toks, lens, qd if dev else None, corpus.torch)
+            n = len(lens)
+            cat_s = np.concatenate([best_s, scores], axis=1)
+            cat_d = np.concatenate([best_d, np.broadcast_to(np.arange(b0 + first, b0 + first + n), (nq, n))], axis=1)
+            # best k, ties to the lower document (the engine's order)
+            order = np.lexsort((cat_d, -cat_s), axis=1)[:, :k]
+            best_s = np.take_along_axis(cat_s, order, 1)
+            best_d = np.take_along_axis(cat_d, order, 1)
+            first = last
     return best_d, best_s
 
 
