@@ -117,15 +117,19 @@ public:
         SearchOptions o;
         std::optional<Allowed> allowed;
         TMS_RETURN_IF_ERROR(Resolve(q, given, &o, &allowed));
-        // The live documents, and each query's allowed ones among them.
+        // The live documents (this searcher's deletions are fixed: built once), and each query's
+        // allowed ones among them.
         const int64_t n = info_.n_docs, words = DocSet::Words(n);
-        std::vector<uint32_t> live(size_t(words), 0u);
-        for (size_t s = 0; s < shards_.size(); ++s) {
-            const engine::ShardSearcher& sg = shards_.segment(s);
-            const int64_t first = sg.data().first_doc;
-            for (int64_t i = 0; i < sg.info().n_docs; ++i)
-                if (!sg.deleted()[size_t(i)]) live[size_t((first + i) / 32)] |= 1u << ((first + i) % 32);
-        }
+        std::call_once(live_once_, [&] {
+            live_.assign(size_t(words), 0u);
+            for (size_t s = 0; s < shards_.size(); ++s) {
+                const engine::ShardSearcher& sg = shards_.segment(s);
+                const int64_t first = sg.data().first_doc;
+                for (int64_t i = 0; i < sg.info().n_docs; ++i)
+                    if (!sg.deleted()[size_t(i)]) live_[size_t((first + i) / 32)] |= 1u << ((first + i) % 32);
+            }
+        });
+        const std::vector<uint32_t>& live = live_;
         const bool hybrid = given.mode == SearchMode::kHybrid;
         const int n_lex = hybrid ? std::max(given.k, given.lexical_candidates) : given.k;
         std::vector<engine::Scored> lexical(static_cast<size_t>(nq));
@@ -553,6 +557,8 @@ public:
         std::unordered_map<std::string, int64_t> ids;
     };
     std::shared_ptr<IdMap> base_ids_ = std::make_shared<IdMap>();
+    mutable std::once_flag live_once_;  // SearchText's bitmap of the live documents, at its first use
+    mutable std::vector<uint32_t> live_;
     mutable std::once_flag added_ids_once_;
     mutable std::unordered_map<std::string, int64_t> added_ids_;
     std::shared_ptr<QuerySample> sample_;  // SearcherOptions::record_into / record_queries

@@ -394,8 +394,11 @@ def meta_state(index):
     return n, int(i["deleted"]), rows
 
 
-@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
-@pytest.mark.parametrize("writer", sorted(META_WRITERS))
+# Every metadata writer with the atomic exchange; the two-renames fallback (the same replacement
+# code for every writer, which test_kill_at_every_point_leaves_old_or_new runs too) with the one
+# that replaces the metadata file whole.
+@pytest.mark.parametrize("writer,exchange", [(w, True) for w in sorted(META_WRITERS)] + [("compact", False)],
+                         ids=[f"{w}-exchange" for w in sorted(META_WRITERS)] + ["compact-two-renames"])
 def test_kill_with_metadata_leaves_old_or_new_rows(meta_corpus, tmp_path, writer, exchange):
     c = meta_corpus
     env = {} if exchange else {"TMS_TEST_NO_RENAME_EXCHANGE": "1"}

@@ -96,9 +96,12 @@ def make_queries(corpus, n_queries, q_tokens, seed):
     rng = np.random.default_rng([seed, 7])
     rel = np.sort(rng.choice(corpus.n, size=n_queries, replace=False))
     out = np.zeros((n_queries, q_tokens, corpus.dim), dtype=np.float32)
+    made = (-1, None, None)  # the batch generated last (rel is sorted: each batch once)
     for q, d in enumerate(rel):
         b0 = d // corpus.batch * corpus.batch
-        toks, lens = corpus.make(b0, min(corpus.n, b0 + corpus.batch))
+        if made[0] != b0:
+            made = (b0, *corpus.make(b0, min(corpus.n, b0 + corpus.batch)))
+        _, toks, lens = made
         off = np.concatenate([[0], np.cumsum(lens)])
         doc = toks[off[d - b0]:off[d - b0 + 1]].astype(np.float32)
         pick = doc[rng.integers(0, len(doc), q_tokens)]
@@ -165,6 +168,8 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--no-truth", action="store_true")
+    ap.add_argument("--save", help="also write the corpus here as shards (docs_*.npy + doclens_*.npy, what "
+                                   "`tms index --docs DIR` reads): a build from files to compare the stream with")
     args, index_flags = ap.parse_known_args()
     index_flags = [f for f in index_flags if f != "--"]
     os.makedirs(args.out, exist_ok=True)
@@ -176,10 +181,15 @@ def main():
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     tokens = 0
     try:
-        for _, (toks, lens) in corpus.batches():
+        if args.save:
+            os.makedirs(args.save, exist_ok=True)
+        for b0, (toks, lens) in corpus.batches():
             tokens += len(toks)
             write_npy(p.stdin, toks)
             write_npy(p.stdin, lens)
+            if args.save:
+                np.save(f"{args.save}/docs_{b0 // args.batch:06d}.npy", toks)
+                np.save(f"{args.save}/doclens_{b0 // args.batch:06d}.npy", lens)
         p.stdin.close()
     except BrokenPipeError:
         pass
