@@ -168,3 +168,23 @@ def test_text_in_through_the_pylate_model(model, data, tmp_path):
     np.testing.assert_allclose(np.array(by_text[1]), np.array(by_emb[1]), rtol=1e-5)
     one = tilemaxsim.Searcher(tmp_path / "t", "cpu").search_text(queries[0], model, k=K, exhaustive=True)
     assert one[0] == by_emb[0][:1]  # a str is one query
+
+
+def test_a_stream_of_batches_straight_from_the_pylate_encoder(model, data, tmp_path):
+    """build_index over a generator of PyLate's encode() batches (nothing held whole) builds the
+    index the same encodings build given at once."""
+    rng = np.random.default_rng(7)  # the texts of the data fixture
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 9)))) for _ in range(N_DOCS)]
+    ids = data["ids"]
+
+    def batches(size=7):
+        for a in range(0, len(texts), size):
+            yield model.encode(texts[a:a + size], is_query=False, show_progress_bar=False), ids[a:a + size]
+
+    tilemaxsim.build_index(tmp_path / "s", batches(), keep_vectors=True, n_centroids=16, progress=False)
+    whole = [d for docs, _ in batches() for d in docs]  # the same encodings, held and given at once
+    tilemaxsim.build_index(tmp_path / "e", whole, ids, keep_vectors=True, n_centroids=16, progress=False)
+    a = tilemaxsim.Searcher(tmp_path / "s", "cpu").search(data["queries"], k=K, exhaustive=True)
+    b = tilemaxsim.Searcher(tmp_path / "e", "cpu").search(data["queries"], k=K, exhaustive=True)
+    assert a[0] == b[0]
+    np.testing.assert_allclose(np.array(a[1]), np.array(b[1]), rtol=1e-5)
