@@ -86,6 +86,8 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
                 st = integer(&o->threads);
             else if (k == "ivf_memory_entries")
                 st = integer(&o->ivf_memory_entries);
+            else if (k == "pool_factor")
+                st = integer(&o->pool_factor);
             else if (k == "search" || k == "description")
                 continue;
             else
@@ -131,6 +133,7 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
     TMS_RETURN_IF_ERROR(range("gpu", o.gpu, 0, 1023));
     TMS_RETURN_IF_ERROR(range("threads", o.threads, 0, kMaxThreads));
     TMS_RETURN_IF_ERROR(range("ivf_memory_entries", o.ivf_memory_entries, 1, int64_t(1) << 40));
+    TMS_RETURN_IF_ERROR(range("pool_factor", o.pool_factor, 1, 64));
     return Status::OK();
 }
 
@@ -157,6 +160,7 @@ std::string BuildOptionsToJson(const IndexBuildOptions& o) {
         j["text_field"] = o.text_field;
         j["text_tokenizer"] = o.text_tokenizer;
     }
+    if (o.pool_factor > 1) j["pool_factor"] = o.pool_factor;
     j["chunk_docs"] = o.chunk_docs;
     j["shards"] = o.shards;
     j["gpu"] = o.gpu;

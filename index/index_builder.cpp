@@ -24,6 +24,7 @@
 #include "index/ingest/input_checks.h"
 #include "index/ingest/npy.h"
 #include "index/ingest/metadata_jsonl.h"
+#include "index/ingest/pool.h"
 #include "index/metadata/metadata.h"
 #include "index/store/index_dir.h"
 #include "index/store/index_reader.h"
@@ -49,7 +50,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                        const std::vector<std::string>& names, std::vector<std::string> ids,
                        const IndexBuildOptions& opts, const std::string& path, BuildStats* stats, BuildGroup* group,
                        const DocMetadata* metadata, const ReleaseFn& release = nullptr,
-                       const std::function<void()>& restart = nullptr) {
+                       const std::function<void()>& restart = nullptr, bool pooled = false) {
     std::vector<int64_t> all_lens;
     int64_t rows = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
@@ -59,6 +60,24 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     const EmbeddingView whole{nullptr, shards.empty() ? DType::kF32 : shards[0].dtype, rows,
                               shards.empty() ? 0 : shards[0].dim};
     TMS_RETURN_IF_ERROR(index::ValidateInput(whole, all_lens, &ids));
+    // Token pooling: the input's documents pooled into memory (1/pool_factor of its tokens, fp16),
+    // and the index built from them (a stream, IndexStreamBuilder, pools batch by batch instead).
+    if (opts.pool_factor > 1 && !pooled) {
+        std::vector<uint16_t> tokens;
+        std::vector<int64_t> lens;
+        for (size_t s = 0; s < shards.size(); ++s) {
+            TMS_RETURN_IF_ERROR(index::CheckValues(shards[s], names[s]));
+            std::vector<uint16_t> t;
+            std::vector<int64_t> l;
+            TMS_RETURN_IF_ERROR(index::PoolDocuments(shards[s], shard_lens[s], opts.pool_factor, &t, &l));
+            tokens.insert(tokens.end(), t.begin(), t.end());
+            lens.insert(lens.end(), l.begin(), l.end());
+            if (release) release(s, shards[s].rows);
+        }
+        const EmbeddingView v{tokens.data(), DType::kF16, int64_t(tokens.size()) / whole.dim, whole.dim};
+        return build_streaming({v}, {lens}, {"docs"}, std::move(ids), opts, path, stats, group, metadata, nullptr,
+                               nullptr, true);
+    }
     // A distributed build: every step that can fail on one rank ends in an agreement, so that
     // every rank fails together (and rank 0's build directory is removed).
     const bool parted = group && group->size() > 1;

@@ -2,6 +2,8 @@
 #include "tilemaxsim/index_updater.h"
 
 #include "index/ingest/npy.h"
+#include "index/ingest/input_checks.h"
+#include "index/ingest/pool.h"
 #include "index/store/compaction.h"
 #include "index/store/updater.h"
 #include "kernels/threads.h"
@@ -29,7 +31,19 @@ Status IndexUpdater::Open(const std::string& path, bool progress, std::unique_pt
 
 Status IndexUpdater::Add(const EmbeddingView& tokens, const std::vector<int64_t>& doclens,
                          const std::vector<std::string>& doc_ids, bool replace, const DocMetadata* metadata) {
-    return index::UpdaterAdd(impl_->u.get(), tokens, doclens, doc_ids, replace, impl_->progress, metadata);
+    // An index built with token pooling takes its additions pooled alike.
+    IndexBuildOptions built;
+    (void)ParseBuildOptionsJson(info().build_config_json, &built);
+    if (built.pool_factor <= 1) {
+        return index::UpdaterAdd(impl_->u.get(), tokens, doclens, doc_ids, replace, impl_->progress, metadata);
+    }
+    TMS_RETURN_IF_ERROR(index::CheckDocLens(doclens, tokens.rows, "doclens", "docs"));
+    TMS_RETURN_IF_ERROR(index::CheckValues(tokens, "docs"));
+    std::vector<uint16_t> pooled;
+    std::vector<int64_t> lens;
+    TMS_RETURN_IF_ERROR(index::PoolDocuments(tokens, doclens, built.pool_factor, &pooled, &lens));
+    const EmbeddingView v{pooled.data(), DType::kF16, int64_t(pooled.size()) / tokens.dim, tokens.dim};
+    return index::UpdaterAdd(impl_->u.get(), v, lens, doc_ids, replace, impl_->progress, metadata);
 }
 
 Status IndexUpdater::AddFromFiles(const std::string& docs_npy, const std::string& doclens_npy,

@@ -15,11 +15,11 @@
 #include "index/encode/encoder.h"
 #include "index/ingest/input_checks.h"
 #include "index/ingest/metadata_jsonl.h"
+#include "index/ingest/pool.h"
 #include "index/model.h"
 #include "index/store/index_writer.h"
 #include "index/store/shards.h"
 #include "index/train/train.h"
-#include "kernels/maxsim.h"
 #include "kernels/nearest.h"
 #include "kernels/threads.h"
 #include "tilemaxsim/index_builder.h"
@@ -101,7 +101,7 @@ struct IndexStreamBuilder::Impl {
         return Status::OK();
     }
 
-    // The batch's tokens into the gathering group as fp16, every value checked.
+    // The batch's tokens (checked) into the gathering group as fp16.
     Status gather(const EmbeddingView& t, const std::vector<int64_t>& lens, std::vector<std::string>* batch_ids) {
         Group& g = gathering();
         const size_t at = g.tokens.size();
@@ -110,19 +110,7 @@ struct IndexStreamBuilder::Impl {
         } catch (const std::bad_alloc&) {
             return Status::ResourceExhausted("out of host memory gathering a batch of the stream");
         }
-        uint16_t* h = g.tokens.data() + at;
-        index::ToHalf(t, 0, t.rows, h);
-        // fp16 Inf or NaN: a non-finite input value or one beyond fp16's range.
-        const int64_t n = t.rows * int64_t(dim);
-        int64_t first_bad = n;
-#pragma omp parallel for reduction(min : first_bad) schedule(static)
-        for (int64_t i = 0; i < n; ++i)
-            if ((h[i] & 0x7c00u) == 0x7c00u && i < first_bad) first_bad = i;
-        if (first_bad < n) {
-            g.tokens.resize(at);
-            return index::NonFiniteError(batch_name() + "docs", first_bad / dim, int(first_bad % dim),
-                                         kernels::load_as_float(t.data, t.dtype, first_bad));
-        }
+        index::ToHalf(t, 0, t.rows, g.tokens.data() + at);
         g.lens.insert(g.lens.end(), lens.begin(), lens.end());
         for (auto& id : *batch_ids) g.ids.push_back(id);
         return Status::OK();
@@ -211,7 +199,8 @@ Status IndexStreamBuilder::Create(const IndexBuildOptions& opts, const std::stri
     Impl& im = *b->impl_;
     im.opts = opts;
     im.path = path;
-    im.expected = expected_tokens;
+    // The stream's tokens as the index will hold them (pooled).
+    im.expected = (expected_tokens + opts.pool_factor - 1) / std::max(1, opts.pool_factor);
     const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
     TMS_RETURN_IF_ERROR(kernels::check_blas_room(threads, int64_t(128) << 20, path));
     // The build directory now: an existing index or a path that cannot be written fails before
@@ -248,8 +237,18 @@ Status IndexStreamBuilder::Add(const EmbeddingView& tokens, const std::vector<in
         index::MetaRows rows;
         if (metadata) TMS_RETURN_IF_ERROR(index::ResolveMetadata(*metadata, ids, im.columns, &rows));
         if (im.docs == 0) TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, metadata ? &rows.columns : nullptr));
+        TMS_RETURN_IF_ERROR(index::CheckValues(tokens, im.batch_name() + "docs"));
+        // Pooled, the batch's pooled tokens are what the index takes.
+        std::vector<uint16_t> pooled;
+        std::vector<int64_t> pooled_lens;
+        EmbeddingView in = tokens;
+        if (im.opts.pool_factor > 1) {
+            TMS_RETURN_IF_ERROR(index::PoolDocuments(tokens, doclens, im.opts.pool_factor, &pooled, &pooled_lens));
+            in = EmbeddingView{pooled.data(), DType::kF16, int64_t(pooled.size()) / tokens.dim, tokens.dim};
+        }
+        const std::vector<int64_t>& lens = im.opts.pool_factor > 1 ? pooled_lens : doclens;
         im.dim = tokens.dim;
-        TMS_RETURN_IF_ERROR(im.gather(tokens, doclens, &ids));
+        TMS_RETURN_IF_ERROR(im.gather(in, lens, &ids));
         taken = true;
         if (metadata && !im.has_metadata) {
             im.cells.resize(size_t(im.docs));
@@ -266,7 +265,7 @@ Status IndexStreamBuilder::Add(const EmbeddingView& tokens, const std::vector<in
             im.ids.push_back(std::move(id));
         }
         im.docs += int64_t(doclens.size());
-        im.tokens += tokens.rows;
+        im.tokens += in.rows;
         if (!im.trained) {
             const int64_t n = im.expected > 0 ? im.expected : kStreamDefaultTokens;
             IndexBuildOptions o = im.opts;

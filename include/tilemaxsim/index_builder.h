@@ -84,8 +84,9 @@ private:
 /// IVF entries held before a spill (ivf_memory_entries), the external ids and the metadata cells;
 /// not the embeddings. The index appears at `path` only when Finish completes (as Build's).
 ///
-/// The centroid count needs the corpus size before the corpus is seen: `expected_tokens` (an
-/// estimate is enough; 0: sized for kStreamDefaultTokens) sets it by PLAID's rule unless
+/// The centroid count needs the corpus size before the corpus is seen: `expected_tokens` (of the
+/// input, before any pooling; an estimate is enough; 0: sized for kStreamDefaultTokens of the
+/// index) sets it by PLAID's rule unless
 /// opts.n_centroids does, and the shard count (opts.shards, else one per kTokensPerShard of it):
 /// with more than one, shards close as they fill, as many as the stream needs. A stream that
 /// ends before the sample is full is built exactly as Build builds the same documents.

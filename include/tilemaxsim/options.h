@@ -49,6 +49,11 @@ struct IndexBuildOptions {
     /// The text's tokenizer: unicode61, porter (unicode61 with Porter stemming) or trigram.
     /// Default: unicode61
     std::string text_tokenizer = "unicode61";
+    /// Token pooling (PyLate's pool_factor): each document's most similar tokens are merged
+    /// (agglomerative clustering by cosine, each cluster its mean) until ceil(len / pool_factor)
+    /// remain, before encoding; the index stores, searches and scores the pooled tokens, and
+    /// documents added later are pooled alike. 1: none. Default: 1
+    int pool_factor = 1;
     /// Documents per stored chunk. Default: 2048
     int chunk_docs = 2048;
     /// Shards: ranges of documents (about equal in tokens), each with its own store, searched

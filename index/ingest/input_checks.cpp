@@ -52,6 +52,34 @@ std::string BadValueText(float v) {
     return std::string("value ") + buf + " beyond fp16's range (|x| <= 65504; the index stores and scores fp16)";
 }
 
+int64_t FirstBadValue(const EmbeddingView& tokens) {
+    const int64_t n = tokens.rows * int64_t(tokens.dim);
+    int64_t first_bad = n;
+    if (tokens.dtype == DType::kF32) {
+        const auto* f = static_cast<const uint32_t*>(tokens.data);
+        static_assert(kMaxEmbeddingValue == 65504.0f, "0x477fe000 is 65504.0f's bits");
+#pragma omp parallel for reduction(min : first_bad) schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            if ((f[i] & 0x7fffffffu) > 0x477fe000u && i < first_bad) first_bad = i;
+    } else {
+        // fp16: exponent all ones (Inf, NaN); bf16: above 65280, the largest bf16 within range.
+        const auto* h = static_cast<const uint16_t*>(tokens.data);
+        const bool f16 = tokens.dtype == DType::kF16;
+        const uint16_t mask = f16 ? 0x7c00u : 0x7fffu, limit = f16 ? 0x7bffu : 0x477fu;
+#pragma omp parallel for reduction(min : first_bad) schedule(static)
+        for (int64_t i = 0; i < n; ++i)
+            if ((h[i] & mask) > limit && i < first_bad) first_bad = i;
+    }
+    return first_bad;
+}
+
+Status CheckValues(const EmbeddingView& tokens, const std::string& what) {
+    const int64_t bad = FirstBadValue(tokens);
+    if (bad == tokens.rows * int64_t(tokens.dim)) return Status::OK();
+    return NonFiniteError(what, bad / tokens.dim, int(bad % tokens.dim),
+                          kernels::load_as_float(tokens.data, tokens.dtype, bad));
+}
+
 Status NonFiniteError(const std::string& what, int64_t row, int col, float v) {
     return Status::InvalidArgument(what + ": " + BadValueText(v) + " at row " + std::to_string(row) + ", column " +
                                    std::to_string(col));

@@ -30,6 +30,12 @@ Status CheckDocLens(const std::vector<int64_t>& lens, int64_t rows, const std::s
 /// the id short). Messages start with `what`.
 Status CheckId(const std::string& id, const std::string& what);
 
+/// The first value of `tokens` (row-major element index) that is not finite or is beyond
+/// kMaxEmbeddingValue, scanned on every thread; rows x dim when every one is.
+int64_t FirstBadValue(const EmbeddingView& tokens);
+/// OK when FirstBadValue finds none; else NonFiniteError(what, row, column) of the first.
+Status CheckValues(const EmbeddingView& tokens, const std::string& what);
+
 /// What is wrong with a value that is not finite or beyond kMaxEmbeddingValue: "non-finite value
 /// (NaN)", or "value 1e+30 beyond fp16's range (|x| <= 65504)".
 std::string BadValueText(float v);

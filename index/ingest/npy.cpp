@@ -330,25 +330,8 @@ Status index::EmbeddingsFromRaw(const HostArray& arr, const void* data, int rank
     out->dim = static_cast<int>(dim);
     out->rows = arr.numel() / dim;
     if (!check_finite) return Status::OK();
-    // Every value finite and within kMaxEmbeddingValue: a parallel scan of the magnitude bits
-    // (every finite fp16 is within it); the first offender is reported.
     const int64_t n = arr.numel();
-    int64_t first_bad = n;
-    if (out->dtype != DType::kF32) {
-        const auto* h = static_cast<const uint16_t*>(data);
-        const bool f16 = out->dtype == DType::kF16;
-        // fp16: exponent all ones (Inf, NaN); bf16: above 65280, the largest bf16 within range.
-        const uint16_t mask = f16 ? 0x7c00u : 0x7fffu, limit = f16 ? 0x7bffu : 0x477fu;
-#pragma omp parallel for reduction(min : first_bad) schedule(static)
-        for (int64_t i = 0; i < n; ++i)
-            if ((h[i] & mask) > limit && i < first_bad) first_bad = i;
-    } else {
-        const auto* f = static_cast<const uint32_t*>(data);
-        static_assert(kMaxEmbeddingValue == 65504.0f, "0x477fe000 is 65504.0f's bits");
-#pragma omp parallel for reduction(min : first_bad) schedule(static)
-        for (int64_t i = 0; i < n; ++i)
-            if ((f[i] & 0x7fffffffu) > 0x477fe000u && i < first_bad) first_bad = i;
-    }
+    const int64_t first_bad = index::FirstBadValue(*out);
     if (first_bad < n) {
         const float v = kernels::load_as_float(out->data, out->dtype, first_bad);
         if (rank == 3) {  // [n_queries, tokens, dim]

@@ -70,7 +70,7 @@ def _unalias(given, aliases, what):
 # IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
 BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "train_tokens_per_centroid", "pq_m", "pq_nbits", "residual_nbits",
                  "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries", "text_field",
-                 "text_tokenizer")
+                 "text_tokenizer", "pool_factor")
 
 
 def _is_torch(x):

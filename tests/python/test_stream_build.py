@@ -145,3 +145,20 @@ def test_cli_reads_the_stream_from_standard_input(corpus, tmp_path):
                         str(tmp_path / "few"), "--no-progress"], input=buf.getvalue(), capture_output=True)
     assert r.returncode != 0 and b"fewer than the stream's documents" in r.stderr
     assert not (tmp_path / "few").exists()
+
+
+def test_pool_factor_pools_lists_streams_and_adds_alike(corpus, tmp_path):
+    docs, ids, meta, queries = corpus
+    opts = dict(keep_vectors=True, n_centroids=32, estimate=False, progress=False, pool_factor=2)
+    a = tilemaxsim.build_index(tmp_path / "list", docs[:200], ids[:200], **opts)
+    b = tilemaxsim.build_index(tmp_path / "stream", ((d, i) for d, i, _ in batches(docs[:200], ids[:200], meta, 64)),
+                               **opts)
+    assert a["n_tokens"] == b["n_tokens"] == sum((len(d) + 1) // 2 for d in docs[:200])
+    sa, sb = tilemaxsim.Searcher(tmp_path / "list", device="cpu"), tilemaxsim.Searcher(tmp_path / "stream", device="cpu")
+    assert sa.search(queries, k=5, exhaustive=True)[0] == sb.search(queries, k=5, exhaustive=True)[0]
+    # Documents added later are pooled by the index's factor: the same document, the same scores.
+    sa.add([docs[7]], ["again"])
+    hits, scores = sa.search([docs[7][:8]], k=2, exhaustive=True)
+    assert set(hits[0]) == {ids[7], "again"} and scores[0][0] == scores[0][1]
+    with pytest.raises(ValueError, match="pool_factor"):
+        tilemaxsim.build_index(tmp_path / "bad", docs[:10], ids[:10], pool_factor=0)

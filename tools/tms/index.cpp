@@ -132,6 +132,7 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         tms::EstimateOptions index_eo;
         std::string index_sample;
         int64_t expected_tokens = 0;
+        int pool_factor = 0;
     };
     auto s = std::make_shared<State>();
     auto& io = s->io;
@@ -183,6 +184,11 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
                     "unset: one per 2^28 tokens, so that a corpus that needs several GPUs is spread over them)")
         ->check(CLI::Range(0, tms::kMaxShards));
     idx->add_flag("--keep-vectors", keep_vectors, "Also store fp16 vectors (exhaustive search, exact rerank)");
+    idx->add_option("--pool-factor", s->pool_factor,
+                    "Token pooling (PyLate's pool_factor): merge each document's most similar tokens until "
+                    "1/N of them remain (index size and search cost shrink; documents added later are pooled "
+                    "alike; default 1: none)")
+        ->check(CLI::Range(1, 64));
     idx->add_flag("--overwrite", overwrite, "Replace an existing index (only once the new one is complete)");
     idx->add_flag("--no-progress", no_progress, "No progress bars");
     auto* index_meta_opt = idx->add_option("--metadata", index_meta, kMetadataHelp);
@@ -280,6 +286,7 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         }
         if (shards >= 0) io.shards = shards;
         if (keep_vectors) io.keep_vectors = true;
+        if (s->pool_factor > 0) io.pool_factor = s->pool_factor;
         io.overwrite = overwrite;
         io.progress = !no_progress;
         if (tms::Status st = parse_device(index_device, &io.device); !st.ok()) return fail("index", st);
