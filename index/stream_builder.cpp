@@ -35,11 +35,18 @@ struct Group {
     std::vector<std::string> ids;
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;
-    int64_t n_tokens() const { return int64_t(tokens.size()); }
-    void clear() {
+    int64_t rows(int dim) const { return int64_t(tokens.size()) / dim; }
+    // Emptied for the next documents; the held sample's buffers (far larger than a group) are
+    // given back.
+    void clear(size_t group_values) {
         tokens.clear();
         lens.clear();
         ids.clear();
+        if (tokens.capacity() > 2 * group_values) {
+            tokens.shrink_to_fit();
+            cids = {};
+            codes = {};
+        }
     }
 };
 
@@ -65,7 +72,6 @@ struct IndexStreamBuilder::Impl {
     int k = 0;
     std::future<Status> appending;
     int64_t group_tokens = int64_t(1) << 20;  // tokens per group once trained
-    int64_t sample_tokens = 0;                // tokens held before training
     bool trained = false;
     index::IndexModel model;
     std::unique_ptr<index::IndexWriter> writer;
@@ -128,7 +134,7 @@ struct IndexStreamBuilder::Impl {
     Status flush() {
         Group& g = gathering();
         if (g.lens.empty()) return Status::OK();
-        const int64_t n = g.n_tokens() / dim;
+        const int64_t n = g.rows(dim);
         try {
             g.cids.resize(size_t(n));
             g.codes.resize(size_t(n) * size_t(model.n_code_bytes));
@@ -155,7 +161,7 @@ struct IndexStreamBuilder::Impl {
         if (progress) progress->Add(n);
         // The other group gathers next: its append was waited for above.
         ++k;
-        gathering().clear();
+        gathering().clear(size_t(group_tokens) * size_t(dim));
         return Status::OK();
     }
 
@@ -167,7 +173,7 @@ struct IndexStreamBuilder::Impl {
         IndexBuildOptions o = opts;
         const int64_t most = o.max_train_tokens > 0 ? std::min(n_tokens, o.max_train_tokens) : n_tokens;
         if (o.n_centroids <= 0) o.n_centroids = index::AutoCentroids(n_tokens, most);
-        const int64_t rows = held.n_tokens() / dim;
+        const int64_t rows = held.rows(dim);
         TMS_RETURN_IF_ERROR(
             index::TrainModel({EmbeddingView{held.tokens.data(), DType::kF16, rows, dim}}, o, &model, &phases));
         const int shards = index::ResolveShardCount(opts.shards, n_tokens);
@@ -268,15 +274,16 @@ Status IndexStreamBuilder::Add(const EmbeddingView& tokens, const std::vector<in
         im.tokens += in.rows;
         if (!im.trained) {
             const int64_t n = im.expected > 0 ? im.expected : kStreamDefaultTokens;
-            IndexBuildOptions o = im.opts;
+            const IndexBuildOptions& o = im.opts;
             const int64_t most = o.max_train_tokens > 0 ? std::min(n, o.max_train_tokens) : n;
             const int k = o.n_centroids > 0 ? o.n_centroids : index::AutoCentroids(n, most);
-            // Held until the sample is full and the corpus is known to be larger than it.
-            if (im.tokens <= index::TrainSampleTokens(n, k, o)) return Status::OK();
+            // Held until the sample for k centroids is full (whatever the expected size, which may
+            // be short) and the stream is known to be longer than it.
+            if (im.tokens <= index::TrainSampleTokens(INT64_MAX, k, o)) return Status::OK();
             TMS_RETURN_IF_ERROR(im.train(std::max(n, im.tokens)));
             return im.flush();
         }
-        if (im.gathering().n_tokens() / im.dim >= im.group_tokens) return im.flush();
+        if (im.gathering().rows(im.dim) >= im.group_tokens) return im.flush();
         return Status::OK();
     }();
     // Bad input is refused before anything is taken and leaves the stream usable.
