@@ -358,11 +358,9 @@ std::unique_ptr<tms::DocMetadata> doc_metadata(const std::vector<std::string>& o
     return md;
 }
 
-py::dict build_index(const std::string& path, const py::array& tokens, const std::string& dtype,
-                     const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
-                     const std::vector<std::string>& ids, const std::string& options_json, bool overwrite,
-                     bool progress, const std::string& device, const std::vector<std::string>& metadata,
-                     const std::string& metadata_types) {
+// A build's options: IndexBuildOptions' JSON, with the keywords build_index takes beside it.
+tms::IndexBuildOptions build_options(const std::string& options_json, bool overwrite, bool progress,
+                                     const std::string& device) {
     tms::IndexBuildOptions o;
     if (!options_json.empty()) check(tms::ParseBuildOptionsJson(options_json, &o));
     o.overwrite = overwrite;
@@ -371,6 +369,25 @@ py::dict build_index(const std::string& path, const py::array& tokens, const std
     check(tms::ParseDeviceList(device, &dev));
     o.device = dev.device;
     if (!dev.gpus.empty()) o.gpu = dev.gpus[0];
+    return o;
+}
+
+// What build_index returns: the build's counts.
+py::dict build_counts(const tms::BuildStats& st) {
+    py::dict d;
+    d["n_docs"] = st.n_docs;
+    d["n_tokens"] = st.n_tokens;
+    d["n_centroids"] = st.n_centroids;
+    d["seconds"] = st.seconds_total;
+    return d;
+}
+
+py::dict build_index(const std::string& path, const py::array& tokens, const std::string& dtype,
+                     const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& lengths,
+                     const std::vector<std::string>& ids, const std::string& options_json, bool overwrite,
+                     bool progress, const std::string& device, const std::vector<std::string>& metadata,
+                     const std::string& metadata_types) {
+    const tms::IndexBuildOptions o = build_options(options_json, overwrite, progress, device);
     const tms::EmbeddingView v = tokens_view(tokens, dtype);
     const std::vector<int64_t> lens = as_lengths(lengths);
     const auto md = doc_metadata(metadata, metadata_types);
@@ -381,12 +398,7 @@ py::dict build_index(const std::string& path, const py::array& tokens, const std
         check(tms::IndexBuilder::Create(o, path, &b));
         check(b->Build(v, lens, ids, &st, md.get()));
     }
-    py::dict d;
-    d["n_docs"] = st.n_docs;
-    d["n_tokens"] = st.n_tokens;
-    d["n_centroids"] = st.n_centroids;
-    d["seconds"] = st.seconds_total;
-    return d;
+    return build_counts(st);
 }
 
 // An index built from batches as they come (IndexStreamBuilder): add(...) per batch, finish().
@@ -394,14 +406,7 @@ class PyStreamBuilder {
 public:
     PyStreamBuilder(const std::string& path, const std::string& options_json, bool overwrite, bool progress,
                     const std::string& device, int64_t expected_tokens) {
-        tms::IndexBuildOptions o;
-        if (!options_json.empty()) check(tms::ParseBuildOptionsJson(options_json, &o));
-        o.overwrite = overwrite;
-        o.progress = progress;
-        tms::SearcherOptions dev;
-        check(tms::ParseDeviceList(device, &dev));
-        o.device = dev.device;
-        if (!dev.gpus.empty()) o.gpu = dev.gpus[0];
+        const tms::IndexBuildOptions o = build_options(options_json, overwrite, progress, device);
         py::gil_scoped_release nogil;
         check(tms::IndexStreamBuilder::Create(o, path, expected_tokens, &b_));
     }
@@ -421,12 +426,7 @@ public:
             py::gil_scoped_release nogil;
             check(b_->Finish(&st));
         }
-        py::dict d;
-        d["n_docs"] = st.n_docs;
-        d["n_tokens"] = st.n_tokens;
-        d["n_centroids"] = st.n_centroids;
-        d["seconds"] = st.seconds_total;
-        return d;
+        return build_counts(st);
     }
     int64_t n_docs() const { return b_->n_docs(); }
     int64_t n_tokens() const { return b_->n_tokens(); }
