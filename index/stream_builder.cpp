@@ -29,7 +29,7 @@ namespace tms {
 namespace {
 
 // Documents gathered for one Encode + AppendDocs: their fp16 tokens, lengths, ids, and codes.
-struct Group {
+struct StreamGroup {
     std::vector<uint16_t> tokens;  // [n_tokens, dim]
     std::vector<int64_t> lens;
     std::vector<std::string> ids;
@@ -68,7 +68,7 @@ struct IndexStreamBuilder::Impl {
     std::vector<index::MetaCells> cells;
     bool has_metadata = false;
     // The group being gathered is groups[k % 2]; the other may be appending.
-    Group groups[2];
+    StreamGroup groups[2];
     int k = 0;
     std::future<Status> appending;
     int64_t group_tokens = int64_t(1) << 20;  // tokens per group once trained
@@ -81,7 +81,7 @@ struct IndexStreamBuilder::Impl {
     double encode_s = 0, wait_s = 0;
     std::unique_ptr<Progress> progress;
 
-    Group& gathering() { return groups[k % 2]; }
+    StreamGroup& gathering() { return groups[k % 2]; }
     std::string batch_name() const { return "batch " + std::to_string(batches) + ": "; }
 
     // The batch's ids (numbered on when none): valid, unique in the batch and the stream.
@@ -109,7 +109,7 @@ struct IndexStreamBuilder::Impl {
 
     // The batch's tokens (checked) into the gathering group as fp16.
     Status gather(const EmbeddingView& t, const std::vector<int64_t>& lens, std::vector<std::string>* batch_ids) {
-        Group& g = gathering();
+        StreamGroup& g = gathering();
         const size_t at = g.tokens.size();
         try {
             g.tokens.resize(at + size_t(t.rows) * size_t(dim));
@@ -132,7 +132,7 @@ struct IndexStreamBuilder::Impl {
     // Encodes the gathering group and hands it to the writer's thread; the next group gathers
     // in the other buffer once the writer is done with it.
     Status flush() {
-        Group& g = gathering();
+        StreamGroup& g = gathering();
         if (g.lens.empty()) return Status::OK();
         const int64_t n = g.rows(dim);
         try {
@@ -169,7 +169,7 @@ struct IndexStreamBuilder::Impl {
     // encoder; `n_tokens` sizes the centroids and the shards.
     Status train(int64_t n_tokens) {
         const auto t0 = std::chrono::steady_clock::now();
-        Group& held = gathering();
+        StreamGroup& held = gathering();
         IndexBuildOptions o = opts;
         const int64_t most = o.max_train_tokens > 0 ? std::min(n_tokens, o.max_train_tokens) : n_tokens;
         if (o.n_centroids <= 0) o.n_centroids = index::AutoCentroids(n_tokens, most);

@@ -20,7 +20,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # searches and builds are the kernels again) run 20x slower instrumented and stay in the plain run.
 echo "fuzz.sh: CPU unit tests and CLI tests under ASan + UBSan"
 build-fuzz/tests/tms_tests --gtest_brief=1 \
-  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:UpdateCpu.*:MetadataCpu.*:FilterFunctionsCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*-UpdateCpu.AddDeleteEqualsFreshBuild:SearchCpu.SeparateShardSegmentsEqualOne:SearchCpu.ShardSubsetsMergeToTheWhole' \
+  --gtest_filter='EvalCpu.*:SearchCpu.*:NpyCpu.*:OptionsCpu.*:IndexCpu.*:StreamBuildCpu.*:PoolCpu.*:UpdateCpu.*:MetadataCpu.*:FilterFunctionsCpu.*:TopKCpu.*:HalfCpu.*:ParallelMemcpy.*:TeamMemcpy.*:CodebookBlocksEqual.*-UpdateCpu.AddDeleteEqualsFreshBuild:SearchCpu.SeparateShardSegmentsEqualOne:SearchCpu.ShardSubsetsMergeToTheWhole' \
   2>&1 | grep -v "^WARNING clustering"
 # The CLI's bad-input and filter tests (its end-to-end flows, test_cli.py, are the kernels again
 # and run in the plain build).

