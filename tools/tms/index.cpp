@@ -1,7 +1,6 @@
 // Copyright TileMaxSim authors. `tms index`: an on-disk index from token embeddings (under mpirun, a
 // distributed build), then its recall estimate.
 #include <cstdio>
-#include <fstream>
 
 #include "tools/tms/common.h"
 #include "base/log.h"
@@ -59,11 +58,9 @@ tms::Status build_index_stream(const std::string& ids, const std::string& out, c
                                const tms::EstimateOptions* estimate) {
     std::unique_ptr<tms::IndexStreamBuilder> b;
     TMS_RETURN_IF_ERROR(tms::IndexStreamBuilder::Create(o, out, expected_tokens, &b));
-    std::ifstream id_file;
-    if (!ids.empty()) {
-        id_file.open(ids);
-        if (!id_file) return tms::Status::IOError(ids + ": cannot open");
-    }
+    // The ids as a file build reads them (ReadLines); they are held by the builder anyway.
+    std::vector<std::string> all_ids;
+    if (!ids.empty()) TMS_RETURN_IF_ERROR(tms::ReadLines(ids, &all_ids));
     std::FILE* in = stdin;
     for (int64_t pair = 1;; ++pair) {
         const std::string what = "standard input: pair " + std::to_string(pair);
@@ -73,22 +70,22 @@ tms::Status build_index_stream(const std::string& ids, const std::string& out, c
         if (end) break;
         TMS_RETURN_IF_ERROR(tms::ReadNpyStream(in, what + " (doclens)", &lens_arr, &end));
         if (end) return tms::Status::InvalidArgument(what + ": the stream ended before its doclens .npy");
+        // Values are checked by the builder as it takes the batch (not twice).
         tms::EmbeddingView v;
-        TMS_RETURN_IF_ERROR(tms::EmbeddingsFromArray(tokens, 2, what + " (tokens)", &v));
+        TMS_RETURN_IF_ERROR(
+            tms::index::EmbeddingsFromRaw(tokens, tokens.bytes.data(), 2, what + " (tokens)", &v, false));
         std::vector<int64_t> lens;
         TMS_RETURN_IF_ERROR(tms::IntegersFromArray(lens_arr, what + " (doclens)", &lens));
+        const int64_t d0 = b->n_docs(), d1 = d0 + int64_t(lens.size());
         std::vector<std::string> batch_ids;
-        if (id_file.is_open()) {
-            std::string line;
-            while (batch_ids.size() < lens.size() && std::getline(id_file, line)) batch_ids.push_back(line);
-            if (batch_ids.size() < lens.size()) {
-                return tms::Status::InvalidArgument(ids + ": " +
-                                                    std::to_string(b->n_docs() + int64_t(batch_ids.size())) +
+        if (!ids.empty()) {
+            if (int64_t(all_ids.size()) < d1) {
+                return tms::Status::InvalidArgument(ids + ": " + std::to_string(all_ids.size()) +
                                                     " ids, fewer than the stream's documents");
             }
+            batch_ids.assign(all_ids.begin() + d0, all_ids.begin() + d1);
         }
         tms::DocMetadata md;
-        const int64_t d0 = b->n_docs(), d1 = d0 + int64_t(lens.size());
         if (metadata) {
             if (int64_t(metadata->objects.size()) < d1) {
                 return tms::Status::InvalidArgument(metadata->source + ": " + std::to_string(metadata->objects.size()) +
@@ -108,9 +105,9 @@ tms::Status build_index_stream(const std::string& ids, const std::string& out, c
                                             " objects, more than the stream's " + std::to_string(b->n_docs()) +
                                             " documents");
     }
-    std::string extra;
-    if (id_file.is_open() && std::getline(id_file, extra)) {
-        return tms::Status::InvalidArgument(ids + ": more ids than the stream's " + std::to_string(b->n_docs()) +
+    if (int64_t(all_ids.size()) > b->n_docs()) {
+        return tms::Status::InvalidArgument(ids + ": " + std::to_string(all_ids.size()) +
+                                            " ids, more than the stream's " + std::to_string(b->n_docs()) +
                                             " documents");
     }
     tms::BuildStats st;
