@@ -119,7 +119,9 @@ public:
         TMS_RETURN_IF_ERROR(Resolve(q, given, &o, &allowed));
         // The live documents (this searcher's deletions are fixed: built once), and each query's
         // allowed ones among them.
-        const int64_t n = info_.n_docs, words = DocSet::Words(n);
+        // Bits over every id of the index (a searcher of some shards holds ids up to id_end(),
+        // and the text index's rows cover the whole index's).
+        const int64_t n = std::max(id_end(), metadata_->n_docs()), words = DocSet::Words(n);
         std::call_once(live_once_, [&] {
             live_.assign(size_t(words), 0u);
             for (size_t s = 0; s < shards_.size(); ++s) {
@@ -182,6 +184,14 @@ public:
             timings->total = SecondsSince(t0);
         }
         return Status::OK();
+    }
+
+    // The ids of this searcher's documents are below it: info_.n_docs when it holds every shard;
+    // a searcher of some shards (SearcherOptions::shards) holds ids of the whole index's range.
+    int64_t id_end() const {
+        int64_t end = info_.n_docs;
+        for (const ShardPlacement& p : placement_) end = std::max(end, p.first_doc + p.n_docs);
+        return end;
     }
 
     SearchOptions Plan(const SearchOptions& given) const override {
@@ -320,8 +330,7 @@ public:
         *o = opts;
         out->reset();
         if (!opts.allow && opts.filter.empty()) return Status::OK();
-        int64_t end = 0;  // documents of this searcher's shards are below it
-        for (const ShardPlacement& p : placement_) end = std::max(end, p.first_doc + p.n_docs);
+        const int64_t end = id_end();
         std::shared_ptr<DocSet> set;
         if (!opts.filter.empty()) {
             set = std::make_shared<DocSet>();
@@ -416,10 +425,10 @@ public:
             auto& c = cand[size_t(i)];
             std::sort(c.begin(), c.end());
             c.erase(std::unique(c.begin(), c.end()), c.end());
-            if (!c.empty() && (c.front() < 0 || c.back() >= info_.n_docs)) {
+            if (!c.empty() && (c.front() < 0 || c.back() >= id_end())) {
                 return Status::InvalidArgument("query " + std::to_string(i) + ": candidate id " +
                                                std::to_string(c.front() < 0 ? c.front() : c.back()) + " outside [0, " +
-                                               std::to_string(info_.n_docs) + ")");
+                                               std::to_string(id_end()) + ")");
             }
         }
         TMS_RETURN_IF_ERROR(shards_.Rerank(q, cand, k, results));

@@ -11,11 +11,13 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 
 #include "base/progress.h"
 #include "mpi/mpi_channel.h"
 #include "engine/plan.h"
 #include "engine/cuts.h"
+#include "engine/hybrid.h"
 #include "tilemaxsim/index_builder.h"
 
 namespace tms {
@@ -29,6 +31,10 @@ struct Setup {
     int64_t n_queries = 0, q_tokens = 0, dim = 0, dtype = 0, has_lengths = 0, batch = 0;
     int64_t k = 0, exhaustive = 0, nprobe = 0, ncandidates = 0, rerank = 0, pruning = 0, max_batch_queries = 0;
     int64_t has_filter = 0, has_allow = 0, direct_max = -1;  // the filter's text follows; an allow set is refused
+    // Modes bm25 and hybrid (the query texts follow): k above is the MaxSim search's (hybrid:
+    // max(k, lexical_candidates)), final_k the fused list's.
+    int64_t mode = 0, fusion = 0, lexical_candidates = 0, final_k = 0;
+    double bm25_weight = 0;
 };
 static_assert(sizeof(Setup) % sizeof(int64_t) == 0);
 
@@ -88,6 +94,64 @@ Status decode(const char* p, size_t n, int nq, std::vector<std::vector<SearchHit
             h.doc_id.assign(p, len);
             p += len;
         }
+    }
+    return Status::OK();
+}
+
+// Every query's texts of a batch, or of a whole search: each a length and its bytes.
+std::string encode_texts(const std::vector<std::string>& texts) {
+    std::string b;
+    for (const std::string& t : texts) {
+        put(&b, uint64_t(t.size()));
+        put(&b, t.data(), t.size());
+    }
+    return b;
+}
+
+bool decode_texts(const std::string& b, int64_t n, std::vector<std::string>* texts) {
+    texts->clear();
+    size_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint64_t len = 0;
+        if (b.size() - at < sizeof(len)) return false;
+        std::memcpy(&len, b.data() + at, sizeof(len));
+        at += sizeof(len);
+        if (b.size() - at < len) return false;
+        texts->emplace_back(b.data() + at, size_t(len));
+        at += size_t(len);
+    }
+    return at == b.size();
+}
+
+// Per query, internal ids: a count and the ids.
+std::string encode_ids(const std::vector<std::vector<int64_t>>& ids) {
+    std::string b;
+    put(&b, int32_t(0));
+    for (const auto& q : ids) {
+        put(&b, uint32_t(q.size()));
+        put(&b, q.data(), q.size() * sizeof(int64_t));
+    }
+    return b;
+}
+
+Status decode_ids(const std::string& b, int nq, std::vector<std::vector<int64_t>>* ids) {
+    const char* p = b.data();
+    const char* end = p + b.size();
+    int32_t code = 0;
+    if (end - p < 4) return Status::Internal("a truncated answer");
+    std::memcpy(&code, p, 4);
+    p += 4;
+    if (code != 0) return Status(Status::Code(code), std::string(p, end));
+    ids->assign(size_t(nq), {});
+    for (auto& q : *ids) {
+        uint32_t c = 0;
+        if (end - p < 4) return Status::Internal("a truncated answer");
+        std::memcpy(&c, p, 4);
+        p += 4;
+        if (size_t(end - p) < c * sizeof(int64_t)) return Status::Internal("a truncated answer");
+        q.resize(c);
+        std::memcpy(q.data(), p, c * sizeof(int64_t));
+        p += c * sizeof(int64_t);
     }
     return Status::OK();
 }
@@ -193,6 +257,112 @@ private:
     double seconds_ = 0;
 };
 
+// Modes bm25 and hybrid of one batch, as one Searcher runs them (engine/searcher.cpp,
+// SearchText): every rank reads the whole index's text index, so a document's BM25 score is the
+// same on every rank, and each rank returns the best of its own documents. bm25: *mine is this
+// rank's lexical best (`lo`: mode bm25), merged by rank 0 as a search's hits are. hybrid: each rank's
+// lexical best and its share of the MaxSim search (`o`, the cuts agreed) go to rank 0, which
+// merges each (*lexical, *maxsim) and sends every rank their union; *mine is then this rank's
+// exact scores of the union's documents it holds (none when the index's vectors are not
+// loaded: the MaxSim hits' own scores are fused). *agreed: the error returned is every rank's
+// already (rank 0 reports it as it is).
+Status text_round(mpi::Channel* ch, const Searcher* local, const QueryBatch& qb, const SearchOptions& o,
+                  const SearchOptions& lo, bool hybrid, bool exact, int64_t n_docs, int n_centroids,
+                  std::vector<std::vector<SearchHit>>* mine, std::vector<std::vector<SearchHit>>* lexical,
+                  std::vector<std::vector<SearchHit>>* maxsim, bool* agreed, double* cut_s) {
+    const int n = qb.n_queries;
+    *agreed = false;
+    mine->assign(size_t(n), {});
+    if (!hybrid) return local ? local->Search(qb, lo, mine) : Status::OK();
+    std::vector<std::vector<SearchHit>> both(static_cast<size_t>(n)), ms(static_cast<size_t>(n));
+    Status st = local ? local->Search(qb, lo, &both) : Status::OK();
+    MpiCuts cuts(ch, n_docs, n_centroids);
+    const Status mst = SearchWithCuts(local, qb, o, &cuts, &ms);
+    *cut_s += cuts.seconds();
+    if (cuts.failed()) {
+        *agreed = true;
+        return mst;
+    }
+    if (st.ok()) st = mst;
+    both.resize(size_t(2 * n));
+    std::move(ms.begin(), ms.end(), both.begin() + n);
+    std::vector<std::string> all;
+    Status verdict = ch->Gather(encode(st, both), &all);
+    std::string reply;
+    if (ch->rank() == 0 && verdict.ok()) {
+        std::vector<std::vector<std::vector<SearchHit>>> lp(all.size()), mp(all.size());
+        for (size_t r = 0; r < all.size() && verdict.ok(); ++r) {
+            std::vector<std::vector<SearchHit>> got;
+            const Status dst = decode(all[r].data(), all[r].size(), 2 * n, &got);
+            if (!dst.ok()) {
+                verdict = Status(dst.code(), "rank " + std::to_string(r) + ": " + dst.message());
+                break;
+            }
+            lp[r].assign(std::make_move_iterator(got.begin()), std::make_move_iterator(got.begin() + n));
+            mp[r].assign(std::make_move_iterator(got.begin() + n), std::make_move_iterator(got.end()));
+        }
+        if (verdict.ok()) {
+            MergeHits(&lp, n, lo.k, lexical);
+            MergeHits(&mp, n, o.k, maxsim);
+            std::vector<std::vector<int64_t>> ids(static_cast<size_t>(n));
+            for (int i = 0; i < n; ++i) {
+                for (const SearchHit& h : (*lexical)[size_t(i)]) ids[size_t(i)].push_back(h.internal_id);
+                for (const SearchHit& h : (*maxsim)[size_t(i)]) ids[size_t(i)].push_back(h.internal_id);
+            }
+            reply = encode_ids(ids);
+        }
+    }
+    if (ch->rank() == 0 && !verdict.ok()) {
+        reply.clear();
+        put(&reply, int32_t(verdict.code()));
+        put(&reply, verdict.message().data(), verdict.message().size());
+    }
+    TMS_RETURN_IF_ERROR(ch->Broadcast(&reply));
+    std::vector<std::vector<int64_t>> ids;
+    const Status ust = decode_ids(reply, n, &ids);
+    if (!ust.ok()) {
+        *agreed = true;
+        return ust;
+    }
+    if (!exact || !local) return Status::OK();
+    // The union's documents this rank holds.
+    for (auto& q : ids) {
+        q.erase(std::remove_if(q.begin(), q.end(),
+                               [&](int64_t d) {
+                                   for (const ShardPlacement& p : local->placement())
+                                       if (d >= p.first_doc && d < p.first_doc + p.n_docs) return false;
+                                   return true;
+                               }),
+                q.end());
+    }
+    return local->Rerank(qb, ids, 0, mine);
+}
+
+// Rank 0, hybrid: each query's fused best k (engine::FuseRankings, as one Searcher fuses) of
+// the merged lexical list and the MaxSim scores: with `exact`, the ranks' exact scores of the
+// union (parts[r][q]: rank r's of query q, each document held by one rank); else the merged
+// MaxSim hits' own.
+void fuse(const std::vector<std::vector<SearchHit>>& lexical, const std::vector<std::vector<SearchHit>>& maxsim,
+          const std::vector<std::vector<std::vector<SearchHit>>>& parts, bool exact, int n, const SearchOptions& lo,
+          int k, std::vector<std::vector<SearchHit>>* out) {
+    out->assign(size_t(n), {});
+    for (int i = 0; i < n; ++i) {
+        engine::Scored ms, lex;
+        std::unordered_map<int64_t, const std::string*> names;
+        const auto take = [&](const std::vector<SearchHit>& hits, engine::Scored* into) {
+            for (const SearchHit& h : hits) {
+                if (into) into->push_back({h.internal_id, h.score});
+                names.emplace(h.internal_id, &h.doc_id);
+            }
+        };
+        take(lexical[size_t(i)], &lex);
+        take(maxsim[size_t(i)], exact ? nullptr : &ms);
+        for (const auto& part : parts) take(part[size_t(i)], exact ? &ms : nullptr);
+        for (const auto& [d, sc] : engine::FuseRankings(ms, lex, lo.fusion, lo.bm25_weight, k))
+            (*out)[size_t(i)].push_back({*names.at(d), d, sc});
+    }
+}
+
 }  // namespace
 
 MpiSearcher::~MpiSearcher() = default;
@@ -226,6 +396,13 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
         s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
     }
     TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
+    // Hybrid search scores its candidates exactly when every rank's shards have their vectors loaded.
+    int64_t exact = 1;
+    if (s->local_) {
+        for (const ShardPlacement& p : s->local_->placement()) exact = exact && p.vectors != VectorTier::kNone;
+    }
+    s->ch_->AllReduce(&exact, 1, MPI_MIN, "agreeing whether the vectors are loaded");
+    s->exact_ = exact != 0;
     // The whole index's documents and centroids (they size the search's chunks on every rank).
     int64_t docs = s->local_ ? s->local_->info().n_docs : 0, cents = s->local_ ? s->local_->info().n_centroids : 0;
     s->ch_->AllReduce(&docs, 1, MPI_SUM, "summing the ranks' documents");
@@ -243,9 +420,24 @@ Status MpiSearcher::SearchBatches(
     const QueryBatch& q, int batch, const SearchOptions& opts,
     const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch) {
     Setup su;
+    Status refused;  // rank 0: why its request is refused
     if (rank_ == 0) {
+        // Hybrid's MaxSim search returns the best max(k, lexical_candidates), as in one process.
+        SearchOptions po = opts;
+        if (opts.mode == SearchMode::kHybrid) po.k = std::max(opts.k, opts.lexical_candidates);
         const SearchOptions t = PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_,
-                                           local_ ? local_->device() : Device::kCpu, opts);
+                                           local_ ? local_->device() : Device::kCpu, po);
+        if (opts.mode != SearchMode::kMaxSim &&
+            (!opts.query_texts || int64_t(opts.query_texts->size()) != q.n_queries)) {
+            refused = Status::InvalidArgument(
+                "query texts: " + std::to_string(opts.query_texts ? opts.query_texts->size() : 0) + " for " +
+                std::to_string(q.n_queries) + " queries (one text per query)");
+        }
+        su.mode = int64_t(opts.mode);
+        su.fusion = int64_t(opts.fusion);
+        su.lexical_candidates = opts.lexical_candidates;
+        su.bm25_weight = opts.bm25_weight;
+        su.final_k = opts.k;
         su.n_queries = q.n_queries;
         su.q_tokens = q.q_tokens;
         su.dim = q.dim;
@@ -262,12 +454,16 @@ Status MpiSearcher::SearchBatches(
         su.has_filter = !t.filter.empty();
         su.direct_max = t.direct_max;
         su.has_allow = t.allow != nullptr;
-        su.ok = batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 && (q.n_queries == 0 || q.data);
+        su.ok = refused.ok() && batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 &&
+                (q.n_queries == 0 || q.data);
     }
     MPI_Request r;
     MPI_Ibcast(&su, int(sizeof(Setup) / sizeof(int64_t)), MPI_INT64_T, 0, ch_->comm(), &r);
     ch_->Wait(&r, "broadcasting the search");
-    if (!su.ok) return Status::InvalidArgument("MpiSearcher: rank 0's queries or batch size are invalid");
+    if (!su.ok) {
+        if (!refused.ok()) return refused.WithContext("MpiSearcher");
+        return Status::InvalidArgument("MpiSearcher: rank 0's queries or batch size are invalid");
+    }
     if (su.has_allow) {
         return Status::NotSupported(
             "MpiSearcher: an allow set (internal ids) is not sent to the ranks; filter by "
@@ -288,6 +484,20 @@ Status MpiSearcher::SearchBatches(
         TMS_RETURN_IF_ERROR(ch_->Broadcast(&o.filter));
     }
     const int64_t nq = su.n_queries;
+    // Modes bm25 and hybrid: every query's text, and the options of the lexical search.
+    const SearchMode mode = SearchMode(su.mode);
+    std::vector<std::string> texts;
+    SearchOptions lo = o;
+    if (mode != SearchMode::kMaxSim) {
+        std::string blob = rank_ == 0 ? encode_texts(*opts.query_texts) : std::string();
+        TMS_RETURN_IF_ERROR(ch_->Broadcast(&blob));
+        if (!decode_texts(blob, nq, &texts)) return Status::Internal("MpiSearcher: the query texts arrived truncated");
+        lo.mode = SearchMode::kBm25;
+        lo.k = int(mode == SearchMode::kHybrid ? su.k : su.final_k);
+        lo.fusion = Fusion(su.fusion);
+        lo.bm25_weight = su.bm25_weight;
+        lo.lexical_candidates = int(su.lexical_candidates);
+    }
     std::vector<int32_t> lens;
     if (su.has_lengths) {
         lens.resize(size_t(nq));
@@ -341,12 +551,23 @@ Status MpiSearcher::SearchBatches(
         qb.q_tokens = int(su.q_tokens);
         qb.dim = int(su.dim);
         qb.lengths = su.has_lengths ? lens.data() + i * su.batch : nullptr;
-        // Every rank takes part in the search's cuts, holding shards or not.
-        MpiCuts cuts(ch_.get(), n_docs_, n_centroids_);
-        Status st = SearchWithCuts(local_.get(), qb, o, &cuts, &mine);
-        // A failed cut's error is every rank's already, worded with the failing rank.
-        if (rank_ == 0 && cuts.failed() && pending.ok()) pending = st;
-        stats_.cut_s += cuts.seconds();
+        Status st;
+        std::vector<std::vector<SearchHit>> lexical, maxsim;  // rank 0, hybrid: merged
+        if (mode == SearchMode::kMaxSim) {
+            // Every rank takes part in the search's cuts, holding shards or not.
+            MpiCuts cuts(ch_.get(), n_docs_, n_centroids_);
+            st = SearchWithCuts(local_.get(), qb, o, &cuts, &mine);
+            // A failed cut's error is every rank's already, worded with the failing rank.
+            if (rank_ == 0 && cuts.failed() && pending.ok()) pending = st;
+            stats_.cut_s += cuts.seconds();
+        } else {
+            lo.query_texts = std::make_shared<const std::vector<std::string>>(texts.begin() + i * su.batch,
+                                                                             texts.begin() + i * su.batch + n);
+            bool agreed = false;
+            st = text_round(ch_.get(), local_.get(), qb, o, lo, mode == SearchMode::kHybrid, exact_, n_docs_, n_centroids_, &mine, &lexical,
+                            &maxsim, &agreed, &stats_.cut_s);
+            if (rank_ == 0 && agreed && pending.ok()) pending = st;
+        }
         if (rank_ == 0 && !pending.ok()) st = pending;
         const std::string blob = encode(st, mine);
         stats_.search_s += SecondsSince(t);
@@ -371,7 +592,11 @@ Status MpiSearcher::SearchBatches(
         if (rank_ == 0 && pending.ok()) {
             t = Clock::now();
             std::vector<std::vector<SearchHit>> merged;
-            MergeHits(&parts, n, o.k, &merged);
+            if (mode == SearchMode::kHybrid) {
+                fuse(lexical, maxsim, parts, exact_, n, lo, int(su.final_k), &merged);
+            } else {
+                MergeHits(&parts, n, mode == SearchMode::kBm25 ? lo.k : o.k, &merged);
+            }
             stats_.merge_s += SecondsSince(t);
             pending = on_batch(i * su.batch, merged);
         }

@@ -60,6 +60,11 @@ public:
     /// `batch`; on rank 0 `on_batch(first_query, hits)` receives each batch's merged results, in
     /// order. The broadcast of batch i + 1 starts before rank 0 merges batch i, so that the other
     /// ranks search while it merges. An error of on_batch ends the search on every rank.
+    /// Modes bm25 and hybrid (SearchOptions::mode; rank 0's query_texts) give the results of
+    /// one Searcher too: each rank ranks its own documents by BM25 over the index's text
+    /// (every rank reads the same text index), and for hybrid rank 0 sends every rank the union
+    /// of the merged BM25 and MaxSim candidates, which each scores exactly where it holds the
+    /// document before rank 0 fuses the rankings.
     Status SearchBatches(const QueryBatch& queries, int batch, const SearchOptions& opts,
                          const std::function<Status(int64_t, std::vector<std::vector<SearchHit>>&)>& on_batch);
     /// Collective: one batch; results on rank 0.
@@ -76,6 +81,7 @@ private:
     std::unique_ptr<Searcher> local_;
     RecallEstimate estimate_;              // rank 0 resolves SearchOptions::target_recall with it
     bool tune_ = false, vectors_ = false;  // vectors_: loaded (exhaustive search can run)
+    bool exact_ = false;                   // every rank's shards have their vectors loaded
     MpiSearchStats stats_;
 };
 

@@ -137,7 +137,9 @@ public:
     /// each query's given candidates, internal ids (candidates[q]: query q's; duplicates count
     /// once; deleted documents are dropped), best first (ties: lower internal id first); the
     /// best k of each when k > 0. NotSupported without loaded vectors; an id outside [0, n_docs)
-    /// is InvalidArgument naming the query.
+    /// is InvalidArgument naming the query. A searcher of some shards (SearcherOptions::shards)
+    /// takes ids below its last shard's end (placement) and drops those of the shards it does
+    /// not hold, as deleted ones.
     virtual Status Rerank(const QueryBatch& queries, const std::vector<std::vector<int64_t>>& candidates, int k,
                           std::vector<std::vector<SearchHit>>* results) const = 0;
     /// The internal ids of external ids (-1 for an id the index does not hold, or deleted).

@@ -1,7 +1,7 @@
 """Distributed search under mpirun (oversubscribed on this machine: a correctness check).
 
 `mpirun -np R tms search` over a sharded index writes the same run as one process, exhaustive or
-approximate, filtered or not; a rank that cannot open its shard, or stops answering, ends the job with one message
+approximate, filtered or not, MaxSim, BM25 or hybrid; a rank that cannot open its shard, or stops answering, ends the job with one message
 on rank 0 in bounded time. Skipped when tms was built without MPI or mpirun is missing.
 """
 import json
@@ -116,6 +116,69 @@ def test_filtered_probing_ranks_write_the_run_of_one_process(corpus, meta_index,
     p = mpirun(ranks, *search_args(corpus, meta_index, dist, *args))
     assert p.returncode == 0, p.stderr
     same_run(dist, one)
+
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
+         "upsilon").split()
+
+
+@pytest.fixture(scope="module")
+def text_index(corpus):
+    """The corpus again in 3 shards, with each document's text (short texts of 20 words: many
+    BM25 ties, which must break to the lower id across ranks as in one process), with and without
+    vectors, and a copy of the one with vectors less some deleted documents."""
+    import random
+    rng = random.Random(7)
+    with open(corpus / "text.jsonl", "w") as f:
+        for i in range(300):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+            f.write(json.dumps({"text": text, "tenant": i % 10}) + "\n")
+    qt = [" ".join(rng.choice(WORDS) for _ in range(3)) for _ in range(24)]
+    (corpus / "qtext.txt").write_text("\n".join(qt) + "\n")
+    for name, vec in (("text3", ("--keep-vectors",)), ("text3c", ())):
+        tms("index", "--docs", corpus / "docs.npy", "--doclens", corpus / "doclens.npy", "--doc-ids",
+            corpus / "doc_ids.txt", "--out", corpus / name, *vec, "--no-estimate", "--centroids", 32, "--shards", 3,
+            "--metadata", corpus / "text.jsonl", "--text-field", "text", "--no-progress", check=True)
+    shutil.copytree(corpus / "text3", corpus / "text3d")
+    ids = (corpus / "doc_ids.txt").read_text().split()
+    (corpus / "gone.txt").write_text("\n".join(ids[i] for i in range(0, 300, 7)) + "\n")
+    tms("delete", "--index", corpus / "text3d", "--doc-ids", corpus / "gone.txt", check=True)
+    return corpus
+
+
+@pytest.mark.parametrize("idx", ["text3", "text3c", "text3d"])
+@pytest.mark.parametrize("mode", [("--mode", "bm25"), ("--mode", "hybrid"),
+                                  ("--mode", "hybrid", "--fusion", "rrf", "--bm25-weight", 0.3),
+                                  ("--mode", "hybrid", "--filter", "tenant < 5", "--lexical-candidates", 20,
+                                   "--nprobe", 2, "--ncandidates", 30)])
+def test_text_modes_under_ranks_write_the_run_of_one_process(text_index, tmp_path, idx, mode):
+    one, dist = tmp_path / "one.trec", tmp_path / "mpi.trec"
+    args = (*mode, "--query-text", text_index / "qtext.txt")
+    tms(*search_args(text_index, idx, one, *args), check=True)
+    for ranks in (3, 4):  # rank 3 of 4 holds nothing
+        p = mpirun(ranks, *search_args(text_index, idx, dist, *args))
+        assert p.returncode == 0, p.stderr
+        same_run(dist, one)
+    rows = [l.split() for l in one.read_text().splitlines()]
+    assert len(rows) > 24 * 5  # the queries' words are the documents': most queries have 10 hits
+    if idx == "text3d":
+        assert not {r[2] for r in rows} & set((text_index / "gone.txt").read_text().split())
+
+
+def test_text_modes_under_ranks_refuse_as_one_process(text_index, tmp_path):
+    two = tmp_path / "two.txt"
+    two.write_text("alpha\nbeta\n")
+    for extra, want in ((("--query-text", two), "2 texts for 24 queries"), ((), "needs --query-text"),
+                        (("--query-text", text_index / "qtext.txt", "--explain", tmp_path / "e.jsonl"),
+                         "--explain is not supported under mpirun")):
+        p = mpirun(2, *search_args(text_index, "text3", tmp_path / "r.trec", "--mode", "hybrid", *extra))
+        assert p.returncode != 0
+        errors = [l for l in p.stderr.splitlines() if "error" in l]
+        assert len(errors) == 1 and want in errors[0], p.stderr
+        assert not (tmp_path / "r.trec").exists()
+    p = mpirun(2, *search_args(text_index, "idx3", tmp_path / "r.trec", "--mode", "bm25", "--query-text",
+                               text_index / "qtext.txt"))
+    assert p.returncode != 0 and "this index has no text" in p.stderr, p.stderr
 
 
 def test_more_ranks_than_shards(corpus, tmp_path):

@@ -134,22 +134,25 @@ tms::Status check_query_dim(const SearchArgs& a, const tms::QueryBatch& all, con
                                         " differs from the index's " + std::to_string(info.dim));
 }
 
+tms::Status read_query_texts(const SearchArgs& a, const tms::QueryBatch& all, std::vector<std::string>* texts) {
+    if (a.query_text.empty()) {
+        return tms::Status::InvalidArgument("--mode " + a.mode +
+                                            " needs --query-text FILE (each query's text, one per line)");
+    }
+    TMS_RETURN_IF_ERROR(tms::ReadLines(a.query_text, texts));
+    if (texts->size() != size_t(all.n_queries)) {
+        return tms::Status::InvalidArgument(a.query_text + ": " + std::to_string(texts->size()) + " texts for " +
+                                            std::to_string(all.n_queries) + " queries in " + a.queries +
+                                            " (one line per query)");
+    }
+    return tms::Status::OK();
+}
+
 tms::Status open_query_job(const SearchArgs& a, bool quiet, QueryJob* j) {
     TMS_RETURN_IF_ERROR(load_queries(a, &j->arr, &j->whole, &j->qids));
     tms::SearcherOptions so;
     TMS_RETURN_IF_ERROR(search_options(a, quiet, &j->opts, &so));
-    if (j->opts.mode != tms::SearchMode::kMaxSim) {
-        if (a.query_text.empty()) {
-            return tms::Status::InvalidArgument("--mode " + a.mode +
-                                                " needs --query-text FILE (each query's text, one per line)");
-        }
-        TMS_RETURN_IF_ERROR(tms::ReadLines(a.query_text, &j->texts));
-        if (j->texts.size() != size_t(j->whole.n_queries)) {
-            return tms::Status::InvalidArgument(a.query_text + ": " + std::to_string(j->texts.size()) + " texts for " +
-                                                std::to_string(j->whole.n_queries) + " queries in " + a.queries +
-                                                " (one line per query)");
-        }
-    }
+    if (j->opts.mode != tms::SearchMode::kMaxSim) TMS_RETURN_IF_ERROR(read_query_texts(a, j->whole, &j->texts));
     TMS_RETURN_IF_ERROR(tms::Searcher::Open(so, a.index, &j->searcher));
     return check_query_dim(a, j->whole, j->searcher->info());
 }

@@ -33,6 +33,9 @@ tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* 
 
 // --queries' dimension against the index's.
 tms::Status check_query_dim(const SearchArgs& a, const tms::QueryBatch& all, const tms::IndexInfo& info);
+/// --query-text's lines, one per query of `all` (modes bm25 and hybrid): one line naming the
+/// file when it is missing or holds another count.
+tms::Status read_query_texts(const SearchArgs& a, const tms::QueryBatch& all, std::vector<std::string>* texts);
 
 // A recall estimate's sample of real queries (--sample FILE): `eo` measures them, not pseudo-queries.
 struct EstimateSample {

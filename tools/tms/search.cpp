@@ -23,7 +23,7 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     *quiet_failure = rank != 0;
     if (!a.subset.empty()) return tms::Status::NotSupported("--subset is not supported under mpirun (use --filter)");
     if (!a.record_queries.empty()) return tms::Status::NotSupported("--record-queries is not supported under mpirun");
-    if (a.mode != "maxsim") return tms::Status::NotSupported("--mode " + a.mode + " is not supported under mpirun yet");
+    if (!a.explain.empty()) return tms::Status::NotSupported("--explain is not supported under mpirun");
     TMS_RETURN_IF_ERROR(check_run_output(a));
     tms::HostArray arr;
     tms::QueryBatch whole;
@@ -34,6 +34,11 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     // Every rank must open (a collective) even when rank 0's queries are bad: its error is
     // reported after, through the search's setup.
     tms::Status qst = rank == 0 ? load_queries(a, &arr, &whole, &qids) : tms::Status::OK();
+    std::vector<std::string> texts;  // rank 0's, modes bm25 and hybrid
+    if (rank == 0 && qst.ok() && st.ok() && opts.mode != tms::SearchMode::kMaxSim) {
+        qst = read_query_texts(a, whole, &texts);
+        opts.query_texts = std::make_shared<const std::vector<std::string>>(std::move(texts));
+    }
     std::unique_ptr<tms::MpiSearcher> ms;
     TMS_RETURN_IF_ERROR(st);
     TMS_RETURN_IF_ERROR(tms::MpiSearcher::Open(MPI_COMM_WORLD, so, a.index, &ms, a.mpi_timeout));
