@@ -24,6 +24,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/backend.h"
 #include "engine/plan.h"
 #include "engine/gpu_shard.h"
@@ -497,7 +499,10 @@ public:
         std::vector<float> rows;
         for (int i = 0; i < q.n_queries; ++i) {
             const int len = q.lengths ? q.lengths[i] : q.q_tokens;
-            for (int64_t d : docs[size_t(i)]) {
+            std::vector<std::vector<std::pair<int32_t, int32_t>>> spans;
+            TMS_RETURN_IF_ERROR(DocSpans(docs[size_t(i)], &spans));
+            for (size_t k = 0; k < docs[size_t(i)].size(); ++k) {
+                const int64_t d = docs[size_t(i)][k];
                 int32_t local = 0;
                 const engine::ShardSearcher* sg = d >= 0 && d < info_.n_docs ? shards_.Find(d, &local) : nullptr;
                 if (!sg) {
@@ -532,8 +537,36 @@ public:
                     e.doc_tokens.push_back(arg);
                     e.similarities.push_back(best);
                     e.score += best;
+                    if (!spans[k].empty() && arg >= 0 && size_t(arg) < spans[k].size())
+                        e.spans.push_back(spans[k][size_t(arg)]);
                 }
+                if (e.spans.size() != e.doc_tokens.size()) e.spans.clear();
                 (*out)[size_t(i)].push_back(std::move(e));
+            }
+        }
+        return Status::OK();
+    }
+
+    // Each of `docs`' token spans (the metadata's spans column, checked when written), or none
+    // where the index or the document keeps none.
+    Status DocSpans(const std::vector<int64_t>& docs, std::vector<std::vector<std::pair<int32_t, int32_t>>>* out) const {
+        out->assign(docs.size(), {});
+        if (!metadata_ || metadata_->spans_column().empty() || docs.empty()) return Status::OK();
+        std::vector<int64_t> known;  // Rows takes ids below n_docs (Explain refuses the others)
+        for (int64_t d : docs) known.push_back(d >= 0 && d < metadata_->n_docs() ? d : 0);
+        std::vector<std::string> objects;
+        TMS_RETURN_IF_ERROR(metadata_->Rows(known, {metadata_->spans_column()}, &objects));
+        for (size_t k = 0; k < docs.size(); ++k) {
+            const nlohmann::json o = nlohmann::json::parse(objects[k], nullptr, false);
+            if (!o.is_object() || o.empty() || !o.begin()->is_string()) continue;
+            const nlohmann::json a = nlohmann::json::parse(o.begin()->get<std::string>(), nullptr, false);
+            if (!a.is_array()) continue;
+            for (const nlohmann::json& p : a) {
+                if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer()) {
+                    (*out)[k].clear();
+                    break;
+                }
+                (*out)[k].push_back({p[0].get<int32_t>(), p[1].get<int32_t>()});
             }
         }
         return Status::OK();

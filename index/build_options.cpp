@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "index/metadata/metadata.h"
+#include "index/metadata/names.h"
 #include "tilemaxsim/options.h"
 
 namespace tms {
@@ -74,6 +75,8 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
                 o->text_field = v.get<std::string>();
             else if (k == "text_tokenizer")
                 o->text_tokenizer = v.get<std::string>();
+            else if (k == "spans_field")
+                o->spans_field = v.get<std::string>();
             else if (k == "chunk_docs")
                 st = integer(&o->chunk_docs);
             else if (k == "shards")
@@ -129,6 +132,20 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
         }
     }
     TMS_RETURN_IF_ERROR(index::CheckTextTokenizer(o.text_tokenizer));
+    if (!o.spans_field.empty()) {
+        TMS_RETURN_IF_ERROR(index::CheckMetaColumnName(o.spans_field, "spans_field"));
+        if (o.text_field.empty()) {
+            return Status::InvalidArgument("spans_field '" + o.spans_field +
+                                           "': spans are offsets into the text, so a text_field is needed");
+        }
+        if (index::lower(o.spans_field) == index::lower(o.text_field)) {
+            return Status::InvalidArgument("spans_field '" + o.spans_field + "' is the text_field");
+        }
+        if (o.pool_factor > 1) {
+            return Status::InvalidArgument("spans_field '" + o.spans_field +
+                                           "' with pool_factor > 1: a pooled token has no one span");
+        }
+    }
     TMS_RETURN_IF_ERROR(range("shards", o.shards, 0, kMaxShards));
     TMS_RETURN_IF_ERROR(range("gpu", o.gpu, 0, 1023));
     TMS_RETURN_IF_ERROR(range("threads", o.threads, 0, kMaxThreads));
@@ -159,6 +176,7 @@ std::string BuildOptionsToJson(const IndexBuildOptions& o) {
     if (!o.text_field.empty()) {
         j["text_field"] = o.text_field;
         j["text_tokenizer"] = o.text_tokenizer;
+        if (!o.spans_field.empty()) j["spans_field"] = o.spans_field;
     }
     if (o.pool_factor > 1) j["pool_factor"] = o.pool_factor;
     j["chunk_docs"] = o.chunk_docs;

@@ -89,8 +89,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         TMS_RETURN_IF_ERROR(agree(rank == 0 ? index::ResolveMetadata(*metadata, ids, {}, &meta_rows) : Status::OK()));
     }
     // The text field: a metadata field of text values.
-    TMS_RETURN_IF_ERROR(
-        agree(rank == 0 ? index::CheckTextField(opts, metadata ? &meta_rows.columns : nullptr) : Status::OK()));
+    TMS_RETURN_IF_ERROR(agree([&]() -> Status {
+        if (rank != 0) return Status::OK();
+        TMS_RETURN_IF_ERROR(index::CheckTextField(opts, metadata ? &meta_rows.columns : nullptr));
+        TMS_RETURN_IF_ERROR(index::CheckSpansField(opts, metadata ? &meta_rows.columns : nullptr));
+        return metadata ? index::CheckSpans(opts.spans_field, opts.text_field, meta_rows.columns, meta_rows.cells,
+                                            all_lens, ids, metadata->source)
+                        : Status::OK();
+    }()));
     // Training runs BLAS products on every thread, beside its samples and score blocks.
     const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
     TMS_RETURN_IF_ERROR(agree(kernels::check_blas_room(threads, int64_t(128) << 20, path)));

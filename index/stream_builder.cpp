@@ -242,7 +242,14 @@ Status IndexStreamBuilder::Add(const EmbeddingView& tokens, const std::vector<in
         TMS_RETURN_IF_ERROR(im.check_ids(&ids, doclens.size()));
         index::MetaRows rows;
         if (metadata) TMS_RETURN_IF_ERROR(index::ResolveMetadata(*metadata, ids, im.columns, &rows));
-        if (im.docs == 0) TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, metadata ? &rows.columns : nullptr));
+        if (im.docs == 0) {
+            TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, metadata ? &rows.columns : nullptr));
+            TMS_RETURN_IF_ERROR(index::CheckSpansField(im.opts, metadata ? &rows.columns : nullptr));
+        }
+        if (metadata) {
+            TMS_RETURN_IF_ERROR(index::CheckSpans(im.opts.spans_field, im.opts.text_field, rows.columns, rows.cells,
+                                                  doclens, ids, im.batch_name() + metadata->source));
+        }
         TMS_RETURN_IF_ERROR(index::CheckValues(tokens, im.batch_name() + "docs"));
         // Pooled, the batch's pooled tokens are what the index takes.
         std::vector<uint16_t> pooled;
@@ -308,6 +315,7 @@ Status IndexStreamBuilder::Finish(BuildStats* stats) {
     TMS_RETURN_IF_ERROR(im.writer->FinishShards());
     if (im.has_metadata) {
         TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, &im.columns));
+        TMS_RETURN_IF_ERROR(index::CheckSpansField(im.opts, &im.columns));
         TMS_RETURN_IF_ERROR(index::WriteBuildMetadata(im.writer->build_dir(), im.columns, im.ids, im.cells, im.opts));
     }
     TMS_RETURN_IF_ERROR(im.writer->Complete());

@@ -263,10 +263,12 @@ json Hits(const std::vector<std::vector<SearchHit>>& results, const std::vector<
             if (objects) meta.push_back(json::parse((*objects)[at++]));
             if (ex) {
                 const Explanation& e = (*ex)[q][j];
-                why.push_back({{"doc_tokens", e.doc_tokens},
-                               {"similarities", e.similarities},
-                               {"maxsim", e.score},
-                               {"from_codes", e.from_codes}});
+                json w = {{"doc_tokens", e.doc_tokens},
+                          {"similarities", e.similarities},
+                          {"maxsim", e.score},
+                          {"from_codes", e.from_codes}};
+                if (!e.spans.empty()) w["spans"] = e.spans;
+                why.push_back(std::move(w));
             }
         }
         json r = {{"ids", std::move(ids)}, {"scores", std::move(scores)}};

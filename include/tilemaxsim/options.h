@@ -49,6 +49,14 @@ struct IndexBuildOptions {
     /// The text's tokenizer: unicode61, porter (unicode61 with Porter stemming) or trigram.
     /// Default: unicode61
     std::string text_tokenizer = "unicode61";
+    /// The metadata field that holds each document's token spans (with text_field): a JSON array
+    /// of [start, end] character offsets into the text, one pair per token of the document's
+    /// embeddings (a tokenizer's offset mapping; [0, 0] for a token of no text, e.g. a special
+    /// token), so that explanations (Searcher::Explain) name the passage each query token
+    /// matched. Checked at build and add time: a pair per token, 0 <= start <= end <= the text's
+    /// length in characters (Unicode code points). Not with pool_factor > 1 (a pooled token has
+    /// no one span). Empty: none. Default: ""
+    std::string spans_field;
     /// Token pooling (PyLate's pool_factor): each document's most similar tokens are merged
     /// (agglomerative clustering by cosine, each cluster its mean) until ceil(len / pool_factor)
     /// remain, before encoding; the index stores, searches and scores the pooled tokens, and

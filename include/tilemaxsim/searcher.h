@@ -65,6 +65,10 @@ struct Explanation {
     /// From the decoded codes (an approximation) rather than the stored vectors: the index keeps
     /// none, or they are on the GPU only (open with vectors host or disk for exact ones).
     bool from_codes = false;
+    /// Per query token, when the index keeps token spans (IndexBuildOptions::spans_field) and
+    /// the document has them: its best token's [start, end) character offsets into the
+    /// document's text ([0, 0]: a token of no text). Empty otherwise.
+    std::vector<std::pair<int32_t, int32_t>> spans;
 };
 
 /// A uniform sample of the queries a Searcher searched (SearcherOptions::record_queries).

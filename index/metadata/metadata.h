@@ -50,6 +50,10 @@ using MetaCells = std::vector<std::pair<int, MetaValue>>;
 struct TextIndexSpec {
     std::string column;                   ///< the docs column indexed
     std::string tokenizer = "unicode61";  ///< unicode61, porter (stemmed unicode61), trigram
+    /// The docs column of each document's token spans (IndexBuildOptions::spans_field; empty:
+    /// none): a JSON array of [start, end] character offsets into `column`'s text, one pair per
+    /// token. Recorded in the file (table text_spans).
+    std::string spans_column;
 };
 /// InvalidArgument naming the accepted words unless `t` is unicode61, porter or trigram.
 Status CheckTextTokenizer(const std::string& t);
@@ -128,6 +132,8 @@ public:
                 std::vector<std::string>* objects) const;
     /// The index has a text index (TextIndexSpec).
     bool has_text() const { return has_text_; }
+    /// Its spans column (TextIndexSpec::spans_column; empty: none).
+    const std::string& spans_column() const { return spans_column_; }
     /// BM25 over the text index (FTS5's bm25(), k1 1.2, b 0.75): the best `k` documents for
     /// `text` (FtsQuery) among those set in `allowed` (bits over n_docs; null: all), best first,
     /// ties to the lower id; scores are -bm25() (higher is better, above 0). NotSupported without
@@ -145,6 +151,7 @@ private:
     std::vector<MetaColumn> columns_;
     int64_t rows_ = 0, n_docs_ = 0;
     bool has_text_ = false;
+    std::string spans_column_;
 };
 
 /// The filter expression rewritten for SQLite: every identifier a known column (or `id`), a

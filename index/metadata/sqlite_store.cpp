@@ -195,6 +195,14 @@ Status read_text_spec(sqlite3* db, const std::string& what, TextIndexSpec* out, 
     out->column = text(0);
     out->tokenizer = text(1);
     *has = true;
+    out->spans_column.clear();
+    TMS_RETURN_IF_ERROR(
+        prepare(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'text_spans'", what, &st));
+    if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return sql_error(db, rc, what);
+    if (sqlite3_column_int(st.s, 0) == 0) return Status::OK();
+    TMS_RETURN_IF_ERROR(prepare(db, "SELECT column_name FROM text_spans", what, &st));
+    if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return Status::Corruption(what + ": its token spans are not described");
+    out->spans_column = text(0);
     return Status::OK();
 }
 
@@ -293,6 +301,17 @@ Status MetadataWriter::Create(const std::string& path, const std::vector<MetaCol
             "); END; CREATE TRIGGER texts_au AFTER UPDATE ON docs BEGIN INSERT INTO texts(texts, rowid, " + c +
             ") VALUES ('delete', old.doc, old." + c + "); INSERT INTO texts(rowid, " + c + ") VALUES (new.doc, new." +
             c + "); END;";
+        if (!text->spans_column.empty()) {
+            const auto sp = std::find_if(columns.begin(), columns.end(), [&](const MetaColumn& m) {
+                return lower(m.name) == lower(text->spans_column);
+            });
+            if (sp == columns.end() || sp->type != MetaType::kText) {
+                return Status::InvalidArgument(path + ": the spans field '" + text->spans_column +
+                                               "' is not a metadata field of token spans");
+            }
+            ddl += "CREATE TABLE text_spans (column_name TEXT NOT NULL); INSERT INTO text_spans VALUES (" +
+                   sql_literal(sp->name) + ");";
+        }
     }
     TMS_RETURN_IF_ERROR(exec(w->db_->conn.db, ddl, path));
     w->db_->in_txn = true;
@@ -515,6 +534,7 @@ Status MetadataSnapshot::Load(const std::string& index_dir, int64_t n_docs, std:
     st.reset();  // no statement may be active while functions are replaced
     TextIndexSpec text;
     TMS_RETURN_IF_ERROR(read_text_spec(mem, path, &text, &s->has_text_));
+    s->spans_column_ = text.spans_column;
     s->impl_->n_docs = n_docs;
     rc = sqlite3_create_function_v2(
         mem, "tms_allowed", 1, SQLITE_UTF8, s->impl_.get(),

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/progress.h"
+#include "index/build_metadata.h"
 #include "index/ingest/input_checks.h"
 #include "index/ingest/metadata_jsonl.h"
 #include "index/encode/encoder.h"
@@ -169,7 +170,13 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
         }
     }
     MetaRows rows;
-    if (metadata) TMS_RETURN_IF_ERROR(ResolveMetadata(*metadata, doc_ids, u->meta_columns, &rows));
+    IndexBuildOptions built;  // the index's text and spans fields; the GPU it was built on encodes its additions
+    (void)ParseBuildOptionsJson(u->info.build_config_json, &built);
+    if (metadata) {
+        TMS_RETURN_IF_ERROR(ResolveMetadata(*metadata, doc_ids, u->meta_columns, &rows));
+        TMS_RETURN_IF_ERROR(CheckSpans(built.spans_field, built.text_field, rows.columns, rows.cells, doclens, doc_ids,
+                                       metadata->source));
+    }
     // Checked: from here on the add changes the updater's state.
     u->trim_staged();
     if (metadata) {
@@ -193,8 +200,6 @@ Status UpdaterAdd(IndexUpdaterImpl* u, const EmbeddingView& tokens, const std::v
     TMS_RETURN_IF_ERROR(
         check_free_space(*u, 2 * tokens.rows * (4 + nb + (u->info.has_vectors ? 2 * dim : 0)) + 8 * tokens.rows));
     std::unique_ptr<Encoder> enc;
-    IndexBuildOptions built;  // the GPU the index was built on encodes its additions
-    (void)ParseBuildOptionsJson(u->info.build_config_json, &built);
     TMS_RETURN_IF_ERROR(Encoder::Create(u->model, Device::kAuto, built.gpu, &enc));
     std::vector<uint32_t> cids;
     std::vector<uint8_t> codes;

@@ -286,7 +286,8 @@ public:
     }
 
     // Searcher::Explain of each query's documents (external ids): per query a list of
-    // (doc_tokens int32 array, similarities float32 array, from_codes); KeyError for an unknown id.
+    // (doc_tokens int32 array, similarities float32 array, from_codes, spans int32 [n, 2] array or
+    // None); KeyError for an unknown id.
     py::list explain(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens,
                      const std::vector<std::vector<std::string>>& ids) {
         tms::QueryBatch b = query_batch(q, dtype, lens);
@@ -318,7 +319,16 @@ public:
                 py::array_t<float> sim(py::ssize_t(e.similarities.size()));
                 std::copy(e.doc_tokens.begin(), e.doc_tokens.end(), t.mutable_data());
                 std::copy(e.similarities.begin(), e.similarities.end(), sim.mutable_data());
-                l.append(py::make_tuple(t, sim, e.from_codes));
+                py::object spans = py::none();
+                if (!e.spans.empty()) {
+                    py::array_t<int32_t> a({py::ssize_t(e.spans.size()), py::ssize_t(2)});
+                    for (size_t k = 0; k < e.spans.size(); ++k) {
+                        a.mutable_at(py::ssize_t(k), 0) = e.spans[k].first;
+                        a.mutable_at(py::ssize_t(k), 1) = e.spans[k].second;
+                    }
+                    spans = std::move(a);
+                }
+                l.append(py::make_tuple(t, sim, e.from_codes, spans));
             }
             out.append(l);
         }

@@ -70,7 +70,7 @@ def _unalias(given, aliases, what):
 # IndexBuildOptions fields a build takes as keywords (besides overwrite, progress, device).
 BUILD_OPTIONS = ("codec", "n_centroids", "kmeans_iters", "max_train_tokens", "train_tokens_per_centroid", "pq_m", "pq_nbits", "residual_nbits",
                  "keep_vectors", "chunk_docs", "shards", "seed", "threads", "ivf_memory_entries", "text_field",
-                 "text_tokenizer", "pool_factor")
+                 "text_tokenizer", "spans_field", "pool_factor")
 
 
 def _is_torch(x):
@@ -576,12 +576,16 @@ class Searcher:
         search hits), a dict {"doc_tokens": int32 array, the document token that gave each query
         token its maximum; "similarities": float32 array, those similarities (their sum is the
         MaxSim score); "from_codes": True when they come from the decoded codes, not the stored
-        vectors}. Highlight a passage with doc_tokens (its token positions as encoded)."""
+        vectors; "spans": int32 array [query tokens, 2], each best token's [start, end) character
+        offsets into the document's text, when the index keeps spans (build_index(spans_field=))
+        and the document has them, else None}. Highlight a passage with spans, or with doc_tokens
+        (its token positions as encoded)."""
         out = []
         def run(q, dt, l, q0):
             lists = [[str(x) for x in r] for r in ids[q0: q0 + q.shape[0]]]
             for per_query in self._s.explain(q, dt, l, lists):
-                out.append([{"doc_tokens": t, "similarities": s, "from_codes": c} for t, s, c in per_query])
+                out.append([{"doc_tokens": t, "similarities": s, "from_codes": c, "spans": sp}
+                            for t, s, c, sp in per_query])
             return [], []
         if len(ids) != len(queries):
             raise ValueError(f"ids: {len(ids)} lists for {len(queries)} queries")

@@ -161,7 +161,9 @@ class Client:
         if explain:
             r += ([[{"doc_tokens": np.asarray(e["doc_tokens"], dtype=np.int32),
                      "similarities": np.asarray(e["similarities"], dtype=np.float32),
-                     "from_codes": e["from_codes"]} for e in x["explanations"]] for x in res],)
+                     "from_codes": e["from_codes"],
+                     "spans": np.asarray(e["spans"], dtype=np.int32).reshape(-1, 2) if "spans" in e else None}
+                    for e in x["explanations"]] for x in res],)
         return r
 
     def search_text(self, queries, k=None, **options):

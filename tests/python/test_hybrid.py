@@ -195,3 +195,78 @@ def test_explanations_sum_to_the_scores(corpus, tmp_path):
             np.testing.assert_allclose(e["similarities"], sims.max(axis=1), atol=1e-4)
     with pytest.raises(KeyError, match="'nope' is not in the index"):
         s.explain(q[:1], [["nope"]])
+
+
+def word_spans(text, n):
+    """n token spans over `text`: token t is word t % words (a stand-in for a tokenizer's offsets)."""
+    starts, at = [], 0
+    for w in text.split(" "):
+        starts.append((at, at + len(w)))
+        at += len(w) + 1
+    return [list(starts[t % len(starts)]) for t in range(n)]
+
+
+@pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
+def test_explanations_name_the_matched_passages(corpus, tmp_path):
+    """With each document's token spans given at index time (spans_field), an explanation gives
+    each query token's best document token as character offsets into the document's text, for
+    the documents built and added, through Python, the CLI and after a compaction; bad spans are
+    refused naming the document."""
+    idx = tmp_path / "idx"
+    docs, texts = corpus["docs"], corpus["texts"]
+    meta = [{"text": texts[i], "spans": word_spans(texts[i], len(docs[i]))} for i in range(300)]
+    tilemaxsim.build_index(idx, docs[:250], corpus["ids"][:250], keep_vectors=True, n_centroids=16, estimate=False,
+                           text_field="text", spans_field="spans", metadata=meta[:250])
+    tilemaxsim.add_documents(idx, docs[250:], corpus["ids"][250:], metadata=meta[250:])
+    q = corpus["queries"]
+
+    def check(searcher):
+        ids, _ = searcher.search(q, k=5, exhaustive=True)
+        assert any(int(d[1:]) >= 250 for r in ids for d in r)  # added documents explained too
+        for qi, (row, ex) in enumerate(zip(ids, searcher.explain(q, ids))):
+            for d, e in zip(row, ex):
+                i = int(d[1:])
+                want = np.array(word_spans(texts[i], len(docs[i])), dtype=np.int32)[e["doc_tokens"]]
+                np.testing.assert_array_equal(e["spans"], want)
+                assert all(texts[i][a:b] in texts[i].split(" ") for a, b in e["spans"])
+        return ids
+
+    ids = check(tilemaxsim.Searcher(idx, "cpu"))
+    np.save(tmp_path / "q.npy", q)
+    r = subprocess.run([TMS, "search", "--index", idx, "--queries", tmp_path / "q.npy", "--out", tmp_path / "r.trec",
+                        "--k", "5", "--exhaustive", "--explain", tmp_path / "e.jsonl", "--device", "cpu",
+                        "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(l) for l in (tmp_path / "e.jsonl").read_text().splitlines()]
+    assert len(lines) == 50 and all(len(x["spans"]) == q.shape[1] for x in lines)
+    first = lines[0]
+    i = int(first["doc"][1:])
+    assert first["spans"] == [word_spans(texts[i], len(docs[i]))[t] for t in first["doc_tokens"]]
+    tilemaxsim.delete_documents(idx, ["d3"])
+    subprocess.run([TMS, "compact", "--index", idx], check=True, capture_output=True)
+    check(tilemaxsim.Searcher(idx, "cpu"))
+
+    bad = dict(meta[251])
+    for spans, why in ((bad["spans"][:-1], f"{len(bad['spans']) - 1} spans for {len(docs[251])} tokens"),
+                       ([[0, 10_000]] * len(docs[251]), "is not within the text's"),
+                       ([[3, 1]] * len(docs[251]), "is not within the text's"),
+                       ([[0]] * len(docs[251]), "expected a [start, end] pair of integers"),
+                       (7, "expected an array of [start, end] pairs")):
+        with pytest.raises(Exception, match=rf"document 'x': spans: .*{why}" if "[" not in why else "document 'x'"):
+            tilemaxsim.add_documents(idx, [docs[251]], ["x"], metadata=[dict(bad, spans=spans)])
+        with pytest.raises(Exception, match="document 'x'"):
+            tilemaxsim.build_index(tmp_path / "bad", [docs[251]] * 2, ["x", "y"], n_centroids=4, estimate=False,
+                                   text_field="text", spans_field="spans", metadata=[dict(bad, spans=spans), bad])
+        assert not (tmp_path / "bad").exists()
+    for kw, why in (({"text_field": ""}, "a text_field is needed"), ({"pool_factor": 2}, "a pooled token has no one span"),
+                    ({"spans_field": "nope"}, "no field of that name")):
+        args = dict(n_centroids=4, estimate=False, text_field="text", spans_field="spans", metadata=meta[:20])
+        args.update(kw)
+        with pytest.raises(Exception, match=why):
+            tilemaxsim.build_index(tmp_path / "bad", docs[:20], corpus["ids"][:20], **args)
+    # An index without spans explains without them.
+    plain = tmp_path / "plain"
+    build(corpus, plain, range(100))
+    s = tilemaxsim.Searcher(plain, "cpu")
+    ids, _ = s.search(q[:2], k=3, exhaustive=True)
+    assert all(e["spans"] is None for row in s.explain(q[:2], ids) for e in row)

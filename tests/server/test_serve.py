@@ -723,9 +723,12 @@ def test_bm25_and_hybrid_served_as_in_process_and_bound_by_keys(corpus, tmp_path
     rng = np.random.default_rng(9)
     texts = [" ".join(rng.choice(words, size=6)) for _ in corpus["docs"]]
     index = tmp_path / "text"
+    # Token t of a document spans its text's word t % 6 (a stand-in for a tokenizer's offsets).
+    spans = [[[sum(len(w) + 1 for w in t.split()[:j % 6]), sum(len(w) + 1 for w in t.split()[:j % 6]) +
+               len(t.split()[j % 6])] for j in range(len(d))] for d, t in zip(corpus["docs"], texts)]
     tilemaxsim.build_index(index, corpus["docs"], corpus["ids"], keep_vectors=True, n_centroids=64,
-                           estimate=False, text_field="text",
-                           metadata=[dict(m, text=t) for m, t in zip(corpus["meta"], texts)])
+                           estimate=False, text_field="text", spans_field="spans",
+                           metadata=[dict(m, text=t, spans=sp) for m, t, sp in zip(corpus["meta"], texts, spans)])
     q, qt = corpus["queries"], [" ".join(rng.choice(words, size=2)) for _ in range(len(corpus["queries"]))]
     s = tilemaxsim.Searcher(index, "cpu")
     with serving(index, keys=corpus["dir"] / "keys.json") as (p, url, port):
@@ -743,6 +746,8 @@ def test_bm25_and_hybrid_served_as_in_process_and_bound_by_keys(corpus, tmp_path
             for a, b in zip(x, y):
                 np.testing.assert_array_equal(a["doc_tokens"], b["doc_tokens"])
                 np.testing.assert_allclose(a["similarities"], b["similarities"], atol=1e-5)
+                np.testing.assert_array_equal(a["spans"], b["spans"])  # the passages matched
+                assert b["spans"].shape == (q.shape[1], 2)
         t1 = tilemaxsim.Client(url, T1_READ)
         for mode in ("bm25", "hybrid"):
             ids, _ = t1.search(q, k=8, mode=mode, texts=qt)

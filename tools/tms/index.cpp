@@ -194,6 +194,11 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
                     "The --metadata field that holds each document's text (strings): indexed for BM25 and hybrid "
                     "search (tms search --mode bm25|hybrid --query-text), kept in step by add, delete and compact")
         ->needs(index_meta_opt);
+    idx->add_option("--spans-field", io.spans_field,
+                    "The --metadata field that holds each document's token spans: [[start, end], ...] character "
+                    "offsets into its --text-field text, one pair per token (a tokenizer's offset mapping); "
+                    "tms search --explain then names the passage each query token matched")
+        ->needs(index_meta_opt);
     idx->add_option("--text-tokenizer", io.text_tokenizer,
                     "The text's tokenizer (SQLite FTS5): unicode61, porter (unicode61 with Porter stemming) or trigram")
         ->capture_default_str()
