@@ -348,6 +348,9 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
         if estimate and options.get("keep_vectors"):
             estimate_recall(path, device=device, sample=estimate_sample)
         return counts
+    if expected_tokens is not None:
+        raise TypeError("build_index: expected_tokens sizes a stream of batches; documents given whole are "
+                        "counted (drop expected_tokens)")
     documents = _documents_or_texts(documents, texts, model, "build_index")
     tokens, dtype, lens = _documents(documents, lengths)
     counts = _core.build_index(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)) if ids is not None else [],

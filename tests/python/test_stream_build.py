@@ -111,10 +111,13 @@ def test_an_exception_inside_the_stream_leaves_nothing(corpus, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ids_beside_a_stream_are_refused(corpus, tmp_path):
+def test_ids_beside_a_stream_and_a_size_without_one_are_refused(corpus, tmp_path):
     docs, ids, _, _ = corpus
     with pytest.raises(TypeError, match="carries its own ids"):
         tilemaxsim.build_index(tmp_path / "x", iter([(docs[:3], ids[:3])]), ids=ids[:3])
+    with pytest.raises(TypeError, match="expected_tokens sizes a stream"):  # documents given whole are counted
+        tilemaxsim.build_index(tmp_path / "x", docs[:3], ids[:3], expected_tokens=10**6)
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.skipif(not TMS, reason="TMS_BIN not set")
