@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -64,8 +65,81 @@ Status check_index(const std::string& path, const EstimateOptions& o, IndexInfo*
             "0");
     }
     TMS_RETURN_IF_ERROR(ReadIndexInfo(path, info));
+    if (o.documents != nullptr) {
+        const std::vector<int64_t>* lens = o.doc_lengths;
+        int64_t rows = 0;
+        for (size_t d = 0; lens && d < lens->size(); ++d) rows += (*lens)[d] >= 0 ? (*lens)[d] : INT64_MIN / 2;
+        if (lens == nullptr || o.documents->dim != info->dim || int64_t(lens->size()) != info->n_docs ||
+            rows != o.documents->rows || info->n_deleted != 0 || o.documents->data == nullptr ||
+            (o.documents->dtype != DType::kF16 && o.documents->dtype != DType::kF32)) {
+            return Status::InvalidArgument(
+                "estimate: the documents given are not the ones " + path + " was built from (" +
+                std::to_string(lens ? lens->size() : 0) + " documents of dimension " +
+                std::to_string(o.documents->dim) + "; the index holds " + std::to_string(info->n_docs) +
+                " of dimension " + std::to_string(info->dim) + ", " + std::to_string(info->n_deleted) + " deleted)");
+        }
+        return Status::OK();
+    }
     if (!info->has_vectors) {
-        return Status::NotSupported(path + ": the recall estimate needs stored vectors (build with --keep-vectors)");
+        return Status::NotSupported(path +
+                                    ": the recall estimate needs stored vectors (build with --keep-vectors) or the "
+                                    "documents the index was built from");
+    }
+    return Status::OK();
+}
+
+// Each query's exact top-k over `docs` (rows offsets[d] .. offsets[d + 1] are document d), by
+// internal id: the truth of an estimate measured from the build's input.
+Status exact_top_k(const QueryBatch& q, const EmbeddingView& docs, const std::vector<int64_t>& offsets, int k,
+                   std::vector<std::vector<SearchHit>>* out) {
+    const int64_t n_docs = int64_t(offsets.size()) - 1;
+    const int nq = q.n_queries;
+    std::vector<std::vector<std::pair<float, int64_t>>> best(static_cast<size_t>(nq));  // min-heaps of (score, -id)
+    constexpr int64_t kBlock = 4096;
+    std::vector<float> scores;
+    std::vector<int64_t> off;
+    for (int64_t d0 = 0; d0 < n_docs; d0 += kBlock) {
+        const int64_t nb = std::min(kBlock, n_docs - d0);
+        off.assign(offsets.begin() + d0, offsets.begin() + d0 + nb + 1);
+        for (int64_t& o : off) o -= offsets[size_t(d0)];
+        scores.assign(size_t(nq) * size_t(nb), 0.f);
+        kernels::MaxSimParams p;
+        p.queries = q.data;
+        p.q_dtype = q.dtype;
+        p.n_queries = nq;
+        p.q_stride = q.q_tokens;
+        p.dim = q.dim;
+        p.query_lens = q.lengths;
+        p.doc_tokens = static_cast<const char*>(docs.data) + size_t(offsets[size_t(d0)]) * size_t(docs.dim) *
+                                                                  size_t(docs.dtype == DType::kF16 ? 2 : 4);
+        p.d_dtype = docs.dtype;
+        p.doc_offsets = off.data();
+        p.n_docs = nb;
+        p.n_tokens = off.back();
+        p.scores = scores.data();
+        TMS_RETURN_IF_ERROR(kernels::maxsim_cpu(p));
+        for (int i = 0; i < nq; ++i) {
+            auto& h = best[size_t(i)];
+            for (int64_t j = 0; j < nb; ++j) {
+                // Ties to the lower id, as exhaustive search ranks them.
+                const std::pair<float, int64_t> e{scores[size_t(i) * size_t(nb) + size_t(j)], -(d0 + j)};
+                if (int(h.size()) < k) {
+                    h.push_back(e);
+                    std::push_heap(h.begin(), h.end(), std::greater<>());
+                } else if (e > h.front()) {
+                    std::pop_heap(h.begin(), h.end(), std::greater<>());
+                    h.back() = e;
+                    std::push_heap(h.begin(), h.end(), std::greater<>());
+                }
+            }
+        }
+    }
+    out->assign(size_t(nq), {});
+    for (int i = 0; i < nq; ++i) {
+        auto& h = best[size_t(i)];
+        std::sort(h.begin(), h.end(), std::greater<>());
+        for (const auto& [sc, neg] : h) (*out)[size_t(i)].push_back({std::string(), -neg, sc});
+        if (q.lengths && q.lengths[i] == 0) (*out)[size_t(i)].clear();  // no tokens: matches nothing
     }
     return Status::OK();
 }
@@ -78,12 +152,26 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
     IndexInfo info;
     TMS_RETURN_IF_ERROR(check_index(path, o, &info));
     const int dim = info.dim;
+    // The tokens come from the index's stored vectors (its shards), or from the documents given
+    // (one "shard" of rows, document d from input_off[d]).
     std::vector<index::IndexData> shards;
-    TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, index::VectorLoad::kFileOrMemory, false, &shards));
+    std::vector<int64_t> input_off;
     std::vector<std::pair<size_t, int64_t>> live;  // (shard, local id)
-    for (size_t sh = 0; sh < shards.size(); ++sh)
-        for (int64_t d = 0; d < shards[sh].info.n_docs; ++d)
-            if (!shards[sh].deleted[size_t(d)]) live.emplace_back(sh, d);
+    if (o.documents != nullptr) {
+        input_off.assign(1, 0);
+        for (const int64_t l : *o.doc_lengths) input_off.push_back(input_off.back() + l);
+        for (int64_t d = 0; d < int64_t(o.doc_lengths->size()); ++d)
+            if ((*o.doc_lengths)[size_t(d)] > 0) live.emplace_back(0, d);
+    } else {
+        TMS_RETURN_IF_ERROR(index::ReadIndexShards(path, index::VectorLoad::kFileOrMemory, false, &shards));
+        for (size_t sh = 0; sh < shards.size(); ++sh)
+            for (int64_t d = 0; d < shards[sh].info.n_docs; ++d)
+                if (!shards[sh].deleted[size_t(d)]) live.emplace_back(sh, d);
+    }
+    if (live.empty()) return Status::InvalidArgument("estimate: the index has no live document to draw queries from");
+    const auto first_row = [&](std::pair<size_t, int64_t> doc) {
+        return o.documents ? input_off[size_t(doc.second)] : shards[doc.first].doc_offsets[size_t(doc.second)];
+    };
     std::mt19937_64 rng(o.seed);
     std::shuffle(live.begin(), live.end(), rng);
     const int n = int(std::min<int64_t>(n_wanted, int64_t(live.size())));
@@ -91,6 +179,7 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
     std::normal_distribution<float> n01;
     std::uniform_real_distribution<float> u01;
     const auto doc_len = [&](std::pair<size_t, int64_t> doc) {
+        if (o.documents) return (*o.doc_lengths)[size_t(doc.second)];
         const index::IndexData& d = shards[doc.first];
         return d.doc_offsets[size_t(doc.second) + 1] - d.doc_offsets[size_t(doc.second)];
     };
@@ -106,7 +195,7 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
     std::vector<Token> tokens;
     std::vector<float> noise;
     const auto take = [&](std::pair<size_t, int64_t> doc, int64_t t, float norm, uint16_t* out) {
-        tokens.push_back({doc.first, shards[doc.first].doc_offsets[size_t(doc.second)] + t, noise.size(), out});
+        tokens.push_back({doc.first, first_row(doc) + t, noise.size(), out});
         const float sd = norm / std::sqrt(float(dim));
         for (int c = 0; c < dim; ++c) noise.push_back(sd * n01(rng));
     };
@@ -161,8 +250,15 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
         for (size_t k = 0; k < tokens.size(); ++k) {
             if (err.failed()) continue;
             const Token& tk = tokens[k];
-            const index::IndexData& d = shards[tk.shard];
-            if (!d.vector_files.empty()) {
+            if (o.documents) {
+                const EmbeddingView& v = *o.documents;
+                for (int c = 0; c < dim; ++c) {
+                    row[size_t(c)] = v.dtype == DType::kF16
+                                         ? static_cast<const uint16_t*>(v.data)[size_t(tk.row) * size_t(dim) + size_t(c)]
+                                         : kernels::float_to_half(
+                                               static_cast<const float*>(v.data)[size_t(tk.row) * size_t(dim) + size_t(c)]);
+                }
+            } else if (const index::IndexData& d = shards[tk.shard]; !d.vector_files.empty()) {
                 err.Set(d.vector_files[0].file->Read(tk.row, 1, row.data()));
                 if (err.failed()) continue;
             } else {
@@ -210,7 +306,12 @@ const RecallPoint* RecallEstimate::For(double target) const {
     const size_t first = d != nullptr && target >= SearchOptions().target_recall ? size_t(d - points.data()) : 0;
     for (size_t i = first; i < points.size(); ++i)
         if (points[i].recall >= target) return &points[i];
-    return points.empty() ? nullptr : &points.back();
+    if (points.empty()) return nullptr;
+    double best = 0;
+    for (size_t i = first; i < points.size(); ++i) best = std::max(best, points[i].recall);
+    for (size_t i = first; i < points.size(); ++i)
+        if (points[i].recall >= best - kSaturated) return &points[i];
+    return &points.back();
 }
 
 Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallEstimate* out) {
@@ -251,6 +352,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     RecallEstimate e;
     e.queries = nq;
     e.sampled = o.sample != nullptr;
+    e.compressed = o.documents != nullptr;
     {
         const std::time_t now = std::time(nullptr);
         std::tm utc{};
@@ -266,7 +368,13 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     ex.k = e.k;
     std::vector<std::vector<SearchHit>> truth, got;
     if (stopped()) return kStopped;
-    TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
+    if (o.documents != nullptr) {
+        std::vector<int64_t> off(1, 0);
+        for (const int64_t l : *o.doc_lengths) off.push_back(off.back() + l);
+        TMS_RETURN_IF_ERROR(exact_top_k(qb, *o.documents, off, e.k, &truth));
+    } else {
+        TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
+    }
     const SearchOptions defaults;
     std::vector<std::array<int, 3>> ladder;
     for (const auto& l : kCheaper) ladder.push_back({l[0], l[1], l[2]});
@@ -295,6 +403,11 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         }
         e.points.push_back({l[0], l[1], l[2], counted ? sum / counted : 1.0});
         if (e.points.size() >= n_first && e.points.back().recall >= kEnough) break;  // deeper cannot do better
+        // The compressed ranking past the defaults: a deeper point that measures no better
+        // says the codec bounds the curve (deeper ones would cost more for the same).
+        if (e.compressed && e.points.size() > n_first &&
+            e.points.back().recall <= e.points[e.points.size() - 2].recall)
+            break;
     }
     e.documents = info.n_docs - info.n_deleted;
     if (o.store) TMS_RETURN_IF_ERROR(StoreRecallEstimate(path, e, &o));
@@ -307,6 +420,7 @@ Status StoreRecallEstimate(const std::string& path, const RecallEstimate& e, con
     j["queries"] = e.queries;
     j["k"] = e.k;
     j["measured_at"] = e.measured_at;
+    if (e.compressed) j["compressed"] = true;
     if (e.sampled) {
         j["sample"] = true;
     } else if (recipe != nullptr) {
@@ -342,6 +456,7 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
         e.k = j.at("k").get<int>();
         e.sampled = j.value("sample", false);
         e.measured_at = j.value("measured_at", std::string());
+        e.compressed = j.value("compressed", false);
         e.documents = j.value("documents", int64_t(0));
         for (const auto& x : j.at("points")) {
             RecallPoint pt{x.at("nprobe").get<int>(), x.at("ncandidates").get<int>(), x.at("rerank").get<int>(),

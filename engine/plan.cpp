@@ -18,7 +18,10 @@ int64_t SmallIndexDocs(Device device, const SearchOptions& o) {
 SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
                          const SearchOptions& opts) {
     if (opts.exhaustive || !(opts.target_recall > 0)) return opts;
-    SearchOptions o = est != nullptr && vectors ? ApplyTargetRecall(*est, opts) : opts;
+    // An estimate measured with the vectors plans searches that rerank with them; one measured
+    // without (RecallEstimate::compressed), searches of the compressed ranking alone.
+    const bool applies = est != nullptr && est->compressed != vectors;
+    SearchOptions o = applies ? ApplyTargetRecall(*est, opts) : opts;
     if (vectors && o.rerank > 0 && live_docs <= SmallIndexDocs(device, o)) o.exhaustive = true;
     return o;
 }

@@ -581,7 +581,7 @@ public:
     IndexInfo info_;
     std::unique_ptr<index::MetadataSnapshot> metadata_;  // null: the index has no metadata
     RecallEstimate estimate_;                            // the index's, when it has one
-    bool tune_ = false;                                  // estimate_ applies: it has points and the vectors are loaded
+    bool tune_ = false;                                  // estimate_ has points (PlanSearch: whether they apply)
     bool vectors_ = false;                               // the vectors are loaded (exhaustive search can run)
     Device device_ = Device::kCpu;
     std::vector<ShardPlacement> placement_;
@@ -714,7 +714,7 @@ Status ShardedSearcher::Refresh(std::unique_ptr<Searcher>* out, bool* whole) con
     if (head.vectors != VectorTier::kNone) head.vector_bytes = u.info.shards.back().n_tokens * u.info.dim * 2;
     const Status est = ReadRecallEstimate(path_, &s->estimate_);
     if (!est.ok() && est.code() != Status::Code::kNotFound) return est;
-    s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
+    s->tune_ = est.ok() && !s->estimate_.points.empty();
     *out = std::move(s);
     return Status::OK();
 }
@@ -1016,7 +1016,7 @@ Status Searcher::Open(const SearcherOptions& opts, const std::string& path, std:
     const Status est = ReadRecallEstimate(path, &s->estimate_);
     if (!est.ok() && est.code() != Status::Code::kNotFound) return est;
     s->vectors_ = tier != VectorTier::kNone;
-    s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
+    s->tune_ = est.ok() && !s->estimate_.points.empty();
     *out = std::move(s);
     return Status::OK();
 }

@@ -393,7 +393,7 @@ Status MpiSearcher::Open(MPI_Comm comm, const SearcherOptions& opts, const std::
         if (!est.ok() && est.code() != Status::Code::kNotFound) st = est;
         s->vectors_ =
             s->local_ && !s->local_->placement().empty() && s->local_->placement()[0].vectors != VectorTier::kNone;
-        s->tune_ = est.ok() && s->vectors_ && !s->estimate_.points.empty();
+        s->tune_ = est.ok() && !s->estimate_.points.empty();
     }
     TMS_RETURN_IF_ERROR(s->ch_->Agree(st));
     // Hybrid search scores its candidates exactly when every rank's shards have their vectors loaded.

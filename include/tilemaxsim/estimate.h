@@ -35,15 +35,23 @@ struct RecallEstimate {
     /// written before the time was recorded.
     std::string measured_at;
     int k = 10;
+    /// Measured without stored vectors (EstimateOptions::documents: the truth from the build's
+    /// input): the compressed ranking alone, as an index without vectors searches. Such an
+    /// estimate plans the searches of an index opened without vectors, the other kind those of
+    /// one opened with them.
+    bool compressed = false;
     /// Live documents of the index it was measured on.
     int64_t documents = 0;
     std::vector<RecallPoint> points;
-    /// The cheapest point whose recall reaches `target`, or the last (the deepest) when none
-    /// does; null without points. For targets at or above SearchOptions' default one, only
-    /// points from the default setting on (the defaults are the floor of the default search).
+    /// The cheapest point whose recall reaches `target`; when none does, the cheapest within
+    /// kSaturated of the best point's recall (deeper settings past where the curve flattens buy
+    /// almost nothing: a codec that bounds the recall, say); null without points. For targets at
+    /// or above SearchOptions' default one, only points from the default setting on (the
+    /// defaults are the floor of the default search).
     const RecallPoint* For(double target) const;
     /// The point of SearchOptions' default setting; null when it was not measured.
     const RecallPoint* Default() const;
+    static constexpr double kSaturated = 0.002;
 };
 
 struct EstimateOptions {
@@ -80,13 +88,20 @@ struct EstimateOptions {
     /// Set (to true) by another thread: the measurement ends before its next search with
     /// Cancelled, storing nothing (a server shutting down). Null: it runs to its end.
     const std::atomic<bool>* stop = nullptr;
+    /// The documents the index was built from, in its order (a new index's input: row block d
+    /// of `documents`, doc_lengths[d] rows, is internal id d), for an index without stored
+    /// vectors: pseudo-queries are drawn from them and the exact top-k is computed from them
+    /// (on the CPU), and the estimate is `compressed`. The index must have no deletions. Null:
+    /// the index's stored vectors.
+    const EmbeddingView* documents = nullptr;
+    const std::vector<int64_t>* doc_lengths = nullptr;
     /// Store the result beside the index (false: only return it; StoreRecallEstimate stores it
     /// later, e.g. where writes to the index are serialized).
     bool store = true;
 };
 
-/// Measures the index at `path` (it must keep its vectors: exhaustive search is the truth) and
-/// stores the result beside it, atomically.
+/// Measures the index at `path` (it must keep its vectors, exhaustive search the truth, unless
+/// EstimateOptions::documents gives them) and stores the result beside it, atomically.
 Status EstimateRecall(const std::string& path, const EstimateOptions& opts, RecallEstimate* out);
 /// Stores `e` beside the index at `path`, atomically (the measurement searches plan from when
 /// the index is opened next). `recipe`: the pseudo-queries' options, recorded with an estimate

@@ -516,7 +516,8 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "estimate_recall",
         [](const std::string& path, int queries, const std::string& device, const py::object& sample,
-           const std::string& sample_dtype, const std::vector<int32_t>& sample_lens) {
+           const std::string& sample_dtype, const std::vector<int32_t>& sample_lens, const py::object& documents,
+           const std::string& documents_dtype, const std::vector<int64_t>& documents_lens) {
             tms::EstimateOptions o;
             o.queries = queries;
             tms::SearcherOptions so;
@@ -526,6 +527,15 @@ PYBIND11_MODULE(_core, m) {
             if (!sample.is_none()) {
                 b = query_batch(sample.cast<py::array>(), sample_dtype, sample_lens);
                 o.sample = &b;
+            }
+            // An index without vectors: the documents it was built from are the truth.
+            tms::EmbeddingView docs;
+            py::array docs_array;
+            if (!documents.is_none()) {
+                docs_array = documents.cast<py::array>();
+                docs = tokens_view(docs_array, documents_dtype);
+                o.documents = &docs;
+                o.doc_lengths = &documents_lens;
             }
             tms::RecallEstimate e;
             {
@@ -544,13 +554,14 @@ PYBIND11_MODULE(_core, m) {
             py::dict r;
             r["queries"] = e.queries;
             r["sample"] = e.sampled;
+            r["compressed"] = e.compressed;
             r["measured_at"] = e.measured_at;
             r["k"] = e.k;
             r["points"] = points;
             return r;
         },
         py::arg("path"), py::arg("queries"), py::arg("device"), py::arg("sample"), py::arg("sample_dtype"),
-        py::arg("sample_lens"));
+        py::arg("sample_lens"), py::arg("documents"), py::arg("documents_dtype"), py::arg("documents_lens"));
     m.def("build_index", &build_index, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("options_json"), py::arg("overwrite"), py::arg("progress"), py::arg("device"),
           py::arg("metadata"), py::arg("metadata_types"));

@@ -17,6 +17,7 @@ long call releases the GIL; a search is split into batches, so Ctrl-C stops it b
 from __future__ import annotations
 
 import json
+import warnings
 import sys
 
 import numpy as np
@@ -358,20 +359,35 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
                                *_metadata(metadata, metadata_types))
     if estimate and options.get("keep_vectors"):
         estimate_recall(path, device=device, sample=estimate_sample)
+    elif estimate:  # no stored vectors: the documents given are the truth
+        try:
+            estimate_recall(path, device=device, sample=estimate_sample, documents=tokens, lengths=lens)
+        except (ValueError, RuntimeError) as e:  # the index is complete and usable without it
+            warnings.warn(f"build_index: no recall estimate ({e}); estimate_recall(path, documents=...) "
+                          "measures it later")
     return counts
 
 
-def estimate_recall(path, queries=0, device="auto", *, sample=None):
+def estimate_recall(path, queries=0, device="auto", *, sample=None, documents=None, lengths=None):
     """Measures the index's approximate search against exhaustive search on pseudo-queries
     (token sets of its documents, perturbed), or on `sample` (queries of your own, as
     Searcher.search takes them: a sample of real ones measures their recall, which pseudo-queries
     only approximate), at the default and deeper settings, and stores the result with the index
-    (searches take their parameters for target_recall from it). Returns {"queries", "sample",
-    "k", "points": [{"nprobe", "ncandidates", "rerank", "recall"}, ...]}."""
+    (searches take their parameters for target_recall from it). An index without stored vectors
+    is measured against `documents` (with `lengths`, as build_index takes them): the ones it was
+    built from, in order; the estimate is then of the compressed ranking ("compressed": True).
+    Returns {"queries", "sample", "compressed", "k", "points": [{"nprobe", "ncandidates",
+    "rerank", "recall"}, ...]}."""
+    docs = (None, "", [])
+    if documents is not None:
+        tokens, ddtype, dlens = _documents(documents, lengths)
+        if ddtype == "bf16":  # the truth reads fp16 or fp32
+            tokens, ddtype = (tokens.astype(np.uint32) << 16).view(np.float32), "f32"
+        docs = (tokens, ddtype, [int(x) for x in dlens])
     if sample is None:
-        return _core.estimate_recall(str(path), queries, device, None, "", [])
+        return _core.estimate_recall(str(path), queries, device, None, "", [], *docs)
     q, dtype, lens = _queries(sample)
-    return _core.estimate_recall(str(path), queries, device, q, dtype, [] if lens is None else list(lens))
+    return _core.estimate_recall(str(path), queries, device, q, dtype, [] if lens is None else list(lens), *docs)
 
 
 def add_documents(path, documents=None, ids=None, lengths=None, *, texts=None, model=None, replace=False, progress=None,

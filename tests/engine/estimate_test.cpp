@@ -162,12 +162,20 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     EXPECT_NE(st.message().find("estimate.json"), std::string::npos) << st.ToString();
     EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.ToString();
 
-    // An index without vectors has no truth to measure against.
+    // An index without vectors has no truth to measure against, unless it is given the documents
+    // it was built from.
     bo.keep_vectors = false;
     const fs::path dir2 = testing::BuildSynthIndex("tms_estimate_novec", so, bo);
     st = EstimateRecall((dir2 / "index").string(), eo, &e);
     EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
     EXPECT_NE(st.message().find("--keep-vectors"), std::string::npos);
+    std::vector<int64_t> short_lens(3, 1);
+    const EmbeddingView none{nullptr, DType::kF16, 3, 64};
+    eo.documents = &none;
+    eo.doc_lengths = &short_lens;
+    st = EstimateRecall((dir2 / "index").string(), eo, &e);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("not the ones"), std::string::npos) << st.ToString();
 }
 
 // One knob: a target below the default one may choose settings cheaper than the defaults, the
@@ -182,7 +190,7 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_EQ(e.For(0.98), &e.points[1]);             // below the default target: the curve below the defaults
     EXPECT_EQ(e.For(d.target_recall), &e.points[2]);  // the default target: the defaults at least
     EXPECT_EQ(e.For(0.9985), &e.points[3]);
-    EXPECT_EQ(e.For(0.99999), &e.points[3]);  // none reaches it: the deepest
+    EXPECT_EQ(e.For(0.99999), &e.points[3]);  // none reaches it: the best (none within kSaturated of it)
     SearchOptions o;
     o.target_recall = 0.9;
     SearchOptions p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
@@ -201,6 +209,26 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_TRUE(PlanSearch(nullptr, 2 * d.ncandidates, true, Device::kGpu, d).exhaustive);
     EXPECT_FALSE(PlanSearch(nullptr, 2 * d.ncandidates + 1, true, Device::kGpu, d).exhaustive);
     EXPECT_FALSE(PlanSearch(nullptr, d.rerank, false, Device::kCpu, d).exhaustive);
+    // A curve that flattens below the target (a codec that bounds it): the cheapest point within
+    // kSaturated of its best, from the defaults on.
+    RecallEstimate flat = e;
+    flat.points = {{2, 128, 32, 0.80},
+                   {d.nprobe, d.ncandidates, d.rerank, 0.9},
+                   {16, 4096, 1024, 0.9 + RecallEstimate::kSaturated},
+                   {32, 16384, 4096, 0.903}};
+    EXPECT_EQ(flat.For(d.target_recall), &flat.points[2]);
+    EXPECT_EQ(flat.For(0.85), &flat.points[1]);  // below the default target: the cheapest that reaches it
+    flat.points[2].recall = 0.9015;
+    flat.points[3].recall = 0.901;
+    EXPECT_EQ(flat.For(d.target_recall), &flat.points[1]);
+    // An estimate measured without vectors (compressed) plans searches without them, and only those.
+    flat.compressed = true;
+    o.target_recall = d.target_recall;
+    EXPECT_EQ(PlanSearch(&flat, 1000000, false, Device::kCpu, o).nprobe, d.nprobe);
+    flat.points[3].recall = 0.95;
+    EXPECT_EQ(PlanSearch(&flat, 1000000, false, Device::kCpu, o).nprobe, 32);
+    EXPECT_EQ(PlanSearch(&flat, 1000000, true, Device::kCpu, o).nprobe, d.nprobe);
+    EXPECT_EQ(PlanSearch(&e, 1000000, false, Device::kCpu, o).nprobe, d.nprobe);
     o.target_recall = 0;  // the settings as given
     EXPECT_FALSE(PlanSearch(&e, 10, true, Device::kCpu, o).exhaustive);
     EXPECT_EQ(PlanSearch(&e, 10, true, Device::kCpu, o).nprobe, d.nprobe);

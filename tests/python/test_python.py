@@ -159,6 +159,40 @@ def test_vectors_on_disk_give_the_same_results(corpus):
         none.search(corpus["queries"], exhaustive=True)
 
 
+def _no_vector_estimate(corpus):
+    """An index without vectors is measured at build time against the documents it was given:
+    on a sample, each point's recall is what the compressed search of the sample at that point
+    finds of the exact top 10 (numpy's MaxSim over the input); and searches plan from it."""
+    docs, q = corpus["docs"][:150], corpus["queries"]
+    idx = corpus["dir"] / "novec"
+    tilemaxsim.build_index(idx, docs, n_centroids=16, device="cpu", estimate_sample=q)
+    e = json.loads((idx / "estimate.json").read_text())
+    assert e["compressed"] and e["sample"] and e["queries"] == len(q)
+    exact = np.stack([[float((qq.astype(np.float32) @ d.astype(np.float32).T).max(axis=1).sum()) for d in docs]
+                      for qq in q])
+    truth = [set(np.lexsort((np.arange(len(docs)), -row))[:10]) for row in exact]
+    s = tilemaxsim.Searcher(idx, "cpu")
+    for p in e["points"]:
+        got = s.search(q, k=10, target_recall=0, nprobe=p["nprobe"], ncandidates=p["ncandidates"])[0]
+        measured = np.mean([len(t & {int(x) for x in g}) / len(t) for t, g in zip(truth, got)])
+        assert p["recall"] == pytest.approx(measured, abs=1e-9), p
+    if not TMS:
+        return
+    info = subprocess.run([TMS, "info", "--index", idx], capture_output=True, text=True, check=True).stdout
+    assert "estimate_truth\tinput (compressed ranking" in info
+    # Pseudo-queries by default; `tms estimate --docs` measures an index without vectors again.
+    tilemaxsim.build_index(idx, docs, n_centroids=16, device="cpu", overwrite=True)
+    assert json.loads((idx / "estimate.json").read_text())["compressed"]
+    np.save(corpus["dir"] / "d.npy", np.concatenate(docs))
+    np.save(corpus["dir"] / "l.npy", np.array([len(d) for d in docs]))
+    r = subprocess.run([TMS, "estimate", "--index", idx, "--docs", corpus["dir"] / "d.npy", "--doclens",
+                        corpus["dir"] / "l.npy", "--device", "cpu", "--queries", "12"], capture_output=True, text=True)
+    assert r.returncode == 0 and "compressed ranking against the input" in r.stderr, r.stderr
+    assert json.loads((idx / "estimate.json").read_text())["queries"] == 12
+    r = subprocess.run([TMS, "estimate", "--index", idx, "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode != 0 and "or the documents the index was built from" in r.stderr, r.stderr
+
+
 def test_recall_estimate_is_measured_and_used(corpus):
     assert (corpus["index"] / "estimate.json").exists()  # build_index(keep_vectors=True) measured it
     e = tilemaxsim.estimate_recall(corpus["index"], queries=16, device="cpu")
@@ -186,6 +220,7 @@ def test_recall_estimate_is_measured_and_used(corpus):
     a = s.search(corpus["queries"], k=10, target_recall=0)
     b = s.search(corpus["queries"], k=10)
     assert len(a[0]) == len(b[0]) == len(corpus["queries"])
+    _no_vector_estimate(corpus)
     with pytest.raises(ValueError, match="target_recall"):
         s.search(corpus["queries"], target_recall=2)
 

@@ -10,7 +10,7 @@ Command AddEstimate(CLI::App& app) {
     struct State {
         std::string est_path, est_device = "auto";
         tms::EstimateOptions est_o;
-        std::string est_sample;
+        std::string est_sample, est_docs, est_doclens;
     };
     auto s = std::make_shared<State>();
     auto& est_path = s->est_path;
@@ -21,7 +21,17 @@ Command AddEstimate(CLI::App& app) {
                                    "Measure an index's recall@10 against exhaustive search on pseudo-queries (token "
                                    "sets of its documents, perturbed), at the default and deeper settings; searches "
                                    "take their parameters for --target-recall from it");
-    est->add_option("--index", est_path, "Index directory (built with --keep-vectors)")->required();
+    est->add_option("--index", est_path,
+                    "Index directory (built with --keep-vectors, or give the documents it was built from)")
+        ->required();
+    auto* docs_opt = est->add_option("--docs", s->est_docs,
+                                     "For an index without stored vectors: the .npy of the documents it was built "
+                                     "from (the truth, and the pseudo-queries' tokens)")
+                         ->check(CLI::ExistingFile);
+    est->add_option("--doclens", s->est_doclens, "With --docs: their lengths (.npy)")
+        ->check(CLI::ExistingFile)
+        ->needs(docs_opt);
+    docs_opt->needs("--doclens");
     est->add_option("--queries", est_o.queries, "Pseudo-queries (0: 256 on a GPU, 64 on the CPU)")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
@@ -57,6 +67,8 @@ Command AddEstimate(CLI::App& app) {
         tms::Status st = parse_device(est_device, &est_o.device);
         EstimateSample sample;
         if (st.ok()) st = load_estimate_sample(est_sample, &sample, &est_o);
+        EstimateInput input;
+        if (st.ok()) st = load_estimate_input(s->est_docs, s->est_doclens, &input, &est_o);
         if (st.ok()) st = estimate_index("tms estimate", est_path, est_o);
         return st.ok() ? 0 : fail("estimate", st);
     };

@@ -1,6 +1,7 @@
 // Copyright TileMaxSim authors. `tms index`: an on-disk index from token embeddings (under mpirun, a
 // distributed build), then its recall estimate.
 #include <cstdio>
+#include <filesystem>
 
 #include "tools/tms/common.h"
 #include "base/log.h"
@@ -25,7 +26,7 @@ tms::Status report_build(const tms::BuildStats& st, const std::string& out, cons
     tms::LogInfo("tms index: %.2f s total (%.0f tokens/s)%s%s\n", st.seconds_total,
                  st.seconds_total > 0 ? st.n_tokens / st.seconds_total : 0.0, verbose ? ":" : "",
                  verbose ? phases.c_str() : "");
-    if (estimate && o.keep_vectors) {
+    if (estimate && (o.keep_vectors || estimate->documents)) {
         // The index is complete and usable whatever happens here: a failed estimate is a warning.
         const tms::Status est = estimate_index("tms index", out, *estimate);
         if (!est.ok()) {
@@ -47,7 +48,15 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     tms::BuildStats st;
     TMS_RETURN_IF_ERROR(b->BuildFromFiles(docs, doclens, ids, &st, metadata));
     if (group && group->rank() != 0) return tms::Status::OK();
-    return report_build(st, out, o, group, estimate);
+    // Without stored vectors the estimate's truth is the input (one .npy file; a directory of
+    // them is measured by `tms estimate --docs` over one file of them all).
+    tms::EstimateOptions eo = estimate ? *estimate : tms::EstimateOptions();
+    EstimateInput input;
+    if (estimate && !o.keep_vectors && std::filesystem::is_regular_file(docs)) {
+        const tms::Status in = load_estimate_input(docs, doclens, &input, &eo);
+        if (!in.ok()) tms::LogWarning("tms index: warning: no recall estimate (%s)\n", in.ToString().c_str());
+    }
+    return report_build(st, out, o, group, estimate ? &eo : nullptr);
 }
 
 // `tms index --docs -`: a stream of .npy pairs on standard input, (tokens [n, dim], doclens [m])

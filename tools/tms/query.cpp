@@ -61,6 +61,19 @@ tms::Status load_estimate_sample(const std::string& path, EstimateSample* s, tms
     return tms::Status::OK();
 }
 
+tms::Status load_estimate_input(const std::string& docs, const std::string& doclens, EstimateInput* in,
+                                tms::EstimateOptions* eo) {
+    if (docs.empty()) return tms::Status::OK();
+    TMS_RETURN_IF_ERROR(tms::index::MappedNpy::Open(docs, &in->docs));
+    TMS_RETURN_IF_ERROR(tms::index::EmbeddingsFromRaw(in->docs->header(), in->docs->data(), 2, docs, &in->view));
+    tms::HostArray lens;
+    TMS_RETURN_IF_ERROR(tms::LoadNpy(doclens, &lens));
+    TMS_RETURN_IF_ERROR(tms::IntegersFromArray(lens, doclens, &in->lens));
+    eo->documents = &in->view;
+    eo->doc_lengths = &in->lens;
+    return tms::Status::OK();
+}
+
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
     opts->pruning = parse_pruning(a.pruning);

@@ -44,6 +44,16 @@ struct EstimateSample {
 };
 tms::Status load_estimate_sample(const std::string& path, EstimateSample* s, tms::EstimateOptions* eo);
 
+// The documents an index without vectors was built from (--docs FILE.npy, --doclens): `eo`
+// draws its pseudo-queries from them and computes the truth from them (EstimateOptions::documents).
+struct EstimateInput {
+    std::unique_ptr<tms::index::MappedNpy> docs;
+    tms::EmbeddingView view;
+    std::vector<int64_t> lens;
+};
+tms::Status load_estimate_input(const std::string& docs, const std::string& doclens, EstimateInput* in,
+                                tms::EstimateOptions* eo);
+
 // What search and rerank start from: the queries (over arr's bytes), their ids, the options,
 // and the opened index.
 struct QueryJob {
