@@ -13,18 +13,5 @@ mkdir -p "$work"
   --no-progress
 "$tms" search --index "$work/idx" --queries "$corpus/queries.npy" --out "$work/default.run" --k 10 --no-progress \
   2> "$work/default.log"
-python3 - "$work" "$corpus" <<'PY'
-import json, re, sys
-work, corpus = sys.argv[1], sys.argv[2]
-def top(path):
-    r = {}
-    for line in open(path):
-        q, _, d, *_ = line.split()
-        r.setdefault(q, []).append(d)
-    return r
-exact, got = top(f"{work}/exact.run"), top(f"{work}/default.run")
-rec = sum(len(set(exact[q][:10]) & set(got.get(q, [])[:10])) / min(10, len(exact[q])) for q in exact) / len(exact)
-log = open(f"{work}/default.log").read()
-qps = re.search(r"([0-9.]+) queries/s", log)
-print(f"{corpus}: recall@10 {rec:.4f}  {qps.group(1) if qps else '?'} q/s  | {log.strip().splitlines()[-1] if log.strip() else ''}")
-PY
+log=$(tail -n 1 "$work/default.log")
+echo "$corpus: $(python3 "$(dirname "$0")/run_recall.py" "$work/exact.run" "$work/default.run" "$work/default.log")  | $log"

@@ -22,26 +22,17 @@ rm -rf "$work/vec"
   --target-recall 0 2> "$work/fixed.log"
 "$tms" search --index "$work/novec" --queries "$corpus/queries.npy" --out "$work/planned.run" --k 10 --no-progress \
   2> "$work/planned.log"
-python3 - "$work" "$corpus" <<'PY'
+PYTHONPATH="$(dirname "$0")" python3 - "$work" "$corpus" <<'PY'
 import re, sys
+from run_recall import qps, recall, top
 work, corpus = sys.argv[1], sys.argv[2]
-def top(path):
-    r = {}
-    for line in open(path):
-        q, _, d, *_ = line.split()
-        r.setdefault(q, []).append(d)
-    return r
 exact = top(f"{work}/exact.run")
-def recall(name):
-    got = top(f"{work}/{name}.run")
-    return sum(len(set(exact[q][:10]) & set(got.get(q, [])[:10])) / min(10, len(exact[q])) for q in exact) / len(exact)
-def qps(name):
-    m = re.search(r"([0-9.]+) queries/s", open(f"{work}/{name}.log").read())
-    return m.group(1) if m else "?"
+rec = lambda name: recall(exact, top(f"{work}/{name}.run"))
 info = open(f"{work}/info.txt").read()
 est = re.search(r"estimated_recall@10\t([0-9.]+)", info)
 target = re.search(r"target_recall\t[0-9.]+\tnprobe (\d+)\tncandidates (\d+)", info)
 print(f"{corpus}: estimate at the defaults {est.group(1) if est else 'none'}; fixed defaults recall@10 "
-      f"{recall('fixed'):.4f} ({qps('fixed')} q/s); planned nprobe {target.group(1) if target else '?'} "
-      f"ncandidates {target.group(2) if target else '?'}: recall@10 {recall('planned'):.4f} ({qps('planned')} q/s)")
+      f"{rec('fixed'):.4f} ({qps(f'{work}/fixed.log')} q/s); planned nprobe {target.group(1) if target else '?'} "
+      f"ncandidates {target.group(2) if target else '?'}: recall@10 {rec('planned'):.4f} "
+      f"({qps(f'{work}/planned.log')} q/s)")
 PY
