@@ -137,18 +137,23 @@ public:
         const bool hybrid = given.mode == SearchMode::kHybrid;
         const int n_lex = hybrid ? std::max(given.k, given.lexical_candidates) : given.k;
         std::vector<engine::Scored> lexical(static_cast<size_t>(nq));
-        std::vector<uint32_t> row;
-        for (int i = 0; i < nq; ++i) {
-            const uint32_t* bits = live.data();
-            if (allowed) {
-                const uint32_t* a = allowed->set->Row(allowed->row(i));
-                const int64_t aw = std::min(words, DocSet::Words(allowed->set->n_docs));
-                row.assign(size_t(words), 0u);
-                for (int64_t w = 0; w < aw; ++w) row[size_t(w)] = a[w] & live[size_t(w)];
-                bits = row.data();
+        const auto rank_lexically = [&]() -> Status {
+            std::vector<uint32_t> row;
+            for (int i = 0; i < nq; ++i) {
+                const uint32_t* bits = live.data();
+                if (allowed) {
+                    const uint32_t* a = allowed->set->Row(allowed->row(i));
+                    const int64_t aw = std::min(words, DocSet::Words(allowed->set->n_docs));
+                    row.assign(size_t(words), 0u);
+                    for (int64_t w = 0; w < aw; ++w) row[size_t(w)] = a[w] & live[size_t(w)];
+                    bits = row.data();
+                }
+                TMS_RETURN_IF_ERROR(
+                    metadata_->Lexical((*given.query_texts)[size_t(i)], n_lex, bits, &lexical[size_t(i)]));
             }
-            TMS_RETURN_IF_ERROR(metadata_->Lexical((*given.query_texts)[size_t(i)], n_lex, bits, &lexical[size_t(i)]));
-        }
+            return Status::OK();
+        };
+        if (!hybrid) TMS_RETURN_IF_ERROR(rank_lexically());
         std::vector<engine::Scored> maxsim(static_cast<size_t>(nq));
         if (hybrid) {
             SearchOptions ms = given;
@@ -156,7 +161,13 @@ public:
             ms.query_texts = nullptr;
             ms.k = n_lex;
             std::vector<std::vector<SearchHit>> found;
-            TMS_RETURN_IF_ERROR(Search(q, ms, &found, nullptr));
+            // BM25 (SQLite, one host thread) runs while the MaxSim search does (on the GPU, or
+            // the other cores), so that hybrid search costs about the slower of the two.
+            std::future<Status> lexical_done = std::async(std::launch::async, rank_lexically);
+            const Status mst = Search(q, ms, &found, nullptr);
+            const Status lst = lexical_done.get();
+            TMS_RETURN_IF_ERROR(mst);
+            TMS_RETURN_IF_ERROR(lst);
             // The union, scored by exact MaxSim where the vectors are loaded (BM25's documents
             // the MaxSim search did not reach included); else the MaxSim hits' own scores.
             std::vector<std::vector<int64_t>> both(static_cast<size_t>(nq));
