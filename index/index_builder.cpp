@@ -315,11 +315,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     TMS_RETURN_IF_ERROR(agree(rank == 0 ? complete() : Status::OK()));
     phases.emplace_back("finish", SecondsSince(t0));
     if (stats) {
-        stats->n_docs = info.n_docs;
-        stats->n_tokens = info.n_tokens;
-        stats->n_centroids = info.n_centroids;
-        stats->dim = info.dim;
-        stats->code_bytes_per_token = info.code_bytes_per_token;
+        index::FillBuildStats(info, stats);
         stats->phase_seconds.insert(stats->phase_seconds.end(), phases.begin(), phases.end());
     }
     return Status::OK();

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "index/model.h"
+
+#include "tilemaxsim/index_builder.h"
 #include "tilemaxsim/options.h"
 #include "index/store/crc32c.h"
 
@@ -65,6 +67,14 @@ uint32_t ModelCrc(const IndexModel& m) {
     c = Crc32(m.codebook.data(), m.codebook.size() * sizeof(float), c);
     c = Crc32(m.residual_cutoffs.data(), m.residual_cutoffs.size() * sizeof(float), c);
     return Crc32(m.residual_weights.data(), m.residual_weights.size() * sizeof(float), c);
+}
+
+void FillBuildStats(const IndexInfo& info, BuildStats* stats) {
+    stats->n_docs = info.n_docs;
+    stats->n_tokens = info.n_tokens;
+    stats->n_centroids = info.n_centroids;
+    stats->dim = info.dim;
+    stats->code_bytes_per_token = info.code_bytes_per_token;
 }
 
 void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info) {

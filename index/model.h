@@ -9,6 +9,10 @@
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
+namespace tms {
+struct BuildStats;
+}  // namespace tms
+
 namespace tms::index {
 
 /// Trained parameters: coarse centroids and the codec's residual decoder.
@@ -32,6 +36,9 @@ struct IndexModel {
 
 /// The metadata of a fresh index.
 void FillInfo(const IndexModel& m, int64_t n_docs, int64_t n_tokens, const IndexBuildOptions& opts, IndexInfo* info);
+/// A finished build's counts (BuildStats' n_docs, n_tokens, n_centroids, dim and bytes per
+/// token) from its index's metadata; its phases and times are the builder's.
+void FillBuildStats(const IndexInfo& info, BuildStats* stats);
 /// A model as bytes and back (a distributed build broadcasts rank 0's).
 std::string ModelToBytes(const IndexModel& model);
 Status ModelFromBytes(const std::string& bytes, IndexModel* model);

@@ -325,11 +325,7 @@ Status IndexStreamBuilder::Finish(BuildStats* stats) {
     if (stats) {
         IndexInfo info;
         index::FillInfo(im.model, im.docs, im.tokens, im.opts, &info);
-        stats->n_docs = info.n_docs;
-        stats->n_tokens = info.n_tokens;
-        stats->n_centroids = info.n_centroids;
-        stats->dim = info.dim;
-        stats->code_bytes_per_token = info.code_bytes_per_token;
+        index::FillBuildStats(info, stats);
         stats->phase_seconds = im.phases;
         stats->seconds_total = SecondsSince(im.start);
     }
