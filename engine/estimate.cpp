@@ -110,8 +110,8 @@ Status exact_top_k(const QueryBatch& q, const EmbeddingView& docs, const std::ve
         p.q_stride = q.q_tokens;
         p.dim = q.dim;
         p.query_lens = q.lengths;
-        p.doc_tokens = static_cast<const char*>(docs.data) + size_t(offsets[size_t(d0)]) * size_t(docs.dim) *
-                                                                  size_t(docs.dtype == DType::kF16 ? 2 : 4);
+        p.doc_tokens = static_cast<const char*>(docs.data) +
+                       size_t(offsets[size_t(d0)]) * size_t(docs.dim) * size_t(docs.dtype == DType::kF16 ? 2 : 4);
         p.d_dtype = docs.dtype;
         p.doc_offsets = off.data();
         p.n_docs = nb;
@@ -253,10 +253,11 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
             if (o.documents) {
                 const EmbeddingView& v = *o.documents;
                 for (int c = 0; c < dim; ++c) {
-                    row[size_t(c)] = v.dtype == DType::kF16
-                                         ? static_cast<const uint16_t*>(v.data)[size_t(tk.row) * size_t(dim) + size_t(c)]
-                                         : kernels::float_to_half(
-                                               static_cast<const float*>(v.data)[size_t(tk.row) * size_t(dim) + size_t(c)]);
+                    row[size_t(c)] =
+                        v.dtype == DType::kF16
+                            ? static_cast<const uint16_t*>(v.data)[size_t(tk.row) * size_t(dim) + size_t(c)]
+                            : kernels::float_to_half(
+                                  static_cast<const float*>(v.data)[size_t(tk.row) * size_t(dim) + size_t(c)]);
                 }
             } else if (const index::IndexData& d = shards[tk.shard]; !d.vector_files.empty()) {
                 err.Set(d.vector_files[0].file->Read(tk.row, 1, row.data()));
@@ -405,8 +406,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         if (e.points.size() >= n_first && e.points.back().recall >= kEnough) break;  // deeper cannot do better
         // The compressed ranking past the defaults: a deeper point that measures no better
         // says the codec bounds the curve (deeper ones would cost more for the same).
-        if (e.compressed && e.points.size() > n_first &&
-            e.points.back().recall <= e.points[e.points.size() - 2].recall)
+        if (e.compressed && e.points.size() > n_first && e.points.back().recall <= e.points[e.points.size() - 2].recall)
             break;
     }
     e.documents = info.n_docs - info.n_deleted;

@@ -23,9 +23,10 @@ namespace tms {
 SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& opts);
 /// The search a call runs (Searcher::Plan): with target_recall > 0 and not exhaustive, `opts`
 /// with the estimate's setting for the target (ApplyTargetRecall; `est` may be null) when it was
-/// measured as the search runs (with the vectors loaded, or `compressed` without), and then exhaustive when the index's `live_docs` are at most
-/// SmallIndexDocs (exhaustive search scores them all exactly, for less); else `opts` as given.
-/// `device`: where the search runs (kCpu or kGpu).
+/// measured as the search runs (with the vectors loaded, or `compressed` without them), and then
+/// exhaustive when the index's `live_docs` are at most SmallIndexDocs (exhaustive search scores
+/// them all exactly, for less); else `opts` as given. `device`: where the search runs (kCpu or
+/// kGpu).
 SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
                          const SearchOptions& opts);
 /// The live documents up to which exhaustive search is cheaper than `o`'s approximate search on

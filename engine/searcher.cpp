@@ -560,7 +560,8 @@ public:
 
     // Each of `docs`' token spans (the metadata's spans column, checked when written), or none
     // where the index or the document keeps none.
-    Status DocSpans(const std::vector<int64_t>& docs, std::vector<std::vector<std::pair<int32_t, int32_t>>>* out) const {
+    Status DocSpans(const std::vector<int64_t>& docs,
+                    std::vector<std::vector<std::pair<int32_t, int32_t>>>* out) const {
         out->assign(docs.size(), {});
         if (!metadata_ || metadata_->spans_column().empty() || docs.empty()) return Status::OK();
         std::vector<int64_t> known;  // Rows takes ids below n_docs (Explain refuses the others)

@@ -562,10 +562,10 @@ Status MpiSearcher::SearchBatches(
             stats_.cut_s += cuts.seconds();
         } else {
             lo.query_texts = std::make_shared<const std::vector<std::string>>(texts.begin() + i * su.batch,
-                                                                             texts.begin() + i * su.batch + n);
+                                                                              texts.begin() + i * su.batch + n);
             bool agreed = false;
-            st = text_round(ch_.get(), local_.get(), qb, o, lo, mode == SearchMode::kHybrid, exact_, n_docs_, n_centroids_, &mine, &lexical,
-                            &maxsim, &agreed, &stats_.cut_s);
+            st = text_round(ch_.get(), local_.get(), qb, o, lo, mode == SearchMode::kHybrid, exact_, n_docs_,
+                            n_centroids_, &mine, &lexical, &maxsim, &agreed, &stats_.cut_s);
             if (rank_ == 0 && agreed && pending.ok()) pending = st;
         }
         if (rank_ == 0 && !pending.ok()) st = pending;

@@ -201,7 +201,8 @@ Status read_text_spec(sqlite3* db, const std::string& what, TextIndexSpec* out, 
     if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return sql_error(db, rc, what);
     if (sqlite3_column_int(st.s, 0) == 0) return Status::OK();
     TMS_RETURN_IF_ERROR(prepare(db, "SELECT column_name FROM text_spans", what, &st));
-    if ((rc = sqlite3_step(st.s)) != SQLITE_ROW) return Status::Corruption(what + ": its token spans are not described");
+    if ((rc = sqlite3_step(st.s)) != SQLITE_ROW)
+        return Status::Corruption(what + ": its token spans are not described");
     out->spans_column = text(0);
     return Status::OK();
 }

@@ -37,7 +37,7 @@ tms::Status print_info(const std::string& path) {
         std::printf("estimated_recall@%d\t%.4f\n", e.k, d->recall);
         std::printf("estimate_queries\t%d %s\n", e.queries, e.sampled ? "sample" : "pseudo");
         std::printf("estimate_truth\t%s\n", e.compressed ? "input (compressed ranking, no stored vectors)"
-                                                             : "stored vectors (exhaustive search)");
+                                                         : "stored vectors (exhaustive search)");
         if (!e.measured_at.empty()) std::printf("estimate_measured_at\t%s\n", one_line(e.measured_at).c_str());
         for (const tms::RecallPoint& p : e.points) {
             std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates, p.rerank,

@@ -309,8 +309,8 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                 for (size_t j = 0; j < res[i].size(); ++j) {
                     const tms::Explanation& e = ex[i][j];
                     nlohmann::json line = {{"query", qids[size_t(q0) + i]}, {"doc", res[i][j].doc_id},
-                                           {"score", res[i][j].score},          {"maxsim", e.score},
-                                           {"doc_tokens", e.doc_tokens},        {"similarities", e.similarities},
+                                           {"score", res[i][j].score},      {"maxsim", e.score},
+                                           {"doc_tokens", e.doc_tokens},    {"similarities", e.similarities},
                                            {"from_codes", e.from_codes}};
                     if (!e.spans.empty()) line["spans"] = e.spans;
                     explained += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
