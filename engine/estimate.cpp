@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -67,10 +68,11 @@ Status check_index(const std::string& path, const EstimateOptions& o, IndexInfo*
     TMS_RETURN_IF_ERROR(ReadIndexInfo(path, info));
     if (o.documents != nullptr) {
         const std::vector<int64_t>* lens = o.doc_lengths;
-        int64_t rows = 0;
-        for (size_t d = 0; lens && d < lens->size(); ++d) rows += (*lens)[d] >= 0 ? (*lens)[d] : INT64_MIN / 2;
-        if (lens == nullptr || o.documents->dim != info->dim || int64_t(lens->size()) != info->n_docs ||
-            rows != o.documents->rows || info->n_deleted != 0 || o.documents->data == nullptr ||
+        const bool lens_fit = lens != nullptr &&
+                              std::all_of(lens->begin(), lens->end(), [](int64_t l) { return l >= 0; }) &&
+                              std::accumulate(lens->begin(), lens->end(), int64_t(0)) == o.documents->rows;
+        if (!lens_fit || o.documents->dim != info->dim || int64_t(lens->size()) != info->n_docs ||
+            info->n_deleted != 0 || o.documents->data == nullptr ||
             (o.documents->dtype != DType::kF16 && o.documents->dtype != DType::kF32)) {
             return Status::InvalidArgument(
                 "estimate: the documents given are not the ones " + path + " was built from (" +
@@ -86,6 +88,13 @@ Status check_index(const std::string& path, const EstimateOptions& o, IndexInfo*
                                     "documents the index was built from");
     }
     return Status::OK();
+}
+
+// Row offsets of documents of these lengths: document d is rows [off[d], off[d + 1]).
+std::vector<int64_t> row_offsets(const std::vector<int64_t>& lens) {
+    std::vector<int64_t> off(1, 0);
+    for (const int64_t l : lens) off.push_back(off.back() + l);
+    return off;
 }
 
 // Each query's exact top-k over `docs` (rows offsets[d] .. offsets[d + 1] are document d), by
@@ -158,8 +167,7 @@ Status MakePseudoQueries(const std::string& path, const EstimateOptions& o, int 
     std::vector<int64_t> input_off;
     std::vector<std::pair<size_t, int64_t>> live;  // (shard, local id)
     if (o.documents != nullptr) {
-        input_off.assign(1, 0);
-        for (const int64_t l : *o.doc_lengths) input_off.push_back(input_off.back() + l);
+        input_off = row_offsets(*o.doc_lengths);
         for (int64_t d = 0; d < int64_t(o.doc_lengths->size()); ++d)
             if ((*o.doc_lengths)[size_t(d)] > 0) live.emplace_back(0, d);
     } else {
@@ -370,9 +378,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
     std::vector<std::vector<SearchHit>> truth, got;
     if (stopped()) return kStopped;
     if (o.documents != nullptr) {
-        std::vector<int64_t> off(1, 0);
-        for (const int64_t l : *o.doc_lengths) off.push_back(off.back() + l);
-        TMS_RETURN_IF_ERROR(exact_top_k(qb, *o.documents, off, e.k, &truth));
+        TMS_RETURN_IF_ERROR(exact_top_k(qb, *o.documents, row_offsets(*o.doc_lengths), e.k, &truth));
     } else {
         TMS_RETURN_IF_ERROR(s->Search(qb, ex, &truth));
     }

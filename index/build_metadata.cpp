@@ -12,27 +12,29 @@
 namespace tms::index {
 
 Status CheckTextField(const IndexBuildOptions& opts, const std::vector<MetaColumn>* columns) {
-    if (opts.text_field.empty()) return Status::OK();
-    const bool found = columns && std::any_of(columns->begin(), columns->end(), [&](const MetaColumn& m) {
-                           return m.name == opts.text_field && m.type == MetaType::kText;
-                       });
-    if (found) return Status::OK();
-    return Status::InvalidArgument("text field '" + opts.text_field +
-                                   "': the documents' metadata has no field of that name with text values (give it "
-                                   "in the metadata, e.g. {\"" +
-                                   opts.text_field + "\": \"the document's text\"})");
-}
-
-Status CheckSpansField(const IndexBuildOptions& opts, const std::vector<MetaColumn>* columns) {
-    if (opts.spans_field.empty()) return Status::OK();
-    const bool found = columns && std::any_of(columns->begin(), columns->end(), [&](const MetaColumn& m) {
-                           return lower(m.name) == lower(opts.spans_field) && m.type == MetaType::kText;
-                       });
-    if (found) return Status::OK();
-    return Status::InvalidArgument("spans field '" + opts.spans_field +
-                                   "': the documents' metadata has no field of that name holding token spans (give "
-                                   "them in the metadata, e.g. {\"" +
-                                   opts.spans_field + "\": [[0, 5], [6, 11]]}, a pair per token)");
+    if (!opts.text_field.empty()) {
+        const bool found = columns && std::any_of(columns->begin(), columns->end(), [&](const MetaColumn& m) {
+                               return m.name == opts.text_field && m.type == MetaType::kText;
+                           });
+        if (!found) {
+            return Status::InvalidArgument("text field '" + opts.text_field +
+                                           "': the documents' metadata has no field of that name with text values "
+                                           "(give it in the metadata, e.g. {\"" +
+                                           opts.text_field + "\": \"the document's text\"})");
+        }
+    }
+    if (!opts.spans_field.empty()) {
+        const bool found = columns && std::any_of(columns->begin(), columns->end(), [&](const MetaColumn& m) {
+                               return lower(m.name) == lower(opts.spans_field) && m.type == MetaType::kText;
+                           });
+        if (!found) {
+            return Status::InvalidArgument("spans field '" + opts.spans_field +
+                                           "': the documents' metadata has no field of that name holding token spans "
+                                           "(give them in the metadata, e.g. {\"" +
+                                           opts.spans_field + "\": [[0, 5], [6, 11]]}, a pair per token)");
+        }
+    }
+    return Status::OK();
 }
 
 namespace {

@@ -11,12 +11,9 @@
 namespace tms::index {
 
 /// InvalidArgument unless opts.text_field is empty or names one of `columns` (null: the
-/// documents have no metadata) of text values.
+/// documents have no metadata) of text values, and likewise opts.spans_field (spans are arrays,
+/// which the metadata keeps as their JSON text).
 Status CheckTextField(const IndexBuildOptions& opts, const std::vector<MetaColumn>* columns);
-
-/// InvalidArgument unless opts.spans_field is empty or names one of `columns` too (the documents
-/// carry spans: arrays, which the metadata keeps as their JSON text).
-Status CheckSpansField(const IndexBuildOptions& opts, const std::vector<MetaColumn>* columns);
 
 /// Each document's spans (`spans_field` of `cells`, which index `columns`; a document without
 /// one has none): a JSON array of [start, end] pairs, one per token (doclens[d]), with

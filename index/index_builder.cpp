@@ -92,7 +92,6 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
     TMS_RETURN_IF_ERROR(agree([&]() -> Status {
         if (rank != 0) return Status::OK();
         TMS_RETURN_IF_ERROR(index::CheckTextField(opts, metadata ? &meta_rows.columns : nullptr));
-        TMS_RETURN_IF_ERROR(index::CheckSpansField(opts, metadata ? &meta_rows.columns : nullptr));
         return metadata ? index::CheckSpans(opts.spans_field, opts.text_field, meta_rows.columns, meta_rows.cells,
                                             all_lens, ids, metadata->source)
                         : Status::OK();

@@ -242,10 +242,7 @@ Status IndexStreamBuilder::Add(const EmbeddingView& tokens, const std::vector<in
         TMS_RETURN_IF_ERROR(im.check_ids(&ids, doclens.size()));
         index::MetaRows rows;
         if (metadata) TMS_RETURN_IF_ERROR(index::ResolveMetadata(*metadata, ids, im.columns, &rows));
-        if (im.docs == 0) {
-            TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, metadata ? &rows.columns : nullptr));
-            TMS_RETURN_IF_ERROR(index::CheckSpansField(im.opts, metadata ? &rows.columns : nullptr));
-        }
+        if (im.docs == 0) TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, metadata ? &rows.columns : nullptr));
         if (metadata) {
             TMS_RETURN_IF_ERROR(index::CheckSpans(im.opts.spans_field, im.opts.text_field, rows.columns, rows.cells,
                                                   doclens, ids, im.batch_name() + metadata->source));
@@ -315,7 +312,6 @@ Status IndexStreamBuilder::Finish(BuildStats* stats) {
     TMS_RETURN_IF_ERROR(im.writer->FinishShards());
     if (im.has_metadata) {
         TMS_RETURN_IF_ERROR(index::CheckTextField(im.opts, &im.columns));
-        TMS_RETURN_IF_ERROR(index::CheckSpansField(im.opts, &im.columns));
         TMS_RETURN_IF_ERROR(index::WriteBuildMetadata(im.writer->build_dir(), im.columns, im.ids, im.cells, im.opts));
     }
     TMS_RETURN_IF_ERROR(im.writer->Complete());

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "index/ingest/npy.h"
 #include "nlohmann/json.hpp"
+#include "server/explanation_json.h"
 #include "server/form_data.h"
 #include "tilemaxsim/estimate.h"
 #include "server/openapi.h"
@@ -261,15 +262,7 @@ json Hits(const std::vector<std::vector<SearchHit>>& results, const std::vector<
             ids.push_back(h.doc_id);
             scores.push_back(h.score);
             if (objects) meta.push_back(json::parse((*objects)[at++]));
-            if (ex) {
-                const Explanation& e = (*ex)[q][j];
-                json w = {{"doc_tokens", e.doc_tokens},
-                          {"similarities", e.similarities},
-                          {"maxsim", e.score},
-                          {"from_codes", e.from_codes}};
-                if (!e.spans.empty()) w["spans"] = e.spans;
-                why.push_back(std::move(w));
-            }
+            if (ex) why.push_back(ExplanationJson((*ex)[q][j]));
         }
         json r = {{"ids", std::move(ids)}, {"scores", std::move(scores)}};
         if (objects) r["metadata"] = std::move(meta);

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/progress.h"
+#include "server/explanation_json.h"
 #include "engine/plan.h"
 #include "index/ingest/files.h"
 #include "nlohmann/json.hpp"
@@ -307,12 +308,10 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
             TMS_RETURN_IF_ERROR(searcher->Explain(b, docs, &ex));
             for (size_t i = 0; i < res.size(); ++i) {
                 for (size_t j = 0; j < res[i].size(); ++j) {
-                    const tms::Explanation& e = ex[i][j];
-                    nlohmann::json line = {{"query", qids[size_t(q0) + i]}, {"doc", res[i][j].doc_id},
-                                           {"score", res[i][j].score},      {"maxsim", e.score},
-                                           {"doc_tokens", e.doc_tokens},    {"similarities", e.similarities},
-                                           {"from_codes", e.from_codes}};
-                    if (!e.spans.empty()) line["spans"] = e.spans;
+                    nlohmann::json line = tms::server::ExplanationJson(ex[i][j]);
+                    line["query"] = qids[size_t(q0) + i];
+                    line["doc"] = res[i][j].doc_id;
+                    line["score"] = res[i][j].score;
                     explained += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
                 }
             }
