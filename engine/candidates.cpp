@@ -15,7 +15,7 @@ namespace tms::engine {
 
 Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
                                      std::vector<float>* cs, Lists* lists, const uint32_t* allow,
-                                     int64_t allow_stride) const {
+                                     int64_t allow_stride, std::vector<kernels::ProbeFrame>* frames) const {
     const int nq = q.n_queries, qt = q.q_tokens;
     const int K = p_->data.model.n_centroids;
     const int nprobe = engine::ProbesPerToken(opts, K);
@@ -62,6 +62,10 @@ Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const
         std::vector<uint32_t> fixed;
         TMS_RETURN_IF_ERROR(kernels::probe_scores_cpu(pp, &lists->off, &lists->docs, &fixed));
         lists->scores.assign(fixed.begin(), fixed.end());  // below 2^24: exact in fp32
+        if (frames) {
+            frames->resize(size_t(nq));
+            for (int qi = 0; qi < nq; ++qi) (*frames)[size_t(qi)] = kernels::probe_frame(pp, qi);
+        }
         return Status::OK();
     }
     TMS_RETURN_IF_ERROR(kernels::ivf_union_cpu(up, &lists->off, &lists->docs));
@@ -87,7 +91,9 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
     c->on_gpu = gpu_codes() && nprobe <= 64;
     // Alone: nothing is cut across segments, so the lists need no pruning scores (on a GPU
     // they stay there; CompressedStage brings back each query's best).
-    const bool keep_on_device = c->alone && c->on_gpu;
+    const bool keep_on_device = c->alone && c->on_gpu && !c->certify;
+    c->frames.clear();
+    std::vector<kernels::ProbeFrame>* frames = c->certify ? &c->frames : nullptr;
     std::vector<uint32_t> local;
     int n_direct = 0;
     if (allowed) {
@@ -106,10 +112,10 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
             TMS_RETURN_IF_ERROR(p_->dev->Candidates(q.data, q.dtype, nq, q.q_tokens, q.lengths, nprobe, o.ncandidates,
                                                     o.pruning, &c->lists.off, keep_on_device ? nullptr : &c->lists.docs,
                                                     keep_on_device ? nullptr : &c->lists.scores,
-                                                    keep_on_device ? nullptr : &c->ticket, allow, stride > 0));
+                                                    keep_on_device ? nullptr : &c->ticket, allow, stride > 0, frames));
         } else {
             TMS_RETURN_IF_ERROR(
-                HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists, allow, stride));
+                HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists, allow, stride, frames));
         }
     } else {  // the compressed stage scores the lists below: on the host, with these centroid scores
         c->ticket = 0;

@@ -565,7 +565,8 @@ Status GpuCodeScorer::SetIvf(const int64_t* h_ivf_offsets, const int32_t* h_ivf_
 Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                                  const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
                                  std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
-                                 uint64_t* ticket, const uint32_t* h_allow, bool allow_per_query) {
+                                 uint64_t* ticket, const uint32_t* h_allow, bool allow_per_query,
+                                 std::vector<kernels::ProbeFrame>* frames) {
     Impl& im = *impl_;
     im.last.valid = false;
     if (ticket) *ticket = 0;
@@ -660,10 +661,21 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     const int32_t* result = nullptr;
     const int64_t* result_off = nullptr;
     bool table_built = false;
+    // The probes and their scores, for the frames (computed on the host once they are there).
+    std::vector<int32_t> h_probe;
+    std::vector<float> h_probe_scores;
     if (by_probes) {
         TMS_RETURN_IF_ERROR(
             im.ProbeCandidates(up, dp, dcs, dps, dthr, dcount, doff, ncandidates, off, &noff, kept_scores, trace));
         *off = noff;
+        if (frames) {
+            h_probe.resize(size_t(rows) * nprobe);
+            h_probe_scores.resize(size_t(rows) * (nprobe + 1));
+            TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_probe.data(), dp, h_probe.size() * sizeof(int32_t),
+                                                     cudaMemcpyDeviceToHost, im.stream));
+            TMS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_probe_scores.data(), dps, h_probe_scores.size() * sizeof(float),
+                                                     cudaMemcpyDeviceToHost, im.stream));
+        }
         result = static_cast<const int32_t*>(im.g_heads.p);
         result_off = static_cast<const int64_t*>(im.g_new_off.p);
     } else {
@@ -723,6 +735,18 @@ Status GpuCodeScorer::Candidates(const void* h_queries, DType q_dtype, int n_que
     }
     TMS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));
     trace("gather + download");
+    if (frames) {
+        frames->clear();
+        if (by_probes) {
+            kernels::ProbeScoreParams pp;
+            pp.lists = up;
+            pp.lists.probe = h_probe.data();
+            pp.lists.query_lens = h_query_lens;
+            pp.probe_scores = h_probe_scores.data();
+            pp.floor_scores = h_probe_scores.data() + rows * nprobe;
+            for (int q = 0; q < n_queries; ++q) frames->push_back(kernels::probe_frame(pp, q));
+        }
+    }
     im.SetLast(q_stride, dq, dl, dcs, result_off, result, *off, table_built);
     im.last.ticket = ++im.sc.tickets;
     if (ticket) *ticket = im.last.ticket;

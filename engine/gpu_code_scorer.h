@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/candidates.h"
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
@@ -71,11 +72,13 @@ public:
     /// spread over several shards, SearchCuts); unset when ncandidates == 0. ticket: names this
     /// call's device state for ScoreLists. h_allow: the documents the search may return
     /// (kernels::IvfUnionParams::allow), one host row of bitmap_words(n_docs) words for every query,
-    /// or one per query when allow_per_query; nullptr: every document.
+    /// or one per query when allow_per_query; nullptr: every document. frames (kProbe with
+    /// ncandidates > 0): each query's kernels::ProbeFrame, what its keys stand for.
     Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride, const int32_t* h_query_lens,
                       int nprobe, int ncandidates, Pruning pruning, std::vector<int64_t>* off,
                       std::vector<int32_t>* docs, std::vector<float>* keys = nullptr, uint64_t* ticket = nullptr,
-                      const uint32_t* h_allow = nullptr, bool allow_per_query = false);
+                      const uint32_t* h_allow = nullptr, bool allow_per_query = false,
+                      std::vector<kernels::ProbeFrame>* frames = nullptr);
     Status Candidates(const float* h_queries, int n_queries, int q_stride, const int32_t* h_query_lens, int nprobe,
                       int ncandidates, Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs) {
         return Candidates(h_queries, DType::kF32, n_queries, q_stride, h_query_lens, nprobe, ncandidates, pruning, off,

@@ -84,9 +84,10 @@ public:
     }
     Status Candidates(const void* q, DType dt, int nq, int qt, const int32_t* lens, int nprobe, int ncand,
                       Pruning pruning, std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
-                      uint64_t* ticket, const uint32_t* allow, bool allow_per_query) override {
+                      uint64_t* ticket, const uint32_t* allow, bool allow_per_query,
+                      std::vector<kernels::ProbeFrame>* frames) override {
         return code_->Candidates(q, dt, nq, qt, lens, nprobe, ncand, pruning, off, docs, keys, ticket, allow,
-                                 allow_per_query);
+                                 allow_per_query, frames);
     }
     Status ScoreLists(const void* q, DType dt, int nq, int qt, const int32_t* lens, const int64_t* h_off,
                       const int32_t* h_docs, int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/gpu_scorer.h"
+#include "kernels/candidates.h"
 #include "tilemaxsim/status.h"
 #include "tilemaxsim/types.h"
 
@@ -45,7 +46,8 @@ public:
     virtual Status Candidates(const void* h_queries, DType q_dtype, int n_queries, int q_stride,
                               const int32_t* h_query_lens, int nprobe, int ncandidates, Pruning pruning,
                               std::vector<int64_t>* off, std::vector<int32_t>* docs, std::vector<float>* keys,
-                              uint64_t* ticket, const uint32_t* h_allow, bool allow_per_query) = 0;
+                              uint64_t* ticket, const uint32_t* h_allow, bool allow_per_query,
+                              std::vector<kernels::ProbeFrame>* frames) = 0;
     virtual Status ScoreCandidatesTop(int keep, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                                       std::vector<float>* scores) = 0;
     virtual Status ScoreLists(const void* h_queries, DType q_dtype, int n_queries, int q_stride,

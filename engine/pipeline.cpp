@@ -5,7 +5,9 @@
 #include "engine/shard_searcher.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -45,6 +47,79 @@ Status agree_cut(SearchCuts* cuts, int keep, const Status& st, std::vector<std::
 // not a reason to search again.
 constexpr int kTrustedPerHit = 4;
 
+// How a query's certification ended in a pass (SearchOptions::certify).
+enum Verdict : int8_t {
+    kCertified = 0,
+    kRerankBound = 1,   // a document the rerank did not reach may score above the k-th
+    kPruningBound = 2,  // one the candidates did not keep may (the rerank's bound may fail too)
+    kUncertifiable = 3, // the pass could not tell (no probe scores: a direct or deepened query)
+};
+
+// Multiplies the excess of exact over approximate scores measured on a query's reranked
+// documents (their largest) before it bounds the documents left out, who outnumber the reranked
+// (their largest excess can be larger): by the rerank or by the candidates' cut (documents like
+// the reranked ones, scored by the same codes or probes), half again; where nothing was cut,
+// those no probe reaches (the least like the reranked, every one of which was reached), twice.
+// Set so that no query of tests/engine/certify.h's corpora (short ragged queries the hardest)
+// is certified without its exhaustive top-k.
+constexpr float kExcess = 1.5f, kUnreachedExcess = 2.0f;
+
+// A segment's lists of one stage, each query's range sorted by document (for lookups by id).
+Lists by_document(const Lists& l) {
+    Lists s = l;
+    const int nq = int(l.off.size()) - 1;
+    if (l.scores.size() != l.docs.size()) s.scores.assign(l.docs.size(), std::numeric_limits<float>::quiet_NaN());
+#pragma omp parallel for schedule(dynamic, 16) if (l.docs.size() > 65536)
+    for (int i = 0; i < nq; ++i) {
+        const int64_t b = l.off[size_t(i)], e = l.off[size_t(i) + 1];
+        std::vector<std::pair<int32_t, float>> v(size_t(e - b));
+        for (int64_t j = b; j < e; ++j) v[size_t(j - b)] = {s.docs[size_t(j)], s.scores[size_t(j)]};
+        std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        for (int64_t j = b; j < e; ++j) std::tie(s.docs[size_t(j)], s.scores[size_t(j)]) = v[size_t(j - b)];
+    }
+    return s;
+}
+
+// Document d's score in query i's range of `s` (by_document's), or NaN.
+float score_of(const Lists& s, int i, int32_t d) {
+    const auto b = s.docs.begin() + s.off[size_t(i)], e = s.docs.begin() + s.off[size_t(i) + 1];
+    const auto it = std::lower_bound(b, e, d);
+    return it != e && *it == d ? s.scores[size_t(it - s.docs.begin())] : std::numeric_limits<float>::quiet_NaN();
+}
+
+// The most a document of approximate score at most x could score exactly, judged by the query's
+// reranked documents `seen` ((exact, approximate...) each; `col` the approximate score's column,
+// NaN where unknown): the least-squares line of exact on approximate through them, at x, plus
+// `margin` times their largest excess over that line. A line, not a shift: an index's
+// approximate scores may run on another scale than its exact ones (codes of unnormalised
+// vectors; centroids of unit norm). The line is not followed below the lowest approximate score
+// seen: its slope, fitted on few distinct scores (a query of one or two tokens has a few probe
+// scores), could fall below what the documents left out score. +inf where fewer than 3 are known.
+float ExactBound(const std::vector<std::array<float, 3>>& seen, int col, float x, float margin) {
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, lowest = INFINITY;
+    for (const auto& v : seen) {
+        if (std::isnan(v[size_t(col)])) continue;
+        const double a = v[size_t(col)], e = v[0];
+        lowest = std::min(lowest, a);
+        n += 1;
+        sx += a;
+        sy += e;
+        sxx += a * a;
+        sxy += a * e;
+    }
+    if (n < 3) return INFINITY;
+    const double var = sxx - sx * sx / n, cov = sxy - sx * sy / n;
+    // A flat or falling line would not bound anything below the reranked: slope at least 0.
+    const double slope = var > 0 ? std::max(0.0, cov / var) : 0.0;
+    const double icept = (sy - slope * sx) / n;
+    double excess = 0;
+    for (const auto& v : seen) {
+        if (std::isnan(v[size_t(col)])) continue;
+        excess = std::max(excess, double(v[0]) - (slope * v[size_t(col)] + icept));
+    }
+    return float(slope * std::max(double(x), lowest) + icept + margin * excess);
+}
+
 }  // namespace
 
 // Approximate search of the segments `segs` (`groups`: their indices per device) as one segment
@@ -67,7 +142,6 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
     bool have_vectors = true;
     for (const ShardSearcher* sg : segs) have_vectors = have_vectors && sg->CheckExact().ok();
     const bool rerank = have_vectors && opts.rerank > 0;
-    const int keep = rerank ? std::max(opts.rerank, opts.k) : opts.k;
     const int64_t chunk = chunk_queries(opts, q.q_tokens, n_centroids, n_docs);
     const bool deepen = (opts.allow || !opts.filter.empty()) && opts.ncandidates > 0;
     SearchTimings t;
@@ -82,14 +156,19 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         return Status::OK();
     };
     // One pass of the queries b (allowed a) with options o: these segments' share of each
-    // query's top-k into *out and, with deep, the queries to search again (agreed by every
-    // participant). Errors go to st.
+    // query's top-k into *out and, with deep, the queries to search again, with verdicts, each
+    // query's certification (both agreed by every participant). Errors go to st.
     auto pass = [&](const QueryBatch& b, const Allowed* a, const SearchOptions& o,
-                    std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep) {
+                    std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep, std::vector<int8_t>* verdicts) {
         const int nb = b.n_queries;
+        const int keep = rerank ? std::max(o.rerank, o.k) : o.k;
         std::vector<SegmentCall> calls(n);
         const bool alone = n == 1 && !cuts && !a;
-        for (SegmentCall& c : calls) c.alone = alone;
+        const bool certify = verdicts != nullptr;
+        for (SegmentCall& c : calls) {
+            c.alone = alone;
+            c.certify = certify;
+        }
         // Queries that score all their allowed documents: their pruning scores are all 0 (a
         // cut would keep the lowest ids, not the best).
         const auto direct = [&](int i) { return a && a->direct(i); };
@@ -113,8 +192,9 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
             }
             return best;
         };
-        // Cuts every segment's lists to the best `keep_n` of each query over all of them.
-        auto cut = [&](int keep_n, bool spare_direct) {
+        // Cuts every segment's lists to the best `keep_n` of each query over all of them; *at_out
+        // (when given): each query's cut (kKeepAll where every key is kept).
+        auto cut = [&](int keep_n, bool spare_direct, std::vector<CutKey>* at_out) {
             std::vector<CutKey> at;
             st = agree_cut(cuts, keep_n, st, best_keys(keep_n, spare_direct), &at);
             if (!st.ok()) return;
@@ -123,6 +203,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 if (spare_direct && direct(i)) at[size_t(i)] = kKeepAll;
                 cuts_any = cuts_any || CutKeyBetter(at[size_t(i)], kKeepAll);
             }
+            if (at_out) *at_out = at;
             if (!cuts_any) return;  // every list is kept whole
             for (size_t s = 0; s < n; ++s) {
                 Lists& l = calls[s].lists;
@@ -158,8 +239,17 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         // Per query (with deep): the global ids of the candidates kept past the pruning's
         // trusted best, ascending.
         std::vector<std::vector<int64_t>> past(deep ? size_t(nb) : 0);
+        // Certification: the pruning's cut of each query (kKeepAll: nothing cut), the candidates
+        // by document with their probe scores, the compressed scores of the reranked documents
+        // and the rerank's cut.
+        std::vector<CutKey> prune_at(size_t(nb), kKeepAll), rerank_at(size_t(nb), kKeepAll);
+        std::vector<Lists> probed(certify ? n : 0);
+        std::vector<std::vector<float>> approx(certify ? n : 0);
+        if (certify && alone) {  // the device kept each query's ncandidates best
+            st = agree_cut(cuts, o.ncandidates, st, best_keys(o.ncandidates, /*spare_direct=*/true), &prune_at);
+        }
         if (o.ncandidates > 0 && !alone) {
-            cut(o.ncandidates, /*spare_direct=*/true);
+            cut(o.ncandidates, /*spare_direct=*/true, certify ? &prune_at : nullptr);
             if (deep) {
                 const int trusted = std::min(kTrustedPerHit * o.k, std::max(o.k, o.ncandidates / 2));
                 std::vector<CutKey> at;
@@ -178,9 +268,15 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 }
             }
         }
+        for (size_t s = 0; certify && st.ok() && s < n; ++s) probed[s] = by_document(calls[s].lists);
         if (st.ok()) st = run([&](size_t s) { return segs[s]->CompressedStage(b, keep, &calls[s]); }, &t.scoring);
         trace.Mark("compressed scoring");
-        if (!alone) cut(keep, /*spare_direct=*/false);
+        if (!alone) {
+            cut(keep, /*spare_direct=*/false, certify ? &rerank_at : nullptr);
+        } else if (certify) {
+            st = agree_cut(cuts, keep, st, best_keys(keep, /*spare_direct=*/false), &rerank_at);
+        }
+        for (size_t s = 0; certify && st.ok() && s < n; ++s) approx[s] = calls[s].lists.scores;
         if (st.ok() && rerank) {
             st = run([&](size_t s) { return segs[s]->RerankStage(b, &calls[s]); }, &t.rerank);
             trace.Mark("exact rerank");
@@ -205,6 +301,50 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 auto& hits = parts[s][size_t(i)];
                 for (size_t j = 0; j < top; ++j)
                     hits.push_back({d.doc_ids[size_t(live[j].second)], live[j].first.id, live[j].first.score});
+            }
+        }
+        if (certify) {
+            // Each query's k-th score against its bounds on what a document left out could score
+            // (one participant: SearchWithCuts does not certify).
+            const kernels::ProbeFrame* frames = nullptr;
+            for (size_t s = 0; s < n && !frames; ++s)
+                if (calls[s].frames.size() == size_t(nb)) frames = calls[s].frames.data();
+            verdicts->assign(size_t(nb), kUncertifiable);
+#pragma omp parallel for schedule(dynamic, 4) if (nb > 16)
+            for (int i = 0; i < nb; ++i) {
+                if (!st.ok()) continue;
+                std::vector<float> top;  // the exact scores of the query's hits
+                std::vector<std::array<float, 3>> seen;  // (exact, compressed, probe) of the reranked
+                const kernels::ProbeFrame* f = frames ? &frames[i] : nullptr;
+                for (size_t s = 0; s < n; ++s) {
+                    for (const SearchHit& h : parts[s][size_t(i)]) top.push_back(h.score);
+                    const Lists& l = calls[s].lists;
+                    for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
+                        const float p = f ? score_of(probed[s], i, l.docs[size_t(e)]) : NAN;
+                        const float ps = std::isnan(p) ? NAN : f->base + (f->scale > 0 ? p / f->scale : 0.f);
+                        seen.push_back({l.scores[size_t(e)], approx[s][size_t(e)], ps});
+                    }
+                }
+                // Fewer than k hits: certified only where nothing was left out.
+                float kth = -INFINITY;
+                if (top.size() >= size_t(o.k)) {
+                    std::nth_element(top.begin(), top.begin() + (o.k - 1), top.end(), std::greater<float>());
+                    kth = top[size_t(o.k - 1)];
+                }
+                const bool rerank_ok =
+                    !CutKeyBetter(rerank_at[size_t(i)], kKeepAll) || kth > ExactBound(seen, 1, rerank_at[size_t(i)].score, kExcess);
+                bool pruning_ok = direct(i);
+                if (!pruning_ok && f) {
+                    // A document the candidates did not keep has a probe score of at most the
+                    // cut's (0 where nothing was cut: no probe reaches it), each row truncated.
+                    const bool cut = CutKeyBetter(prune_at[size_t(i)], kKeepAll);
+                    const float x = cut ? prune_at[size_t(i)].score : 0.f;
+                    pruning_ok =
+                        kth > ExactBound(seen, 2, f->base + (f->scale > 0 ? (x + float(f->rows)) / f->scale : 0.f),
+                                         cut ? kExcess : kUnreachedExcess);
+                }
+                if (!f && !direct(i)) continue;  // kUncertifiable
+                (*verdicts)[size_t(i)] = !pruning_ok ? kPruningBound : !rerank_ok ? kRerankBound : kCertified;
             }
         }
         if (deep) {
@@ -237,40 +377,75 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         trace.Mark("top-k");
     };
     results->assign(size_t(q.n_queries), {});
+    const bool certify = rerank && Certifies(opts);
+    if (certify) {
+        t.certified.assign(size_t(q.n_queries), 0);
+        t.depth.assign(size_t(q.n_queries), 0);
+    }
     for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
         const int nb = int(std::min<int64_t>(chunk, q.n_queries - q0));
         const QueryBatch b = q.Slice(int(q0), nb);
         const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
+        // Queries `idx` of b searched again with options o: their results replace theirs in
+        // out, and (with verdict) their verdicts.
         std::vector<std::vector<SearchHit>> out;
-        std::vector<int> again;
-        pass(b, allowed ? &a : nullptr, opts, &out, deepen ? &again : nullptr);
-        TMS_RETURN_IF_ERROR(st);
-        if (!again.empty()) {
+        std::vector<int8_t> verdict;
+        auto again_with = [&](const std::vector<int>& idx, const SearchOptions& o, bool certified) {
             // Those queries (and their rows of the allowed documents) gathered into one batch.
-            QueryCopy g(b, int(again.size()));
-            for (const int i : again) g.Append(b, i, 1);
+            QueryCopy g(b, int(idx.size()));
+            for (const int i : idx) g.Append(b, i, 1);
             Allowed ga = a;
             if (allowed && a.per_query()) {
                 const int64_t words = DocSet::Words(a.set->n_docs);
-                auto set = std::make_shared<DocSet>(a.set->n_docs, int(again.size()));
-                auto dr = std::make_shared<std::vector<char>>(again.size());
-                auto nr = std::make_shared<std::vector<char>>(again.size());
-                for (size_t j = 0; j < again.size(); ++j) {
-                    std::copy_n(a.set->Row(a.row(again[j])), words, set->bits.begin() + ptrdiff_t(j * size_t(words)));
-                    (*dr)[j] = a.direct(again[j]);
-                    (*nr)[j] = a.narrow(again[j]);
+                auto set = std::make_shared<DocSet>(a.set->n_docs, int(idx.size()));
+                auto dr = std::make_shared<std::vector<char>>(idx.size());
+                auto nr = std::make_shared<std::vector<char>>(idx.size());
+                for (size_t j = 0; j < idx.size(); ++j) {
+                    std::copy_n(a.set->Row(a.row(idx[j])), words, set->bits.begin() + ptrdiff_t(j * size_t(words)));
+                    (*dr)[j] = a.direct(idx[j]);
+                    (*nr)[j] = a.narrow(idx[j]);
                 }
                 ga.set = std::move(set);
                 ga.direct_rows = std::move(dr);
                 ga.narrow_rows = std::move(nr);
                 ga.row0 = 0;
             }
-            const SearchOptions wide = engine::DeepenedSearch(opts);
             std::vector<std::vector<SearchHit>> again_out;
-            pass(g.batch(), allowed ? &ga : nullptr, wide, &again_out, nullptr);
-            TMS_RETURN_IF_ERROR(st);
-            for (size_t j = 0; j < again.size(); ++j) out[size_t(again[j])] = std::move(again_out[j]);
+            std::vector<int8_t> again_verdict;
+            pass(g.batch(), allowed ? &ga : nullptr, o, &again_out, nullptr, certified ? &again_verdict : nullptr);
+            if (!st.ok()) return;
+            for (size_t j = 0; j < idx.size(); ++j) {
+                out[size_t(idx[j])] = std::move(again_out[j]);
+                if (!verdict.empty()) verdict[size_t(idx[j])] = certified ? again_verdict[j] : int8_t(kUncertifiable);
+            }
+        };
+        std::vector<int> again;
+        pass(b, allowed ? &a : nullptr, opts, &out, deepen ? &again : nullptr, certify ? &verdict : nullptr);
+        TMS_RETURN_IF_ERROR(st);
+        // Filtered queries whose pruning was not trusted: once, scoring every document reached.
+        if (!again.empty()) again_with(again, engine::DeepenedSearch(opts), /*certified=*/false);
+        TMS_RETURN_IF_ERROR(st);
+        // The queries not certified, searched once more, `steps` steps deeper: those whose
+        // rerank's bound failed reranking more, the others probing and keeping more too (the
+        // verdicts, and so the groups, are the same on every participant).
+        if (certify) {
+            const int steps = opts.certify_steps < 0 ? kCertifySteps : opts.certify_steps;
+            std::vector<int> rerank_more, prune_more;
+            for (int i = 0; i < nb; ++i) {
+                if (verdict[size_t(i)] == kRerankBound) rerank_more.push_back(i);
+                if (verdict[size_t(i)] == kPruningBound) prune_more.push_back(i);
+            }
+            for (const bool pruning : {false, true}) {
+                const std::vector<int>& idx = pruning ? prune_more : rerank_more;
+                if (idx.empty() || steps == 0) continue;
+                SearchOptions d = opts;
+                for (int s = 0; s < steps; ++s) d = CertifyDeeper(d, pruning);
+                again_with(idx, d, /*certified=*/true);
+                TMS_RETURN_IF_ERROR(st);
+                for (const int i : idx) t.depth[size_t(q0 + i)] = uint8_t(steps);
+            }
         }
+        for (int i = 0; certify && i < nb; ++i) t.certified[size_t(q0 + i)] = verdict[size_t(i)] == kCertified;
         std::move(out.begin(), out.end(), results->begin() + q0);
     }
     t.total = SecondsSince(t_start);

@@ -22,6 +22,28 @@ SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vect
     // without (RecallEstimate::compressed), searches of the compressed ranking alone.
     const bool applies = est != nullptr && est->compressed != vectors;
     SearchOptions o = applies ? ApplyTargetRecall(*est, opts) : opts;
+    if (vectors && engine::Certifies(o)) {
+        // Certification deepens the queries that need it: the search starts no deeper than the
+        // defaults (where the estimate is cheaper, there), and deepens as far as the estimate's
+        // setting (at least once).
+        const SearchOptions planned = o;
+        o.nprobe = std::min(o.nprobe, std::max(opts.nprobe, SearchOptions().nprobe));
+        o.ncandidates = std::min(o.ncandidates, std::max(opts.ncandidates, SearchOptions().ncandidates));
+        o.rerank = std::min(o.rerank, std::max(opts.rerank, SearchOptions().rerank));
+        if (o.certify_steps < 0) {
+            o.certify_steps = engine::kCertifySteps;
+            if (applies && est->For(opts.target_recall) != nullptr) {
+                SearchOptions d = o;
+                for (int s = 1; s <= engine::kCertifySteps; ++s) {
+                    d = engine::CertifyDeeper(d, /*pruning=*/true);
+                    if (d.nprobe >= planned.nprobe && d.ncandidates >= planned.ncandidates && d.rerank >= planned.rerank) {
+                        o.certify_steps = s;
+                        break;
+                    }
+                }
+            }
+        }
+    }
     if (vectors && o.rerank > 0 && live_docs <= SmallIndexDocs(device, o)) o.exhaustive = true;
     return o;
 }
@@ -54,6 +76,17 @@ SearchOptions DeepenedSearch(const SearchOptions& opts) {
     wide.ncandidates = 0;
     wide.nprobe = std::min(kMaxWidenedProbes, std::max(opts.nprobe, opts.nprobe * kDeepenProbes));
     return wide;
+}
+
+SearchOptions CertifyDeeper(const SearchOptions& o, bool pruning) {
+    SearchOptions d = o;
+    d.rerank = 2 * o.rerank;
+    if (pruning) {
+        d.nprobe = std::max(o.nprobe, std::min(kMaxWidenedProbes, o.nprobe + std::max(1, o.nprobe / 2)));
+        d.ncandidates = 2 * o.ncandidates;
+    }
+    d.ncandidates = std::max(d.ncandidates, d.rerank);
+    return d;
 }
 
 }  // namespace engine

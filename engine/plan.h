@@ -5,6 +5,7 @@
 //   PlanSearch         the index's recall estimate for target_recall; small indexes exhaustive
 //   WidenForAllowed    a filter or subset: more lists probed, more candidates reranked
 //   DeepenedSearch     the second search of filtered queries whose pruning was not trusted
+//   CertifyDeeper      the next search of a query whose top-k was not certified
 //   ProbesPerToken     the lists a query token probes on an index
 #pragma once
 
@@ -55,6 +56,18 @@ void WidenForAllowed(const SearchOptions& given, int64_t allowed, int64_t n_docs
 /// (pipeline.cpp): kDeepenProbes times the lists (at most kMaxWidenedProbes), every document they
 /// reach scored (ncandidates 0).
 SearchOptions DeepenedSearch(const SearchOptions& opts);
+
+/// A query not certified is searched again this many steps deeper (SearchOptions::certify)
+/// where neither the caller nor an estimate says.
+constexpr int kCertifySteps = 3;
+/// The next search of a query not certified after a search with `o`: where only the rerank's
+/// bound failed (`pruning` false), twice the rerank (and the candidates at least that); else
+/// half again the probes (at most kMaxWidenedProbes), twice the candidates and the rerank.
+SearchOptions CertifyDeeper(const SearchOptions& o, bool pruning);
+/// Whether a search with `o` (and vectors loaded) certifies its queries.
+inline bool Certifies(const SearchOptions& o) {
+    return o.certify && !o.exhaustive && o.rerank > 0 && o.ncandidates > 0 && o.pruning == Pruning::kProbe;
+}
 
 /// The lists each query token probes on an index of `n_centroids`.
 inline int ProbesPerToken(const SearchOptions& o, int n_centroids) { return std::min(o.nprobe, n_centroids); }

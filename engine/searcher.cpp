@@ -236,7 +236,8 @@ public:
                (a.q->lengths == nullptr) == (b.q->lengths == nullptr) && x.k == y.k && x.exhaustive == y.exhaustive &&
                x.nprobe == y.nprobe && x.ncandidates == y.ncandidates && x.rerank == y.rerank &&
                x.pruning == y.pruning && x.max_batch_queries == y.max_batch_queries && x.allow == y.allow &&
-               x.filter == y.filter && x.direct_max == y.direct_max;
+               x.filter == y.filter && x.direct_max == y.direct_max && x.certify == y.certify &&
+               x.certify_steps == y.certify_steps;
     }
 
     Status Gathered(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
@@ -314,7 +315,14 @@ public:
                 r->out->assign(std::make_move_iterator(res.begin() + at),
                                std::make_move_iterator(res.begin() + at + r->q->n_queries));
             }
-            if (r->timings) *r->timings = t;  // the batch's, which it shared
+            if (r->timings) {  // the batch's times, which it shared; its own queries' certificates
+                *r->timings = t;
+                const auto own = [&](std::vector<uint8_t>* v) {
+                    if (!v->empty()) *v = std::vector<uint8_t>(v->begin() + ptrdiff_t(at), v->begin() + ptrdiff_t(at) + r->q->n_queries);
+                };
+                own(&r->timings->certified);
+                own(&r->timings->depth);
+            }
             at += size_t(r->q->n_queries);
         }
     }
@@ -804,6 +812,9 @@ Status SearchWithCuts(const Searcher* searcher, const QueryBatch& q, const Searc
         if (st.ok()) st = check_finite(q);
         if (st.ok()) st = s->Resolve(q, opts, &o, &allowed);
     }
+    // Certification fits each query's bounds to its own reranked documents, which a spread
+    // search holds in pieces: it would differ from one Searcher's (every participant alike).
+    o.certify = false;
     TMS_RETURN_IF_ERROR((s ? s->shards_ : none)
                             .Search(q, o, allowed ? &*allowed : nullptr, cuts->n_docs(), cuts->n_centroids(), cuts, st,
                                     results, timings));

@@ -34,6 +34,9 @@ Status validate_search(const IndexInfo& info, const QueryBatch& q, const SearchO
     }
     if (opts.nprobe <= 0) return Status::InvalidArgument("nprobe must be > 0");
     if (opts.ncandidates < 0 || opts.rerank < 0) return Status::InvalidArgument("ncandidates and rerank must be >= 0");
+    if (opts.certify_steps < -1 || opts.certify_steps > 8) {
+        return Status::InvalidArgument("certify_steps must be in [-1, 8], got " + std::to_string(opts.certify_steps));
+    }
     if (opts.max_batch_queries < 0) return Status::InvalidArgument("max_batch_queries must be >= 0");
     return Status::OK();
 }

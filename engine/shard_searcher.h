@@ -80,6 +80,10 @@ struct SegmentCall {
     bool on_gpu = false;       // candidates were generated (and are scored) on the GPU
     uint64_t ticket = 0;       // that generation's device state (GpuCodeScorer::ScoreLists)
     Lists lists;
+    // Certification (pipeline.cpp): the candidates' probe scores come back to the host even when
+    // alone, with each query's frame (empty where the pruning is not by probe scores).
+    bool certify = false;
+    std::vector<kernels::ProbeFrame> frames;
 };
 
 // The queries as fp32 on the host: q's own data, or its conversion into *conv.
@@ -269,10 +273,11 @@ private:
     /// ncandidates per query by probe score (kProbe) or, when a query has more than ncandidates
     /// (or cut_all), by centroid-only score (kInteraction): lists->scores then holds the
     /// pruning scores, else it is empty.
-    /// allow, allow_stride: kernels::IvfUnionParams's (local ids).
+    /// allow, allow_stride: kernels::IvfUnionParams's (local ids). frames (kProbe): each query's
+    /// kernels::ProbeFrame.
     Status HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
                           std::vector<float>* cs, Lists* lists, const uint32_t* allow = nullptr,
-                          int64_t allow_stride = 0) const;
+                          int64_t allow_stride = 0, std::vector<kernels::ProbeFrame>* frames = nullptr) const;
     /// The allowed documents of this segment for the batch's queries (local ids): one row of
     /// bitmap_words(n_docs) words for every query, or one per query (per_query()).
     std::vector<uint32_t> LocalAllow(const Allowed& a, int n_queries) const;

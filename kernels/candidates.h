@@ -113,6 +113,20 @@ Status probe_scores_ref(const ProbeScoreParams& p, std::vector<int64_t>* off, st
 /// The same, queries in parallel (OpenMP), per-thread dense arrays of n_docs.
 Status probe_scores_cpu(const ProbeScoreParams& p, std::vector<int64_t>* off, std::vector<int32_t>* docs,
                         std::vector<uint32_t>* scores);
+/// What a query's fixed-point probe scores stand for: a document of score x has
+/// sum_i max(s_i(d), m_i) = base + x / scale (up to each row's truncation, less than rows / scale),
+/// the sum over its rows of the best probed centroid score of the document's tokens, or the row's
+/// floor, which is at least its centroid interaction score (every unprobed centroid of a row
+/// scores at most its floor). A document no probe reaches has score 0. scale 0: every document
+/// scores base.
+struct ProbeFrame {
+    float base = 0;
+    float scale = 0;
+    int rows = 0;  ///< the query's rows (its length)
+};
+/// Query q's frame (host pointers in p).
+ProbeFrame probe_frame(const ProbeScoreParams& p, int q);
+
 
 /// dst [rows, 3 * dim]: row r of src [rows, dim] as three parts of dim each, part s being lo when
 /// bit s of lo_parts is set, else hi; hi = x with its low 13 mantissa bits cleared (exact in

@@ -425,6 +425,7 @@ Status MpiSearcher::SearchBatches(
         // Hybrid's MaxSim search returns the best max(k, lexical_candidates), as in one process.
         SearchOptions po = opts;
         if (opts.mode == SearchMode::kHybrid) po.k = std::max(opts.k, opts.lexical_candidates);
+        po.certify = false;  // SearchWithCuts does not certify: the plan is the estimate's
         const SearchOptions t = PlanSearch(tune_ ? &estimate_ : nullptr, live_docs_, vectors_,
                                            local_ ? local_->device() : Device::kCpu, po);
         if (opts.mode != SearchMode::kMaxSim &&

@@ -697,7 +697,15 @@ void Api::Search(Call& c) {
         st = s->Explain(q.batch, docs, &ex);
         if (!st.ok()) return c.Error(StatusCode(st), st.message());
     }
+    // Per query, whether its top-k was certified (SearchOptions::certify); null where the search
+    // does not certify (exhaustive, no vectors, certify off).
+    json certified = nullptr;
+    if (!t.certified.empty()) {
+        certified = json::array();
+        for (const uint8_t v : t.certified) certified.push_back(v != 0);
+    }
     c.Json(200, {{"results", Hits(results, has_fields ? &objects : nullptr, explain ? &ex : nullptr)},
+                 {"certified", certified},
                  {"timings_ms",
                   {{"candidates", t.candidates * 1e3},
                    {"scoring", t.scoring * 1e3},

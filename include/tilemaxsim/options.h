@@ -204,6 +204,26 @@ struct SearchOptions {
     /// reaches this, each only where it holds its default above (a value set otherwise is kept;
     /// set 0 to use the fields exactly as given). Default: 0.99
     double target_recall = 0.99;
+    /// Per-query certification of an approximate search that reranks with the vectors (pruning
+    /// kProbe, ncandidates > 0): after the rerank, a query's top-k is certified when its k-th
+    /// exact score is above what any document left out could score: the best compressed score
+    /// the rerank did not reach, and the best probe score (an upper bound of a document's
+    /// centroid interaction) the candidates did not keep, each plus the largest amount by which
+    /// the query's own reranked documents' exact scores exceed that score of theirs. A query not
+    /// certified is searched once more, certify_steps steps deeper, each step doubling the rerank
+    /// where only the rerank's bound failed, else probing half again as many lists and doubling
+    /// the candidates and the rerank.
+    /// SearchTimings::certified and ::depth tell each query's outcome. With target_recall, the
+    /// search starts at the estimate's setting where it is cheaper than the defaults, and at the
+    /// defaults where it is not (certification deepens the queries that need it). An empirical
+    /// certificate, not a proof: the excess is measured on the reranked documents, not bounded.
+    /// Default: true
+    bool certify = true;
+    /// How much deeper a query not certified is searched again (certify), in steps; 0: not
+    /// again. -1: with target_recall and the index's estimate, the steps that reach the
+    /// estimate's setting for the target (at least 1: the estimate says how deep the corpus
+    /// needs, certification which queries go there), else 3. Default: -1
+    int certify_steps = -1;
     /// Queries searched together at most; a larger batch is searched in chunks of this many,
     /// which bounds the per-batch centroid scores [queries, tokens, centroids] and, with
     /// Pruning::kProbe, probe scores [queries, documents], 4 bytes each. 0: as many as keep each

@@ -36,12 +36,20 @@ struct QueryBatch {
     }
 };
 
-/// Timing of the last Search call, in seconds.
+/// What the last Search call measured: the time of its stages, in seconds, and how each query's
+/// certification ended (SearchOptions::certify).
 struct SearchTimings {
     double candidates = 0;  ///< centroid scores, IVF union, pruning
     double scoring = 0;     ///< compressed or exact scoring
     double rerank = 0;      ///< exact rerank
     double total = 0;
+    /// Per query: 1 where its top-k was certified, 0 where it was not (after the last step).
+    /// Empty where no query was certified or searched to be (exhaustive search: every result
+    /// is exact; no vectors; certify off).
+    std::vector<uint8_t> certified;
+    /// Per query (with certified): how much deeper its second search was, in steps
+    /// (SearchOptions::certify_steps; 0: searched once).
+    std::vector<uint8_t> depth;
 };
 
 /// Where one shard of an opened index lives.

@@ -427,7 +427,10 @@ Status CheckOutputPath(const std::string& out, OutputKind kind,
     const fs::path canon = fs::weakly_canonical(target, ec);
     for (const auto& [option, path] : inputs) {
         if (path.empty() || path == "-") continue;
-        if (kind == OutputKind::kFile && fs::exists(target, ec) && fs::equivalent(path, target, ec)) {
+        // The same file, or (neither there yet: another output) the same path.
+        if (kind == OutputKind::kFile &&
+            ((fs::exists(target, ec) && fs::equivalent(path, target, ec)) ||
+             (!ec && fs::weakly_canonical(fs::absolute(path, ec), ec) == canon && !ec))) {
             return Status::InvalidArgument(out + ": is the input " + option + " (" + path +
                                            "); refusing to write over it");
         }

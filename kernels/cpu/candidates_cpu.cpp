@@ -70,13 +70,7 @@ Status probe_scores_cpu(const ProbeScoreParams& p, std::vector<int64_t>* off, st
             const int ql = u.query_lens ? u.query_lens[q] : u.q_stride;
             ++query_id;
             touched.clear();
-            float range = 0.f;
-            for (int i = 0; i < ql; ++i) {
-                const int64_t row = int64_t(q) * u.q_stride + i;
-                range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe,
-                                         u.n_centroids, p.floor_scores[row]);
-            }
-            const float scale = probe_score_scale(range);
+            const float scale = probe_frame(p, q).scale;
             for (int i = 0; i < ql; ++i) {
                 const int64_t row = int64_t(q) * u.q_stride + i;
                 ++row_id;
@@ -123,6 +117,21 @@ Status probe_scores_cpu(const ProbeScoreParams& p, std::vector<int64_t>* off, st
         }
     }
     return Status::OK();
+}
+
+ProbeFrame probe_frame(const ProbeScoreParams& p, int q) {
+    const IvfUnionParams& u = p.lists;
+    ProbeFrame f;
+    f.rows = u.query_lens ? u.query_lens[q] : u.q_stride;
+    float range = 0.f;
+    for (int i = 0; i < f.rows; ++i) {
+        const int64_t row = int64_t(q) * u.q_stride + i;
+        range += probe_row_range(u.probe + row * u.nprobe, p.probe_scores + row * u.nprobe, u.nprobe, u.n_centroids,
+                                 p.floor_scores[row]);
+        f.base += p.floor_scores[row];
+    }
+    f.scale = probe_score_scale(range);
+    return f;
 }
 
 }  // namespace tms::kernels

@@ -186,10 +186,12 @@ public:
                      const std::string& filter, double target_recall,
                      const std::vector<std::vector<std::string>>& subset, const std::string& mode,
                      const std::vector<std::string>& texts, const std::string& fusion, double bm25_weight,
-                     int lexical_candidates) {
+                     int lexical_candidates, bool certify, int certify_steps) {
         tms::QueryBatch b = query_batch(q, dtype, lens);
         tms::SearchOptions o =
             search_options(k, exhaustive, nprobe, ncandidates, rerank, pruning, filter, target_recall);
+        o.certify = certify;
+        o.certify_steps = certify_steps;
         check(tms::ParseSearchMode(mode, &o.mode));
         check(tms::ParseFusion(fusion, &o.fusion));
         o.bm25_weight = bm25_weight;
@@ -200,6 +202,7 @@ public:
                                   std::to_string(b.n_queries) + " queries (one list, or one per query)");
         }
         std::vector<std::vector<tms::SearchHit>> res;
+        tms::SearchTimings t;
         const std::shared_ptr<const tms::Searcher> s = s_;  // a refresh() meanwhile leaves it
         {
             py::gil_scoped_release nogil;
@@ -213,9 +216,17 @@ public:
                 }
                 o.allow = std::move(set);
             }
-            check(s->Search(b, o, &res));
+            check(s->Search(b, o, &res, &t));
         }
-        return hits_to_python(res);
+        // Per query: certified 1 / 0, or -1 where the search did not certify (SearchTimings).
+        py::list certified, depth;
+        for (int i = 0; i < b.n_queries; ++i) {
+            const bool known = size_t(i) < t.certified.size();
+            certified.append(known ? int(t.certified[size_t(i)]) : -1);
+            depth.append(known ? int(t.depth[size_t(i)]) : 0);
+        }
+        const py::tuple hits = hits_to_python(res);
+        return py::make_tuple(hits[0], hits[1], certified, depth);
     }
 
     py::tuple rerank(const py::array& q, const std::string& dtype, const std::vector<int32_t>& lens,

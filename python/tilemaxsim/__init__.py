@@ -448,19 +448,20 @@ class Searcher:
     def device(self):
         return self._s.device()
 
-    def _batches(self, queries, run):
+    def _batches(self, queries, run, outputs=2):
+        """run's `outputs` lists (ids, scores, ...) of each batch, concatenated."""
         q, dtype, lens = _queries(queries)
-        ids, scores = [], []
+        out = None
         for q0 in range(0, q.shape[0], self.batch):  # Ctrl-C lands between two batches
             l = lens[q0: q0 + self.batch] if lens is not None else []
-            i, s = run(np.ascontiguousarray(q[q0: q0 + self.batch]), dtype, l, q0)
-            ids += i
-            scores += s
-        return ids, scores
+            part = run(np.ascontiguousarray(q[q0: q0 + self.batch]), dtype, l, q0)
+            out = [list(p) for p in part] if out is None else [o + list(p) for o, p in zip(out, part)]
+        return tuple(out) if out is not None else tuple([] for _ in range(outputs))
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
                pruning=None, filter=None, subset=None, target_recall=None, mode="maxsim", texts=None,
-               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, **aliases):
+               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, certify=True, certify_steps=-1,
+               return_certificates=False, **aliases):
         """The k best documents of each query (k: 10 by default; the engine's SearchOptions as
         keywords; None: the engine's default, search_defaults()). filter: an SQL boolean
         expression over the metadata ("tenant = 7 AND year >= 2024"; values are bound, never
@@ -477,7 +478,14 @@ class Searcher:
         lexical_candidates join the MaxSim candidates, every one scored exactly, the rankings fused
         by fusion "weighted" (scores scaled to [0, 1]) or "rrf" (reciprocal rank) with BM25's weight
         bm25_weight); scores are then the fused
-        ones. texts: one str per query."""
+        ones. texts: one str per query.
+        certify: after the exact rerank, a query whose k-th score does not clear what the documents
+        left out could score (judged by how its reranked documents' exact scores exceed their
+        approximate ones) is searched once more, certify_steps deeper (-1: as deep as the index's
+        estimated setting for target_recall). return_certificates: also return, per query,
+        certified (1, 0, or -1 where the search does not certify: exhaustive, no vectors,
+        certify=False) and depth (the steps deeper its second search went; 0: searched once):
+        (ids, scores, certified, depth)."""
         k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
         if mode not in ("maxsim", "bm25", "hybrid"):
             raise ValueError(f"mode {mode!r}: expected 'maxsim', 'bm25' or 'hybrid'")
@@ -513,9 +521,13 @@ class Searcher:
         else:
             shared = [_ids(subset if rows is None else rows, "subset")]
             sets = lambda q0, n: shared
-        return self._batches(queries, lambda q, dt, l, q0: self._s.search(
+        steps = _count(certify_steps, "certify_steps", -1, 8)
+        ids, scores, certified, depth = self._batches(queries, lambda q, dt, l, q0: self._s.search(
             q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0]), mode, texts[q0: q0 + q.shape[0]], fusion,
-            float(bm25_weight), int(lexical_candidates)))
+            float(bm25_weight), int(lexical_candidates), bool(certify), steps), outputs=4)
+        if return_certificates:
+            return ids, scores, np.array(certified, np.int8), np.array(depth, np.int8)
+        return ids, scores
 
     def _options(self, what, k, nprobe, ncandidates, rerank, pruning, target_recall, aliases):
         """k and the engine's search settings (nprobe, ncandidates, rerank, pruning, target_recall),

@@ -229,6 +229,34 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_EQ(PlanSearch(&flat, 1000000, false, Device::kCpu, o).nprobe, 32);
     EXPECT_EQ(PlanSearch(&flat, 1000000, true, Device::kCpu, o).nprobe, d.nprobe);
     EXPECT_EQ(PlanSearch(&e, 1000000, false, Device::kCpu, o).nprobe, d.nprobe);
+    // Certifying (the default, with vectors): the search starts no deeper than the defaults and
+    // goes, for the queries not certified, as deep as the estimate's setting in certify steps.
+    o.target_recall = 0.9985;  // points[3]: 16 / 4,096 / 1,024
+    p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
+    EXPECT_EQ(p.nprobe, d.nprobe);
+    EXPECT_EQ(p.ncandidates, d.ncandidates);
+    EXPECT_EQ(p.rerank, d.rerank);
+    EXPECT_EQ(p.certify_steps, 2);  // 12 / 2,048 / 512, then 18 / 4,096 / 1,024
+    SearchOptions deep = p;
+    for (int s = 0; s < p.certify_steps; ++s) deep = engine::CertifyDeeper(deep, true);
+    EXPECT_GE(deep.nprobe, 16);
+    EXPECT_GE(deep.ncandidates, 4096);
+    EXPECT_GE(deep.rerank, 1024);
+    EXPECT_EQ(engine::CertifyDeeper(p, false).nprobe, d.nprobe) << "the rerank's bound: only the rerank deepens";
+    EXPECT_EQ(engine::CertifyDeeper(p, false).rerank, 2 * d.rerank);
+    o.certify = false;  // the estimate's setting for every query
+    p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
+    EXPECT_EQ(p.nprobe, 16);
+    EXPECT_EQ(p.rerank, 1024);
+    o.certify = true;
+    o.target_recall = 0.9;  // cheaper than the defaults: there, one step at most
+    p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
+    EXPECT_EQ(p.nprobe, 2);
+    EXPECT_EQ(p.certify_steps, 1);
+    o.certify_steps = 0;  // the caller's
+    EXPECT_EQ(PlanSearch(&e, 1000000, true, Device::kCpu, o).certify_steps, 0);
+    o.certify_steps = -1;
+    EXPECT_EQ(PlanSearch(nullptr, 1000000, true, Device::kCpu, o).certify_steps, engine::kCertifySteps);
     o.target_recall = 0;  // the settings as given
     EXPECT_FALSE(PlanSearch(&e, 10, true, Device::kCpu, o).exhaustive);
     EXPECT_EQ(PlanSearch(&e, 10, true, Device::kCpu, o).nprobe, d.nprobe);
@@ -257,6 +285,7 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     approx.target_recall = 0;
     approx.ncandidates = 16;
     approx.rerank = 10;
+    approx.certify = false;  // one search at these settings
     EXPECT_FALSE(s->Plan(approx).exhaustive);
     std::vector<std::vector<SearchHit>> by_default, exact, cheap;
     ASSERT_TRUE(s->Search(qb, SearchOptions(), &by_default).ok());

@@ -97,6 +97,36 @@ def test_pruning_keeps_the_exhaustive_top(corpus, index, tmp_path, pruning):
     assert recall >= 0.9, recall
 
 
+def test_search_certifies_each_query(corpus, index, tmp_path):
+    """--certificates: per query certified and depth; a certified query has the exhaustive top 10;
+    the summary counts them; --no-certify and exhaustive search certify nothing; the file may not
+    be another input or output."""
+    def run(out, *extra):
+        p = tms("search", "--index", index, "--queries", corpus / "queries.npy", "--query-ids",
+                corpus / "query_ids.txt", "--out", out, "--k", 10, "--no-progress", "--device", "cpu", *extra,
+                check=True)
+        return read_trec(out), p.stderr
+    exact, _ = run(tmp_path / "exact.trec", "--exhaustive", "--certificates", tmp_path / "exh.tsv")
+    assert {l.split("\t")[1] for l in (tmp_path / "exh.tsv").read_text().splitlines()[1:]} == {"-"}
+    shallow = ("--target-recall", 0, "--nprobe", 1, "--ncandidates", 20, "--rerank", 10)
+    got, err = run(tmp_path / "run.trec", *shallow, "--certificates", tmp_path / "cert.tsv")
+    rows = [l.split("\t") for l in (tmp_path / "cert.tsv").read_text().splitlines()]
+    assert rows[0] == ["query", "certified", "depth"] and len(rows) == 21
+    certified = [q for q, c, _ in rows[1:] if c == "1"]
+    assert 0 < len(certified) and all(c in ("0", "1") for _, c, _ in rows[1:])
+    for q in certified:
+        assert [d for d, _ in got[q]] == [d for d, _ in exact[q]], q
+    assert all(c == "1" or d == "3" for _, c, d in rows[1:])  # not certified: searched again, 3 steps deeper
+    again = sum(1 for _, _, d in rows[1:] if d != "0")
+    assert f"{len(certified)} of 20 queries certified ({again} searched again, deeper)" in err
+    _, err = run(tmp_path / "plain.trec", *shallow, "--no-certify", "--certificates", tmp_path / "none.tsv")
+    assert "certified" not in err
+    assert {l.split("\t")[1] for l in (tmp_path / "none.tsv").read_text().splitlines()[1:]} == {"-"}
+    p = tms("search", "--index", index, "--queries", corpus / "queries.npy", "--out", tmp_path / "x.trec",
+            "--certificates", tmp_path / "x.trec")
+    assert p.returncode != 0 and "--certificates" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
 def read_trec(path):
     run = {}
     for line in path.read_text().splitlines():

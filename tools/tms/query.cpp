@@ -78,6 +78,7 @@ tms::Status load_estimate_input(const std::string& docs, const std::string& docl
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
     opts->pruning = parse_pruning(a.pruning);
+    opts->certify = !a.no_certify;
     TMS_RETURN_IF_ERROR(tms::ParseSearchMode(a.mode, &opts->mode));
     TMS_RETURN_IF_ERROR(tms::ParseFusion(a.fusion, &opts->fusion));
     TMS_RETURN_IF_ERROR(parse_placement(a.device, a.devices, a.vectors, so));
@@ -260,6 +261,18 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                                                   {"--index", a.index}})
                                 .WithContext("--explain"));
     }
+    if (!a.certificates.empty()) {
+        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(a.certificates, tms::OutputKind::kFile,
+                                                 {{"--queries", a.queries},
+                                                  {"--query-ids", a.query_ids},
+                                                  {"--query-text", a.query_text},
+                                                  {"--subset", a.subset},
+                                                  {"--out", a.out},
+                                                  {"--record-queries", a.record_queries},
+                                                  {"--explain", a.explain},
+                                                  {"--index", a.index}})
+                                .WithContext("--certificates"));
+    }
     QueryJob job;
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
     const tms::QueryBatch& whole = job.whole;
@@ -285,6 +298,8 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     std::vector<std::vector<std::pair<std::string, float>>> all(nq);
     std::string explained;  // --explain's JSON lines
     tms::SearchTimings phase;
+    // Per query: 1 certified, 0 not, -1 not certified nor searched to be (SearchTimings).
+    std::vector<int> certified(size_t(nq), -1), depth(size_t(nq), 0);
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
     const auto t0 = Clock::now();
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
@@ -300,6 +315,10 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
         phase.rerank += t.rerank;
+        for (size_t i = 0; i < t.certified.size() && int(i) < b.n_queries; ++i) {
+            certified[size_t(q0) + i] = t.certified[i];
+            depth[size_t(q0) + i] = t.depth[i];
+        }
         if (!a.explain.empty()) {
             std::vector<std::vector<int64_t>> docs(res.size());
             for (size_t i = 0; i < res.size(); ++i)
@@ -330,14 +349,35 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
             return std::fwrite(explained.data(), 1, explained.size(), f) == explained.size();
         }));
     }
+    if (!a.certificates.empty()) {
+        std::string tsv = "query\tcertified\tdepth\n";
+        for (int i = 0; i < nq; ++i) {
+            tsv += qids[size_t(i)] + "\t" +
+                   (certified[size_t(i)] < 0 ? std::string("-") : std::to_string(certified[size_t(i)])) + "\t" +
+                   std::to_string(depth[size_t(i)]) + "\n";
+        }
+        TMS_RETURN_IF_ERROR(tms::index::WriteFileAtomically(a.certificates, [&](std::FILE* f) {
+            return std::fwrite(tsv.data(), 1, tsv.size(), f) == tsv.size();
+        }));
+    }
     if (!a.record_queries.empty()) TMS_RETURN_IF_ERROR(save_served_queries(a, *searcher, quiet));
     if (!quiet) {
         tms::LogInfo("tms search: %d queries in %.3f s (%.1f queries/s, %s%s) -> %s\n", nq, secs, *qps,
                      tms::DeviceName(searcher->device()), a.opts.exhaustive ? ", exhaustive" : "", a.out.c_str());
         tms::LogInfo("tms search: candidates %.3f s, scoring %.3f s, rerank %.3f s\n", phase.candidates, phase.scoring,
                      phase.rerank);
+        int n_cert = 0, n_tried = 0, n_again = 0;
+        for (int i = 0; i < nq; ++i) {
+            n_tried += certified[size_t(i)] >= 0;
+            n_cert += certified[size_t(i)] == 1;
+            n_again += certified[size_t(i)] >= 0 && depth[size_t(i)] > 0;
+        }
+        if (n_tried > 0) {
+            tms::LogInfo("tms search: %d of %d queries certified (%d searched again, deeper)\n", n_cert, n_tried,
+                         n_again);
+        }
         if (!a.opts.exhaustive) {
-            const tms::SearchOptions t = searcher->Plan(a.opts);
+            const tms::SearchOptions t = searcher->Plan(opts);
             if (t.exhaustive) {
                 const tms::IndexInfo& info = searcher->info();
                 tms::LogInfo(
@@ -443,6 +483,22 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Hybrid search: BM25's best this many join the MaxSim search's best this many")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
+    c->add_flag("--no-certify", a->no_certify,
+                "Search every query with the same settings, without certifying its top-k (by default, after "
+                "the exact rerank a query whose k-th score does not clear what the documents left out could "
+                "score, judged by how its reranked documents' exact scores exceed their approximate ones, is "
+                "searched once more, --certify-steps deeper)");
+    c->add_option("--certify-steps", a->opts.certify_steps,
+                  "How much deeper a query not certified is searched again: each step doubles the rerank (and, "
+                  "where the candidates' bound failed, the candidates, and probes half again as many lists); "
+                  "0: not again; -1: as deep as the index's estimated setting for --target-recall (at least "
+                  "1 step), 3 without an estimate")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 8));
+    c->add_option("--certificates", a->certificates,
+                  "Also write each query's certification, TSV: query, certified (1, 0, or - where the search did "
+                  "not certify: exhaustive, no vectors, --no-certify), depth (how many steps deeper its second "
+                  "search was; 0: searched once)");
     c->add_option("--explain", a->explain,
                   "Also write why each hit matched, JSON lines: per hit its query, doc, score, maxsim, and per "
                   "query token the best document token (doc_tokens) and its similarity; from the stored vectors "

@@ -24,6 +24,7 @@ tms::Status run_search_mpi(const SearchArgs& a, bool* quiet_failure) {
     if (!a.subset.empty()) return tms::Status::NotSupported("--subset is not supported under mpirun (use --filter)");
     if (!a.record_queries.empty()) return tms::Status::NotSupported("--record-queries is not supported under mpirun");
     if (!a.explain.empty()) return tms::Status::NotSupported("--explain is not supported under mpirun");
+    if (!a.certificates.empty()) return tms::Status::NotSupported("--certificates is not supported under mpirun");
     TMS_RETURN_IF_ERROR(check_run_output(a));
     tms::HostArray arr;
     tms::QueryBatch whole;
