@@ -117,9 +117,13 @@ def served(corpus):
 def test_served_search_equals_cli(corpus, served, tmp_path):
     out = tmp_path / "cli.trec"
     r = subprocess.run([TMS, "search", "--index", served["index"], "--queries", corpus["dir"] / "queries.npy",
-                        "--out", out, "--device", "cpu", "--k", "10", "--no-progress"], capture_output=True, text=True)
+                        "--out", out, "--device", "cpu", "--k", "10", "--no-progress", "--certificates",
+                        tmp_path / "cert.tsv"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     cli = read_trec(out)
+    # Each query's certification as the CLI's (null where the search does not certify).
+    cert = [l.split("\t")[1] for l in (tmp_path / "cert.tsv").read_text().splitlines()[1:]]
+    cli_certified = None if cert[0] == "-" else [c == "1" for c in cert]
     c = tilemaxsim.Client(served["url"], ADMIN)
     ids, scores = c.search(corpus["queries"], k=10)  # .npy body
     # and as JSON, each query its own length
@@ -127,6 +131,7 @@ def test_served_search_equals_cli(corpus, served, tmp_path):
                       json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10}),
                       {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
     assert st == 200
+    assert json.loads(body)["certified"] == cli_certified
     js = json.loads(body)["results"]
     for qi in range(len(corpus["queries"])):
         want = cli[str(qi)]
