@@ -191,12 +191,10 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
         opts->rerank = integer(0, 1 << 30);
     } else if (name == "target_recall") {
         opts->target_recall = fraction();
-    } else if (name == "exhaustive") {
-        bool v = false;
+    } else if (name == "exhaustive" || name == "certify") {
         if (j ? !j->is_boolean() : (*text != "true" && *text != "false"))
-            throw Bad{400, "exhaustive: expected true or false"};
-        v = j ? j->get<bool>() : *text == "true";
-        opts->exhaustive = v;
+            throw Bad{400, name + ": expected true or false"};
+        (name == "exhaustive" ? opts->exhaustive : opts->certify) = j ? j->get<bool>() : *text == "true";
     } else if (name == "pruning") {
         const std::string v = j ? (j->is_string() ? j->get<std::string>() : "") : *text;
         if (v != "probe" && v != "interaction") throw Bad{400, "pruning: expected \"probe\" or \"interaction\""};
@@ -222,8 +220,8 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
 }
 
 constexpr const char* kSearchFields =
-    "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, pruning, filter, subset, mode, texts, "
-    "fusion, bm25_weight, lexical_candidates, fields, explain";
+    "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, certify, pruning, filter, subset, mode, "
+    "texts, fusion, bm25_weight, lexical_candidates, fields, explain";
 
 // A query's text (modes bm25 and hybrid), at most this long.
 constexpr size_t kMaxTextBytes = 65536;
@@ -697,8 +695,8 @@ void Api::Search(Call& c) {
         st = s->Explain(q.batch, docs, &ex);
         if (!st.ok()) return c.Error(StatusCode(st), st.message());
     }
-    // Per query, whether its top-k was certified (SearchOptions::certify); null where the search
-    // does not certify (exhaustive, no vectors, certify off).
+    // Per query, whether its top-k was certified (request field certify); null where the search
+    // does not certify (certify off, exhaustive, no vectors).
     json certified = nullptr;
     if (!t.certified.empty()) {
         certified = json::array();

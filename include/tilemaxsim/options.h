@@ -217,8 +217,10 @@ struct SearchOptions {
     /// search starts at the estimate's setting where it is cheaper than the defaults, and at the
     /// defaults where it is not (certification deepens the queries that need it). An empirical
     /// certificate, not a proof: the excess is measured on the reranked documents, not bounded.
-    /// Default: true
-    bool certify = true;
+    /// Off by default: on `tms synth` at 1M documents (H100) it certified 364 of 1,000 queries
+    /// whose top-k were all exact and ran at a third of the uncertified queries/s (BENCHMARKS.md,
+    /// "Each query certified"). Default: false
+    bool certify = false;
     /// How much deeper a query not certified is searched again (certify), in steps; 0: not
     /// again. -1: with target_recall and the index's estimate, the steps that reach the
     /// estimate's setting for the target (at least 1: the estimate says how deep the corpus

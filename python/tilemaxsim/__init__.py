@@ -460,7 +460,7 @@ class Searcher:
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
                pruning=None, filter=None, subset=None, target_recall=None, mode="maxsim", texts=None,
-               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, certify=True, certify_steps=-1,
+               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, certify=False, certify_steps=-1,
                return_certificates=False, **aliases):
         """The k best documents of each query (k: 10 by default; the engine's SearchOptions as
         keywords; None: the engine's default, search_defaults()). filter: an SQL boolean
@@ -479,12 +479,12 @@ class Searcher:
         by fusion "weighted" (scores scaled to [0, 1]) or "rrf" (reciprocal rank) with BM25's weight
         bm25_weight); scores are then the fused
         ones. texts: one str per query.
-        certify: after the exact rerank, a query whose k-th score does not clear what the documents
+        certify=True: after the exact rerank, a query whose k-th score does not clear what the documents
         left out could score (judged by how its reranked documents' exact scores exceed their
         approximate ones) is searched once more, certify_steps deeper (-1: as deep as the index's
         estimated setting for target_recall). return_certificates: also return, per query,
-        certified (1, 0, or -1 where the search does not certify: exhaustive, no vectors,
-        certify=False) and depth (the steps deeper its second search went; 0: searched once):
+        certified (1, 0, or -1 where the search does not certify: certify=False, exhaustive, no
+        vectors) and depth (the steps deeper its second search went; 0: searched once):
         (ids, scores, certified, depth)."""
         k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
         if mode not in ("maxsim", "bm25", "hybrid"):

@@ -229,8 +229,9 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_EQ(PlanSearch(&flat, 1000000, false, Device::kCpu, o).nprobe, 32);
     EXPECT_EQ(PlanSearch(&flat, 1000000, true, Device::kCpu, o).nprobe, d.nprobe);
     EXPECT_EQ(PlanSearch(&e, 1000000, false, Device::kCpu, o).nprobe, d.nprobe);
-    // Certifying (the default, with vectors): the search starts no deeper than the defaults and
-    // goes, for the queries not certified, as deep as the estimate's setting in certify steps.
+    // Certifying (with vectors): the search starts no deeper than the defaults and goes, for the
+    // queries not certified, as deep as the estimate's setting in certify steps.
+    o.certify = true;
     o.target_recall = 0.9985;  // points[3]: 16 / 4,096 / 1,024
     p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
     EXPECT_EQ(p.nprobe, d.nprobe);
@@ -285,7 +286,6 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     approx.target_recall = 0;
     approx.ncandidates = 16;
     approx.rerank = 10;
-    approx.certify = false;  // one search at these settings
     EXPECT_FALSE(s->Plan(approx).exhaustive);
     std::vector<std::vector<SearchHit>> by_default, exact, cheap;
     ASSERT_TRUE(s->Search(qb, SearchOptions(), &by_default).ok());

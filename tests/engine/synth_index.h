@@ -36,7 +36,6 @@ inline std::filesystem::path BuildSynthIndex(const std::string& name, const Synt
 /// third of the candidates with a quarter of the rerank.
 inline std::vector<SearchOptions> CutSettings(int ncandidates, int rerank) {
     std::vector<SearchOptions> out(1);
-    out[0].certify = false;  // one search at these settings (a spread search does not certify)
     for (const Pruning pr : {Pruning::kProbe, Pruning::kInteraction}) {
         for (const auto& [nc, rr] : {std::pair{ncandidates, rerank}, std::pair{ncandidates, 0}, std::pair{0, rerank},
                                      std::pair{ncandidates / 3, rerank / 4}}) {
@@ -45,7 +44,6 @@ inline std::vector<SearchOptions> CutSettings(int ncandidates, int rerank) {
             o.pruning = pr;
             o.ncandidates = nc;
             o.rerank = rr;
-            o.certify = false;
             out.push_back(o);
         }
     }

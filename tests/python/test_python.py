@@ -680,24 +680,25 @@ def test_serve_answers_as_the_searcher(corpus):
 
 
 def test_certificates_per_query(corpus):
-    """search(return_certificates=True): per query certified and depth; every certified query has
-    the exhaustive top 10; certify=False and exhaustive search certify nothing (-1)."""
+    """search(certify=True, return_certificates=True): per query certified and depth; every
+    certified query has the exhaustive top 10; the default (no certification) and exhaustive search
+    certify nothing (-1)."""
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     q = corpus["queries"]
     want_ids, want_scores = s.search(q, k=10, exhaustive=True)
     # Shallow settings (target_recall 0: as given) so that the cuts leave documents out.
     ids, scores, certified, depth = s.search(q, k=10, nprobe=2, ncandidates=40, rerank=12, target_recall=0,
-                                             return_certificates=True)
+                                             certify=True, return_certificates=True)
     assert certified.dtype == np.int8 and certified.shape == (len(q),) and depth.shape == (len(q),)
     assert set(certified.tolist()) <= {0, 1} and certified.sum() > 0
     for i in np.flatnonzero(certified == 1):
         assert np.allclose(scores[i], want_scores[i], rtol=1e-5), i
     assert all(d in (0, 3) for d in depth.tolist())  # 3 steps deeper without an estimate's say
     assert all(c == 1 or d > 0 for c, d in zip(certified.tolist(), depth.tolist()))
-    for kw in ({"certify": False}, {"exhaustive": True}):
+    for kw in ({}, {"exhaustive": True, "certify": True}):
         _, _, c, d = s.search(q, k=10, return_certificates=True, **kw)
         assert (c == -1).all() and (d == 0).all(), kw
-    plain = s.search(q, k=10, nprobe=2, ncandidates=40, rerank=12, target_recall=0, certify_steps=0,
+    plain = s.search(q, k=10, nprobe=2, ncandidates=40, rerank=12, target_recall=0, certify=True, certify_steps=0,
                      return_certificates=True)
     assert (plain[3] == 0).all()
     with pytest.raises(ValueError, match="certify_steps must be in"):

@@ -117,13 +117,9 @@ def served(corpus):
 def test_served_search_equals_cli(corpus, served, tmp_path):
     out = tmp_path / "cli.trec"
     r = subprocess.run([TMS, "search", "--index", served["index"], "--queries", corpus["dir"] / "queries.npy",
-                        "--out", out, "--device", "cpu", "--k", "10", "--no-progress", "--certificates",
-                        tmp_path / "cert.tsv"], capture_output=True, text=True)
+                        "--out", out, "--device", "cpu", "--k", "10", "--no-progress"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     cli = read_trec(out)
-    # Each query's certification as the CLI's (null where the search does not certify).
-    cert = [l.split("\t")[1] for l in (tmp_path / "cert.tsv").read_text().splitlines()[1:]]
-    cli_certified = None if cert[0] == "-" else [c == "1" for c in cert]
     c = tilemaxsim.Client(served["url"], ADMIN)
     ids, scores = c.search(corpus["queries"], k=10)  # .npy body
     # and as JSON, each query its own length
@@ -131,13 +127,27 @@ def test_served_search_equals_cli(corpus, served, tmp_path):
                       json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10}),
                       {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
     assert st == 200
-    assert json.loads(body)["certified"] == cli_certified
+    assert json.loads(body)["certified"] is None  # not asked to certify
     js = json.loads(body)["results"]
     for qi in range(len(corpus["queries"])):
         want = cli[str(qi)]
         assert ids[qi] == [d for d, _ in want]
         assert js[qi]["ids"] == ids[qi]
         np.testing.assert_allclose(scores[qi], [s for _, s in want], rtol=1e-4, atol=1e-4)
+    # Asked to certify: each query's certification and results as the CLI's --certify.
+    r = subprocess.run([TMS, "search", "--index", served["index"], "--queries", corpus["dir"] / "queries.npy",
+                        "--out", tmp_path / "cert.trec", "--device", "cpu", "--k", "10", "--no-progress", "--certify",
+                        "--certificates", tmp_path / "cert.tsv"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    cert = [l.split("\t")[1] for l in (tmp_path / "cert.tsv").read_text().splitlines()[1:]]
+    assert set(cert) <= {"0", "1"}
+    st, _, body = raw(served["port"], "POST", "/v1/search",
+                      json.dumps({"queries": corpus["queries"].astype(float).tolist(), "k": 10, "certify": True}),
+                      {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+    assert st == 200
+    assert json.loads(body)["certified"] == [c == "1" for c in cert]
+    want = read_trec(tmp_path / "cert.trec")
+    assert [h["ids"] for h in json.loads(body)["results"]] == [[d for d, _ in want[str(i)]] for i in range(len(cert))]
     ex_ids, _ = c.search(corpus["queries"], k=5, exhaustive=True)
     assert len(ex_ids) == len(corpus["queries"]) and all(len(x) == 5 for x in ex_ids)
     info = c.info()

@@ -99,17 +99,17 @@ def test_pruning_keeps_the_exhaustive_top(corpus, index, tmp_path, pruning):
 
 def test_search_certifies_each_query(corpus, index, tmp_path):
     """--certificates: per query certified and depth; a certified query has the exhaustive top 10;
-    the summary counts them; --no-certify and exhaustive search certify nothing; the file may not
+    the summary counts them; searches without --certify, and exhaustive ones, certify nothing; the file may not
     be another input or output."""
     def run(out, *extra):
         p = tms("search", "--index", index, "--queries", corpus / "queries.npy", "--query-ids",
                 corpus / "query_ids.txt", "--out", out, "--k", 10, "--no-progress", "--device", "cpu", *extra,
                 check=True)
         return read_trec(out), p.stderr
-    exact, _ = run(tmp_path / "exact.trec", "--exhaustive", "--certificates", tmp_path / "exh.tsv")
+    exact, _ = run(tmp_path / "exact.trec", "--exhaustive", "--certify", "--certificates", tmp_path / "exh.tsv")
     assert {l.split("\t")[1] for l in (tmp_path / "exh.tsv").read_text().splitlines()[1:]} == {"-"}
     shallow = ("--target-recall", 0, "--nprobe", 1, "--ncandidates", 20, "--rerank", 10)
-    got, err = run(tmp_path / "run.trec", *shallow, "--certificates", tmp_path / "cert.tsv")
+    got, err = run(tmp_path / "run.trec", *shallow, "--certify", "--certificates", tmp_path / "cert.tsv")
     rows = [l.split("\t") for l in (tmp_path / "cert.tsv").read_text().splitlines()]
     assert rows[0] == ["query", "certified", "depth"] and len(rows) == 21
     certified = [q for q, c, _ in rows[1:] if c == "1"]
@@ -119,7 +119,7 @@ def test_search_certifies_each_query(corpus, index, tmp_path):
     assert all(c == "1" or d == "3" for _, c, d in rows[1:])  # not certified: searched again, 3 steps deeper
     again = sum(1 for _, _, d in rows[1:] if d != "0")
     assert f"{len(certified)} of 20 queries certified ({again} searched again, deeper)" in err
-    _, err = run(tmp_path / "plain.trec", *shallow, "--no-certify", "--certificates", tmp_path / "none.tsv")
+    _, err = run(tmp_path / "plain.trec", *shallow, "--certificates", tmp_path / "none.tsv")
     assert "certified" not in err
     assert {l.split("\t")[1] for l in (tmp_path / "none.tsv").read_text().splitlines()[1:]} == {"-"}
     p = tms("search", "--index", index, "--queries", corpus / "queries.npy", "--out", tmp_path / "x.trec",

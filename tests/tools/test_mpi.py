@@ -46,7 +46,7 @@ def corpus(tmp_path_factory):
 
 def search_args(d, idx, out, *extra):
     return ("search", "--index", d / idx, "--queries", d / "queries.npy", "--query-ids", d / "query_ids.txt",
-            "--out", out, "--k", 10, "--no-progress", "--device", "cpu", "--batch", 7, "--no-certify", *extra)
+            "--out", out, "--k", 10, "--no-progress", "--device", "cpu", "--batch", 7, *extra)
 
 
 def same_run(dist, one):

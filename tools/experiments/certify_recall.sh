@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Per-query certification (tuning.md, "Each query certified") on a corpus: an index with vectors
-# (and its build estimate), the exhaustive top 10, then the default search (certifying), the same
-# without certification (the estimate's setting for every query) and the fixed defaults; one
+# (and its build estimate), the exhaustive top 10, then the search with --certify, the default
+# search (the estimate's setting for every query) and the fixed defaults; one
 # line each: recall@10, queries certified, certified queries whose top 10 is not the exhaustive
 # one, queries/s (the three searches run back to back on the same machine).
 #   certify_recall.sh TMS CORPUS_DIR WORK_DIR [tms search flags...]
@@ -21,9 +21,9 @@ search() {  # NAME FLAGS...
   "$tms" search --index "$work/idx" --queries "$corpus/queries.npy" --out "$work/$name.run" --k 10 --no-progress \
     --certificates "$work/$name.tsv" "$@" 2> "$work/$name.log"
 }
-search certified "$@"
-search planned --no-certify "$@"
-search fixed --no-certify --target-recall 0 "$@"
+search certified --certify "$@"
+search planned "$@"
+search fixed --target-recall 0 "$@"
 PYTHONPATH="$(dirname "$0")" python3 - "$work" "$corpus" <<'PY'
 import sys
 from run_recall import qps, recall, top

@@ -78,7 +78,6 @@ tms::Status load_estimate_input(const std::string& docs, const std::string& docl
 tms::Status search_options(const SearchArgs& a, bool quiet, tms::SearchOptions* opts, tms::SearcherOptions* so) {
     *opts = a.opts;
     opts->pruning = parse_pruning(a.pruning);
-    opts->certify = !a.no_certify;
     TMS_RETURN_IF_ERROR(tms::ParseSearchMode(a.mode, &opts->mode));
     TMS_RETURN_IF_ERROR(tms::ParseFusion(a.fusion, &opts->fusion));
     TMS_RETURN_IF_ERROR(parse_placement(a.device, a.devices, a.vectors, so));
@@ -483,11 +482,11 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Hybrid search: BM25's best this many join the MaxSim search's best this many")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
-    c->add_flag("--no-certify", a->no_certify,
-                "Search every query with the same settings, without certifying its top-k (by default, after "
-                "the exact rerank a query whose k-th score does not clear what the documents left out could "
-                "score, judged by how its reranked documents' exact scores exceed their approximate ones, is "
-                "searched once more, --certify-steps deeper)");
+    c->add_flag("--certify", a->opts.certify,
+                "Certify each query's top-k: after the exact rerank a query whose k-th score does not clear "
+                "what the documents left out could score, judged by how its reranked documents' exact scores "
+                "exceed their approximate ones, is searched once more, --certify-steps deeper (needs stored "
+                "vectors and --pruning probe)");
     c->add_option("--certify-steps", a->opts.certify_steps,
                   "How much deeper a query not certified is searched again: each step doubles the rerank (and, "
                   "where the candidates' bound failed, the candidates, and probes half again as many lists); "
@@ -497,7 +496,7 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
         ->check(CLI::Range(-1, 8));
     c->add_option("--certificates", a->certificates,
                   "Also write each query's certification, TSV: query, certified (1, 0, or - where the search did "
-                  "not certify: exhaustive, no vectors, --no-certify), depth (how many steps deeper its second "
+                  "not certify: no --certify, exhaustive, no vectors), depth (how many steps deeper its second "
                   "search was; 0: searched once)");
     c->add_option("--explain", a->explain,
                   "Also write why each hit matched, JSON lines: per hit its query, doc, score, maxsim, and per "

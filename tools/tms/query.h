@@ -23,8 +23,7 @@ struct SearchArgs {
     int record_max = 1000;
     std::string query_text, mode = "maxsim", fusion = "weighted";  // --query-text, --mode, --fusion
     std::string explain;                                           // --explain: the explanations' file
-    std::string certificates;  // --certificates: each query's certification, TSV
-    bool no_certify = false;
+    std::string certificates;                                      // --certificates: each query's certification, TSV
 };
 
 // The queries of a search (--queries, --query-ids) as one batch over arr's bytes.
