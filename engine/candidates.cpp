@@ -14,8 +14,8 @@
 namespace tms::engine {
 
 Status ShardSearcher::HostCandidates(const float* qf, const QueryBatch& q, const SearchOptions& opts, bool cut_all,
-                                     std::vector<float>* cs, Lists* lists, const uint32_t* allow,
-                                     int64_t allow_stride, std::vector<kernels::ProbeFrame>* frames) const {
+                                     std::vector<float>* cs, Lists* lists, const uint32_t* allow, int64_t allow_stride,
+                                     std::vector<kernels::ProbeFrame>* frames) const {
     const int nq = q.n_queries, qt = q.q_tokens;
     const int K = p_->data.model.n_centroids;
     const int nprobe = engine::ProbesPerToken(opts, K);
@@ -114,8 +114,8 @@ Status ShardSearcher::PruneStage(const QueryBatch& q, const SearchOptions& opts,
                                                     keep_on_device ? nullptr : &c->lists.scores,
                                                     keep_on_device ? nullptr : &c->ticket, allow, stride > 0, frames));
         } else {
-            TMS_RETURN_IF_ERROR(
-                HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists, allow, stride, frames));
+            TMS_RETURN_IF_ERROR(HostCandidates(HostF32(q, &c->qconv), q, o, /*cut_all=*/!c->alone, &c->cs, &c->lists,
+                                               allow, stride, frames));
         }
     } else {  // the compressed stage scores the lists below: on the host, with these centroid scores
         c->ticket = 0;

@@ -50,9 +50,9 @@ constexpr int kTrustedPerHit = 4;
 // How a query's certification ended in a pass (SearchOptions::certify).
 enum Verdict : int8_t {
     kCertified = 0,
-    kRerankBound = 1,   // a document the rerank did not reach may score above the k-th
-    kPruningBound = 2,  // one the candidates did not keep may (the rerank's bound may fail too)
-    kUncertifiable = 3, // the pass could not tell (no probe scores: a direct or deepened query)
+    kRerankBound = 1,    // a document the rerank did not reach may score above the k-th
+    kPruningBound = 2,   // one the candidates did not keep may (the rerank's bound may fail too)
+    kUncertifiable = 3,  // the pass could not tell (no probe scores: a direct or deepened query)
 };
 
 // Multiplies the excess of exact over approximate scores measured on a query's reranked
@@ -313,7 +313,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
 #pragma omp parallel for schedule(dynamic, 4) if (nb > 16)
             for (int i = 0; i < nb; ++i) {
                 if (!st.ok()) continue;
-                std::vector<float> top;  // the exact scores of the query's hits
+                std::vector<float> top;                  // the exact scores of the query's hits
                 std::vector<std::array<float, 3>> seen;  // (exact, compressed, probe) of the reranked
                 const kernels::ProbeFrame* f = frames ? &frames[i] : nullptr;
                 for (size_t s = 0; s < n; ++s) {
@@ -331,8 +331,8 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                     std::nth_element(top.begin(), top.begin() + (o.k - 1), top.end(), std::greater<float>());
                     kth = top[size_t(o.k - 1)];
                 }
-                const bool rerank_ok =
-                    !CutKeyBetter(rerank_at[size_t(i)], kKeepAll) || kth > ExactBound(seen, 1, rerank_at[size_t(i)].score, kExcess);
+                const bool rerank_ok = !CutKeyBetter(rerank_at[size_t(i)], kKeepAll) ||
+                                       kth > ExactBound(seen, 1, rerank_at[size_t(i)].score, kExcess);
                 bool pruning_ok = direct(i);
                 if (!pruning_ok && f) {
                     // A document the candidates did not keep has a probe score of at most the

@@ -36,7 +36,8 @@ SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vect
                 SearchOptions d = o;
                 for (int s = 1; s <= engine::kCertifySteps; ++s) {
                     d = engine::CertifyDeeper(d, /*pruning=*/true);
-                    if (d.nprobe >= planned.nprobe && d.ncandidates >= planned.ncandidates && d.rerank >= planned.rerank) {
+                    if (d.nprobe >= planned.nprobe && d.ncandidates >= planned.ncandidates &&
+                        d.rerank >= planned.rerank) {
                         o.certify_steps = s;
                         break;
                     }

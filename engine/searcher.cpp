@@ -318,7 +318,9 @@ public:
             if (r->timings) {  // the batch's times, which it shared; its own queries' certificates
                 *r->timings = t;
                 const auto own = [&](std::vector<uint8_t>* v) {
-                    if (!v->empty()) *v = std::vector<uint8_t>(v->begin() + ptrdiff_t(at), v->begin() + ptrdiff_t(at) + r->q->n_queries);
+                    if (!v->empty())
+                        *v = std::vector<uint8_t>(v->begin() + ptrdiff_t(at),
+                                                  v->begin() + ptrdiff_t(at) + r->q->n_queries);
                 };
                 own(&r->timings->certified);
                 own(&r->timings->depth);

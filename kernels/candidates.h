@@ -127,7 +127,6 @@ struct ProbeFrame {
 /// Query q's frame (host pointers in p).
 ProbeFrame probe_frame(const ProbeScoreParams& p, int q);
 
-
 /// dst [rows, 3 * dim]: row r of src [rows, dim] as three parts of dim each, part s being lo when
 /// bit s of lo_parts is set, else hi; hi = x with its low 13 mantissa bits cleared (exact in
 /// TF32), lo = x - hi (exact in fp32). Centroids as (hi, lo, hi) and query rows as (hi, hi, lo):

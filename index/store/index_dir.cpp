@@ -428,9 +428,8 @@ Status CheckOutputPath(const std::string& out, OutputKind kind,
     for (const auto& [option, path] : inputs) {
         if (path.empty() || path == "-") continue;
         // The same file, or (neither there yet: another output) the same path.
-        if (kind == OutputKind::kFile &&
-            ((fs::exists(target, ec) && fs::equivalent(path, target, ec)) ||
-             (!ec && fs::weakly_canonical(fs::absolute(path, ec), ec) == canon && !ec))) {
+        if (kind == OutputKind::kFile && ((fs::exists(target, ec) && fs::equivalent(path, target, ec)) ||
+                                          (!ec && fs::weakly_canonical(fs::absolute(path, ec), ec) == canon && !ec))) {
             return Status::InvalidArgument(out + ": is the input " + option + " (" + path +
                                            "); refusing to write over it");
         }

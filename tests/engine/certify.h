@@ -53,16 +53,16 @@ inline CertifyCorpus MakeCertifyCorpus(int kind, uint32_t seed) {
     for (int t = 0; t < 5; ++t) few.push_back(unit(nullptr, 1.f));
     auto token = [&](int topic) -> std::vector<float> {
         switch (kind) {
-        case 1: return unit(nullptr, 1.f);
-        case 3: return few[size_t(topic % 5)];
-        default: {
-            std::vector<float> v = unit(&topics[size_t(topic)], kind == 4 ? 0.35f : 0.25f);
-            if (kind == 2) {
-                const float norm = 0.1f + 30.f * u01(rng) * u01(rng);
-                for (auto& x : v) x *= norm;
+            case 1: return unit(nullptr, 1.f);
+            case 3: return few[size_t(topic % 5)];
+            default: {
+                std::vector<float> v = unit(&topics[size_t(topic)], kind == 4 ? 0.35f : 0.25f);
+                if (kind == 2) {
+                    const float norm = 0.1f + 30.f * u01(rng) * u01(rng);
+                    for (auto& x : v) x *= norm;
+                }
+                return v;
             }
-            return v;
-        }
         }
     };
     const char* names[] = {"topics", "noise", "unnormalised", "few distinct tokens", "ragged lengths"};
@@ -132,40 +132,40 @@ inline void ExpectCertifiedQueriesExact(Device device) {
             ASSERT_TRUE(s->Search(qb, ex, &truth, &t).ok());
             EXPECT_TRUE(t.certified.empty()) << "exhaustive search is exact, even asked to certify";
             for (const int depth : {1, 4}) {  // probes, candidates and rerank of the first search
-            SearchOptions o;
-            o.k = k;
-            o.target_recall = 0;  // these settings, not the plan (a small index plans exhaustive)
-            o.nprobe = 2 * depth;
-            o.ncandidates = 64 * depth;
-            o.rerank = 16 * depth;
-            o.certify = true;
-            ASSERT_TRUE(s->Search(qb, o, &res, &t).ok());
-            ASSERT_EQ(t.certified.size(), size_t(c.nq)) << c.name;
-            ASSERT_EQ(t.depth.size(), size_t(c.nq));
-            int again = 0;
-            for (int q = 0; q < c.nq; ++q) {
-                const auto& want = truth[size_t(q)];
-                const auto& got = res[size_t(q)];
-                EXPECT_TRUE(t.depth[size_t(q)] == 0 || t.depth[size_t(q)] == 3) << "3 steps without an estimate";
-                again += t.depth[size_t(q)] > 0;
-                EXPECT_TRUE(t.certified[size_t(q)] || t.depth[size_t(q)] > 0)
-                    << c.name << " " << codec << " query " << q << ": not certified, not searched again";
-                if (!t.certified[size_t(q)]) continue;
-                ++certified;
-                ASSERT_EQ(got.size(), want.size()) << c.name << " " << codec << " query " << q;
-                for (size_t r = 0; r < want.size(); ++r) {
-                    EXPECT_NEAR(got[r].score, want[r].score, 1e-4f * std::max(1.f, std::fabs(want[r].score)))
-                        << c.name << " " << codec << " query " << q << " rank " << r
-                        << ": certified, but not the exhaustive top-k";
+                SearchOptions o;
+                o.k = k;
+                o.target_recall = 0;  // these settings, not the plan (a small index plans exhaustive)
+                o.nprobe = 2 * depth;
+                o.ncandidates = 64 * depth;
+                o.rerank = 16 * depth;
+                o.certify = true;
+                ASSERT_TRUE(s->Search(qb, o, &res, &t).ok());
+                ASSERT_EQ(t.certified.size(), size_t(c.nq)) << c.name;
+                ASSERT_EQ(t.depth.size(), size_t(c.nq));
+                int again = 0;
+                for (int q = 0; q < c.nq; ++q) {
+                    const auto& want = truth[size_t(q)];
+                    const auto& got = res[size_t(q)];
+                    EXPECT_TRUE(t.depth[size_t(q)] == 0 || t.depth[size_t(q)] == 3) << "3 steps without an estimate";
+                    again += t.depth[size_t(q)] > 0;
+                    EXPECT_TRUE(t.certified[size_t(q)] || t.depth[size_t(q)] > 0)
+                        << c.name << " " << codec << " query " << q << ": not certified, not searched again";
+                    if (!t.certified[size_t(q)]) continue;
+                    ++certified;
+                    ASSERT_EQ(got.size(), want.size()) << c.name << " " << codec << " query " << q;
+                    for (size_t r = 0; r < want.size(); ++r) {
+                        EXPECT_NEAR(got[r].score, want[r].score, 1e-4f * std::max(1.f, std::fabs(want[r].score)))
+                            << c.name << " " << codec << " query " << q << " rank " << r
+                            << ": certified, but not the exhaustive top-k";
+                    }
                 }
-            }
-            total += c.nq;  // (per search)
-            if (kind == 0) again_easy += double(again) / c.nq;
-            if (kind == 1) again_hard += double(again) / c.nq;
-            SearchOptions off = o;
-            off.certify = false;
-            ASSERT_TRUE(s->Search(qb, off, &res, &t).ok());
-            EXPECT_TRUE(t.certified.empty() && t.depth.empty());
+                total += c.nq;  // (per search)
+                if (kind == 0) again_easy += double(again) / c.nq;
+                if (kind == 1) again_hard += double(again) / c.nq;
+                SearchOptions off = o;
+                off.certify = false;
+                ASSERT_TRUE(s->Search(qb, off, &res, &t).ok());
+                EXPECT_TRUE(t.certified.empty() && t.depth.empty());
             }
         }
     }

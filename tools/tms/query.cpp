@@ -355,9 +355,8 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
                    (certified[size_t(i)] < 0 ? std::string("-") : std::to_string(certified[size_t(i)])) + "\t" +
                    std::to_string(depth[size_t(i)]) + "\n";
         }
-        TMS_RETURN_IF_ERROR(tms::index::WriteFileAtomically(a.certificates, [&](std::FILE* f) {
-            return std::fwrite(tsv.data(), 1, tsv.size(), f) == tsv.size();
-        }));
+        TMS_RETURN_IF_ERROR(tms::index::WriteFileAtomically(
+            a.certificates, [&](std::FILE* f) { return std::fwrite(tsv.data(), 1, tsv.size(), f) == tsv.size(); }));
     }
     if (!a.record_queries.empty()) TMS_RETURN_IF_ERROR(save_served_queries(a, *searcher, quiet));
     if (!quiet) {
