@@ -240,37 +240,23 @@ tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage
 tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
     TMS_RETURN_IF_ERROR(check_run_output(a));
-    if (!a.record_queries.empty()) {
-        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(a.record_queries, tms::OutputKind::kFile,
-                                                 {{"--queries", a.queries},
-                                                  {"--query-ids", a.query_ids},
-                                                  {"--subset", a.subset},
-                                                  {"--out", a.out},
-                                                  {"--index", a.index}})
-                                .WithContext("--record-queries"));
-    }
-    if (!a.explain.empty()) {
-        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(a.explain, tms::OutputKind::kFile,
-                                                 {{"--queries", a.queries},
-                                                  {"--query-ids", a.query_ids},
-                                                  {"--query-text", a.query_text},
-                                                  {"--subset", a.subset},
-                                                  {"--out", a.out},
-                                                  {"--record-queries", a.record_queries},
-                                                  {"--index", a.index}})
-                                .WithContext("--explain"));
-    }
-    if (!a.certificates.empty()) {
-        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(a.certificates, tms::OutputKind::kFile,
-                                                 {{"--queries", a.queries},
-                                                  {"--query-ids", a.query_ids},
-                                                  {"--query-text", a.query_text},
-                                                  {"--subset", a.subset},
-                                                  {"--out", a.out},
-                                                  {"--record-queries", a.record_queries},
-                                                  {"--explain", a.explain},
-                                                  {"--index", a.index}})
-                                .WithContext("--certificates"));
+    // Every file the search reads or writes, by option: no output may be another of them.
+    const std::vector<std::pair<std::string, std::string>> files = {{"--queries", a.queries},
+                                                                    {"--query-ids", a.query_ids},
+                                                                    {"--query-text", a.query_text},
+                                                                    {"--subset", a.subset},
+                                                                    {"--out", a.out},
+                                                                    {"--record-queries", a.record_queries},
+                                                                    {"--explain", a.explain},
+                                                                    {"--certificates", a.certificates},
+                                                                    {"--index", a.index}};
+    for (const auto& [option, path] : files) {
+        if (path.empty() || (option != "--record-queries" && option != "--explain" && option != "--certificates"))
+            continue;
+        std::vector<std::pair<std::string, std::string>> others;
+        for (const auto& f : files)
+            if (f.first != option) others.push_back(f);
+        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(path, tms::OutputKind::kFile, others).WithContext(option));
     }
     QueryJob job;
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
