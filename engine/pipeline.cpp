@@ -156,8 +156,9 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         return Status::OK();
     };
     // One pass of the queries b (allowed a) with options o: these segments' share of each
-    // query's top-k into *out and, with deep, the queries to search again, with verdicts, each
-    // query's certification (both agreed by every participant). Errors go to st.
+    // query's top-k into *out, with deep the queries to search again (agreed by every
+    // participant), and with verdicts each query's certification (one participant only:
+    // SearchWithCuts does not certify). Errors go to st.
     auto pass = [&](const QueryBatch& b, const Allowed* a, const SearchOptions& o,
                     std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep, std::vector<int8_t>* verdicts) {
         const int nb = b.n_queries;
@@ -426,8 +427,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         if (!again.empty()) again_with(again, engine::DeepenedSearch(opts), /*certified=*/false);
         TMS_RETURN_IF_ERROR(st);
         // The queries not certified, searched once more, `steps` steps deeper: those whose
-        // rerank's bound failed reranking more, the others probing and keeping more too (the
-        // verdicts, and so the groups, are the same on every participant).
+        // rerank's bound failed reranking more, the others probing and keeping more too.
         if (certify) {
             const int steps = opts.certify_steps < 0 ? kCertifySteps : opts.certify_steps;
             std::vector<int> rerank_more, prune_more;
