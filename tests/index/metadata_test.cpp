@@ -517,12 +517,12 @@ TEST(MetadataCpu, NoFileNoSnapshot) {
 // ---- the metadata file through the index's life ---------------------------------------------
 
 // Random documents "d0".."d<n-1>" (dim 32, 2-6 tokens each).
-struct Corpus {
+struct MetadataCorpus {
     std::vector<float> tokens;
     std::vector<int64_t> lens, offsets{0};
     std::vector<std::string> ids;
     static constexpr int kDim = 32;
-    explicit Corpus(int n) {
+    explicit MetadataCorpus(int n) {
         std::mt19937 rng(7);
         std::normal_distribution<float> g;
         for (int d = 0; d < n; ++d) {
@@ -583,7 +583,7 @@ std::string attrs_repr(int d) {
 void lifecycle(const std::string& name, int shards) {
     const fs::path dir = meta_dir(name);
     const std::string path = (dir / "index").string();
-    const Corpus c(120);
+    const MetadataCorpus c(120);
     IndexBuildOptions bo;
     bo.n_centroids = 16;
     bo.progress = false;
@@ -615,10 +615,10 @@ void lifecycle(const std::string& name, int shards) {
         std::unique_ptr<IndexUpdater> u;
         ASSERT_TRUE(IndexUpdater::Open(path, false, &u).ok());
         // d100..d109 in order with a new column, and d5 again (replaced).
-        std::vector<float> tok(c.tokens.begin() + c.offsets[100] * Corpus::kDim,
-                               c.tokens.begin() + c.offsets[110] * Corpus::kDim);
-        tok.insert(tok.end(), c.tokens.begin() + c.offsets[5] * Corpus::kDim,
-                   c.tokens.begin() + c.offsets[6] * Corpus::kDim);
+        std::vector<float> tok(c.tokens.begin() + c.offsets[100] * MetadataCorpus::kDim,
+                               c.tokens.begin() + c.offsets[110] * MetadataCorpus::kDim);
+        tok.insert(tok.end(), c.tokens.begin() + c.offsets[5] * MetadataCorpus::kDim,
+                   c.tokens.begin() + c.offsets[6] * MetadataCorpus::kDim);
         std::vector<int64_t> lens = c.lens_of(100, 110);
         lens.push_back(c.lens[5]);
         std::vector<std::string> ids = c.ids_of(100, 110);
@@ -630,7 +630,7 @@ void lifecycle(const std::string& name, int shards) {
         }
         add.objects.push_back("{\"color\": \"new\", \"year\": 1}");
         want["d5"] = "year=i:1;color=t:new;";
-        const EmbeddingView v{tok.data(), DType::kF32, int64_t(tok.size() / Corpus::kDim), Corpus::kDim};
+        const EmbeddingView v{tok.data(), DType::kF32, int64_t(tok.size() / MetadataCorpus::kDim), MetadataCorpus::kDim};
         st = u->Add(v, lens, ids, true, &add);
         ASSERT_TRUE(st.ok()) << st.ToString();
         EXPECT_EQ(u->info().metadata_rows, 111);
@@ -686,7 +686,7 @@ TEST(MetadataCpu, ShardedIndexKeepsOneFileAtItsRoot) { lifecycle("sharded", 3); 
 TEST(MetadataCpu, IndexWithoutMetadataGetsSomeByAdd) {
     const fs::path dir = meta_dir("late");
     const std::string path = (dir / "index").string();
-    const Corpus c(60);
+    const MetadataCorpus c(60);
     IndexBuildOptions bo;
     bo.n_centroids = 16;
     bo.codec = "residual";  // PQ needs more tokens to train
@@ -733,7 +733,7 @@ TEST(MetadataCpu, IndexWithoutMetadataGetsSomeByAdd) {
 TEST(MetadataCpu, RowsPastTheStoresAreInvisibleAndRemovedByTheNextWriter) {
     const fs::path dir = meta_dir("crash");
     const std::string path = (dir / "index").string();
-    const Corpus c(30);
+    const MetadataCorpus c(30);
     IndexBuildOptions bo;
     bo.n_centroids = 8;
     bo.codec = "residual";
