@@ -314,7 +314,7 @@ const RecallPoint* RecallEstimate::For(double target) const {
     const RecallPoint* d = Default();
     const size_t first = d != nullptr && target >= SearchOptions().target_recall ? size_t(d - points.data()) : 0;
     for (size_t i = first; i < points.size(); ++i)
-        if (points[i].recall >= target) return &points[i];
+        if (points[i].Lower() >= target) return &points[i];
     if (points.empty()) return nullptr;
     double best = 0;
     for (size_t i = first; i < points.size(); ++i) best = std::max(best, points[i].recall);
@@ -397,7 +397,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         a.rerank = l[2];
         if (stopped()) return kStopped;
         TMS_RETURN_IF_ERROR(s->Search(qb, a, &got));
-        double sum = 0;
+        double sum = 0, sum_sq = 0;
         int counted = 0;
         for (int i = 0; i < nq; ++i) {
             if (truth[size_t(i)].empty()) continue;
@@ -405,10 +405,16 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
             for (const SearchHit& h : truth[size_t(i)]) want.insert(h.internal_id);
             int hit = 0;
             for (const SearchHit& h : got[size_t(i)]) hit += int(want.count(h.internal_id));
-            sum += double(hit) / double(want.size());
+            const double r = double(hit) / double(want.size());
+            sum += r;
+            sum_sq += r * r;
             ++counted;
         }
-        e.points.push_back({l[0], l[1], l[2], counted ? sum / counted : 1.0});
+        const double mean = counted ? sum / counted : 1.0;
+        // The standard error of the mean of the queries' recalls (the sample variance's n - 1).
+        const double se =
+            counted > 1 ? std::sqrt(std::max(0.0, (sum_sq - sum * mean) / (counted - 1)) / counted) : 0.0;
+        e.points.push_back({l[0], l[1], l[2], mean, se});
         if (e.points.size() >= n_first && e.points.back().recall >= kEnough) break;  // deeper cannot do better
         // The compressed ranking past the defaults: a deeper point that measures no better
         // says the codec bounds the curve (deeper ones would cost more for the same).
@@ -441,7 +447,7 @@ Status StoreRecallEstimate(const std::string& path, const RecallEstimate& e, con
     j["documents"] = e.documents;
     for (const RecallPoint& p : e.points) {
         j["points"].push_back(
-            {{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank}, {"recall", p.recall}});
+            {{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank}, {"recall", p.recall}, {"se", p.se}});
     }
     const std::string text = j.dump(1) + "\n";
     remove_dead_writers_files(path);
@@ -466,8 +472,9 @@ Status ReadRecallEstimate(const std::string& path, RecallEstimate* out) {
         e.documents = j.value("documents", int64_t(0));
         for (const auto& x : j.at("points")) {
             RecallPoint pt{x.at("nprobe").get<int>(), x.at("ncandidates").get<int>(), x.at("rerank").get<int>(),
-                           x.at("recall").get<double>()};
-            if (pt.nprobe < 1 || pt.ncandidates < 0 || pt.rerank < 0 || !(pt.recall >= 0 && pt.recall <= 1)) {
+                           x.at("recall").get<double>(), x.value("se", 0.0)};
+            if (pt.nprobe < 1 || pt.ncandidates < 0 || pt.rerank < 0 || !(pt.recall >= 0 && pt.recall <= 1) ||
+                !(pt.se >= 0 && pt.se <= 1)) {
                 return Status::Corruption(p + ": a point out of range");
             }
             e.points.push_back(pt);

@@ -560,6 +560,7 @@ PYBIND11_MODULE(_core, m) {
                 d["ncandidates"] = p.ncandidates;
                 d["rerank"] = p.rerank;
                 d["recall"] = p.recall;
+                d["se"] = p.se;
                 points.append(d);
             }
             py::dict r;

@@ -377,7 +377,8 @@ def estimate_recall(path, queries=0, device="auto", *, sample=None, documents=No
     is measured against `documents` (with `lengths`, as build_index takes them): the ones it was
     built from, in order; the estimate is then of the compressed ranking ("compressed": True).
     Returns {"queries", "sample", "compressed", "k", "points": [{"nprobe", "ncandidates",
-    "rerank", "recall"}, ...]}."""
+    "rerank", "recall", "se"}, ...]} ("se": the standard error of "recall" over the queries; a
+    target is reached where recall - 1.645 se reaches it)."""
     docs = (None, "", [])
     if documents is not None:
         tokens, ddtype, dlens = _documents(documents, lengths)

@@ -44,11 +44,21 @@ TEST(EstimateCpu, MeasuredStoredKeptAndUsed) {
     const SearchOptions d;
     ASSERT_NE(e.Default(), nullptr);  // the default setting is measured, cheaper ones before it
     EXPECT_GT(e.Default() - e.points.data(), 0);
-    for (const RecallPoint& p : e.points) EXPECT_TRUE(p.recall >= 0 && p.recall <= 1);
+    for (const RecallPoint& p : e.points) {
+        EXPECT_TRUE(p.recall >= 0 && p.recall <= 1);
+        // Queries' recalls in [0, 1] of mean m vary at most m (1 - m): the standard error of
+        // their mean is at most sqrt(m (1 - m) / (n - 1)), and 0 where every query agrees.
+        EXPECT_GE(p.se, 0);
+        EXPECT_LE(p.se, std::sqrt(p.recall * (1 - p.recall) / (e.queries - 1)) + 1e-12);
+        EXPECT_NEAR(p.Lower(), p.recall - 1.645 * p.se, 1e-12);
+    }
     RecallEstimate back;
     ASSERT_TRUE(ReadRecallEstimate(index.string(), &back).ok());
     ASSERT_EQ(back.points.size(), e.points.size());
-    EXPECT_DOUBLE_EQ(back.points[0].recall, e.points[0].recall);
+    for (size_t i = 0; i < e.points.size(); ++i) {
+        EXPECT_DOUBLE_EQ(back.points[i].recall, e.points[i].recall);
+        EXPECT_DOUBLE_EQ(back.points[i].se, e.points[i].se);
+    }
 
     // The choice: the cheapest point that reaches the target, else the deepest; only fields at
     // their defaults change; 0 or exhaustive: nothing.
@@ -221,6 +231,13 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     flat.points[2].recall = 0.9015;
     flat.points[3].recall = 0.901;
     EXPECT_EQ(flat.For(d.target_recall), &flat.points[1]);
+    // A point reaches the target only beyond its sampling error: 0.994 measured with a standard
+    // error of 0.003 (64 queries, four missing a document each) is not evidence of 0.99.
+    RecallEstimate noisy = e;
+    noisy.points = {{d.nprobe, d.ncandidates, d.rerank, 0.994, 0.003}, {12, 2048, 512, 1.0, 0.0}};
+    EXPECT_EQ(noisy.For(d.target_recall), &noisy.points[1]);
+    noisy.points[0].se = 0.002;  // 0.994 - 1.645 x 0.002 = 0.9907
+    EXPECT_EQ(noisy.For(d.target_recall), &noisy.points[0]);
     // An estimate measured without vectors (compressed) plans searches without them, and only those.
     flat.compressed = true;
     o.target_recall = d.target_recall;

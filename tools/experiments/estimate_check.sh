@@ -11,7 +11,7 @@ out=${1:?OUTDIR}
 shift
 mkdir -p "$out"
 IFS=';' read -r -a recipes <<< "${RECIPES:-;--content-tokens 11}"
-curve() { tms info --index "$1" | awk '$1 == "recall_curve" {printf " %s", $NF} END {print ""}'; }
+curve() { tms info --index "$1" | awk -F"\t" '$1 == "recall_curve" {printf " %s", $5} END {print ""}'; }
 for spec in "$@"; do
   idx=${spec%%:*}
   q=${spec#*:}

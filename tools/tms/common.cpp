@@ -84,11 +84,11 @@ void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) 
     if (e.points.empty() || t == nullptr) return;
     tms::LogInfo(
         "%s: estimated recall@%d of the default search %.4f (%d %s%s, %.1f s); for recall %.2f: "
-        "nprobe %d, ncandidates %d%s%s (estimated %.4f)\n",
+        "nprobe %d, ncandidates %d%s%s (estimated %.4f, at least %.4f)\n",
         who, e.k, (e.Default() ? e.Default() : &e.points[0])->recall, e.queries,
         e.sampled ? "sample queries" : "pseudo-queries", e.compressed ? ", compressed ranking against the input" : "",
         secs, tms::SearchOptions().target_recall, t->nprobe, t->ncandidates, e.compressed ? "" : ", rerank ",
-        e.compressed ? "" : std::to_string(t->rerank).c_str(), t->recall);
+        e.compressed ? "" : std::to_string(t->rerank).c_str(), t->recall, t->Lower());
     if (e.points.back().recall < 0.95) {
         tms::LogWarning(
             "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits "

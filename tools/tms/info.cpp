@@ -40,8 +40,8 @@ tms::Status print_info(const std::string& path) {
                                                          : "stored vectors (exhaustive search)");
         if (!e.measured_at.empty()) std::printf("estimate_measured_at\t%s\n", one_line(e.measured_at).c_str());
         for (const tms::RecallPoint& p : e.points) {
-            std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\n", p.nprobe, p.ncandidates, p.rerank,
-                        p.recall);
+            std::printf("recall_curve\tnprobe %d\tncandidates %d\trerank %d\t%.4f\tse %.4f\n", p.nprobe, p.ncandidates,
+                        p.rerank, p.recall, p.se);
         }
         const double target = tms::SearchOptions().target_recall;
         const tms::RecallPoint* t = e.For(target);
