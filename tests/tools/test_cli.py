@@ -243,6 +243,54 @@ def test_residual_codec_and_float32(corpus, tmp_path):
     assert "decoded_tokens\tas decoded" in tms("info", "--index", tmp_path / "res2x", check=True).stdout
 
 
+def test_codec_auto_takes_the_fewest_sub_quantizers_that_reach_the_target(corpus, tmp_path):
+    """--codec auto builds PQ of dim/8 sub-quantizers, then twice and four times as many, each
+    judged by the build's compressed estimate, and keeps the first whose estimate reaches the
+    target beyond its sampling error, else the last."""
+    rng = np.random.default_rng(5)
+    lens = rng.integers(4, 24, 300)
+    noise = rng.standard_normal((int(lens.sum()), 64)).astype(np.float32)
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)  # no topics: codes rank it poorly
+    docs = save_npy(tmp_path / "noise.npy", noise.astype(np.float16))
+    doclens = save_npy(tmp_path / "lens.npy", lens)
+
+    def curve(index):
+        info = tms("info", "--index", index, check=True).stdout
+        pq_m = int([l for l in info.splitlines() if l.startswith("pq_m\t")][0].split("\t")[1])
+        assert "estimate_truth\tinput (compressed ranking" in info
+        return pq_m, info
+
+    p = tms("index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "deep", "--codec", "auto",
+            "--centroids", 64, "--no-progress", check=True)
+    pq_m, info = curve(tmp_path / "deep")
+    built = [int(l.split("PQ-")[1].split(" ")[0]) for l in p.stderr.splitlines() if "--codec auto: PQ-" in l]
+    assert built[0] == 8, p.stderr  # 64 / 8
+    # Each short of the target led to twice its sub-quantizers, up to 4 x 8; the one kept is the
+    # one built last, and its estimate is the one stored.
+    assert pq_m in (8, 16, 32) and "short of 0.99; building PQ-16" in p.stderr, p.stderr
+    if pq_m == 32 and "PQ-32 reaches" not in p.stderr:
+        assert "no PQ up to 32 sub-quantizers reaches recall 0.99; keeping PQ-32" in p.stderr, p.stderr
+    sizes = [l.split("codec pq, ")[1].split(" ")[0] for l in p.stderr.splitlines() if "codec pq, " in l]
+    assert sizes == [f"{4 + m:.1f}" for m in (8, 16, 32) if m <= pq_m], p.stderr  # 4 bytes: the centroid
+    measured = [l.split("default search ")[1].split(" ")[0] for l in p.stderr.splitlines() if "default search " in l]
+    assert len(measured) == len(sizes) and f"estimated_recall@10\t{measured[-1]}" in info, (p.stderr, info)
+    # A target the default codes reach: the first build is kept.
+    p = tms("index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "easy", "--codec", "auto",
+            "--target-recall", 0.2, "--centroids", 64, "--no-progress", check=True)
+    assert curve(tmp_path / "easy")[0] == 8 and "--codec auto: PQ-8 reaches recall 0.20" in p.stderr, p.stderr
+    assert "building PQ-16" not in p.stderr
+    # What it cannot judge, or what would make the choice another's, is refused up front.
+    for extra, needle in ((["--keep-vectors"], "--keep-vectors"), (["--pq-m", 16], "--pq-m"),
+                          (["--no-estimate"], "--no-estimate"), (["--nbits", 4], "--nbits")):
+        expect_error(tms("index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "no", "--codec", "auto",
+                         *extra), "--codec auto", needle)
+        assert not (tmp_path / "no").exists()
+    expect_error(tms("index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "no", "--target-recall", 0.9),
+                 "--target-recall", "--codec auto")
+    expect_error(tms("index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "no", "--codec", "zstd"),
+                 "--codec")
+
+
 def test_help_for_every_command():
     for cmd in ["synth", "index", "search", "eval", "info", "demo", "bench"]:
         p = tms(cmd, "--help")

@@ -59,6 +59,48 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     return report_build(st, out, o, group, estimate ? &eo : nullptr);
 }
 
+// `--codec auto`: PQ of dim/8 sub-quantizers (the default, at most 32), then twice and four times
+// as many, each built over the last (--overwrite's swap: the index at `out` is complete at every
+// moment) and measured by the build's compressed estimate, until one reaches `target` beyond its
+// sampling error (RecallEstimate::For, Lower), else the last. PQ, not the residual
+// codec: at the same bytes it ranks MiniLM token states better (BENCHMARKS.md, "Codec quality").
+tms::Status build_index_auto_codec(const std::string& docs, const std::string& doclens, const std::string& ids,
+                                   const std::string& out, tms::IndexBuildOptions o, const tms::DocMetadata* metadata,
+                                   const tms::EstimateOptions& estimate, double target) {
+    int first = 0;  // the default's sub-quantizers, once the first build resolved them
+    for (int m = 0;;) {
+        o.codec = "pq";
+        o.pq_m = m;
+        TMS_RETURN_IF_ERROR(build_index(docs, doclens, ids, out, o, nullptr, metadata, &estimate));
+        o.overwrite = true;  // from here on each build replaces the one before it
+        tms::IndexInfo info;
+        TMS_RETURN_IF_ERROR(tms::ReadIndexInfo(out, &info));
+        if (first == 0) first = info.pq_m;
+        tms::RecallEstimate e;
+        if (!tms::ReadRecallEstimate(out, &e).ok() || e.points.empty()) {
+            tms::LogWarning("tms index: --codec auto: no estimate to judge PQ-%d by; keeping it\n", info.pq_m);
+            return tms::Status::OK();
+        }
+        const tms::RecallPoint* p = e.For(target);
+        if (p->Lower() >= target) {
+            tms::LogInfo("tms index: --codec auto: PQ-%d reaches recall %.2f (estimated %.4f)\n", info.pq_m, target,
+                         p->recall);
+            return tms::Status::OK();
+        }
+        const int next = 2 * info.pq_m;
+        if (next > 4 * first || info.dim % next != 0) {
+            tms::LogWarning(
+                "tms index: --codec auto: no PQ up to %d sub-quantizers reaches recall %.2f; keeping PQ-%d "
+                "(estimated %.4f); --keep-vectors reranks exactly\n",
+                info.pq_m, target, info.pq_m, p->recall);
+            return tms::Status::OK();
+        }
+        tms::LogInfo("tms index: --codec auto: PQ-%d estimated %.4f, short of %.2f; building PQ-%d\n", info.pq_m,
+                     p->recall, target, next);
+        m = next;
+    }
+}
+
 // `tms index --docs -`: a stream of .npy pairs on standard input, (tokens [n, dim], doclens [m])
 // each, built as it comes (IndexStreamBuilder). Ids: the lines of `ids` in order, else numbered;
 // metadata: one object per document, in order.
@@ -139,6 +181,7 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         std::string index_sample;
         int64_t expected_tokens = 0;
         int pool_factor = 0;
+        double codec_target = tms::SearchOptions().target_recall;
     };
     auto s = std::make_shared<State>();
     auto& io = s->io;
@@ -177,7 +220,15 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
     idx->add_option("--doc-ids", doc_ids, "Document ids, one per line (default: 0..n-1)");
     idx->add_option("--out", index_out, "Index directory to create")->required();
     idx->add_option("--config", config, "JSON preset (configs/*.json); flags override it");
-    idx->add_option("--codec", codec, "Token codec: pq or residual (default pq)");
+    idx->add_option("--codec", codec,
+                    "Token codec: pq, residual, or auto (without --keep-vectors: PQ of dim/8 sub-quantizers, else "
+                    "of twice or four times as many, the fewest whose compressed recall estimate reaches 0.99; "
+                    "each is built and measured in turn) (default pq)")
+        ->check(CLI::IsMember({"pq", "residual", "auto"}));
+    auto* codec_target_opt = idx->add_option("--target-recall", s->codec_target,
+                    "With --codec auto: the compressed recall@10 the codes must reach (the build's estimate)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     idx->add_option("--centroids,--n-centroids", n_centroids,
                     "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
         ->check(CLI::Range(0, 1 << 24));
@@ -235,7 +286,7 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
                     "real ones) instead of pseudo-queries")
         ->check(CLI::ExistingFile)
         ->excludes(no_estimate_flag);
-    auto run = [s, &ctx]() -> int {
+    auto run = [s, &ctx, codec_target_opt]() -> int {
         auto& io = s->io;
         auto& docs = s->docs;
         auto& doclens = s->doclens;
@@ -284,7 +335,25 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
             tms::Status st = tms::LoadBuildOptionsJson(config, &io);
             if (!st.ok()) return fail("index", st);
         }
-        if (!codec.empty()) io.codec = codec;
+        const bool auto_codec = codec == "auto";
+        if (auto_codec) {
+            // The choice is the compressed estimate's: the build's input at hand, and no vectors
+            // whose exact rerank would make up for the codes.
+            const char* why = keep_vectors || io.keep_vectors ? "--keep-vectors: the exact rerank makes up for the codes (use pq)"
+                              : no_estimate         ? "--no-estimate: the choice is the estimate's"
+                              : pq_m >= 0 || nbits >= 0 ? "--pq-m / --nbits: the choice is the estimate's"
+                              : !std::filesystem::is_regular_file(docs)
+                                  ? "--docs: the estimate needs one .npy file of the documents (not a directory or a "
+                                    "stream)"
+                                  : nullptr;
+            if (why) return fail("index", tms::Status::InvalidArgument(std::string("--codec auto with ") + why));
+        } else if (codec_target_opt->count() > 0) {
+            return fail("index", tms::Status::InvalidArgument(
+                                     "--target-recall: the codes' target with --codec auto (searches take theirs "
+                                     "from tms search --target-recall)"));
+        } else if (!codec.empty()) {
+            io.codec = codec;
+        }
         if (n_centroids >= 0) io.n_centroids = n_centroids;
         if (pq_m >= 0) io.pq_m = pq_m;
         if (nbits >= 0) {  // the residual codec's bits: --nbits alone means that codec (fast-plaid's nbits)
@@ -308,6 +377,9 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
             return fail("index", st);
         }
 #if TMS_WITH_MPI
+        if (under_mpirun() && auto_codec) {
+            return fail("index", tms::Status::InvalidArgument("--codec auto: not in a distributed build"));
+        }
         if (under_mpirun() && from_stdin) {
             return fail("index", tms::Status::InvalidArgument(
                                      "--docs -: a distributed build reads files every rank sees, not a stream"));
@@ -333,10 +405,12 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         }
 #endif
         index_eo.device = io.device;
-        tms::Status st = from_stdin ? build_index_stream(doc_ids, index_out, io, s->expected_tokens, metadata.get(),
-                                                         no_estimate ? nullptr : &index_eo)
-                                    : build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
-                                                  no_estimate ? nullptr : &index_eo);
+        tms::Status st = auto_codec ? build_index_auto_codec(docs, doclens, doc_ids, index_out, io, metadata.get(),
+                                                             index_eo, s->codec_target)
+                         : from_stdin ? build_index_stream(doc_ids, index_out, io, s->expected_tokens, metadata.get(),
+                                                           no_estimate ? nullptr : &index_eo)
+                                      : build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
+                                                    no_estimate ? nullptr : &index_eo);
         return st.ok() ? 0 : fail("index", st);
     };
     return {idx, run};
