@@ -56,6 +56,11 @@ struct RecallEstimate {
     /// or above SearchOptions' default one, only points from the default setting on (the
     /// defaults are the floor of the default search).
     const RecallPoint* For(double target) const;
+    /// Whether For(target) reaches `target` beyond its sampling error (its Lower()).
+    bool Reaches(double target) const {
+        const RecallPoint* p = For(target);
+        return p != nullptr && p->Lower() >= target;
+    }
     /// The point of SearchOptions' default setting; null when it was not measured.
     const RecallPoint* Default() const;
     static constexpr double kSaturated = 0.002;

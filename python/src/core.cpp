@@ -80,6 +80,9 @@ py::dict info_dict(const tms::IndexInfo& i) {
     d["dim"] = i.dim;
     d["n_centroids"] = i.n_centroids;
     d["codec"] = i.codec;
+    d["pq_m"] = i.pq_m;
+    d["pq_nbits"] = i.pq_nbits;
+    d["residual_nbits"] = i.residual_nbits;
     d["has_vectors"] = i.has_vectors;
     d["unit_norm"] = i.unit_norm;
     d["format_version"] = i.format_version;
@@ -589,6 +592,14 @@ PYBIND11_MODULE(_core, m) {
     m.def("add_documents", &add_documents, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("replace"), py::arg("progress"), py::arg("metadata"), py::arg("metadata_types"));
     m.def("delete_documents", &delete_documents, py::arg("path"), py::arg("ids"));
+    // (reaches, recall): whether the estimate stored with the index reaches `target` beyond its
+    // sampling error (RecallEstimate::Reaches), and the recall of the point it plans with.
+    m.def("estimate_reaches", [](const std::string& path, double target) {
+        tms::RecallEstimate e;
+        check(tms::ReadRecallEstimate(path, &e));
+        const tms::RecallPoint* p = e.For(target);
+        return py::make_tuple(e.Reaches(target), p ? p->recall : 0.0);
+    });
     m.def("index_info", [](const std::string& path) {
         tms::IndexInfo i;
         check(tms::ReadIndexInfo(path, &i));

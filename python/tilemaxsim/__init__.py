@@ -312,7 +312,7 @@ def _build_stream(path, batches, options, overwrite, progress, device, metadata_
 
 def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, model=None, overwrite=False,
                 progress=None, device="auto", metadata=None, metadata_types=None, estimate=True, estimate_sample=None,
-                expected_tokens=None, **options):
+                expected_tokens=None, target_recall=None, **options):
     """Builds an index at `path` from `documents` (a list of [len_i, dim] arrays, as
     model.encode(..., is_query=False) returns, or one [n_tokens, dim] array with `lengths`), or
     from `texts` encoded by `model` (anything with PyLate's encode(texts, is_query=...)).
@@ -329,9 +329,25 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
     With keep_vectors, the build ends by measuring its recall (estimate_recall; on
     `estimate_sample`, queries of your own, when given) unless estimate=False. Returns the
     build's counts. fast-plaid's `nbits` is accepted for residual_nbits (either chooses the residual
-    codec). progress: bars on
+    codec). codec="auto" (documents given whole, without keep_vectors): PQ of dim/8
+    sub-quantizers, then twice and four times as many, each built and measured by its compressed
+    estimate until one reaches `target_recall` (default 0.99), else the last (tms index --codec
+    auto). progress: bars on
     standard error (None: when it is a terminal)."""
     options = _unalias(options, BUILD_ALIASES, "build_index")
+    auto_codec = options.get("codec") == "auto"
+    if target_recall is not None and not auto_codec:
+        raise ValueError("build_index: target_recall is the codes' target with codec='auto' (searches take "
+                         "theirs from Searcher.search(target_recall=...))")
+    if auto_codec:
+        why = ("keep_vectors: the exact rerank makes up for the codes (use codec='pq')" if options.get("keep_vectors")
+               else "estimate=False: the choice is the estimate's" if not estimate
+               else "pq_m / residual_nbits: the choice is the estimate's"
+               if {"pq_m", "residual_nbits"} & set(options) else
+               "a stream of batches: the estimate needs the documents whole" if _is_stream(documents, lengths)
+               else None)
+        if why:
+            raise ValueError(f"build_index: codec='auto' with {why}")
     unknown = sorted(set(options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} (known: {', '.join(BUILD_OPTIONS)})")
@@ -354,9 +370,13 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
                         "counted (drop expected_tokens)")
     documents = _documents_or_texts(documents, texts, model, "build_index")
     tokens, dtype, lens = _documents(documents, lengths)
-    counts = _core.build_index(str(path), tokens, dtype, lens, _ids(ids, "ids", len(lens)) if ids is not None else [],
-                               json.dumps(options), overwrite, _progress(progress), device,
-                               *_metadata(metadata, metadata_types))
+    ids = _ids(ids, "ids", len(lens)) if ids is not None else []
+    meta = _metadata(metadata, metadata_types)
+    if auto_codec:
+        return _build_auto_codec(path, tokens, dtype, lens, ids, meta, options, overwrite, progress, device,
+                                 estimate_sample, 0.99 if target_recall is None else float(target_recall))
+    counts = _core.build_index(str(path), tokens, dtype, lens, ids, json.dumps(options), overwrite,
+                               _progress(progress), device, *meta)
     if estimate and options.get("keep_vectors"):
         estimate_recall(path, device=device, sample=estimate_sample)
     elif estimate:  # no stored vectors: the documents given are the truth
@@ -366,6 +386,32 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
             warnings.warn(f"build_index: no recall estimate ({e}); estimate_recall(path, documents=...) "
                           "measures it later")
     return counts
+
+
+def _build_auto_codec(path, tokens, dtype, lens, ids, meta, options, overwrite, progress, device, sample, target):
+    """build_index(codec="auto"): as `tms index --codec auto` (tools/tms/index.cpp), each build
+    replacing the one before it once complete."""
+    first, m = None, 0
+    while True:
+        counts = _core.build_index(str(path), tokens, dtype, lens, ids, json.dumps(dict(options, codec="pq", pq_m=m)),
+                                   overwrite, _progress(progress), device, *meta)
+        overwrite = True
+        info = index_info(path)
+        try:
+            estimate_recall(path, device=device, sample=sample, documents=tokens, lengths=lens)
+        except (ValueError, RuntimeError) as e:  # the index is complete and usable without it
+            warnings.warn(f"build_index: codec='auto': no estimate to judge PQ-{info['pq_m']} by ({e}); keeping it")
+            return counts
+        first = first or info["pq_m"]
+        reaches, recall = _core.estimate_reaches(str(path), target)
+        nxt = 2 * info["pq_m"]
+        if reaches or nxt > 4 * first or info["dim"] % nxt:
+            if not reaches:
+                warnings.warn(f"build_index: codec='auto': no PQ up to {info['pq_m']} sub-quantizers reaches "
+                              f"recall {target:.2f}; keeping PQ-{info['pq_m']} (estimated {recall:.4f}); "
+                              "keep_vectors=True reranks exactly")
+            return counts
+        m = nxt
 
 
 def estimate_recall(path, queries=0, device="auto", *, sample=None, documents=None, lengths=None):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -191,6 +192,39 @@ def _no_vector_estimate(corpus):
     assert json.loads((idx / "estimate.json").read_text())["queries"] == 12
     r = subprocess.run([TMS, "estimate", "--index", idx, "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode != 0 and "or the documents the index was built from" in r.stderr, r.stderr
+
+
+def test_codec_auto_takes_the_fewest_sub_quantizers_that_reach_the_target(tmp_path):
+    """build_index(codec="auto"), as tms index --codec auto: PQ of dim/8 sub-quantizers, then
+    twice and four times as many, until the compressed estimate reaches the target beyond its
+    sampling error (recall - 1.645 se), else the last, with a warning."""
+    rng = np.random.default_rng(5)
+    noise = [rng.standard_normal((int(n), 64)).astype(np.float32) for n in rng.integers(4, 24, 300)]
+    docs = [(d / np.linalg.norm(d, axis=1, keepdims=True)).astype(np.float16) for d in noise]
+
+    def reaches(idx, target):
+        e = json.loads((idx / "estimate.json").read_text())
+        assert e["compressed"]
+        return any(p["recall"] - 1.645 * p["se"] >= target for p in e["points"] if p["nprobe"] >= 8)
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tilemaxsim.build_index(tmp_path / "deep", docs, codec="auto", n_centroids=64, device="cpu")
+    pq_m = tilemaxsim.index_info(tmp_path / "deep")["pq_m"]
+    assert pq_m in (8, 16, 32)
+    if reaches(tmp_path / "deep", 0.99):  # the first that reaches; those before it did not
+        assert not any("keeping PQ" in str(x.message) for x in w)
+    else:
+        assert pq_m == 32 and any("no PQ up to 32 sub-quantizers reaches recall 0.99" in str(x.message) for x in w)
+    tilemaxsim.build_index(tmp_path / "easy", docs, codec="auto", target_recall=0.2, n_centroids=64, device="cpu")
+    assert tilemaxsim.index_info(tmp_path / "easy")["pq_m"] == 8 and reaches(tmp_path / "easy", 0.2)
+    for kw, needle in (({"keep_vectors": True}, "keep_vectors"), ({"pq_m": 16}, "pq_m"),
+                       ({"estimate": False}, "estimate=False")):
+        with pytest.raises(ValueError, match=needle):
+            tilemaxsim.build_index(tmp_path / "no", docs, codec="auto", device="cpu", **kw)
+        assert not (tmp_path / "no").exists()
+    with pytest.raises(ValueError, match="codec='auto'"):
+        tilemaxsim.build_index(tmp_path / "no", docs, target_recall=0.9, device="cpu")
 
 
 def test_recall_estimate_is_measured_and_used(corpus):

@@ -82,7 +82,7 @@ tms::Status build_index_auto_codec(const std::string& docs, const std::string& d
             return tms::Status::OK();
         }
         const tms::RecallPoint* p = e.For(target);
-        if (p->Lower() >= target) {
+        if (e.Reaches(target)) {
             tms::LogInfo("tms index: --codec auto: PQ-%d reaches recall %.2f (estimated %.4f)\n", info.pq_m, target,
                          p->recall);
             return tms::Status::OK();
