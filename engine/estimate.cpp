@@ -412,8 +412,7 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallE
         }
         const double mean = counted ? sum / counted : 1.0;
         // The standard error of the mean of the queries' recalls (the sample variance's n - 1).
-        const double se =
-            counted > 1 ? std::sqrt(std::max(0.0, (sum_sq - sum * mean) / (counted - 1)) / counted) : 0.0;
+        const double se = counted > 1 ? std::sqrt(std::max(0.0, (sum_sq - sum * mean) / (counted - 1)) / counted) : 0.0;
         e.points.push_back({l[0], l[1], l[2], mean, se});
         if (e.points.size() >= n_first && e.points.back().recall >= kEnough) break;  // deeper cannot do better
         // The compressed ranking past the defaults: a deeper point that measures no better
@@ -446,8 +445,11 @@ Status StoreRecallEstimate(const std::string& path, const RecallEstimate& e, con
     }
     j["documents"] = e.documents;
     for (const RecallPoint& p : e.points) {
-        j["points"].push_back(
-            {{"nprobe", p.nprobe}, {"ncandidates", p.ncandidates}, {"rerank", p.rerank}, {"recall", p.recall}, {"se", p.se}});
+        j["points"].push_back({{"nprobe", p.nprobe},
+                               {"ncandidates", p.ncandidates},
+                               {"rerank", p.rerank},
+                               {"recall", p.recall},
+                               {"se", p.se}});
     }
     const std::string text = j.dump(1) + "\n";
     remove_dead_writers_files(path);

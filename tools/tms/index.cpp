@@ -63,7 +63,8 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
 // as many, each built over the last (--overwrite's swap: the index at `out` is complete at every
 // moment) and measured by the build's compressed estimate, until one reaches `target` beyond its
 // sampling error (RecallEstimate::For, Lower), else the last. PQ, not the residual
-// codec: at the same bytes it ranks MiniLM token states better (BENCHMARKS.md, "Codec quality").
+// codec: at the same bytes it ranks MiniLM token states better (BENCHMARKS.md, "Codec quality on
+// real text").
 tms::Status build_index_auto_codec(const std::string& docs, const std::string& doclens, const std::string& ids,
                                    const std::string& out, tms::IndexBuildOptions o, const tms::DocMetadata* metadata,
                                    const tms::EstimateOptions& estimate, double target) {
@@ -225,10 +226,11 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
                     "of twice or four times as many, the fewest whose compressed recall estimate reaches 0.99; "
                     "each is built and measured in turn) (default pq)")
         ->check(CLI::IsMember({"pq", "residual", "auto"}));
-    auto* codec_target_opt = idx->add_option("--target-recall", s->codec_target,
-                    "With --codec auto: the compressed recall@10 the codes must reach (the build's estimate)")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
+    auto* codec_target_opt =
+        idx->add_option("--target-recall", s->codec_target,
+                        "With --codec auto: the compressed recall@10 the codes must reach (the build's estimate)")
+            ->capture_default_str()
+            ->check(CLI::Range(0.0, 1.0));
     idx->add_option("--centroids,--n-centroids", n_centroids,
                     "k-means centroids (0 or unset: power of two near 16*sqrt(tokens))")
         ->check(CLI::Range(0, 1 << 24));
@@ -339,8 +341,9 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         if (auto_codec) {
             // The choice is the compressed estimate's: the build's input at hand, and no vectors
             // whose exact rerank would make up for the codes.
-            const char* why = keep_vectors || io.keep_vectors ? "--keep-vectors: the exact rerank makes up for the codes (use pq)"
-                              : no_estimate         ? "--no-estimate: the choice is the estimate's"
+            const char* why = keep_vectors || io.keep_vectors
+                                  ? "--keep-vectors: the exact rerank makes up for the codes (use pq)"
+                              : no_estimate             ? "--no-estimate: the choice is the estimate's"
                               : pq_m >= 0 || nbits >= 0 ? "--pq-m / --nbits: the choice is the estimate's"
                               : !std::filesystem::is_regular_file(docs)
                                   ? "--docs: the estimate needs one .npy file of the documents (not a directory or a "
@@ -405,8 +408,8 @@ Command AddIndex(CLI::App& app, const Context& ctx) {
         }
 #endif
         index_eo.device = io.device;
-        tms::Status st = auto_codec ? build_index_auto_codec(docs, doclens, doc_ids, index_out, io, metadata.get(),
-                                                             index_eo, s->codec_target)
+        tms::Status st = auto_codec   ? build_index_auto_codec(docs, doclens, doc_ids, index_out, io, metadata.get(),
+                                                               index_eo, s->codec_target)
                          : from_stdin ? build_index_stream(doc_ids, index_out, io, s->expected_tokens, metadata.get(),
                                                            no_estimate ? nullptr : &index_eo)
                                       : build_index(docs, doclens, doc_ids, index_out, io, nullptr, metadata.get(),
