@@ -91,9 +91,9 @@ void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) 
         e.compressed ? "" : std::to_string(t->rerank).c_str(), t->recall, t->Lower());
     if (e.points.back().recall < 0.95) {
         tms::LogWarning(
-            "%s: hint: even the deepest setting measured reaches only %.4f; more codec bits "
-            "(--nbits 4), PQ-32 (--pq-m 32) or more centroids would rank candidates better\n",
-            who, e.points.back().recall);
+            "%s: hint: even the deepest setting measured reaches only %.4f; more bytes a token (--codec "
+            "auto, --pq-m, --nbits 4)%s or more centroids would rank candidates better\n",
+            who, e.points.back().recall, e.compressed ? ", --keep-vectors (an exact rerank)" : "");
     }
 }
 

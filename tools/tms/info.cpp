@@ -49,8 +49,9 @@ tms::Status print_info(const std::string& path) {
                     t->rerank);
         if (e.points.back().recall < 0.95) {
             std::printf(
-                "hint\tlow estimated recall: more codec bits (--nbits 4), PQ-32 (--pq-m 32) or more "
-                "centroids\n");
+                "hint\tlow estimated recall: more bytes a token (--codec auto, --pq-m, --nbits 4)%s or more "
+                "centroids\n",
+                e.compressed ? ", --keep-vectors (an exact rerank)" : "");
         }
     }
     std::printf("shards\t%zu\n", i.shards.size());
