@@ -323,6 +323,12 @@ const RecallPoint* RecallEstimate::For(double target) const {
     return &points.back();
 }
 
+int NextAutoCodecPqM(const RecallEstimate& e, double target, int dim, int first_pq_m, int pq_m) {
+    const int next = 2 * pq_m;
+    if (e.Reaches(target) || pq_m <= 0 || next > 4 * first_pq_m || dim % next != 0) return 0;
+    return next;
+}
+
 Status EstimateRecall(const std::string& path, const EstimateOptions& o, RecallEstimate* out) {
     IndexInfo info;
     TMS_RETURN_IF_ERROR(check_index(path, o, &info));

@@ -121,4 +121,11 @@ Status EstimateRecall(const std::string& path, const EstimateOptions& opts, Reca
 Status StoreRecallEstimate(const std::string& path, const RecallEstimate& e, const EstimateOptions* recipe = nullptr);
 /// The stored measurement of the index at `path`; NotFound when it has none.
 Status ReadRecallEstimate(const std::string& path, RecallEstimate* out);
+
+/// The ladder of `--codec auto` (tms index; Python build_index(codec="auto")): PQ of dim/8
+/// sub-quantizers (the default), then twice and four times as many, each judged by its build's
+/// compressed estimate `e`. After a build of `pq_m` sub-quantizers (the ladder's first had
+/// `first_pq_m`), the next one's count, or 0 to keep this build: it Reaches(target), or the
+/// ladder ends (past 4x the first, or a count that does not divide `dim`).
+int NextAutoCodecPqM(const RecallEstimate& e, double target, int dim, int first_pq_m, int pq_m);
 }  // namespace tms

@@ -21,7 +21,8 @@ enum class OutputKind : uint8_t {
 };
 
 /// Refuses, before any work, an output that would destroy what the command reads or an index:
-///   * `out` is one of `inputs` (the same file, through symbolic or hard links);
+///   * `out` is one of `inputs` (the same file, through symbolic or hard links; an input here is
+///     any other path the command reads or writes);
 ///   * `out` lies inside an index directory (kIndex: an index's own path is its to replace), or is
 ///     one (kFile, kDirectory);
 ///   * kIndex: one of `inputs` lies under `out` (replacing the index would delete it).

@@ -430,7 +430,7 @@ Status CheckOutputPath(const std::string& out, OutputKind kind,
         // The same file, or (neither there yet: another output) the same path.
         if (kind == OutputKind::kFile && ((fs::exists(target, ec) && fs::equivalent(path, target, ec)) ||
                                           (!ec && fs::weakly_canonical(fs::absolute(path, ec), ec) == canon && !ec))) {
-            return Status::InvalidArgument(out + ": is the input " + option + " (" + path +
+            return Status::InvalidArgument(out + ": is the file of " + option + " (" + path +
                                            "); refusing to write over it");
         }
         if (kind == OutputKind::kIndex && !ec) {

@@ -592,13 +592,17 @@ PYBIND11_MODULE(_core, m) {
     m.def("add_documents", &add_documents, py::arg("path"), py::arg("tokens"), py::arg("dtype"), py::arg("lengths"),
           py::arg("ids"), py::arg("replace"), py::arg("progress"), py::arg("metadata"), py::arg("metadata_types"));
     m.def("delete_documents", &delete_documents, py::arg("path"), py::arg("ids"));
-    // (reaches, recall): whether the estimate stored with the index reaches `target` beyond its
-    // sampling error (RecallEstimate::Reaches), and the recall of the point it plans with.
-    m.def("estimate_reaches", [](const std::string& path, double target) {
+    // (next, reaches, recall) of `--codec auto`'s ladder after a PQ build at `path` whose ladder
+    // began at `first_pq_m` sub-quantizers (tms::NextAutoCodecPqM: 0 keeps it), whether its stored
+    // estimate reaches `target` beyond its sampling error, and the recall of the point it plans with.
+    m.def("auto_codec_next", [](const std::string& path, double target, int first_pq_m) {
         tms::RecallEstimate e;
         check(tms::ReadRecallEstimate(path, &e));
+        tms::IndexInfo info;
+        check(tms::ReadIndexInfo(path, &info));
         const tms::RecallPoint* p = e.For(target);
-        return py::make_tuple(e.Reaches(target), p ? p->recall : 0.0);
+        return py::make_tuple(tms::NextAutoCodecPqM(e, target, info.dim, first_pq_m, info.pq_m), e.Reaches(target),
+                              p ? p->recall : 0.0);
     });
     m.def("index_info", [](const std::string& path) {
         tms::IndexInfo i;

@@ -389,8 +389,8 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
 
 
 def _build_auto_codec(path, tokens, dtype, lens, ids, meta, options, overwrite, progress, device, sample, target):
-    """build_index(codec="auto"): as `tms index --codec auto` (tools/tms/index.cpp), each build
-    replacing the one before it once complete."""
+    """build_index(codec="auto"): as `tms index --codec auto` (tools/tms/index.cpp), the ladder of
+    tms::NextAutoCodecPqM, each build replacing the one before it once complete."""
     first, m = None, 0
     while True:
         counts = _core.build_index(str(path), tokens, dtype, lens, ids, json.dumps(dict(options, codec="pq", pq_m=m)),
@@ -403,9 +403,8 @@ def _build_auto_codec(path, tokens, dtype, lens, ids, meta, options, overwrite, 
             warnings.warn(f"build_index: codec='auto': no estimate to judge PQ-{info['pq_m']} by ({e}); keeping it")
             return counts
         first = first or info["pq_m"]
-        reaches, recall = _core.estimate_reaches(str(path), target)
-        nxt = 2 * info["pq_m"]
-        if reaches or nxt > 4 * first or info["dim"] % nxt:
+        nxt, reaches, recall = _core.auto_codec_next(str(path), target, first)
+        if not nxt:
             if not reaches:
                 warnings.warn(f"build_index: codec='auto': no PQ up to {info['pq_m']} sub-quantizers reaches "
                               f"recall {target:.2f}; keeping PQ-{info['pq_m']} (estimated {recall:.4f}); "

@@ -238,6 +238,18 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_EQ(noisy.For(d.target_recall), &noisy.points[1]);
     noisy.points[0].se = 0.002;  // 0.994 - 1.645 x 0.002 = 0.9907
     EXPECT_EQ(noisy.For(d.target_recall), &noisy.points[0]);
+    // --codec auto's ladder: 16 sub-quantizers at dim 128 first, then 32 and 64, as long as the
+    // estimate falls short; a count that does not divide the dimension ends it.
+    EXPECT_EQ(NextAutoCodecPqM(noisy, d.target_recall, 128, 16, 16), 0);  // reaches: keep it
+    noisy.points[1].recall = 0.95;
+    noisy.points[0].se = 0.003;
+    ASSERT_FALSE(noisy.Reaches(d.target_recall));
+    EXPECT_EQ(NextAutoCodecPqM(noisy, d.target_recall, 128, 16, 16), 32);
+    EXPECT_EQ(NextAutoCodecPqM(noisy, d.target_recall, 128, 16, 32), 64);
+    EXPECT_EQ(NextAutoCodecPqM(noisy, d.target_recall, 128, 16, 64), 0);  // past four times the first
+    EXPECT_EQ(NextAutoCodecPqM(noisy, d.target_recall, 96, 12, 24), 48);
+    EXPECT_EQ(NextAutoCodecPqM(noisy, d.target_recall, 84, 12, 12), 0);  // 24 does not divide 84
+    EXPECT_EQ(NextAutoCodecPqM(noisy, 0.9, 128, 16, 16), 0);             // a lower target it reaches
     // An estimate measured without vectors (compressed) plans searches without them, and only those.
     flat.compressed = true;
     o.target_recall = d.target_recall;

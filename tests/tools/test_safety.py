@@ -47,16 +47,23 @@ def test_outputs_never_replace_inputs_or_index_files(corpus, tmp_path):
     queries = (c / "queries.npy").read_bytes()
     expect_error(search(c, c / "index" / "CURRENT"), "--out", "inside the index", "refusing")
     expect_error(search(c, c / "index" / "run.trec"), "inside the index")
-    expect_error(search(c, c / "queries.npy"), "is the input --queries")
-    expect_error(search(c, c / "query_ids.txt"), "is the input --query-ids")
+    expect_error(search(c, c / "queries.npy"), "is the file of --queries")
+    expect_error(search(c, c / "query_ids.txt"), "is the file of --query-ids")
     (tmp_path / "link.npy").symlink_to(c / "queries.npy")
-    expect_error(search(c, tmp_path / "link.npy"), "is the input --queries")
+    expect_error(search(c, tmp_path / "link.npy"), "is the file of --queries")
     os.link(c / "queries.npy", tmp_path / "hard.npy")
-    expect_error(search(c, tmp_path / "hard.npy"), "is the input --queries")
+    expect_error(search(c, tmp_path / "hard.npy"), "is the file of --queries")
+    # Side outputs: none may be an input or another output.
+    out = tmp_path / "side.trec"
+    expect_error(search(c, out, "--certificates", c / "queries.npy"), "--certificates", "is the file of --queries")
+    expect_error(search(c, out, "--explain", out), "--explain", "is the file of --out")
+    expect_error(search(c, out, "--certificates", tmp_path / "s.tsv", "--record-queries", tmp_path / "s.tsv"),
+                 "--record-queries", "is the file of --certificates")
+    assert not out.exists()
     run = tmp_path / "first.trec"
     search(c, run).check_returncode()
     expect_error(tms("rerank", "--index", c / "index", "--queries", c / "queries.npy", "--run", run, "--out", run,
-                     "--device", "cpu", "--no-progress"), "is the input --run")
+                     "--device", "cpu", "--no-progress"), "is the file of --run")
     expect_error(tms("synth", "--out", c / "index" / "corpus"), "inside the index")
     expect_error(tms("synth", "--out", c / "index"), "is an index directory")
     assert (c / "queries.npy").read_bytes() == queries

@@ -79,6 +79,12 @@ tms::Status load_metadata(const std::string& file, const std::string& types, std
     return tms::Status::OK();
 }
 
+std::string low_recall_advice(const tms::RecallEstimate& e) {
+    if (e.points.empty() || e.points.back().recall >= 0.95) return "";
+    return std::string("more bytes a token (--codec auto, --pq-m, --nbits 4)") +
+           (e.compressed ? ", --keep-vectors (an exact rerank)" : "") + " or more centroids";
+}
+
 void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) {
     const tms::RecallPoint* t = e.For(tms::SearchOptions().target_recall);
     if (e.points.empty() || t == nullptr) return;
@@ -89,11 +95,12 @@ void print_estimate(const char* who, const tms::RecallEstimate& e, double secs) 
         e.sampled ? "sample queries" : "pseudo-queries", e.compressed ? ", compressed ranking against the input" : "",
         secs, tms::SearchOptions().target_recall, t->nprobe, t->ncandidates, e.compressed ? "" : ", rerank ",
         e.compressed ? "" : std::to_string(t->rerank).c_str(), t->recall, t->Lower());
-    if (e.points.back().recall < 0.95) {
+    const std::string advice = low_recall_advice(e);
+    if (!advice.empty()) {
         tms::LogWarning(
-            "%s: hint: even the deepest setting measured reaches only %.4f; more bytes a token (--codec "
-            "auto, --pq-m, --nbits 4)%s or more centroids would rank candidates better\n",
-            who, e.points.back().recall, e.compressed ? ", --keep-vectors (an exact rerank)" : "");
+            "%s: hint: even the deepest setting measured reaches only %.4f; %s would rank candidates "
+            "better\n",
+            who, e.points.back().recall, advice.c_str());
     }
 }
 

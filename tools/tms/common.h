@@ -88,6 +88,10 @@ inline constexpr const char* kMetadataTypesHelp =
     "Column types, e.g. \"year:integer,lang:text\" (integer, real or text); other columns: integer when "
     "every value is an integer, real when every value is a number, text otherwise";
 
+// What would rank better when even the estimate's deepest setting falls short (recall < 0.95),
+// as `tms index`, `tms estimate` and `tms info` advise it; empty when it does not.
+std::string low_recall_advice(const tms::RecallEstimate& e);
+
 // The index's recall estimate and what it chose, as `tms index` and `tms estimate` print them.
 void print_estimate(const char* who, const tms::RecallEstimate& e, double secs);
 

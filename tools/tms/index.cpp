@@ -59,10 +59,9 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
     return report_build(st, out, o, group, estimate ? &eo : nullptr);
 }
 
-// `--codec auto`: PQ of dim/8 sub-quantizers (the default, at most 32), then twice and four times
-// as many, each built over the last (--overwrite's swap: the index at `out` is complete at every
-// moment) and measured by the build's compressed estimate, until one reaches `target` beyond its
-// sampling error (RecallEstimate::For, Lower), else the last. PQ, not the residual
+// `--codec auto`: the builds of tms::NextAutoCodecPqM's ladder, each over the last (--overwrite's
+// swap: the index at `out` is complete at every moment) and measured by the build's compressed
+// estimate, until one reaches `target` beyond its sampling error, else the last. PQ, not the residual
 // codec: at the same bytes it ranks MiniLM token states better (BENCHMARKS.md, "Codec quality on
 // real text").
 tms::Status build_index_auto_codec(const std::string& docs, const std::string& doclens, const std::string& ids,
@@ -83,21 +82,20 @@ tms::Status build_index_auto_codec(const std::string& docs, const std::string& d
             return tms::Status::OK();
         }
         const tms::RecallPoint* p = e.For(target);
-        if (e.Reaches(target)) {
+        const int next = tms::NextAutoCodecPqM(e, target, info.dim, first, info.pq_m);
+        if (next > 0) {
+            tms::LogInfo("tms index: --codec auto: PQ-%d estimated %.4f, short of %.2f; building PQ-%d\n", info.pq_m,
+                         p->recall, target, next);
+        } else if (e.Reaches(target)) {
             tms::LogInfo("tms index: --codec auto: PQ-%d reaches recall %.2f (estimated %.4f)\n", info.pq_m, target,
                          p->recall);
-            return tms::Status::OK();
-        }
-        const int next = 2 * info.pq_m;
-        if (next > 4 * first || info.dim % next != 0) {
+        } else {
             tms::LogWarning(
                 "tms index: --codec auto: no PQ up to %d sub-quantizers reaches recall %.2f; keeping PQ-%d "
                 "(estimated %.4f); --keep-vectors reranks exactly\n",
                 info.pq_m, target, info.pq_m, p->recall);
-            return tms::Status::OK();
         }
-        tms::LogInfo("tms index: --codec auto: PQ-%d estimated %.4f, short of %.2f; building PQ-%d\n", info.pq_m,
-                     p->recall, target, next);
+        if (next == 0) return tms::Status::OK();
         m = next;
     }
 }

@@ -47,12 +47,8 @@ tms::Status print_info(const std::string& path) {
         const tms::RecallPoint* t = e.For(target);
         std::printf("target_recall\t%.2f\tnprobe %d\tncandidates %d\trerank %d\n", target, t->nprobe, t->ncandidates,
                     t->rerank);
-        if (e.points.back().recall < 0.95) {
-            std::printf(
-                "hint\tlow estimated recall: more bytes a token (--codec auto, --pq-m, --nbits 4)%s or more "
-                "centroids\n",
-                e.compressed ? ", --keep-vectors (an exact rerank)" : "");
-        }
+        const std::string advice = low_recall_advice(e);
+        if (!advice.empty()) std::printf("hint\tlow estimated recall: %s\n", advice.c_str());
     }
     std::printf("shards\t%zu\n", i.shards.size());
     for (size_t s = 0; s < i.shards.size(); ++s) {

@@ -240,23 +240,28 @@ tms::Status check_run_output(const SearchArgs& a, const std::string& first_stage
 tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     if (a.opts.k <= 0) return tms::Status::InvalidArgument("--k must be > 0, got " + std::to_string(a.opts.k));
     TMS_RETURN_IF_ERROR(check_run_output(a));
-    // Every file the search reads or writes, by option: no output may be another of them.
-    const std::vector<std::pair<std::string, std::string>> files = {{"--queries", a.queries},
-                                                                    {"--query-ids", a.query_ids},
-                                                                    {"--query-text", a.query_text},
-                                                                    {"--subset", a.subset},
-                                                                    {"--out", a.out},
-                                                                    {"--record-queries", a.record_queries},
-                                                                    {"--explain", a.explain},
-                                                                    {"--certificates", a.certificates},
-                                                                    {"--index", a.index}};
-    for (const auto& [option, path] : files) {
-        if (path.empty() || (option != "--record-queries" && option != "--explain" && option != "--certificates"))
-            continue;
+    // Every file the search reads or writes, by option: no side output may be another of them
+    // (--out: check_run_output).
+    struct NamedFile {
+        const char* option;
+        const std::string& path;
+        bool side_output;
+    };
+    const NamedFile files[] = {{"--queries", a.queries, false},
+                               {"--query-ids", a.query_ids, false},
+                               {"--query-text", a.query_text, false},
+                               {"--subset", a.subset, false},
+                               {"--out", a.out, false},
+                               {"--record-queries", a.record_queries, true},
+                               {"--explain", a.explain, true},
+                               {"--certificates", a.certificates, true},
+                               {"--index", a.index, false}};
+    for (const NamedFile& f : files) {
+        if (!f.side_output || f.path.empty()) continue;
         std::vector<std::pair<std::string, std::string>> others;
-        for (const auto& f : files)
-            if (f.first != option) others.push_back(f);
-        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(path, tms::OutputKind::kFile, others).WithContext(option));
+        for (const NamedFile& g : files)
+            if (&g != &f) others.emplace_back(g.option, g.path);
+        TMS_RETURN_IF_ERROR(tms::CheckOutputPath(f.path, tms::OutputKind::kFile, others).WithContext(f.option));
     }
     QueryJob job;
     TMS_RETURN_IF_ERROR(open_query_job(a, quiet, &job));
