@@ -55,6 +55,8 @@ Status ParseBuildOptionsJson(const std::string& text, IndexBuildOptions* o) {
             Status st;
             if (k == "codec")
                 o->codec = v.get<std::string>();
+            else if (k == "centroids_from")
+                o->centroids_from = v.get<std::string>();
             else if (k == "n_centroids")
                 st = integer(&o->n_centroids);
             else if (k == "kmeans_iters")
@@ -113,6 +115,10 @@ Status ValidateBuildOptions(const IndexBuildOptions& o) {
         return Status::InvalidArgument("unknown codec '" + o.codec + "' (expected pq or residual)");
     }
     TMS_RETURN_IF_ERROR(range("n_centroids", o.n_centroids, 0, 1 << 24));
+    if (!o.centroids_from.empty() && o.n_centroids > 0) {
+        return Status::InvalidArgument("n_centroids with centroids_from: the centroids are those of " +
+                                       o.centroids_from);
+    }
     TMS_RETURN_IF_ERROR(range("kmeans_iters", o.kmeans_iters, 1, 1000));
     TMS_RETURN_IF_ERROR(range("max_train_tokens", o.max_train_tokens, 0, int64_t(1) << 40));
     TMS_RETURN_IF_ERROR(range("train_tokens_per_centroid", o.train_tokens_per_centroid, 1, 1 << 16));

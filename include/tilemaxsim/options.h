@@ -19,6 +19,12 @@ struct IndexBuildOptions {
     /// or "residual" (ColBERTv2/PLAID: per-dimension buckets of the residual).
     /// Default: "pq"
     std::string codec = "pq";
+    /// An index whose centroids this build reuses instead of running k-means (the codec is
+    /// still trained, on residuals to them): another build of the same documents, e.g. the one
+    /// this build replaces (`--codec auto` builds each step of its ladder on the first's). Not
+    /// with n_centroids. Not stored with the index's configuration. Empty: k-means.
+    /// Default: ""
+    std::string centroids_from;
     /// Number of k-means centroids. 0 picks PLAID's rule: the power of two nearest
     /// 16*sqrt(n_tokens), capped so that every centroid has >= 8 of the tokens sampled at most.
     /// Default: 0

@@ -317,6 +317,17 @@ Status ReadIndexInfo(const std::string& path, IndexInfo* info) {
     });
 }
 
+Status ReadIndexModel(const std::string& path, IndexModel* model) {
+    return with_read_stores(path,
+                            [&](const Layout&, std::vector<Db>& dbs) {
+                                IndexInfo info;
+                                nlohmann::json stats;
+                                TMS_RETURN_IF_ERROR(read_meta(dbs[0], path, &info, &stats));
+                                return read_model(dbs[0], path, info, stats, model);
+                            },
+                            {0});
+}
+
 Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progress, std::vector<IndexData>* shards,
                        const std::vector<int>& want, std::unique_ptr<MetadataSnapshot>* metadata) {
     return with_read_stores(

@@ -60,6 +60,9 @@ Status ReadShardCount(const std::string& path, int* n);
 
 /// Read only the metadata.
 Status ReadIndexInfo(const std::string& path, IndexInfo* info);
+/// The model (centroids, codec) of the index at `path`, as its first shard's store holds it
+/// (every shard's is the same).
+Status ReadIndexModel(const std::string& path, IndexModel* model);
 
 /// Internal to the store: the reading steps the updater and compaction share.
 Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,

@@ -24,6 +24,7 @@
 #include "index/encode/encoder.h"
 #include "index/encode/gpu_assign.h"
 #include "index/ingest/input_checks.h"
+#include "index/store/index_reader.h"
 #include "index/train/train.h"
 #include "kernels/nearest.h"
 #include "kernels/threads.h"
@@ -306,10 +307,20 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
     auto t0 = std::chrono::steady_clock::now();
     // 1. Sample training tokens: n_train distinct rows drawn directly (no pass over the corpus),
     //    read in increasing order; memory is the sample only, whatever the corpus size.
+    // Centroids reused from another index (IndexBuildOptions::centroids_from): no k-means sample.
+    IndexModel given;
+    const bool reuse = !opts.centroids_from.empty();
+    if (reuse) {
+        TMS_RETURN_IF_ERROR(ReadIndexModel(opts.centroids_from, &given).WithContext("centroids_from"));
+        if (given.dim != dim) {
+            return Status::InvalidArgument("centroids_from " + opts.centroids_from + ": its centroids have dimension " +
+                                           std::to_string(given.dim) + "; the documents have " + std::to_string(dim));
+        }
+    }
     const int64_t most = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
-    m.n_centroids = opts.n_centroids > 0 ? opts.n_centroids : AutoCentroids(n_tokens, most);
-    const int64_t n_train = TrainSampleTokens(n_tokens, m.n_centroids, opts);
-    if (m.n_centroids > n_train) {
+    m.n_centroids = reuse ? given.n_centroids : opts.n_centroids > 0 ? opts.n_centroids : AutoCentroids(n_tokens, most);
+    const int64_t n_train = reuse ? 0 : TrainSampleTokens(n_tokens, m.n_centroids, opts);
+    if (!reuse && m.n_centroids > n_train) {
         return Status::InvalidArgument("n_centroids " + std::to_string(m.n_centroids) + " exceeds the " +
                                        std::to_string(n_train) + " training tokens");
     }
@@ -394,17 +405,19 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         }
     }
     phases->emplace_back("kmeans.sample", SecondsSince(t0));
-    m.unit_norm = unit && n_train > 0;
+    m.unit_norm = unit && n_train + n_codec > 0;
     // 2. k-means.
     std::unique_ptr<GpuAssigner> gpu;
     TMS_RETURN_IF_ERROR(MaybeGpuAssigner(opts.device, opts.gpu, &gpu));
-    if (gpu) (void)gpu->PinHost(train.get(), size_t(n_train) * dim * sizeof(float));  // read 5 times
+    if (gpu && n_train > 0) (void)gpu->PinHost(train.get(), size_t(n_train) * dim * sizeof(float));  // read 5 times
     const bool say = opts.progress && StderrIsTerminal();
-    if (say) {
+    if (say && !reuse) {
         LogInfo("k-means: %d centroids, %lld sampled tokens, %d iterations on the %s...\n", m.n_centroids,
                 static_cast<long long>(n_train), opts.kmeans_iters, gpu ? "GPU" : "CPU");
     }
-    {
+    if (reuse) {
+        m.centroids = std::move(given.centroids);
+    } else {
         // Every iteration in one FAISS call (one call per iteration would check the whole sample
         // is finite each time, and reseeds the splitting of empty clusters: other centroids);
         // the progress bar advances once an assignment.

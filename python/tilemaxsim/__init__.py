@@ -390,10 +390,14 @@ def build_index(path, documents=None, ids=None, lengths=None, *, texts=None, mod
 
 def _build_auto_codec(path, tokens, dtype, lens, ids, meta, options, overwrite, progress, device, sample, target):
     """build_index(codec="auto"): as `tms index --codec auto` (tools/tms/index.cpp), the ladder of
-    tms::NextAutoCodecPqM, each build replacing the one before it once complete."""
+    tms::NextAutoCodecPqM, each build on the first's centroids, replacing the one before it once
+    complete."""
     first, m = None, 0
     while True:
-        counts = _core.build_index(str(path), tokens, dtype, lens, ids, json.dumps(dict(options, codec="pq", pq_m=m)),
+        step = dict(options, codec="pq", pq_m=m)
+        if first:  # on the first step's centroids (k-means once): only the codes change
+            step.update(centroids_from=str(path), n_centroids=0)
+        counts = _core.build_index(str(path), tokens, dtype, lens, ids, json.dumps(step),
                                    overwrite, _progress(progress), device, *meta)
         overwrite = True
         info = index_info(path)

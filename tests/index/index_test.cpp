@@ -416,6 +416,61 @@ TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
     EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(path).parent_path()), fs::directory_iterator()), 1);
 }
 
+// centroids_from: a build on another index's centroids (no k-means) keeps them exactly and
+// trains its own codec, also over the very index it replaces (--codec auto's ladder); a wrong
+// dimension, a missing index and n_centroids beside it are refused.
+TEST(IndexCpu, BuildReusesAnotherIndexsCentroids) {
+    const int dim = 32;
+    const Built b = random_docs(80, dim, 9);
+    EmbeddingView v{b.tokens.data(), DType::kF16, int64_t(b.tokens.size() / dim), dim};
+    IndexBuildOptions bo;
+    bo.n_centroids = 16;
+    bo.pq_m = 4;
+    bo.progress = false;
+    const std::string dir = index_dir_for("centroids_from");
+    std::unique_ptr<IndexBuilder> builder;
+    ASSERT_TRUE(IndexBuilder::Create(bo, dir + "/a", &builder).ok());
+    ASSERT_TRUE(builder->Build(v, b.lens, b.ids).ok());
+    index::IndexModel a;
+    ASSERT_TRUE(index::ReadIndexModel(dir + "/a", &a).ok());
+    IndexBuildOptions again = bo;
+    again.n_centroids = 0;
+    again.pq_m = 8;
+    again.seed = 77;  // k-means would move them
+    again.centroids_from = dir + "/a";
+    again.overwrite = true;
+    for (const std::string out : {dir + "/b", dir + "/a"}) {
+        SCOPED_TRACE(out);
+        ASSERT_TRUE(IndexBuilder::Create(again, out, &builder).ok());
+        const Status st = builder->Build(v, b.lens, b.ids);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        index::IndexModel got;
+        ASSERT_TRUE(index::ReadIndexModel(out, &got).ok());
+        EXPECT_EQ(got.n_centroids, a.n_centroids);
+        EXPECT_EQ(got.centroids, a.centroids);
+        EXPECT_EQ(got.pq_m, 8);
+        EXPECT_EQ(got.unit_norm, a.unit_norm);
+        index::IndexData whole;
+        ASSERT_TRUE(index::ReadIndex(out, false, false, &whole).ok());
+        EXPECT_EQ(whole.info.n_docs, int64_t(b.lens.size()));
+    }
+    again.n_centroids = 16;
+    EXPECT_EQ(IndexBuilder::Create(again, dir + "/c", &builder).code(), Status::Code::kInvalidArgument);
+    again.n_centroids = 0;
+    again.centroids_from = dir + "/missing";
+    ASSERT_TRUE(IndexBuilder::Create(again, dir + "/c", &builder).ok());
+    EXPECT_FALSE(builder->Build(v, b.lens, b.ids).ok());
+    const Built wide = random_docs(80, 64, 9);
+    EmbeddingView wv{wide.tokens.data(), DType::kF16, int64_t(wide.tokens.size() / 64), 64};
+    again.centroids_from = dir + "/a";
+    again.pq_m = 4;
+    ASSERT_TRUE(IndexBuilder::Create(again, dir + "/c", &builder).ok());
+    const Status st = builder->Build(wv, wide.lens, wide.ids);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("dimension 32"), std::string::npos) << st.ToString();
+    EXPECT_FALSE(fs::exists(dir + "/c"));
+}
+
 }  // namespace
 }  // namespace tms
 

@@ -260,9 +260,13 @@ def test_codec_auto_takes_the_fewest_sub_quantizers_that_reach_the_target(corpus
         assert "estimate_truth\tinput (compressed ranking" in info
         return pq_m, info
 
-    p = tms("index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "deep", "--codec", "auto",
+    p = tms("-v", "index", "--docs", docs, "--doclens", doclens, "--out", tmp_path / "deep", "--codec", "auto",
             "--centroids", 64, "--no-progress", check=True)
     pq_m, info = curve(tmp_path / "deep")
+    # k-means once: every later step is built on the first's centroids (its phases name none).
+    phases = [l for l in p.stderr.splitlines() if " s total (" in l]
+    assert len(phases) >= 2 and "kmeans.assign" in phases[0], p.stderr
+    assert not any("kmeans.assign" in l for l in phases[1:]), p.stderr
     built = [int(l.split("PQ-")[1].split(" ")[0]) for l in p.stderr.splitlines() if "--codec auto: PQ-" in l]
     assert built[0] == 8, p.stderr  # 64 / 8
     # Each short of the target led to twice its sub-quantizers, up to 4 x 8; the one kept is the

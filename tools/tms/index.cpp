@@ -60,8 +60,9 @@ tms::Status build_index(const std::string& docs, const std::string& doclens, con
 }
 
 // `--codec auto`: the builds of tms::NextAutoCodecPqM's ladder, each over the last (--overwrite's
-// swap: the index at `out` is complete at every moment) and measured by the build's compressed
-// estimate, until one reaches `target` beyond its sampling error, else the last. PQ, not the residual
+// swap: the index at `out` is complete at every moment) and on its centroids (k-means once), and
+// measured by the build's compressed estimate, until one reaches `target` beyond its sampling
+// error, else the last. PQ, not the residual
 // codec: at the same bytes it ranks MiniLM token states better (BENCHMARKS.md, "Codec quality on
 // real text").
 tms::Status build_index_auto_codec(const std::string& docs, const std::string& doclens, const std::string& ids,
@@ -97,6 +98,9 @@ tms::Status build_index_auto_codec(const std::string& docs, const std::string& d
         }
         if (next == 0) return tms::Status::OK();
         m = next;
+        // The next step on this one's centroids (no k-means): only the codes change.
+        o.centroids_from = out;
+        o.n_centroids = 0;
     }
 }
 
