@@ -183,6 +183,14 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
         if (!mine(sh)) continue;
         for (int64_t d = shard_first[sh]; d < shard_first[sh + 1]; ++d) my_rows += all_lens[size_t(d)];
     }
+    // On another index's centroids (centroids_from): where it holds these very documents, its
+    // tokens' assignments are this build's (no nearest-centroid search per token).
+    std::vector<uint32_t> known;
+    if (!opts.centroids_from.empty() && !parted) {
+        const auto k0 = std::chrono::steady_clock::now();
+        index::ReadKnownAssignments(opts.centroids_from, model, all_lens, &known);
+        if (!known.empty()) phases.emplace_back("known_assignments", SecondsSince(k0));
+    }
     double encode_s = 0, wait_s = 0;  // main thread: encoding, and blocked on the writer
     const Status encoded = [&]() -> Status {
         std::unique_ptr<index::Encoder> enc;
@@ -226,6 +234,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
             }
         };
         size_t doc = 0;  // global document of the input shard's first, then of d0
+        int64_t shard_row0 = 0;  // global row of the input shard's first token
         int k = 0;
         for (size_t s = 0; s < shards.size(); ++s) {
             const auto& lens = shard_lens[s];
@@ -255,7 +264,8 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                     return Status::ResourceExhausted("out of host memory encoding a chunk");
                 }
                 const auto e0 = std::chrono::steady_clock::now();
-                Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data());
+                Status st = enc->Encode(shards[s], row, n, b.cids.data(), b.codes.data(),
+                                        known.empty() ? nullptr : known.data() + shard_row0 + row);
                 encode_s += SecondsSince(e0);
                 if (!st.ok() && st.message().rfind("docs:", 0) == 0)
                     st = Status(st.code(), names[s] + st.message().substr(4));
@@ -288,6 +298,7 @@ Status build_streaming(const std::vector<EmbeddingView>& shards, const std::vect
                 d0 = d1;
             }
             doc += lens.size();
+            shard_row0 += shards[s].rows;
         }
         TMS_RETURN_IF_ERROR(wait_writer());
         release_done();

@@ -156,12 +156,14 @@ Status Encoder::Create(const IndexModel& model, Device device, int gpu, std::uni
     return Status::OK();
 }
 
-Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes) {
+Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes,
+                       const uint32_t* known_cids) {
     const IndexModel& m = *impl_->model;
     const int dim = m.dim;
     if (tokens.dim != dim)
         return Status::InvalidArgument("dimension " + std::to_string(tokens.dim) + " differs from the index's " +
                                        std::to_string(dim));
+    // The GPU encoder assigns faster than known assignments could be uploaded beside the tokens.
     if (impl_->genc) return impl_->genc->Encode(tokens, row0, n, cids, codes);
     try {
         const int64_t batch = impl_->gpu ? 4 * kBatch : cpu_batch(m.n_centroids);
@@ -171,7 +173,9 @@ Status Encoder::Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uin
             float* x = impl_->x.data();
             RowsToFloat(tokens, row0 + b, nb, x);
             TMS_RETURN_IF_ERROR(check_finite_rows(x, nb, dim, row0 + b, "docs"));
-            if (impl_->gpu) {
+            if (known_cids != nullptr) {
+                std::copy_n(known_cids + b, nb, cids + b);
+            } else if (impl_->gpu) {
                 TMS_RETURN_IF_ERROR(impl_->gpu->Assign(x, nb, cids + b, nullptr));
             } else {
                 TMS_RETURN_IF_ERROR(AssignNearest(x, nb, m, cids + b));

@@ -21,7 +21,10 @@ public:
     ~Encoder();
     /// Rows [row0, row0 + n) of `tokens` -> cids [n], codes [n, n_code_bytes]. A non-finite
     /// input value is an InvalidArgument "docs: non-finite value ... at row R" (R within `tokens`).
-    Status Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes);
+    /// `known_cids` [n]: the rows' nearest centroids, already computed with this model's
+    /// centroids (an earlier build of the same documents on them): copied, not assigned again.
+    Status Encode(const EmbeddingView& tokens, int64_t row0, int64_t n, uint32_t* cids, uint8_t* codes,
+                  const uint32_t* known_cids = nullptr);
 
 private:
     Encoder();

@@ -416,8 +416,28 @@ TEST(IndexCpu, OverwriteReplacesOnlyWhenComplete) {
     EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(path).parent_path()), fs::directory_iterator()), 1);
 }
 
+bool has_phase(const BuildStats& s, const std::string& name) {
+    return std::any_of(s.phase_seconds.begin(), s.phase_seconds.end(), [&](const auto& p) { return p.first == name; });
+}
+
+// The index at `path` holds `v` encoded with its model as a fresh Encoder encodes it: every
+// token's nearest centroid and code.
+void expect_encoded_as_fresh(const std::string& path, const EmbeddingView& v, size_t n_docs) {
+    index::IndexData whole;
+    ASSERT_TRUE(index::ReadIndex(path, false, false, &whole).ok());
+    ASSERT_EQ(whole.info.n_docs, int64_t(n_docs));
+    std::unique_ptr<index::Encoder> enc;
+    ASSERT_TRUE(index::Encoder::Create(whole.model, Device::kCpu, 0, &enc).ok());
+    std::vector<uint32_t> cids(size_t(v.rows));
+    std::vector<uint8_t> codes(size_t(v.rows) * whole.model.n_code_bytes);
+    ASSERT_TRUE(enc->Encode(v, 0, v.rows, cids.data(), codes.data()).ok());
+    EXPECT_TRUE(std::equal(cids.begin(), cids.end(), whole.token_centroids.begin(), whole.token_centroids.end()));
+    EXPECT_TRUE(std::equal(codes.begin(), codes.end(), whole.codes.begin(), whole.codes.end()));
+}
+
 // centroids_from: a build on another index's centroids (no k-means) keeps them exactly and
-// trains its own codec, also over the very index it replaces (--codec auto's ladder); a wrong
+// trains its own codec, also over the very index it replaces (--codec auto's ladder), its tokens
+// assigned as that index's where it holds the same documents, else anew; a wrong
 // dimension, a missing index and n_centroids beside it are refused.
 TEST(IndexCpu, BuildReusesAnotherIndexsCentroids) {
     const int dim = 32;
@@ -442,18 +462,27 @@ TEST(IndexCpu, BuildReusesAnotherIndexsCentroids) {
     for (const std::string out : {dir + "/b", dir + "/a"}) {
         SCOPED_TRACE(out);
         ASSERT_TRUE(IndexBuilder::Create(again, out, &builder).ok());
-        const Status st = builder->Build(v, b.lens, b.ids);
+        BuildStats stats;
+        const Status st = builder->Build(v, b.lens, b.ids, &stats);
         ASSERT_TRUE(st.ok()) << st.ToString();
+        EXPECT_TRUE(has_phase(stats, "known_assignments"));
+        EXPECT_FALSE(has_phase(stats, "kmeans.assign"));
         index::IndexModel got;
         ASSERT_TRUE(index::ReadIndexModel(out, &got).ok());
         EXPECT_EQ(got.n_centroids, a.n_centroids);
         EXPECT_EQ(got.centroids, a.centroids);
         EXPECT_EQ(got.pq_m, 8);
         EXPECT_EQ(got.unit_norm, a.unit_norm);
-        index::IndexData whole;
-        ASSERT_TRUE(index::ReadIndex(out, false, false, &whole).ok());
-        EXPECT_EQ(whole.info.n_docs, int64_t(b.lens.size()));
+        ASSERT_NO_FATAL_FAILURE(expect_encoded_as_fresh(out, v, b.lens.size()));
     }
+    // Other documents on the same centroids: assigned anew, not given the index's assignments.
+    const Built other = random_docs(50, dim, 10);
+    EmbeddingView ov{other.tokens.data(), DType::kF16, int64_t(other.tokens.size() / dim), dim};
+    ASSERT_TRUE(IndexBuilder::Create(again, dir + "/d", &builder).ok());
+    BuildStats stats;
+    ASSERT_TRUE(builder->Build(ov, other.lens, other.ids, &stats).ok());
+    EXPECT_FALSE(has_phase(stats, "known_assignments"));
+    ASSERT_NO_FATAL_FAILURE(expect_encoded_as_fresh(dir + "/d", ov, other.lens.size()));
     again.n_centroids = 16;
     EXPECT_EQ(IndexBuilder::Create(again, dir + "/c", &builder).code(), Status::Code::kInvalidArgument);
     again.n_centroids = 0;
