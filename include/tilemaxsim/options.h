@@ -21,8 +21,10 @@ struct IndexBuildOptions {
     std::string codec = "pq";
     /// An index whose centroids this build reuses instead of running k-means (the codec is
     /// still trained, on residuals to them): another build of the same documents, e.g. the one
-    /// this build replaces (`--codec auto` builds each step of its ladder on the first's). Not
-    /// with n_centroids. Not stored with the index's configuration. Empty: k-means.
+    /// this build replaces (`--codec auto` builds each step of its ladder on the first's). Where
+    /// it holds these very documents (same lengths, in order, none deleted), its tokens'
+    /// assignments are reused too (CPU encoding). Not with n_centroids. Not stored with the
+    /// index's configuration. Empty: k-means.
     /// Default: ""
     std::string centroids_from;
     /// Number of k-means centroids. 0 picks PLAID's rule: the power of two nearest
