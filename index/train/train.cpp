@@ -322,8 +322,6 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
         return Status::InvalidArgument("unknown codec '" + m.codec + "' (expected pq or residual)");
     }
     auto t0 = std::chrono::steady_clock::now();
-    // 1. Sample training tokens: n_train distinct rows drawn directly (no pass over the corpus),
-    //    read in increasing order; memory is the sample only, whatever the corpus size.
     // Centroids reused from another index (IndexBuildOptions::centroids_from): no k-means sample.
     IndexModel given;
     const bool reuse = !opts.centroids_from.empty();
@@ -334,6 +332,8 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                                            std::to_string(given.dim) + "; the documents have " + std::to_string(dim));
         }
     }
+    // 1. Sample training tokens: n_train distinct rows drawn directly (no pass over the corpus),
+    //    read in increasing order; memory is the sample only, whatever the corpus size.
     const int64_t most = opts.max_train_tokens > 0 ? std::min(n_tokens, opts.max_train_tokens) : n_tokens;
     m.n_centroids = reuse ? given.n_centroids : opts.n_centroids > 0 ? opts.n_centroids : AutoCentroids(n_tokens, most);
     const int64_t n_train = reuse ? 0 : TrainSampleTokens(n_tokens, m.n_centroids, opts);
