@@ -328,6 +328,23 @@ Status ReadIndexModel(const std::string& path, IndexModel* model) {
                             {0});
 }
 
+void ReadKnownAssignments(const std::string& path, const IndexModel& model, const std::vector<int64_t>& lens,
+                          std::vector<uint32_t>* out) {
+    out->clear();
+    IndexData d;
+    if (!ReadIndex(path, false, false, &d).ok() || d.model.centroids != model.centroids ||
+        d.info.n_docs != int64_t(lens.size()) || d.doc_offsets.size() != lens.size() + 1) {
+        return;
+    }
+    for (size_t i = 0; i < lens.size(); ++i) {
+        if (d.doc_offsets[i + 1] - d.doc_offsets[i] != lens[i] || (!d.deleted.empty() && d.deleted[i])) return;
+    }
+    if (int64_t(d.token_centroids.size()) != d.doc_offsets.back()) return;
+    for (const uint32_t c : d.token_centroids)
+        if (c >= uint32_t(model.n_centroids)) return;
+    out->assign(d.token_centroids.begin(), d.token_centroids.end());
+}
+
 Status ReadIndexShards(const std::string& path, VectorLoad vectors, bool progress, std::vector<IndexData>* shards,
                        const std::vector<int>& want, std::unique_ptr<MetadataSnapshot>* metadata) {
     return with_read_stores(

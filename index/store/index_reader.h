@@ -63,6 +63,13 @@ Status ReadIndexInfo(const std::string& path, IndexInfo* info);
 /// The model (centroids, codec) of the index at `path`, as its first shard's store holds it
 /// (every shard's is the same).
 Status ReadIndexModel(const std::string& path, IndexModel* model);
+/// The tokens' nearest centroids as the index at `path` holds them, for a build of `model` whose
+/// centroids are that index's (IndexBuildOptions::centroids_from) over documents of lengths
+/// `lens`: filled only where that index holds these very documents (the same lengths, in
+/// order, none deleted) and these centroids, else left empty (the build assigns them). Reads the
+/// whole index but its vectors (codes and lists too): far less than assigning every token again.
+void ReadKnownAssignments(const std::string& path, const IndexModel& model, const std::vector<int64_t>& lens,
+                          std::vector<uint32_t>* out);
 
 /// Internal to the store: the reading steps the updater and compaction share.
 Status read_shard_metas(const Layout& layout, std::vector<Db>& dbs, const std::string& path,

@@ -281,23 +281,6 @@ Status train_model(const std::vector<EmbeddingView>& shards, const IndexBuildOpt
                    const ReleaseFn& release);
 }  // namespace
 
-void ReadKnownAssignments(const std::string& path, const IndexModel& model, const std::vector<int64_t>& lens,
-                          std::vector<uint32_t>* out) {
-    out->clear();
-    IndexData d;
-    if (!ReadIndex(path, false, false, &d).ok() || d.model.centroids != model.centroids ||
-        d.info.n_docs != int64_t(lens.size()) || d.doc_offsets.size() != lens.size() + 1) {
-        return;
-    }
-    for (size_t i = 0; i < lens.size(); ++i) {
-        if (d.doc_offsets[i + 1] - d.doc_offsets[i] != lens[i] || (!d.deleted.empty() && d.deleted[i])) return;
-    }
-    if (int64_t(d.token_centroids.size()) != d.doc_offsets.back()) return;
-    for (const uint32_t c : d.token_centroids)
-        if (c >= uint32_t(model.n_centroids)) return;
-    out->assign(d.token_centroids.begin(), d.token_centroids.end());
-}
-
 Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOptions& opts, IndexModel* out,
                   std::vector<std::pair<std::string, double>>* phases, const std::vector<std::string>* names,
                   const ReleaseFn& release) {

@@ -36,13 +36,6 @@ Status TrainModel(const std::vector<EmbeddingView>& shards, const IndexBuildOpti
                   std::vector<std::pair<std::string, double>>* phase_seconds,
                   const std::vector<std::string>* names = nullptr, const ReleaseFn& release = nullptr);
 
-/// The tokens' nearest centroids as the index at `path` holds them, for a build of `model` whose
-/// centroids are that index's (IndexBuildOptions::centroids_from) over documents of lengths
-/// `lens`: filled only where that index holds these very documents (the same lengths, in
-/// order, none deleted) and these centroids, else left empty (the build assigns them).
-void ReadKnownAssignments(const std::string& path, const IndexModel& model, const std::vector<int64_t>& lens,
-                          std::vector<uint32_t>* out);
-
 /// min(k, n) distinct values of [0, n), uniformly at random (seeded), ascending: the rows
 /// TrainModel samples.
 std::vector<int64_t> SortedSample(int64_t n, int64_t k, uint64_t seed);
