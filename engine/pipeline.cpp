@@ -8,7 +8,9 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <unordered_set>
 #include <vector>
 
 #include "base/progress.h"
@@ -63,6 +65,25 @@ enum Verdict : int8_t {
 // Set so that no query of tests/engine/certify.h's corpora (short ragged queries the hardest)
 // is certified without its exhaustive top-k.
 constexpr float kExcess = 1.5f, kUnreachedExcess = 2.0f;
+
+// *into becomes the best k of *from and *into (each sorted, best first; a document in both has
+// the same exact score in each); *from is left empty.
+void MergeBest(std::vector<SearchHit>* from, std::vector<SearchHit>* into, int k) {
+    std::vector<SearchHit> all;
+    all.reserve(from->size() + into->size());
+    std::merge(from->begin(), from->end(), into->begin(), into->end(), std::back_inserter(all),
+               [](const SearchHit& x, const SearchHit& y) {
+                   return CutKeyBetter({x.score, x.internal_id}, {y.score, y.internal_id});
+               });
+    std::vector<SearchHit> best;
+    std::unordered_set<int64_t> seen;
+    for (SearchHit& h : all) {
+        if (int(best.size()) == k) break;
+        if (seen.insert(h.internal_id).second) best.push_back(std::move(h));
+    }
+    from->clear();
+    *into = std::move(best);
+}
 
 // A segment's lists of one stage, each query's range sorted by document (for lookups by id).
 Lists by_document(const Lists& l) {
@@ -158,14 +179,17 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
     // One pass of the queries b (allowed a) with options o: these segments' share of each
     // query's top-k into *out, with deep the queries to search again (agreed by every
     // participant), and with verdicts each query's certification (one participant only:
-    // SearchWithCuts does not certify). Errors go to st.
+    // SearchWithCuts does not certify), or with `settle` whether its top-k was settled
+    // (kCertified) or not (kPruningBound; agreed by every participant). Errors go to st.
     auto pass = [&](const QueryBatch& b, const Allowed* a, const SearchOptions& o,
-                    std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep, std::vector<int8_t>* verdicts) {
+                    std::vector<std::vector<SearchHit>>* out, std::vector<int>* deep, std::vector<int8_t>* verdicts,
+                    bool settle) {
         const int nb = b.n_queries;
         const int keep = rerank ? std::max(o.rerank, o.k) : o.k;
         std::vector<SegmentCall> calls(n);
         const bool alone = n == 1 && !cuts && !a;
-        const bool certify = verdicts != nullptr;
+        const bool certify = verdicts != nullptr && !settle;
+        settle = verdicts != nullptr && settle;
         for (SegmentCall& c : calls) {
             c.alone = alone;
             c.certify = certify;
@@ -245,7 +269,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         // and the rerank's cut.
         std::vector<CutKey> prune_at(size_t(nb), kKeepAll), rerank_at(size_t(nb), kKeepAll);
         std::vector<Lists> probed(certify ? n : 0);
-        std::vector<std::vector<float>> approx(certify ? n : 0);
+        std::vector<std::vector<float>> approx(certify || settle ? n : 0);
         if (certify && alone) {  // the device kept each query's ncandidates best
             st = agree_cut(cuts, o.ncandidates, st, best_keys(o.ncandidates, /*spare_direct=*/true), &prune_at);
         }
@@ -277,7 +301,7 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         } else if (certify) {
             st = agree_cut(cuts, keep, st, best_keys(keep, /*spare_direct=*/false), &rerank_at);
         }
-        for (size_t s = 0; certify && st.ok() && s < n; ++s) approx[s] = calls[s].lists.scores;
+        for (size_t s = 0; (certify || settle) && st.ok() && s < n; ++s) approx[s] = calls[s].lists.scores;
         if (st.ok() && rerank) {
             st = run([&](size_t s) { return segs[s]->RerankStage(b, &calls[s]); }, &t.rerank);
             trace.Mark("exact rerank");
@@ -348,6 +372,45 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 (*verdicts)[size_t(i)] = !pruning_ok ? kPruningBound : !rerank_ok ? kRerankBound : kCertified;
             }
         }
+        if (settle) {
+            // Settled: each document of the query's top-k (over every participant) is among the
+            // first SettledRanks(k) of the compressed ranking of its live reranked documents.
+            const int settled = SettledRanks(o.k);
+            std::vector<std::vector<CutKey>> exact(static_cast<size_t>(nb)), ranked(static_cast<size_t>(nb));
+            for (int i = 0; st.ok() && i < nb; ++i) {
+                for (size_t s = 0; s < n; ++s) {
+                    for (const SearchHit& h : parts[s][size_t(i)]) exact[size_t(i)].push_back({h.score, h.internal_id});
+                    const Lists& l = calls[s].lists;
+                    for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
+                        if (segs[s]->deleted()[size_t(l.docs[size_t(e)])]) continue;
+                        ranked[size_t(i)].push_back(
+                            {approx[s][size_t(e)], segs[s]->data().first_doc + l.docs[size_t(e)]});
+                    }
+                }
+            }
+            std::vector<CutKey> kth, last, any;
+            st = agree_cut(cuts, o.k, st, exact, &kth);
+            st = agree_cut(cuts, settled, st, ranked, &last);
+            // Per query, this participant's documents of the top-k ranked past `last`.
+            std::vector<std::vector<CutKey>> past_last(static_cast<size_t>(nb));
+            for (int i = 0; st.ok() && i < nb; ++i) {
+                if (!CutKeyBetter(last[size_t(i)], kKeepAll)) continue;  // fewer reranked: all settled
+                for (const CutKey& c : ranked[size_t(i)]) {
+                    if (!CutKeyBetter(last[size_t(i)], c)) continue;
+                    const bool top =
+                        std::any_of(exact[size_t(i)].begin(), exact[size_t(i)].end(),
+                                    [&](const CutKey& h) { return h.id == c.id && !CutKeyBetter(kth[size_t(i)], h); });
+                    if (top) {
+                        past_last[size_t(i)].push_back(c);
+                        break;
+                    }
+                }
+            }
+            st = agree_cut(cuts, 1, st, std::move(past_last), &any);
+            verdicts->assign(size_t(nb), kCertified);
+            for (int i = 0; st.ok() && i < nb; ++i)
+                if (CutKeyBetter(any[size_t(i)], kKeepAll)) (*verdicts)[size_t(i)] = kPruningBound;
+        }
         if (deep) {
             // The queries whose top-k (over every participant) holds a document of `past`.
             std::vector<std::vector<CutKey>> best(static_cast<size_t>(nb)), mine(static_cast<size_t>(nb));
@@ -379,53 +442,66 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
     };
     results->assign(size_t(q.n_queries), {});
     const bool certify = rerank && Certifies(opts);
-    if (certify) {
-        t.certified.assign(size_t(q.n_queries), 0);
-        t.depth.assign(size_t(q.n_queries), 0);
-    }
+    // Queries not settled are searched again (SearchOptions::adaptive), agreed by every participant.
+    const bool adapt = rerank && !certify && Adapts(opts);
+    if (certify) t.certified.assign(size_t(q.n_queries), 0);
+    if (certify || adapt) t.depth.assign(size_t(q.n_queries), 0);
+    // Queries `idx` of src (allowed sa) searched again with options o: their results replace
+    // theirs in *dst (with `merge`, the best k of both do), and (with a non-empty *verdict) their
+    // verdicts.
+    auto again_on = [&](const QueryBatch& src, const Allowed& sa, const std::vector<int>& idx, const SearchOptions& o,
+                        bool certified, bool merge, std::vector<std::vector<SearchHit>>* dst,
+                        std::vector<int8_t>* verdict) {
+        // Those queries (and their rows of the allowed documents) gathered into one batch.
+        QueryCopy g(src, int(idx.size()));
+        for (const int i : idx) g.Append(src, i, 1);
+        Allowed ga = sa;
+        if (allowed && sa.per_query()) {
+            const int64_t words = DocSet::Words(sa.set->n_docs);
+            auto set = std::make_shared<DocSet>(sa.set->n_docs, int(idx.size()));
+            auto dr = std::make_shared<std::vector<char>>(idx.size());
+            auto nr = std::make_shared<std::vector<char>>(idx.size());
+            for (size_t j = 0; j < idx.size(); ++j) {
+                std::copy_n(sa.set->Row(sa.row(idx[j])), words, set->bits.begin() + ptrdiff_t(j * size_t(words)));
+                (*dr)[j] = sa.direct(idx[j]);
+                (*nr)[j] = sa.narrow(idx[j]);
+            }
+            ga.set = std::move(set);
+            ga.direct_rows = std::move(dr);
+            ga.narrow_rows = std::move(nr);
+            ga.row0 = 0;
+        }
+        std::vector<std::vector<SearchHit>> again_out;
+        std::vector<int8_t> again_verdict;
+        pass(g.batch(), allowed ? &ga : nullptr, o, &again_out, nullptr, certified ? &again_verdict : nullptr,
+             /*settle=*/false);
+        if (!st.ok()) return;
+        for (size_t j = 0; j < idx.size(); ++j) {
+            if (merge) MergeBest(&(*dst)[size_t(idx[j])], &again_out[j], o.k);
+            (*dst)[size_t(idx[j])] = std::move(again_out[j]);
+            if (verdict && !verdict->empty())
+                (*verdict)[size_t(idx[j])] = certified ? again_verdict[j] : int8_t(kUncertifiable);
+        }
+    };
+    std::vector<int> unsettled;  // (adapt) over the whole batch
     for (int64_t q0 = 0; q0 < q.n_queries; q0 += chunk) {
         const int nb = int(std::min<int64_t>(chunk, q.n_queries - q0));
         const QueryBatch b = q.Slice(int(q0), nb);
         const Allowed a = allowed ? allowed->From(int(q0)) : Allowed{};
-        // Queries `idx` of b searched again with options o: their results replace theirs in
-        // out, and (with verdict) their verdicts.
         std::vector<std::vector<SearchHit>> out;
         std::vector<int8_t> verdict;
         auto again_with = [&](const std::vector<int>& idx, const SearchOptions& o, bool certified) {
-            // Those queries (and their rows of the allowed documents) gathered into one batch.
-            QueryCopy g(b, int(idx.size()));
-            for (const int i : idx) g.Append(b, i, 1);
-            Allowed ga = a;
-            if (allowed && a.per_query()) {
-                const int64_t words = DocSet::Words(a.set->n_docs);
-                auto set = std::make_shared<DocSet>(a.set->n_docs, int(idx.size()));
-                auto dr = std::make_shared<std::vector<char>>(idx.size());
-                auto nr = std::make_shared<std::vector<char>>(idx.size());
-                for (size_t j = 0; j < idx.size(); ++j) {
-                    std::copy_n(a.set->Row(a.row(idx[j])), words, set->bits.begin() + ptrdiff_t(j * size_t(words)));
-                    (*dr)[j] = a.direct(idx[j]);
-                    (*nr)[j] = a.narrow(idx[j]);
-                }
-                ga.set = std::move(set);
-                ga.direct_rows = std::move(dr);
-                ga.narrow_rows = std::move(nr);
-                ga.row0 = 0;
-            }
-            std::vector<std::vector<SearchHit>> again_out;
-            std::vector<int8_t> again_verdict;
-            pass(g.batch(), allowed ? &ga : nullptr, o, &again_out, nullptr, certified ? &again_verdict : nullptr);
-            if (!st.ok()) return;
-            for (size_t j = 0; j < idx.size(); ++j) {
-                out[size_t(idx[j])] = std::move(again_out[j]);
-                if (!verdict.empty()) verdict[size_t(idx[j])] = certified ? again_verdict[j] : int8_t(kUncertifiable);
-            }
+            again_on(b, a, idx, o, certified, /*merge=*/false, &out, &verdict);
         };
         std::vector<int> again;
-        pass(b, allowed ? &a : nullptr, opts, &out, deepen ? &again : nullptr, certify ? &verdict : nullptr);
+        pass(b, allowed ? &a : nullptr, opts, &out, deepen ? &again : nullptr, certify || adapt ? &verdict : nullptr,
+             /*settle=*/adapt);
         TMS_RETURN_IF_ERROR(st);
         // Filtered queries whose pruning was not trusted: once, scoring every document reached.
         if (!again.empty()) again_with(again, engine::DeepenedSearch(opts), /*certified=*/false);
         TMS_RETURN_IF_ERROR(st);
+        for (int i = 0; adapt && i < nb; ++i)
+            if (verdict[size_t(i)] != kCertified) unsettled.push_back(int(q0) + i);
         // The queries not certified, searched once more, `steps` steps deeper: those whose
         // rerank's bound failed reranking more, the others probing and keeping more too.
         if (certify) {
@@ -447,6 +523,24 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
         }
         for (int i = 0; certify && i < nb; ++i) t.certified[size_t(q0 + i)] = verdict[size_t(i)] == kCertified;
         std::move(out.begin(), out.end(), results->begin() + q0);
+    }
+    // The queries not settled, searched once more, `steps` steps deeper, together (a pass's
+    // fixed costs paid once, not per chunk); each keeps the best of both searches (those of the
+    // first are exact scores too).
+    const int steps = opts.certify_steps < 0 ? kAdaptiveSteps : opts.certify_steps;
+    if (adapt && !unsettled.empty() && steps > 0) {
+        SearchOptions d = opts;
+        for (int s = 0; s < steps; ++s) d = CertifyDeeper(d, /*pruning=*/true);
+        const int64_t deep_chunk = chunk_queries(d, q.q_tokens, n_centroids, n_docs);
+        const Allowed whole = allowed ? *allowed : Allowed{};
+        for (size_t c0 = 0; c0 < unsettled.size(); c0 += size_t(deep_chunk)) {
+            const std::vector<int> idx(
+                unsettled.begin() + ptrdiff_t(c0),
+                unsettled.begin() + ptrdiff_t(std::min(unsettled.size(), c0 + size_t(deep_chunk))));
+            again_on(q, whole, idx, d, /*certified=*/false, /*merge=*/true, results, nullptr);
+            TMS_RETURN_IF_ERROR(st);
+        }
+        for (const int i : unsettled) t.depth[size_t(i)] = uint8_t(steps);
     }
     t.total = SecondsSince(t_start);
     if (timings) *timings = t;

@@ -17,26 +17,34 @@ int64_t SmallIndexDocs(Device device, const SearchOptions& o) {
 
 SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
                          const SearchOptions& opts) {
-    if (opts.exhaustive || !(opts.target_recall > 0)) return opts;
+    if (opts.exhaustive || !(opts.target_recall > 0)) {
+        SearchOptions o = opts;
+        o.adaptive = false;  // the settings as given, for every query
+        return o;
+    }
     // An estimate measured with the vectors plans searches that rerank with them; one measured
     // without (RecallEstimate::compressed), searches of the compressed ranking alone.
     const bool applies = est != nullptr && est->compressed != vectors;
     SearchOptions o = applies ? ApplyTargetRecall(*est, opts) : opts;
-    if (vectors && engine::Certifies(o)) {
-        // Certification deepens the queries that need it: the search starts no deeper than the
-        // defaults (where the estimate is cheaper, there), and deepens as far as the estimate's
-        // setting (at least once).
+    const bool certify = engine::Certifies(o);
+    if (vectors && (certify || engine::Adapts(o))) {
+        // The queries that need it go deeper: the search starts no deeper than the defaults
+        // (where the estimate is cheaper, there), and goes as far as the estimate's setting
+        // (at least the least steps).
         const SearchOptions planned = o;
         o.nprobe = std::min(o.nprobe, std::max(opts.nprobe, SearchOptions().nprobe));
         o.ncandidates = std::min(o.ncandidates, std::max(opts.ncandidates, SearchOptions().ncandidates));
         o.rerank = std::min(o.rerank, std::max(opts.rerank, SearchOptions().rerank));
         if (o.certify_steps < 0) {
-            o.certify_steps = engine::kCertifySteps;
+            const int least = certify ? 1 : engine::kAdaptiveSteps;
+            const int most = certify ? engine::kCertifySteps : engine::kMaxAdaptiveSteps;
+            o.certify_steps = certify ? engine::kCertifySteps : engine::kAdaptiveSteps;
             if (applies && est->For(opts.target_recall) != nullptr) {
+                o.certify_steps = most;
                 SearchOptions d = o;
-                for (int s = 1; s <= engine::kCertifySteps; ++s) {
+                for (int s = 1; s <= most; ++s) {
                     d = engine::CertifyDeeper(d, /*pruning=*/true);
-                    if (d.nprobe >= planned.nprobe && d.ncandidates >= planned.ncandidates &&
+                    if (s >= least && d.nprobe >= planned.nprobe && d.ncandidates >= planned.ncandidates &&
                         d.rerank >= planned.rerank) {
                         o.certify_steps = s;
                         break;
@@ -46,6 +54,7 @@ SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vect
         }
     }
     if (vectors && o.rerank > 0 && live_docs <= SmallIndexDocs(device, o)) o.exhaustive = true;
+    o.adaptive = vectors && engine::Adapts(o);  // true only where the search does adapt
     return o;
 }
 

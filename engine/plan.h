@@ -5,7 +5,8 @@
 //   PlanSearch         the index's recall estimate for target_recall; small indexes exhaustive
 //   WidenForAllowed    a filter or subset: more lists probed, more candidates reranked
 //   DeepenedSearch     the second search of filtered queries whose pruning was not trusted
-//   CertifyDeeper      the next search of a query whose top-k was not certified
+//   CertifyDeeper      the next search of a query whose top-k was not certified or settled
+//   Adapts             whether a search searches its unsettled queries again (SettledRanks)
 //   ProbesPerToken     the lists a query token probes on an index
 #pragma once
 
@@ -26,8 +27,10 @@ SearchOptions ApplyTargetRecall(const RecallEstimate& est, const SearchOptions& 
 /// with the estimate's setting for the target (ApplyTargetRecall; `est` may be null) when it was
 /// measured as the search runs (with the vectors loaded, or `compressed` without them), and then
 /// exhaustive when the index's `live_docs` are at most SmallIndexDocs (exhaustive search scores
-/// them all exactly, for less); else `opts` as given. `device`: where the search runs (kCpu or
-/// kGpu).
+/// them all exactly, for less); else `opts` as given. With adaptive (or certify) and `vectors`,
+/// the start is no deeper than the defaults and certify_steps reaches the estimate's setting;
+/// `adaptive` stays true only where the search searches unsettled queries again. `device`:
+/// where the search runs (kCpu or kGpu).
 SearchOptions PlanSearch(const RecallEstimate* est, int64_t live_docs, bool vectors, Device device,
                          const SearchOptions& opts);
 /// The live documents up to which exhaustive search is cheaper than `o`'s approximate search on
@@ -68,6 +71,20 @@ SearchOptions CertifyDeeper(const SearchOptions& o, bool pruning);
 inline bool Certifies(const SearchOptions& o) {
     return o.certify && !o.exhaustive && o.rerank > 0 && o.ncandidates > 0 && o.pruning == Pruning::kProbe;
 }
+/// A query not settled (SearchOptions::adaptive) is searched again at least this many, and where
+/// neither the caller nor an estimate says, this many, steps deeper: on the MiniLM text of
+/// BENCHMARKS.md one step left its unsettled queries at 0.990-0.994, two at 0.997-0.999.
+constexpr int kAdaptiveSteps = 2;
+/// ... and at most this many (as deep as the estimate's setting: 8 / 1,024 / 256 to 27 / 8,192 /
+/// 2,048).
+constexpr int kMaxAdaptiveSteps = 3;
+/// A query's top-k is settled when each of its documents is among the first this many of its
+/// compressed ranking (SearchOptions::adaptive): where the codes rank the best documents first,
+/// deeper searches find the same ones.
+inline int SettledRanks(int k) { return k + (3 * k + 4) / 5; }
+/// Whether a search with `o` (as PlanSearch planned it: adaptive only with target_recall and
+/// vectors; vectors loaded) searches again the queries it did not settle.
+inline bool Adapts(const SearchOptions& o) { return o.adaptive && !o.certify && !o.exhaustive && o.rerank > 0; }
 
 /// The lists each query token probes on an index of `n_centroids`.
 inline int ProbesPerToken(const SearchOptions& o, int n_centroids) { return std::min(o.nprobe, n_centroids); }

@@ -31,6 +31,7 @@ struct Setup {
     int64_t n_queries = 0, q_tokens = 0, dim = 0, dtype = 0, has_lengths = 0, batch = 0;
     int64_t k = 0, exhaustive = 0, nprobe = 0, ncandidates = 0, rerank = 0, pruning = 0, max_batch_queries = 0;
     int64_t has_filter = 0, has_allow = 0, direct_max = -1;  // the filter's text follows; an allow set is refused
+    int64_t adaptive = 0, certify_steps = -1;  // the queries not settled searched again (the ranks agree which)
     // Modes bm25 and hybrid (the query texts follow): k above is the MaxSim search's (hybrid:
     // max(k, lexical_candidates)), final_k the fused list's.
     int64_t mode = 0, fusion = 0, lexical_candidates = 0, final_k = 0;
@@ -454,6 +455,8 @@ Status MpiSearcher::SearchBatches(
         su.max_batch_queries = t.max_batch_queries;
         su.has_filter = !t.filter.empty();
         su.direct_max = t.direct_max;
+        su.adaptive = t.adaptive;
+        su.certify_steps = t.certify_steps;
         su.has_allow = t.allow != nullptr;
         su.ok = refused.ok() && batch > 0 && q.n_queries >= 0 && q.q_tokens > 0 && q.dim > 0 &&
                 (q.n_queries == 0 || q.data);
@@ -480,6 +483,8 @@ Status MpiSearcher::SearchBatches(
     o.pruning = Pruning(su.pruning);
     o.max_batch_queries = int(su.max_batch_queries);
     o.direct_max = su.direct_max;
+    o.adaptive = su.adaptive != 0;
+    o.certify_steps = int(su.certify_steps);
     if (su.has_filter) {  // every rank filters by its own copy of the index's metadata: the same set
         o.filter = rank_ == 0 ? opts.filter : std::string();
         TMS_RETURN_IF_ERROR(ch_->Broadcast(&o.filter));

@@ -191,10 +191,12 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
         opts->rerank = integer(0, 1 << 30);
     } else if (name == "target_recall") {
         opts->target_recall = fraction();
-    } else if (name == "exhaustive" || name == "certify") {
+    } else if (name == "exhaustive" || name == "certify" || name == "adaptive") {
         if (j ? !j->is_boolean() : (*text != "true" && *text != "false"))
             throw Bad{400, name + ": expected true or false"};
-        (name == "exhaustive" ? opts->exhaustive : opts->certify) = j ? j->get<bool>() : *text == "true";
+        (name == "exhaustive" ? opts->exhaustive
+         : name == "certify"  ? opts->certify
+                              : opts->adaptive) = j ? j->get<bool>() : *text == "true";
     } else if (name == "pruning") {
         const std::string v = j ? (j->is_string() ? j->get<std::string>() : "") : *text;
         if (v != "probe" && v != "interaction") throw Bad{400, "pruning: expected \"probe\" or \"interaction\""};
@@ -220,8 +222,8 @@ bool SetSearchOption(const std::string& name, const json* j, const std::string* 
 }
 
 constexpr const char* kSearchFields =
-    "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, certify, pruning, filter, subset, mode, "
-    "texts, fusion, bm25_weight, lexical_candidates, fields, explain";
+    "queries, k, nprobe, ncandidates, rerank, target_recall, exhaustive, adaptive, certify, pruning, filter, subset, "
+    "mode, texts, fusion, bm25_weight, lexical_candidates, fields, explain";
 
 // A query's text (modes bm25 and hybrid), at most this long.
 constexpr size_t kMaxTextBytes = 65536;
@@ -702,8 +704,13 @@ void Api::Search(Call& c) {
         certified = json::array();
         for (const uint8_t v : t.certified) certified.push_back(v != 0);
     }
+    // Per query, how many steps deeper its second search went (0: searched once; adaptive or
+    // certify); null where no query could go deeper.
+    json depth = nullptr;
+    if (!t.depth.empty()) depth = t.depth;
     c.Json(200, {{"results", Hits(results, has_fields ? &objects : nullptr, explain ? &ex : nullptr)},
                  {"certified", certified},
+                 {"depth", depth},
                  {"timings_ms",
                   {{"candidates", t.candidates * 1e3},
                    {"scoring", t.scoring * 1e3},

@@ -212,6 +212,17 @@ struct SearchOptions {
     /// reaches this, each only where it holds its default above (a value set otherwise is kept;
     /// set 0 to use the fields exactly as given). Default: 0.99
     double target_recall = 0.99;
+    /// With target_recall, the vectors and a rerank: each query is searched at the defaults (at
+    /// the estimate's setting where that is cheaper), and a query whose exact top-k is not among
+    /// the first 1.6 k of its compressed ranking (16 for k = 10: its codes did not settle which
+    /// documents are best) is searched once more, certify_steps steps deeper (at least 2, as
+    /// deep as the estimate's setting for the target), its top-k the best of both searches.
+    /// The cost follows how hard the corpus is: on `tms synth` almost no query goes deeper,
+    /// on MiniLM text most do (BENCHMARKS.md, "Each query searched as deep as it needs").
+    /// SearchTimings::depth tells each query's; Searcher::Plan's result keeps this true only
+    /// where the search does it. false: every query at the estimate's setting.
+    /// Certification (certify), when asked for, decides instead. Default: true
+    bool adaptive = true;
     /// Per-query certification of an approximate search that reranks with the vectors (pruning
     /// kProbe, ncandidates > 0): after the rerank, a query's top-k is certified when its k-th
     /// exact score is above what any document left out could score: the best compressed score
@@ -230,10 +241,11 @@ struct SearchOptions {
     /// whose top-k were all exact and ran at a third of the uncertified queries/s (BENCHMARKS.md,
     /// "Each query certified"). Default: false
     bool certify = false;
-    /// How much deeper a query not certified is searched again (certify), in steps; 0: not
-    /// again. -1: with target_recall and the index's estimate, the steps that reach the
-    /// estimate's setting for the target (at least 1: the estimate says how deep the corpus
-    /// needs, certification which queries go there), else 3. Default: -1
+    /// How much deeper a query not certified (certify) or not settled (adaptive) is searched
+    /// again, in steps (engine/plan.h: CertifyDeeper); 0: not again. -1: with target_recall and
+    /// the index's estimate, the steps that reach the estimate's setting for the target (at
+    /// least 1 for certify, 2 for adaptive: the estimate says how deep the corpus needs, the
+    /// query which queries go there), else 3 for certify and 2 for adaptive. Default: -1
     int certify_steps = -1;
     /// Queries searched together at most; a larger batch is searched in chunks of this many,
     /// which bounds the per-batch centroid scores [queries, tokens, centroids] and, with

@@ -36,8 +36,8 @@ struct QueryBatch {
     }
 };
 
-/// What the last Search call measured: the time of its stages, in seconds, and how each query's
-/// certification ended (SearchOptions::certify).
+/// What the last Search call measured: the time of its stages, in seconds, and how deep each
+/// query went (SearchOptions::adaptive, ::certify).
 struct SearchTimings {
     double candidates = 0;  ///< centroid scores, IVF union, pruning
     double scoring = 0;     ///< compressed or exact scoring
@@ -47,8 +47,9 @@ struct SearchTimings {
     /// Empty where no query was certified or searched to be (exhaustive search: every result
     /// is exact; no vectors; certify off).
     std::vector<uint8_t> certified;
-    /// Per query (with certified): how much deeper its second search was, in steps
-    /// (SearchOptions::certify_steps; 0: searched once).
+    /// Per query: how much deeper its second search was, in steps (SearchOptions::certify_steps;
+    /// 0: searched once). Empty where no query could be searched again (neither certify nor
+    /// adaptive applied).
     std::vector<uint8_t> depth;
 };
 

@@ -179,6 +179,7 @@ public:
         d["ncandidates"] = p.ncandidates;
         d["rerank"] = p.rerank;
         d["target_recall"] = p.target_recall;
+        d["deeper_steps"] = p.adaptive ? p.certify_steps : 0;  // a query not settled (adaptive)
         return d;
     }
 
@@ -189,12 +190,13 @@ public:
                      const std::string& filter, double target_recall,
                      const std::vector<std::vector<std::string>>& subset, const std::string& mode,
                      const std::vector<std::string>& texts, const std::string& fusion, double bm25_weight,
-                     int lexical_candidates, bool certify, int certify_steps) {
+                     int lexical_candidates, bool certify, int certify_steps, bool adaptive) {
         tms::QueryBatch b = query_batch(q, dtype, lens);
         tms::SearchOptions o =
             search_options(k, exhaustive, nprobe, ncandidates, rerank, pruning, filter, target_recall);
         o.certify = certify;
         o.certify_steps = certify_steps;
+        o.adaptive = adaptive;
         check(tms::ParseSearchMode(mode, &o.mode));
         check(tms::ParseFusion(fusion, &o.fusion));
         o.bm25_weight = bm25_weight;
@@ -221,12 +223,12 @@ public:
             }
             check(s->Search(b, o, &res, &t));
         }
-        // Per query: certified 1 / 0, or -1 where the search did not certify (SearchTimings).
+        // Per query: certified 1 / 0, or -1 where the search did not certify, and the steps
+        // deeper its second search went (SearchTimings).
         py::list certified, depth;
         for (int i = 0; i < b.n_queries; ++i) {
-            const bool known = size_t(i) < t.certified.size();
-            certified.append(known ? int(t.certified[size_t(i)]) : -1);
-            depth.append(known ? int(t.depth[size_t(i)]) : 0);
+            certified.append(size_t(i) < t.certified.size() ? int(t.certified[size_t(i)]) : -1);
+            depth.append(size_t(i) < t.depth.size() ? int(t.depth[size_t(i)]) : 0);
         }
         const py::tuple hits = hits_to_python(res);
         return py::make_tuple(hits[0], hits[1], certified, depth);

@@ -510,8 +510,8 @@ class Searcher:
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
                pruning=None, filter=None, subset=None, target_recall=None, mode="maxsim", texts=None,
-               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, certify=False, certify_steps=-1,
-               return_certificates=False, **aliases):
+               fusion="weighted", bm25_weight=0.5, lexical_candidates=100, adaptive=True, certify=False,
+               certify_steps=-1, return_certificates=False, **aliases):
         """The k best documents of each query (k: 10 by default; the engine's SearchOptions as
         keywords; None: the engine's default, search_defaults()). filter: an SQL boolean
         expression over the metadata ("tenant = 7 AND year >= 2024"; values are bound, never
@@ -529,13 +529,18 @@ class Searcher:
         by fusion "weighted" (scores scaled to [0, 1]) or "rrf" (reciprocal rank) with BM25's weight
         bm25_weight); scores are then the fused
         ones. texts: one str per query.
+        adaptive (with target_recall, stored vectors and a rerank): each query starts at the defaults
+        (the estimate's setting where that is cheaper), and one whose exact top k was not among the
+        first 1.6 k of its compressed ranking (its codes did not settle it) is searched once more,
+        certify_steps deeper (-1: at least 2, as deep as the estimate's setting), keeping the best
+        of both; False: every query at the estimate's setting.
         certify=True: after the exact rerank, a query whose k-th score does not clear what the documents
         left out could score (judged by how its reranked documents' exact scores exceed their
         approximate ones) is searched once more, certify_steps deeper (-1: as deep as the index's
         estimated setting for target_recall). return_certificates: also return, per query,
         certified (1, 0, or -1 where the search does not certify: certify=False, exhaustive, no
-        vectors) and depth (the steps deeper its second search went; 0: searched once):
-        (ids, scores, certified, depth)."""
+        vectors) and depth (the steps deeper its second search went, not certified or not
+        settled; 0: searched once): (ids, scores, certified, depth)."""
         k, args = self._options("search", k, nprobe, ncandidates, rerank, pruning, target_recall, aliases)
         if mode not in ("maxsim", "bm25", "hybrid"):
             raise ValueError(f"mode {mode!r}: expected 'maxsim', 'bm25' or 'hybrid'")
@@ -574,7 +579,7 @@ class Searcher:
         steps = _count(certify_steps, "certify_steps", -1, 8)
         ids, scores, certified, depth = self._batches(queries, lambda q, dt, l, q0: self._s.search(
             q, dt, l, k, exhaustive, *args, sets(q0, q.shape[0]), mode, texts[q0: q0 + q.shape[0]], fusion,
-            float(bm25_weight), int(lexical_candidates), bool(certify), steps), outputs=4)
+            float(bm25_weight), int(lexical_candidates), bool(certify), steps, bool(adaptive)), outputs=4)
         if return_certificates:
             return ids, scores, np.array(certified, np.int8), np.array(depth, np.int8)
         return ids, scores
@@ -598,7 +603,8 @@ class Searcher:
     def plan(self, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None, pruning=None,
              target_recall=None, **aliases):
         """The settings search() runs with these keywords: {"exhaustive", "nprobe", "ncandidates",
-        "rerank", "target_recall"}, target_recall resolved against the index's recall estimate
+        "rerank", "target_recall", "deeper_steps"} (the steps deeper a query its codes did not
+        settle is searched again, 0 where none is), target_recall resolved against the index's recall estimate
         (a target below the default 0.99 may choose settings cheaper than the defaults), and
         exhaustive where the index is small enough for it to be the cheaper (at most `rerank`
         live documents on a CPU, 2 x `ncandidates` on a GPU)."""

@@ -274,10 +274,27 @@ TEST(EstimateCpu, PlanSpansTheCurveAndSmallIndexesSearchExhaustively) {
     EXPECT_GE(deep.rerank, 1024);
     EXPECT_EQ(engine::CertifyDeeper(p, false).nprobe, d.nprobe) << "the rerank's bound: only the rerank deepens";
     EXPECT_EQ(engine::CertifyDeeper(p, false).rerank, 2 * d.rerank);
-    o.certify = false;  // the estimate's setting for every query
+    o.certify = false;  // adaptive (the default): the same start, the unsettled 2 steps deeper at least
+    p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
+    EXPECT_TRUE(engine::Adapts(p));
+    EXPECT_EQ(p.nprobe, d.nprobe);
+    EXPECT_EQ(p.rerank, d.rerank);
+    EXPECT_EQ(p.certify_steps, engine::kAdaptiveSteps);
+    e.points.push_back({24, 8192, 2048, 0.9999});
+    o.target_recall = 0.9999;  // 24 / 8,192 / 2,048: a third step (27 / 8,192 / 2,048)
+    EXPECT_EQ(PlanSearch(&e, 1000000, true, Device::kCpu, o).certify_steps, 3);
+    e.points.back() = {32, 16384, 4096, 0.9999};  // past the steps: as many as there are
+    EXPECT_EQ(PlanSearch(&e, 1000000, true, Device::kCpu, o).certify_steps, engine::kMaxAdaptiveSteps);
+    e.points.pop_back();
+    EXPECT_EQ(PlanSearch(nullptr, 1000000, true, Device::kCpu, o).certify_steps, engine::kAdaptiveSteps);
+    o.target_recall = 0.9985;
+    o.adaptive = false;  // the estimate's setting for every query
     p = PlanSearch(&e, 1000000, true, Device::kCpu, o);
     EXPECT_EQ(p.nprobe, 16);
     EXPECT_EQ(p.rerank, 1024);
+    o.adaptive = true;
+    o.target_recall = 0;  // the settings as given, for every query
+    EXPECT_FALSE(engine::Adapts(PlanSearch(&e, 1000000, true, Device::kCpu, o)));
     o.certify = true;
     o.target_recall = 0.9;  // cheaper than the defaults: there, one step at most
     p = PlanSearch(&e, 1000000, true, Device::kCpu, o);

@@ -675,12 +675,13 @@ def test_one_knob_plans_the_search(corpus, tmp_path):
     low = s.plan(target_recall=0.5)
     assert (low["nprobe"], low["ncandidates"], low["rerank"]) < (d["nprobe"], d["ncandidates"], d["rerank"])
     q = corpus["queries"]
-    got = s.search(q, k=5, target_recall=0.5)
+    got = s.search(q, k=5, target_recall=0.5, adaptive=False)  # every query at the plan
     same = s.search(q, k=5, nprobe=low["nprobe"], ncandidates=low["ncandidates"], rerank=low["rerank"],
                     target_recall=0)
     assert got[0] == same[0]
+    assert low["deeper_steps"] == 2 and default["deeper_steps"] >= 2  # the queries not settled
     assert s.plan(nprobe=3, target_recall=0) == {"exhaustive": False, "nprobe": 3, "ncandidates": d["ncandidates"],
-                                                  "rerank": d["rerank"], "target_recall": 0.0}
+                                                  "rerank": d["rerank"], "target_recall": 0.0, "deeper_steps": 0}
     small = tmp_path / "small"
     tilemaxsim.build_index(small, corpus["docs"][:100], corpus["ids"][:100], keep_vectors=True, n_centroids=16)
     t = tilemaxsim.Searcher(small, "cpu")
@@ -713,9 +714,32 @@ def test_serve_answers_as_the_searcher(corpus):
     assert server.proc.returncode == 0, log.getvalue()
 
 
+def test_adaptive_search_goes_deeper_where_not_settled(corpus):
+    """The default search (adaptive): each query's depth is 0 or 2 steps, never certified; the
+    queries that went deeper keep the best of both searches, so recall never falls below the same
+    settings searched once (adaptive=False); adaptive=False and target_recall=0 report no depth."""
+    s = tilemaxsim.Searcher(corpus["index"], "cpu")
+    q = corpus["queries"]
+    want_ids, _ = s.search(q, k=10, exhaustive=True)
+    shallow = dict(k=10, nprobe=2, ncandidates=40, rerank=24)
+    ids, _, certified, depth = s.search(q, **shallow, return_certificates=True)
+    assert (certified == -1).all() and set(depth.tolist()) <= {0, 2}
+    once, _, _, d_once = s.search(q, **shallow, adaptive=False, return_certificates=True)
+    assert (d_once == 0).all()
+    fixed, _, _, d_fixed = s.search(q, **shallow, target_recall=0, return_certificates=True)
+    assert (d_fixed == 0).all() and fixed == once
+
+    def recall(got):
+        return np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want_ids)])
+
+    assert recall(ids) >= recall(once)
+    for i in np.flatnonzero(depth == 0):
+        assert ids[i] == once[i], i  # settled: searched once
+
+
 def test_certificates_per_query(corpus):
     """search(certify=True, return_certificates=True): per query certified and depth; every
-    certified query has the exhaustive top 10; the default (no certification) and exhaustive search
+    certified query has the exhaustive top 10; a search that does not certify and exhaustive search
     certify nothing (-1)."""
     s = tilemaxsim.Searcher(corpus["index"], "cpu")
     q = corpus["queries"]
@@ -729,7 +753,7 @@ def test_certificates_per_query(corpus):
         assert np.allclose(scores[i], want_scores[i], rtol=1e-5), i
     assert all(d in (0, 3) for d in depth.tolist())  # 3 steps deeper without an estimate's say
     assert all(c == 1 or d > 0 for c, d in zip(certified.tolist(), depth.tolist()))
-    for kw in ({}, {"exhaustive": True, "certify": True}):
+    for kw in ({"adaptive": False}, {"exhaustive": True, "certify": True}):
         _, _, c, d = s.search(q, k=10, return_certificates=True, **kw)
         assert (c == -1).all() and (d == 0).all(), kw
     plain = s.search(q, k=10, nprobe=2, ncandidates=40, rerank=12, target_recall=0, certify=True, certify_steps=0,

@@ -148,6 +148,24 @@ def test_served_search_equals_cli(corpus, served, tmp_path):
     assert json.loads(body)["certified"] == [c == "1" for c in cert]
     want = read_trec(tmp_path / "cert.trec")
     assert [h["ids"] for h in json.loads(body)["results"]] == [[d for d, _ in want[str(i)]] for i in range(len(cert))]
+    # Adaptive (the default): each query's depth and results as the CLI's; off, no depth.
+    shallow = ["--nprobe", "2", "--ncandidates", "40", "--rerank", "24"]
+    r = subprocess.run([TMS, "search", "--index", served["index"], "--queries", corpus["dir"] / "queries.npy",
+                        "--out", tmp_path / "adapt.trec", "--device", "cpu", "--k", "10", "--no-progress", *shallow,
+                        "--certificates", tmp_path / "adapt.tsv"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    depth = [int(l.split("\t")[2]) for l in (tmp_path / "adapt.tsv").read_text().splitlines()[1:]]
+    assert set(depth) <= {0, 2} and "searched again deeper" in r.stderr
+    ask = {"queries": corpus["queries"].astype(float).tolist(), "k": 10, "nprobe": 2, "ncandidates": 40, "rerank": 24}
+    for adaptive in (True, False):
+        st, _, body = raw(served["port"], "POST", "/v1/search", json.dumps(dict(ask, adaptive=adaptive)),
+                          {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+        assert st == 200
+        assert json.loads(body)["depth"] == (depth if adaptive else None)
+    want = read_trec(tmp_path / "adapt.trec")
+    st, _, body = raw(served["port"], "POST", "/v1/search", json.dumps(ask),
+                      {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+    assert [h["ids"] for h in json.loads(body)["results"]] == [[d for d, _ in want[str(i)]] for i in range(len(depth))]
     ex_ids, _ = c.search(corpus["queries"], k=5, exhaustive=True)
     assert len(ex_ids) == len(corpus["queries"]) and all(len(x) == 5 for x in ex_ids)
     info = c.info()

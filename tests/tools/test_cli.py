@@ -127,6 +127,25 @@ def test_search_certifies_each_query(corpus, index, tmp_path):
     assert p.returncode != 0 and "--certificates" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_search_goes_deeper_where_not_settled(corpus, index, tmp_path):
+    """The default search (adaptive): the summary counts the queries searched again and names the
+    steps; --certificates' depth is 0 or 2 for each; --no-adaptive searches every query once."""
+    shallow = ("--nprobe", 1, "--ncandidates", 20, "--rerank", 24)
+
+    def run(name, *extra):
+        p = tms("search", "--index", index, "--queries", corpus / "queries.npy", "--query-ids",
+                corpus / "query_ids.txt", "--out", tmp_path / f"{name}.trec", "--k", 10, "--no-progress", "--device",
+                "cpu", *shallow, "--certificates", tmp_path / f"{name}.tsv", *extra, check=True)
+        depth = [l.split("\t")[2] for l in (tmp_path / f"{name}.tsv").read_text().splitlines()[1:]]
+        return depth, p.stderr
+    depth, err = run("adaptive")
+    assert set(depth) <= {"0", "2"} and len(depth) == 20
+    assert f"{sum(d == '2' for d in depth)} of 20 queries not settled by their codes, searched again deeper" in err
+    assert "each query not settled 2 steps deeper" in err
+    depth, err = run("once", "--no-adaptive")
+    assert set(depth) == {"0"} and "not settled" not in err
+
+
 def read_trec(path):
     run = {}
     for line in path.read_text().splitlines():

@@ -96,6 +96,9 @@ std::vector<Command> AddBench(CLI::App& app, const Context& ctx) {
                    "nprobe, ncandidates and rerank, where not given, from the index's recall estimate (0: off)")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
+    bs->add_flag("!--no-adaptive", sbo.search.adaptive,
+                 "Every query at the setting --target-recall plans, none searched again deeper where its codes "
+                 "did not settle it (tms search --no-adaptive)");
     bs->add_option("--pruning", sb_pruning, "probe or interaction")
         ->capture_default_str()
         ->check(CLI::IsMember({"interaction", "probe"}));

@@ -290,6 +290,7 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
     tms::SearchTimings phase;
     // Per query: 1 certified, 0 not, -1 not certified nor searched to be (SearchTimings).
     std::vector<int> certified(size_t(nq), -1), depth(size_t(nq), 0);
+    int adapted = 0;  // queries whose search could go deeper where not settled (SearchOptions::adaptive)
     tms::Progress prog("searching", nq, !quiet && !a.no_progress, " q");
     const auto t0 = Clock::now();
     for (int q0 = 0; q0 < nq; q0 += a.batch) {
@@ -305,9 +306,11 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
         phase.candidates += t.candidates;
         phase.scoring += t.scoring;
         phase.rerank += t.rerank;
-        for (size_t i = 0; i < t.certified.size() && int(i) < b.n_queries; ++i) {
+        for (size_t i = 0; i < t.certified.size() && int(i) < b.n_queries; ++i)
             certified[size_t(q0) + i] = t.certified[i];
+        for (size_t i = 0; i < t.depth.size() && int(i) < b.n_queries; ++i) {
             depth[size_t(q0) + i] = t.depth[i];
+            adapted += t.certified.empty();
         }
         if (!a.explain.empty()) {
             std::vector<std::vector<int64_t>> docs(res.size());
@@ -365,6 +368,12 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
             tms::LogInfo("tms search: %d of %d queries certified (%d searched again, deeper)\n", n_cert, n_tried,
                          n_again);
         }
+        if (adapted > 0) {
+            int n_deeper = 0;
+            for (int i = 0; i < nq; ++i) n_deeper += certified[size_t(i)] < 0 && depth[size_t(i)] > 0;
+            tms::LogInfo("tms search: %d of %d queries not settled by their codes, searched again deeper\n", n_deeper,
+                         adapted);
+        }
         if (!a.opts.exhaustive) {
             const tms::SearchOptions t = searcher->Plan(opts);
             if (t.exhaustive) {
@@ -377,9 +386,12 @@ tms::Status run_search(const SearchArgs& a, bool quiet, double* qps) {
             } else if (a.opts.target_recall > 0) {
                 const bool moved =
                     t.nprobe != a.opts.nprobe || t.ncandidates != a.opts.ncandidates || t.rerank != a.opts.rerank;
-                tms::LogInfo("tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s\n",
-                             a.opts.target_recall, t.nprobe, t.ncandidates, t.rerank,
-                             moved ? " (the index's estimate)" : "");
+                tms::LogInfo(
+                    "tms search: target recall %.2f: nprobe %d, ncandidates %d, rerank %d%s%s\n", a.opts.target_recall,
+                    t.nprobe, t.ncandidates, t.rerank, moved ? " (the index's estimate)" : "",
+                    t.adaptive && t.certify_steps > 0
+                        ? (", each query not settled " + std::to_string(t.certify_steps) + " steps deeper").c_str()
+                        : "");
             }
         }
         int64_t vbytes = 0;
@@ -472,22 +484,27 @@ void add_search_options(CLI::App* c, SearchArgs* a) {
                   "Hybrid search: BM25's best this many join the MaxSim search's best this many")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
+    c->add_flag("!--no-adaptive", a->opts.adaptive,
+                "Every query at the setting --target-recall plans (the index's estimate), instead of at the "
+                "defaults with each query whose exact top-k was not among the first 1.6 k of its compressed "
+                "ranking searched again --certify-steps deeper (at least 2)");
     c->add_flag("--certify", a->opts.certify,
                 "Certify each query's top-k: after the exact rerank a query whose k-th score does not clear "
                 "what the documents left out could score, judged by how its reranked documents' exact scores "
                 "exceed their approximate ones, is searched once more, --certify-steps deeper (needs stored "
                 "vectors and --pruning probe)");
     c->add_option("--certify-steps", a->opts.certify_steps,
-                  "How much deeper a query not certified is searched again: each step doubles the rerank (and, "
-                  "where the candidates' bound failed, the candidates, and probes half again as many lists); "
-                  "0: not again; -1: as deep as the index's estimated setting for --target-recall (at least "
-                  "1 step), 3 without an estimate")
+                  "How much deeper a query not certified (--certify) or not settled (the default search) is "
+                  "searched again: each step doubles the rerank (and, where the candidates' bound failed or the "
+                  "query was not settled, the candidates, and probes half again as many lists); 0: not again; "
+                  "-1: as deep as the index's estimated setting for --target-recall (at least 1 step certified, 2 "
+                  "not settled), else 3 certified, 2 not settled")
         ->capture_default_str()
         ->check(CLI::Range(-1, 8));
     c->add_option("--certificates", a->certificates,
                   "Also write each query's certification, TSV: query, certified (1, 0, or - where the search did "
                   "not certify: no --certify, exhaustive, no vectors), depth (how many steps deeper its second "
-                  "search was; 0: searched once)");
+                  "search was, certified or not settled; 0: searched once)");
     c->add_option("--explain", a->explain,
                   "Also write why each hit matched, JSON lines: per hit its query, doc, score, maxsim, and per "
                   "query token the best document token (doc_tokens) and its similarity; from the stored vectors "
