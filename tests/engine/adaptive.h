@@ -44,20 +44,9 @@ inline void ExpectUnsettledQueriesGoDeeper(Device device) {
         for (const std::string codec : {"pq", "residual"}) {
             const CertifyCorpus c = MakeCertifyCorpus(kind, 31u + uint32_t(kind));
             const std::string where = c.name + " " + codec;
-            IndexBuildOptions bo;
-            bo.codec = codec;
-            bo.keep_vectors = true;
-            bo.progress = false;
-            bo.device = device;
-            const std::string path = ScratchDir("tms_adaptive").string() + "/" + std::to_string(kind) + codec;
-            std::unique_ptr<IndexBuilder> b;
-            ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
-            const EmbeddingView v{c.docs.data(), DType::kF32, int64_t(c.docs.size() / size_t(c.dim)), c.dim};
-            ASSERT_TRUE(b->Build(v, c.lens, {}).ok()) << where;
             std::unique_ptr<Searcher> s;
-            SearcherOptions so;
-            so.device = device;
-            ASSERT_TRUE(Searcher::Open(so, path, &s).ok());
+            ASSERT_NO_FATAL_FAILURE(OpenCorpusIndex(
+                c, codec, device, ScratchDir("tms_adaptive").string() + "/" + std::to_string(kind) + codec, &s));
             const QueryBatch qb{c.queries.data(), DType::kF32, c.nq, c.qt, c.dim, c.qlens.data()};
             SearchOptions fixed;
             fixed.k = k;

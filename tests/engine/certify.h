@@ -93,6 +93,23 @@ inline CertifyCorpus MakeCertifyCorpus(int kind, uint32_t seed) {
     return c;
 }
 
+// An index of `c` with `codec` and the vectors, built at `path` on `device` and opened there.
+inline void OpenCorpusIndex(const CertifyCorpus& c, const std::string& codec, Device device, const std::string& path,
+                            std::unique_ptr<Searcher>* s) {
+    IndexBuildOptions bo;
+    bo.codec = codec;
+    bo.keep_vectors = true;
+    bo.progress = false;
+    bo.device = device;
+    std::unique_ptr<IndexBuilder> b;
+    ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
+    const EmbeddingView v{c.docs.data(), DType::kF32, int64_t(c.docs.size() / size_t(c.dim)), c.dim};
+    ASSERT_TRUE(b->Build(v, c.lens, {}).ok()) << c.name;
+    SearcherOptions so;
+    so.device = device;
+    ASSERT_TRUE(Searcher::Open(so, path, s).ok());
+}
+
 // Certification on every kind of corpus, both codecs: each query certified has the exhaustive
 // top-k (its scores, rank by rank: documents of equal score may trade places); the hard (noise)
 // corpus is searched again more often than the easy (topics) one; uncertified (the default) and exhaustive
@@ -106,20 +123,9 @@ inline void ExpectCertifiedQueriesExact(Device device) {
     for (int kind = 0; kind < 5; ++kind) {
         for (const std::string codec : {"pq", "residual"}) {
             const CertifyCorpus c = MakeCertifyCorpus(kind, 11u + uint32_t(kind));
-            IndexBuildOptions bo;
-            bo.codec = codec;
-            bo.keep_vectors = true;
-            bo.progress = false;
-            bo.device = device;
-            const std::string path = ScratchDir("tms_certify").string() + "/" + std::to_string(kind) + codec;
-            std::unique_ptr<IndexBuilder> b;
-            ASSERT_TRUE(IndexBuilder::Create(bo, path, &b).ok());
-            const EmbeddingView v{c.docs.data(), DType::kF32, int64_t(c.docs.size() / size_t(c.dim)), c.dim};
-            ASSERT_TRUE(b->Build(v, c.lens, {}).ok()) << c.name;
             std::unique_ptr<Searcher> s;
-            SearcherOptions so;
-            so.device = device;
-            ASSERT_TRUE(Searcher::Open(so, path, &s).ok());
+            ASSERT_NO_FATAL_FAILURE(OpenCorpusIndex(
+                c, codec, device, ScratchDir("tms_certify").string() + "/" + std::to_string(kind) + codec, &s));
             const QueryBatch qb{c.queries.data(), DType::kF32, c.nq, c.qt, c.dim, c.qlens.data()};
             SearchOptions ex;
             ex.k = k;
