@@ -102,16 +102,18 @@ class Client:
 
     def search(self, queries, k=None, *, exhaustive=False, nprobe=None, ncandidates=None, rerank=None,
                pruning=None, filter=None, subset=None, target_recall=None, fields=None, mode=None, texts=None,
-               fusion=None, bm25_weight=None, lexical_candidates=None, explain=False):
+               fusion=None, bm25_weight=None, lexical_candidates=None, explain=False, adaptive=None):
         """The k best documents of each query, as Searcher.search (None: the server's defaults;
         mode "bm25" or "hybrid" with texts=, one str per query, as there; bm25 may leave queries
         None). fields: metadata columns to return with each hit (an empty list: all of them); then
         the result is (ids, scores, metadata), metadata per query a list of dicts. explain: the
-        result ends with the hits' explanations, as Searcher.explain returns them."""
+        result ends with the hits' explanations, as Searcher.explain returns them. adaptive=False:
+        every query at the estimate's setting (Searcher.search's adaptive)."""
         from . import _queries
         params = {"k": k, "nprobe": nprobe, "ncandidates": ncandidates, "rerank": rerank, "pruning": pruning,
                   "target_recall": target_recall, "filter": filter, "mode": mode, "fusion": fusion,
-                  "bm25_weight": bm25_weight, "lexical_candidates": lexical_candidates}
+                  "bm25_weight": bm25_weight, "lexical_candidates": lexical_candidates,
+                  "adaptive": None if adaptive is None else bool(adaptive)}
         if explain:
             params["explain"] = True
         if texts is not None:

@@ -162,6 +162,15 @@ def test_served_search_equals_cli(corpus, served, tmp_path):
                           {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
         assert st == 200
         assert json.loads(body)["depth"] == (depth if adaptive else None)
+    c = tilemaxsim.Client(served["url"], ADMIN)  # .npy body: adaptive as a URL parameter
+    once = subprocess.run([TMS, "search", "--index", served["index"], "--queries", corpus["dir"] / "queries.npy",
+                           "--out", tmp_path / "once.trec", "--device", "cpu", "--k", "10", "--no-progress", *shallow,
+                           "--no-adaptive"], capture_output=True, text=True)
+    assert once.returncode == 0, once.stderr
+    for adaptive, run in ((True, "adapt.trec"), (False, "once.trec")):
+        want = read_trec(tmp_path / run)
+        ids, _ = c.search(corpus["queries"], k=10, nprobe=2, ncandidates=40, rerank=24, adaptive=adaptive)
+        assert ids == [[d for d, _ in want[str(i)]] for i in range(len(depth))], adaptive
     want = read_trec(tmp_path / "adapt.trec")
     st, _, body = raw(served["port"], "POST", "/v1/search", json.dumps(ask),
                       {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
