@@ -372,14 +372,32 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                 (*verdicts)[size_t(i)] = !pruning_ok ? kPruningBound : !rerank_ok ? kRerankBound : kCertified;
             }
         }
+        // With settle or deep: each query's hits on these segments (exact score, global id) and
+        // its k-th best over every participant; `anyone`: per query, whether some participant
+        // named a key for it.
+        std::vector<std::vector<CutKey>> hit_keys(settle || deep ? size_t(nb) : 0);
+        std::vector<CutKey> kth;
+        if (settle || deep) {
+            for (int i = 0; st.ok() && i < nb; ++i)
+                for (size_t s = 0; s < n; ++s)
+                    for (const SearchHit& h : parts[s][size_t(i)])
+                        hit_keys[size_t(i)].push_back({h.score, h.internal_id});
+            st = agree_cut(cuts, o.k, st, hit_keys, &kth);
+        }
+        const auto in_top = [&](int i, const CutKey& h) { return !CutKeyBetter(kth[size_t(i)], h); };
+        const auto anyone = [&](std::vector<std::vector<CutKey>> named) {
+            std::vector<CutKey> any;
+            st = agree_cut(cuts, 1, st, std::move(named), &any);
+            std::vector<char> yes(size_t(nb), 0);
+            for (int i = 0; st.ok() && i < nb; ++i) yes[size_t(i)] = CutKeyBetter(any[size_t(i)], kKeepAll);
+            return yes;
+        };
         if (settle) {
             // Settled: each document of the query's top-k (over every participant) is among the
             // first SettledRanks(k) of the compressed ranking of its live reranked documents.
-            const int settled = SettledRanks(o.k);
-            std::vector<std::vector<CutKey>> exact(static_cast<size_t>(nb)), ranked(static_cast<size_t>(nb));
+            std::vector<std::vector<CutKey>> ranked(static_cast<size_t>(nb));
             for (int i = 0; st.ok() && i < nb; ++i) {
                 for (size_t s = 0; s < n; ++s) {
-                    for (const SearchHit& h : parts[s][size_t(i)]) exact[size_t(i)].push_back({h.score, h.internal_id});
                     const Lists& l = calls[s].lists;
                     for (int64_t e = l.off[size_t(i)]; e < l.off[size_t(i) + 1]; ++e) {
                         if (segs[s]->deleted()[size_t(l.docs[size_t(e)])]) continue;
@@ -388,49 +406,41 @@ Status search_cut(const std::vector<const ShardSearcher*>& segs, const std::vect
                     }
                 }
             }
-            std::vector<CutKey> kth, last, any;
-            st = agree_cut(cuts, o.k, st, exact, &kth);
-            st = agree_cut(cuts, settled, st, ranked, &last);
-            // Per query, this participant's documents of the top-k ranked past `last`.
+            std::vector<CutKey> last;
+            st = agree_cut(cuts, SettledRanks(o.k), st, ranked, &last);
+            // Per query, one of this participant's documents of the top-k ranked past `last`.
             std::vector<std::vector<CutKey>> past_last(static_cast<size_t>(nb));
             for (int i = 0; st.ok() && i < nb; ++i) {
                 if (!CutKeyBetter(last[size_t(i)], kKeepAll)) continue;  // fewer reranked: all settled
                 for (const CutKey& c : ranked[size_t(i)]) {
-                    if (!CutKeyBetter(last[size_t(i)], c)) continue;
-                    const bool top =
-                        std::any_of(exact[size_t(i)].begin(), exact[size_t(i)].end(),
-                                    [&](const CutKey& h) { return h.id == c.id && !CutKeyBetter(kth[size_t(i)], h); });
-                    if (top) {
+                    const auto& top = hit_keys[size_t(i)];
+                    if (CutKeyBetter(last[size_t(i)], c) && std::any_of(top.begin(), top.end(), [&](const CutKey& h) {
+                            return h.id == c.id && in_top(i, h);
+                        })) {
                         past_last[size_t(i)].push_back(c);
                         break;
                     }
                 }
             }
-            st = agree_cut(cuts, 1, st, std::move(past_last), &any);
+            const std::vector<char> unsettled = anyone(std::move(past_last));
             verdicts->assign(size_t(nb), kCertified);
             for (int i = 0; st.ok() && i < nb; ++i)
-                if (CutKeyBetter(any[size_t(i)], kKeepAll)) (*verdicts)[size_t(i)] = kPruningBound;
+                if (unsettled[size_t(i)]) (*verdicts)[size_t(i)] = kPruningBound;
         }
         if (deep) {
             // The queries whose top-k (over every participant) holds a document of `past`.
-            std::vector<std::vector<CutKey>> best(static_cast<size_t>(nb)), mine(static_cast<size_t>(nb));
-            for (int i = 0; st.ok() && i < nb; ++i)
-                for (size_t s = 0; s < n; ++s)
-                    for (const SearchHit& h : parts[s][size_t(i)]) best[size_t(i)].push_back({h.score, h.internal_id});
-            std::vector<CutKey> kth, any;
-            st = agree_cut(cuts, o.k, st, best, &kth);
+            std::vector<std::vector<CutKey>> mine(static_cast<size_t>(nb));
             for (int i = 0; st.ok() && i < nb; ++i) {
-                for (const CutKey& h : best[size_t(i)]) {
-                    if (!CutKeyBetter(kth[size_t(i)], h) &&
-                        std::binary_search(past[size_t(i)].begin(), past[size_t(i)].end(), h.id)) {
+                for (const CutKey& h : hit_keys[size_t(i)]) {
+                    if (in_top(i, h) && std::binary_search(past[size_t(i)].begin(), past[size_t(i)].end(), h.id)) {
                         mine[size_t(i)].push_back(h);
                         break;
                     }
                 }
             }
-            st = agree_cut(cuts, 1, st, std::move(mine), &any);
+            const std::vector<char> again = anyone(std::move(mine));
             for (int i = 0; st.ok() && i < nb; ++i)
-                if (CutKeyBetter(any[size_t(i)], kKeepAll)) deep->push_back(i);
+                if (again[size_t(i)]) deep->push_back(i);
         }
         // One segment's lists are the top-k already, in order.
         if (st.ok() && n == 1) {

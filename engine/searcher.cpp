@@ -237,7 +237,7 @@ public:
                x.nprobe == y.nprobe && x.ncandidates == y.ncandidates && x.rerank == y.rerank &&
                x.pruning == y.pruning && x.max_batch_queries == y.max_batch_queries && x.allow == y.allow &&
                x.filter == y.filter && x.direct_max == y.direct_max && x.certify == y.certify &&
-               x.certify_steps == y.certify_steps && x.adaptive == y.adaptive && x.target_recall == y.target_recall;
+               x.certify_steps == y.certify_steps && x.adaptive == y.adaptive;
     }
 
     Status Gathered(const QueryBatch& q, const SearchOptions& opts, std::vector<std::vector<SearchHit>>* results,
